@@ -1,0 +1,3 @@
+from labengine.cli import main
+
+raise SystemExit(main())

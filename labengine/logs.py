@@ -1,0 +1,73 @@
+"""vLLM's log format.
+
+    (APIServer pid=1) INFO 04-19 10:45:24 [utils.py:233] non-default args: {...}
+
+vLLM decorates stdout so that every line a process writes (log records and tracebacks alike)
+carries the `(ProcessName pid=N) ` prefix; timestamps are the process's local time, no year or
+zone. The `[file:line]` tags are the ones real vLLM prints for the same message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import TextIO
+
+
+class VllmLog:
+    def __init__(self, process_name: str, stream: TextIO | None = None) -> None:
+        self.process_name = process_name
+        self.stream = stream or sys.stdout
+        self.pid = os.getpid()
+
+    def rebind(self, process_name: str) -> None:
+        """After fork: same stream, new process name and pid."""
+        self.process_name = process_name
+        self.pid = os.getpid()
+
+    @property
+    def prefix(self) -> str:
+        return f"({self.process_name} pid={self.pid}) "
+
+    def raw(self, text: str) -> None:
+        """Write lines the way vLLM's decorated stdout does: each one prefixed."""
+        out = "".join(self.prefix + line + "\n" for line in text.splitlines())
+        self.stream.write(out)
+        self.stream.flush()
+
+    def _log(self, level: str, where: str, msg: str) -> None:
+        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
+        lines = msg.splitlines() or [""]
+        head = f"{level} {stamp} [{where}] "
+        self.raw("\n".join(head + line for line in lines))
+
+    def info(self, where: str, msg: str) -> None:
+        self._log("INFO", where, msg)
+
+    def warning(self, where: str, msg: str) -> None:
+        self._log("WARNING", where, msg)
+
+    def error(self, where: str, msg: str) -> None:
+        self._log("ERROR", where, msg)
+
+    def traceback(self, frames: list[tuple[str, int, str, str]], final: str) -> None:
+        """A Python traceback with vLLM's real call path, ending in `final` (Type: message)."""
+        lines = ["Traceback (most recent call last):"]
+        for file, line, func, code in frames:
+            lines.append(f'  File "{file}", line {line}, in {func}')
+            lines.append(f"    {code}")
+        lines.append(final)
+        self.raw("\n".join(lines))
+
+    def exception(self, exc: BaseException) -> None:
+        self.raw("".join(traceback.format_exception(exc)))
+
+
+def unprefixed_warning(where: str, msg: str, stream: TextIO | None = None) -> None:
+    """Lines vLLM prints before it decorates stdout (the argparse warning)."""
+    s = stream or sys.stdout
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
+    s.write(f"WARNING {stamp} [{where}] {msg}\n")
+    s.flush()
