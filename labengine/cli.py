@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -25,14 +26,30 @@ from labengine.wording import (
 
 _SERVE_FRAMES = [
     ("/usr/local/bin/vllm", 10, "<module>", "sys.exit(main())"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/main.py", 73, "main",
-     "args.dispatch_function(args)"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/serve.py", 60, "cmd",
-     "uvloop.run(run_server(args))"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py", 1884,
-     "run_server", "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py", 1322,
-     "create_engine_config", "model_config = self.create_model_config()"),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/main.py",
+        73,
+        "main",
+        "args.dispatch_function(args)",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/serve.py",
+        60,
+        "cmd",
+        "uvloop.run(run_server(args))",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py",
+        1884,
+        "run_server",
+        "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py",
+        1322,
+        "create_engine_config",
+        "model_config = self.create_model_config()",
+    ),
 ]
 
 
@@ -52,8 +69,9 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", nargs="+", default=None)
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--gpu-memory-utilization", type=float,
-                   default=0.9 if era is Era.V0_19 else 0.92)
+    p.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.9 if era is Era.V0_19 else 0.92
+    )
     p.add_argument("--max-model-len", type=_max_len, default=None)
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
@@ -79,8 +97,11 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, default=29501)
     p.add_argument("--headless", action="store_true")
-    p.add_argument("--distributed-executor-backend", default=None,
-                   choices=["mp", "ray", "uni", "external_launcher"])
+    p.add_argument(
+        "--distributed-executor-backend",
+        default=None,
+        choices=["mp", "ray", "uni", "external_launcher"],
+    )
     p.add_argument("--fail-on-environ-validation", action="store_true")
     return p
 
@@ -102,17 +123,22 @@ def main(argv: list[str] | None = None) -> int:
     era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))
     scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
     if not argv or argv[0] != "serve":
-        sys.stderr.write("usage: vllm-lab serve [model_tag] [options]\n"
-                         "A GPU-less stand-in for `vllm serve`; see `vllm-lab serve --help`.\n")
+        sys.stderr.write(
+            "usage: vllm-lab serve [model_tag] [options]\n"
+            "A GPU-less stand-in for `vllm serve`; see `vllm-lab serve --help`.\n"
+        )
         return 2
     parser = build_parser(era)
     args = parser.parse_args(_normalise(argv[1:]))  # exits 2 on a bad flag, as vLLM does
     defaults = vars(parser.parse_args([]))
     log = VllmLog("APIServer")
     if args.model and not args.model_tag:
-        unprefixed_warning("argparse_utils.py:191", "With `vllm serve`, you should provide the "
-                           "model as a positional argument or in a config file instead of via "
-                           "the `--model` option.")
+        unprefixed_warning(
+            "argparse_utils.py:191",
+            "With `vllm serve`, you should provide the "
+            "model as a positional argument or in a config file instead of via "
+            "the `--model` option.",
+        )
     model_tag = args.model_tag or args.model or "Qwen/Qwen3-0.6B"
     non_default = {k: v for k, v in vars(args).items() if v != defaults.get(k)}
     if args.model_tag:
@@ -150,17 +176,25 @@ def main(argv: list[str] | None = None) -> int:
         if envs.truthy(env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
             log.warning("model.py:1755", long_max_model_len_allowed(max_len, key, derived))
         else:
-            _validation_error(log, "ModelConfig", long_max_model_len(max_len, key, derived),
-                              f"ArgsKwargs((), {{'model': '{model_tag}', ...}})")
+            _validation_error(
+                log,
+                "ModelConfig",
+                long_max_model_len(max_len, key, derived),
+                f"ArgsKwargs((), {{'model': '{model_tag}', ...}})",
+            )
             return 1
     log.info("model.py:1510", f"Using max model len {max_len}")
     world = args.tensor_parallel_size * args.pipeline_parallel_size
-    available = len(gpus.visible) * (args.nnodes if args.distributed_executor_backend != "ray"
-                                      else 1)
+    available = len(gpus.visible) * (
+        args.nnodes if args.distributed_executor_backend != "ray" else 1
+    )
     if world > available and args.distributed_executor_backend != "ray":
-        _validation_error(log, "ParallelConfig", world_size_too_large(world, len(gpus.visible)),
-                          f"ArgsKwargs((), {{'tensor_parallel_size': {args.tensor_parallel_size},"
-                          " ...})")
+        _validation_error(
+            log,
+            "ParallelConfig",
+            world_size_too_large(world, len(gpus.visible)),
+            f"ArgsKwargs((), {{'tensor_parallel_size': {args.tensor_parallel_size}, ...}})",
+        )
         return 1
     if len(gpus.visible) == 0:
         log.traceback(_SERVE_FRAMES, "RuntimeError: No CUDA GPUs are available")
@@ -168,17 +202,29 @@ def main(argv: list[str] | None = None) -> int:
 
     large = gpus.gpu.large
     batched = args.max_num_batched_tokens or (8192 if large else 2048)
-    log.info("scheduler.py:245", f"Chunked prefill is enabled with max_num_batched_tokens="
-             f"{batched}.")
+    log.info(
+        "scheduler.py:245", f"Chunked prefill is enabled with max_num_batched_tokens={batched}."
+    )
     served = (args.served_model_name or [model_tag])[0]
     settings = CoreSettings(
-        era=era, model=model, served_name=served, gpus=gpus,
-        utilization=args.gpu_memory_utilization, max_model_len=max_len, derived_max_len=derived,
-        tp=args.tensor_parallel_size, pp=args.pipeline_parallel_size,
+        era=era,
+        model=model,
+        served_name=served,
+        gpus=gpus,
+        utilization=args.gpu_memory_utilization,
+        max_model_len=max_len,
+        derived_max_len=derived,
+        tp=args.tensor_parallel_size,
+        pp=args.pipeline_parallel_size,
         max_num_seqs=args.max_num_seqs or (1024 if large else 256),
-        max_num_batched_tokens=batched, enforce_eager=args.enforce_eager,
-        nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-        master_port=args.master_port, time_scale=scale, env=env,
+        max_num_batched_tokens=batched,
+        enforce_eager=args.enforce_eager,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        time_scale=scale,
+        env=env,
     )
     return _run_engine(settings, log, sock, host, args.port)
 
@@ -219,9 +265,15 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         proc.join(timeout=5)
         code = proc.exitcode if proc.exitcode is not None else 1
         log.traceback(
-            [*_SERVE_FRAMES[:4],
-             ("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py", 1084,
-              "wait_for_engine_startup", "raise RuntimeError(")],
+            [
+                *_SERVE_FRAMES[:4],
+                (
+                    "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py",
+                    1084,
+                    "wait_for_engine_startup",
+                    "raise RuntimeError(",
+                ),
+            ],
             "RuntimeError: Engine core initialization failed. See root cause above. "
             f"Failed core proc(s): {{'EngineCore_DP0': {code}}}",
         )
@@ -232,13 +284,23 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
     sleep_real(API_START_S, s.time_scale)
     log.info("api_server.py:1850", "Supported_tasks: ['generate']")
     log.info("launcher.py:37", f"Starting vLLM API server 0 on http://{host}:{port}")
-    for route, methods in (("/health", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
-                           ("/version", "GET"), ("/v1/chat/completions", "POST"),
-                           ("/v1/completions", "POST")):
+    for route, methods in (
+        ("/health", "GET"),
+        ("/metrics", "GET"),
+        ("/v1/models", "GET"),
+        ("/version", "GET"),
+        ("/v1/chat/completions", "POST"),
+        ("/v1/completions", "POST"),
+    ):
         log.info("launcher.py:45", f"Route: {route}, Methods: {methods}")
     st = ServerState(
-        era=s.era, served_name=s.served_name, model_root=s.model.tag,
-        max_model_len=s.max_model_len, kv_tokens=info["kv_tokens"], conn=parent, log=log,
+        era=s.era,
+        served_name=s.served_name,
+        model_root=s.model.tag,
+        max_model_len=s.max_model_len,
+        kv_tokens=info["kv_tokens"],
+        conn=parent,
+        log=log,
         keep_alive_on_death=envs.truthy(s.env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH"),
         stats_interval_s=10.0 / s.time_scale,
     )
@@ -246,10 +308,8 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         serve(st, sock, host, port)
     finally:
         if proc.is_alive():
-            try:
+            with contextlib.suppress(OSError):
                 parent.send(("shutdown",))
-            except OSError:
-                pass
             proc.join(timeout=2)
             if proc.is_alive():
                 proc.kill()
@@ -257,9 +317,12 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
 
 
 def _headless(args: argparse.Namespace, log: VllmLog, era: Era) -> int:
-    log.info("api_server.py:120", f"Launching vLLM (v{era.version}) headless multiproc executor, "
-             f"with head node address tcp://{args.master_addr}:{args.master_port} for torch."
-             "distributed process group.")
+    log.info(
+        "api_server.py:120",
+        f"Launching vLLM (v{era.version}) headless multiproc executor, "
+        f"with head node address tcp://{args.master_addr}:{args.master_port} for torch."
+        "distributed process group.",
+    )
     scale = float(os.environ.get("GAMEDAY_TIME_SCALE", "1"))
     while True:
         try:

@@ -9,7 +9,6 @@ from that pipe. A failure is logged as vLLM logs it and the process exits 1.
 from __future__ import annotations
 
 import math
-import os
 import socket
 import time
 from dataclasses import dataclass
@@ -78,26 +77,54 @@ def _fail(log: VllmLog, conn: Connection, exc_type: str, msg: str, frames: list[
 
 
 _CORE_FRAMES = [
-    ("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 1099,
-     "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 827,
-     "__init__", "super().__init__("),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
+        1099,
+        "run_engine_core",
+        "engine_core = EngineCoreProc(*args, **kwargs)",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
+        827,
+        "__init__",
+        "super().__init__(",
+    ),
 ]
 _PORT_FRAMES = [
     *_CORE_FRAMES,
-    ("/usr/local/lib/python3.12/dist-packages/vllm/utils/network_utils.py", 213,
-     "get_open_port", "port = envs.VLLM_PORT"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/envs.py", 1607,
-     "__getattr__", "value = environment_variables[name]()"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/envs.py", 220,
-     "get_vllm_port", 'raise ValueError(f"VLLM_PORT \'{port}\' appears to be a URI. " ...'),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/utils/network_utils.py",
+        213,
+        "get_open_port",
+        "port = envs.VLLM_PORT",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/envs.py",
+        1607,
+        "__getattr__",
+        "value = environment_variables[name]()",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/envs.py",
+        220,
+        "get_vllm_port",
+        "raise ValueError(f\"VLLM_PORT '{port}' appears to be a URI. \" ...",
+    ),
 ]
 _KV_FRAMES = [
     *_CORE_FRAMES,
-    ("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 124,
-     "__init__", "self._initialize_kv_caches(vllm_config)"),
-    ("/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py", 1285,
-     "check_enough_kv_cache_memory", "raise ValueError("),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
+        124,
+        "__init__",
+        "self._initialize_kv_caches(vllm_config)",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py",
+        1285,
+        "check_enough_kv_cache_memory",
+        "raise ValueError(",
+    ),
 ]
 
 
@@ -128,8 +155,8 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         return _fail(log, conn, "ValueError", str(exc), _PORT_FRAMES)
     port = base_port if base_port is not None else _free_port()
     world = s.tp * s.pp
-    init_method = f"tcp://{s.master_addr}:{s.master_port}" if s.nnodes > 1 else (
-        f"tcp://127.0.0.1:{port}"
+    init_method = (
+        f"tcp://{s.master_addr}:{s.master_port}" if s.nnodes > 1 else (f"tcp://127.0.0.1:{port}")
     )
     log.info(
         "parallel_state.py:1208",
@@ -157,8 +184,10 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     weights_s = (loaded / 2**30) / s.gpus.gpu.load_gib_s
     log.info("weight_utils.py:392", "Using model weights format ['*.safetensors']")
     sleep_real(download_s, scale)
-    log.info("weight_utils.py:413", f"Time spent downloading weights for {m.tag}: "
-             f"{download_s:.6f} seconds")
+    log.info(
+        "weight_utils.py:413",
+        f"Time spent downloading weights for {m.tag}: {download_s:.6f} seconds",
+    )
     sleep_real(weights_s, scale)
     log.info("default_loader.py:384", f"Loading weights took {weights_s:.2f} seconds")
     log.info(
@@ -186,14 +215,10 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     if plan.available <= 0:
         return _fail(log, conn, "ValueError", no_kv_memory(), _KV_FRAMES)
     if not plan.fits:
-        est = memory.estimate_max_model_len(
-            s.era, plan.available, plan.page_bytes, s.max_model_len
-        )
+        est = memory.estimate_max_model_len(s.era, plan.available, plan.page_bytes, s.max_model_len)
         msg = kv_shortage(s.era, s.max_model_len, plan.needed, plan.available, est)
         return _fail(log, conn, "ValueError", msg, _KV_FRAMES)
-    for i, line in enumerate(
-        capacity_lines(s.era, plan.tokens, s.max_model_len, plan.concurrency)
-    ):
+    for i, line in enumerate(capacity_lines(s.era, plan.tokens, s.max_model_len, plan.concurrency)):
         log.info(f"kv_cache_utils.py:{1319 + 5 * i}", line)
 
     graph_bytes = 0
@@ -207,11 +232,23 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
             f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graph_bytes)} GiB",
         )
     init_real = (time.monotonic() - t_init) * scale
-    log.info("core.py:240", f"init engine (profile, create kv cache, warmup model) took "
-             f"{init_real:.2f} seconds")
-    conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens,
-                         "gpu_used_bytes": loaded + plan.num_blocks * plan.page_bytes
-                         + graph_bytes + s.gpus.gpu.non_torch_mib * 2**20}))
+    log.info(
+        "core.py:240",
+        f"init engine (profile, create kv cache, warmup model) took {init_real:.2f} seconds",
+    )
+    conn.send(
+        (
+            "ready",
+            {
+                "num_gpu_blocks": plan.num_blocks,
+                "kv_tokens": plan.tokens,
+                "gpu_used_bytes": loaded
+                + plan.num_blocks * plan.page_bytes
+                + graph_bytes
+                + s.gpus.gpu.non_torch_mib * 2**20,
+            },
+        )
+    )
     return _serve(s, conn)
 
 
@@ -226,8 +263,11 @@ def _wait_for_group(s: CoreSettings, log: VllmLog) -> None:
     node has joined. Without them it waits forever, as vLLM's head does."""
     srv = socket.create_server((s.master_addr, s.master_port))
     joined = 1
-    log.info("multiproc_executor.py:134", f"Waiting for {s.nnodes - 1} remote node(s) to join "
-             f"the group at {s.master_addr}:{s.master_port}")
+    log.info(
+        "multiproc_executor.py:134",
+        f"Waiting for {s.nnodes - 1} remote node(s) to join "
+        f"the group at {s.master_addr}:{s.master_port}",
+    )
     peers = []
     while joined < s.nnodes:
         conn, _ = srv.accept()

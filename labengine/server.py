@@ -57,18 +57,30 @@ def _error(status: int, message: str, etype: str) -> JSONResponse:
 def build_app(st: ServerState) -> Starlette:
     reg = CollectorRegistry()
     labels = ["model_name", "engine"]
-    running = Gauge("vllm:num_requests_running", "Requests in model execution batches.",
-                    labels, registry=reg)
-    waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be processed.",
-                    labels, registry=reg)
-    kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                     labels, registry=reg)
-    prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                            labels, registry=reg)
-    gen_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                         labels, registry=reg)
-    success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                      [*labels, "finished_reason"], registry=reg)
+    running = Gauge(
+        "vllm:num_requests_running", "Requests in model execution batches.", labels, registry=reg
+    )
+    waiting = Gauge(
+        "vllm:num_requests_waiting", "Requests waiting to be processed.", labels, registry=reg
+    )
+    kv_usage = Gauge(
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        labels,
+        registry=reg,
+    )
+    prompt_tokens = Counter(
+        "vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=reg
+    )
+    gen_tokens = Counter(
+        "vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=reg
+    )
+    success = Counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        [*labels, "finished_reason"],
+        registry=reg,
+    )
     lv = {"model_name": st.served_name, "engine": "0"}
     for g in (running, waiting, kv_usage):
         g.labels(**lv).set(0)
@@ -108,8 +120,9 @@ def build_app(st: ServerState) -> Starlette:
         if max_tokens is None:
             max_tokens = max(st.max_model_len - n_prompt, 1)
         if not isinstance(max_tokens, int) or max_tokens < 1:
-            return 0, _error(400, "max_tokens must be at least 1, got "
-                             f"{max_tokens}.", "BadRequestError")
+            return 0, _error(
+                400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError"
+            )
         if n_prompt + max_tokens > st.max_model_len:
             return 0, _error(
                 400,
@@ -123,8 +136,11 @@ def build_app(st: ServerState) -> Starlette:
 
     async def completions_common(request: Request, chat: bool) -> Response:
         if st.dead:
-            return _error(500, "EngineCore encountered an issue. See stack trace (above) for "
-                          "the root cause.", "InternalServerError")
+            return _error(
+                500,
+                "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                "InternalServerError",
+            )
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -152,27 +168,51 @@ def build_app(st: ServerState) -> Starlette:
         def choice(text: str, reason: str | None, delta: bool) -> dict[str, Any]:
             if chat:
                 key = "delta" if delta else "message"
-                return {"index": 0, key: {"role": "assistant", "content": text},
-                        "logprobs": None, "finish_reason": reason, "stop_reason": None}
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason,
-                    "stop_reason": None}
+                return {
+                    "index": 0,
+                    key: {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": reason,
+                    "stop_reason": None,
+                }
+            return {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+            }
 
         if body.get("stream"):
+
             async def sse() -> AsyncIterator[bytes]:
                 try:
                     async for item in generate(prompt, n_prompt, max_tokens):
                         if item[0] == "tok":
-                            chunk = {"id": cid, "object": f"{obj}.chunk", "created": created,
-                                     "model": st.served_name,
-                                     "choices": [choice(item[2], None, True)]}
+                            chunk = {
+                                "id": cid,
+                                "object": f"{obj}.chunk",
+                                "created": created,
+                                "model": st.served_name,
+                                "choices": [choice(item[2], None, True)],
+                            }
                         else:
-                            chunk = {"id": cid, "object": f"{obj}.chunk", "created": created,
-                                     "model": st.served_name,
-                                     "choices": [choice("", item[2], True)]}
+                            chunk = {
+                                "id": cid,
+                                "object": f"{obj}.chunk",
+                                "created": created,
+                                "model": st.served_name,
+                                "choices": [choice("", item[2], True)],
+                            }
                         yield f"data: {json.dumps(chunk)}\n\n".encode()
                 except EngineDead:
-                    err = {"error": {"message": "EngineCore encountered an issue.",
-                                     "type": "InternalServerError", "code": 500}}
+                    err = {
+                        "error": {
+                            "message": "EngineCore encountered an issue.",
+                            "type": "InternalServerError",
+                            "code": 500,
+                        }
+                    }
                     yield f"data: {json.dumps(err)}\n\n".encode()
                 yield b"data: [DONE]\n\n"
 
@@ -188,24 +228,46 @@ def build_app(st: ServerState) -> Starlette:
                 else:
                     reason, n_out = item[2], item[3]
         except EngineDead:
-            return _error(500, "EngineCore encountered an issue. See stack trace (above) for "
-                          "the root cause.", "InternalServerError")
-        return JSONResponse({
-            "id": cid, "object": obj, "created": created, "model": st.served_name,
-            "choices": [choice("".join(parts), reason, False)],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
-                      "total_tokens": n_prompt + n_out},
-        })
+            return _error(
+                500,
+                "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                "InternalServerError",
+            )
+        return JSONResponse(
+            {
+                "id": cid,
+                "object": obj,
+                "created": created,
+                "model": st.served_name,
+                "choices": [choice("".join(parts), reason, False)],
+                "usage": {
+                    "prompt_tokens": n_prompt,
+                    "completion_tokens": n_out,
+                    "total_tokens": n_prompt + n_out,
+                },
+            }
+        )
 
     async def health(_: Request) -> Response:
         return Response(status_code=503 if st.dead else 200)
 
     async def models(_: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": st.served_name, "object": "model", "created": int(time.time()),
-            "owned_by": "vllm", "root": st.model_root, "parent": None,
-            "max_model_len": st.max_model_len,
-        }]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": st.served_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "vllm",
+                        "root": st.model_root,
+                        "parent": None,
+                        "max_model_len": st.max_model_len,
+                    }
+                ],
+            }
+        )
 
     async def version(_: Request) -> Response:
         return JSONResponse({"version": st.era.version})
@@ -271,12 +333,20 @@ def _engine_died(st: ServerState) -> None:
         return
     st.dead = True
     if st.era is Era.V0_19:
-        st.log.error("core_client.py:564", "Engine core proc EngineCore_DP0 died unexpectedly, "
-                     "shutting down client.")
+        st.log.error(
+            "core_client.py:564",
+            "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
+        )
     st.log.error("async_llm.py:480", "AsyncLLM output_handler failed.")
     st.log.traceback(
-        [("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py", 439,
-          "output_handler", "outputs = await engine_core.get_output_async()")],
+        [
+            (
+                "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py",
+                439,
+                "output_handler",
+                "outputs = await engine_core.get_output_async()",
+            )
+        ],
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
         "trace (above) for the root cause.",
     )
@@ -295,8 +365,9 @@ class _UvicornFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         level = (record.levelname + ":").ljust(9)
-        return "\n".join(self.log.prefix + level + " " + line
-                         for line in record.getMessage().splitlines())
+        return "\n".join(
+            self.log.prefix + level + " " + line for line in record.getMessage().splitlines()
+        )
 
 
 def serve(st: ServerState, sock: socket.socket, host: str, port: int) -> None:
@@ -308,8 +379,9 @@ def serve(st: ServerState, sock: socket.socket, host: str, port: int) -> None:
         lg.handlers = [handler]
         lg.propagate = False
         lg.setLevel(logging.INFO)
-    config = uvicorn.Config(app, log_config=None, access_log=True, lifespan="on",
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app, log_config=None, access_log=True, lifespan="on", timeout_graceful_shutdown=5
+    )
     server = uvicorn.Server(config)
     st.server = server
 

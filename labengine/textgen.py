@@ -16,11 +16,55 @@ _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 CHAT_TEMPLATE_TOKENS = 19
 PER_MESSAGE_TOKENS = 5
 
-WORDS = (
-    "the service is healthy and ready to answer requests . I am a helpful assistant running on "
-    "the lab engine , a stand-in for vLLM that follows its phases , messages and memory "
-    "arithmetic . Every answer here is deterministic so that probes can compare runs ."
-).split()
+WORDS = [
+    "the",
+    "service",
+    "is",
+    "healthy",
+    "and",
+    "ready",
+    "to",
+    "answer",
+    "requests",
+    ".",
+    "I",
+    "am",
+    "a",
+    "helpful",
+    "assistant",
+    "running",
+    "on",
+    "the",
+    "lab",
+    "engine",
+    ",",
+    "a",
+    "stand-in",
+    "for",
+    "vLLM",
+    "that",
+    "follows",
+    "its",
+    "phases",
+    ",",
+    "messages",
+    "and",
+    "memory",
+    "arithmetic",
+    ".",
+    "Every",
+    "answer",
+    "here",
+    "is",
+    "deterministic",
+    "so",
+    "that",
+    "probes",
+    "can",
+    "compare",
+    "runs",
+    ".",
+]
 
 
 def count_tokens(text: str) -> int:
@@ -31,7 +75,9 @@ def chat_prompt_tokens(messages: list[dict[str, object]]) -> int:
     n = CHAT_TEMPLATE_TOKENS
     for m in messages:
         content = m.get("content", "")
-        n += PER_MESSAGE_TOKENS + count_tokens(content if isinstance(content, str) else str(content))
+        n += PER_MESSAGE_TOKENS + count_tokens(
+            content if isinstance(content, str) else str(content)
+        )
     return n
 
 

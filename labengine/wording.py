@@ -42,8 +42,9 @@ def kv_shortage(era: Era, max_len: int, needed: int, available: int, estimate: i
         f"To serve at least one request with the model's max seq len ({max_len}), "
         f"({gib(needed)} GiB KV cache is needed, which is larger than the available KV cache "
         f"memory ({gib(available)} GiB). Based on the available memory, the estimated maximum "
-        f"model length is {estimate}. Try increasing `gpu_memory_utilization` (which also controls "
-        "CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. "
+        f"model length is {estimate}. Try increasing `gpu_memory_utilization` (which also "
+        "controls CPU memory on the CPU backend) or decreasing `max_model_len` when "
+        "initializing the engine. "
         "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details."
     )
 

@@ -1,0 +1,402 @@
+"""The `gameday` command: a thin layer over the library. It catches only gameday's own errors and
+maps them to exit codes:
+
+    0  every scenario passed (or: triage recognised a known failure)
+    1  an assertion failed (or: triage found no known failure)
+    2  invalid input: scenario, inventory, arguments
+    3  lab or infrastructure error (lab not up, port in use, an assertion gameday could not judge)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from runner import __version__, journal, output
+from runner.errors import GamedayError, InputError, LabError, ScenarioError
+from runner.inventory import load_inventory
+from runner.labs import open_lab
+from runner.report import load_result, write_reports
+from runner.results import Verdict
+from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
+
+DEFAULT_LAB = Path("inventories/local.yaml")
+DEFAULT_SCENARIOS = Path("scenarios")
+EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handled(fn: F) -> F:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GamedayError as exc:
+            output.error(exc)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            output.message("interrupted (cleanup ran; `gameday cleanup` undoes anything left)")
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+lab_option = click.option(
+    "--lab",
+    "lab_path",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_LAB,
+    show_default=True,
+    help="Inventory of the lab to use.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gameday")
+def main() -> None:
+    """Chaos-engineering scenarios for LLM-serving stacks: inject a fault, assert the failure
+    signature and time-to-fail, walk the recovery path, verify service is back."""
+
+
+def load_all(paths: tuple[Path, ...]) -> list[LoadedScenario]:
+    files = discover(list(paths) or [DEFAULT_SCENARIOS])
+    if not files:
+        raise ScenarioError(
+            "no scenario files found",
+            file=", ".join(map(str, paths or (DEFAULT_SCENARIOS,))),
+            hint="pass scenario files or a directory",
+        )
+    loaded = [load_scenario(f) for f in files]
+    ids: dict[str, Path] = {}
+    for ls in loaded:
+        sid = ls.scenario.metadata.id
+        if sid in ids:
+            raise ScenarioError(
+                f"scenario id {sid!r} is also used by {ids[sid]}",
+                file=ls.path,
+                field="metadata.id",
+                hint="ids must be unique",
+            )
+        ids[sid] = ls.path
+    return loaded
+
+
+@main.command()
+@click.argument("scenarios", nargs=-1, type=click.Path(path_type=Path))
+@lab_option
+@click.option(
+    "--reports",
+    "reports_dir",
+    type=click.Path(path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+    help="Where run directories go.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
+@handled
+def run(scenarios: tuple[Path, ...], lab_path: Path, reports_dir: Path, as_json: bool) -> None:
+    """Run scenarios (default: every one in scenarios/ that applies to the lab)."""
+    from runner.suite import run_suite
+
+    loaded = load_all(scenarios)
+    inventory = load_inventory(lab_path)
+    with output.ProgressLine() as progress:
+        outcome = run_suite(loaded, inventory, reports_dir, progress)
+    if as_json:
+        output.json_out(json.loads(outcome.result.model_dump_json()))
+    else:
+        output.run_summary(outcome.result, str(outcome.report_dir))
+    sys.exit(EXIT[outcome.result.verdict])
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@handled
+def validate(paths: tuple[Path, ...]) -> None:
+    """Check scenario and inventory files (default: scenarios/ and inventories/)."""
+    targets = list(paths) or [DEFAULT_SCENARIOS, Path("inventories")]
+    files = discover(targets)
+    if not files:
+        raise InputError("nothing to validate", file=", ".join(map(str, targets)))
+    errors: list[GamedayError] = []
+    for f in files:
+        try:
+            if _is_inventory(f):
+                load_inventory(f)
+            else:
+                load_scenario(f)
+            output.message(f"ok  {f}")
+        except InputError as exc:
+            errors.append(exc)
+            output.error(exc)
+    if errors:
+        sys.exit(2)
+
+
+def _is_inventory(path: Path) -> bool:
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
+    return any(line.rstrip() == "all:" for line in head.splitlines())
+
+
+@main.command("list")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def list_(paths: tuple[Path, ...], as_json: bool) -> None:
+    """List scenarios: id, labs, title."""
+    loaded = load_all(paths)
+    rows = [
+        {
+            "id": ls.scenario.metadata.id,
+            "title": ls.scenario.metadata.title,
+            "labs": [k.value for k in ls.scenario.labs],
+            "file": str(ls.path),
+            "tags": ls.scenario.metadata.tags,
+        }
+        for ls in loaded
+    ]
+    if as_json:
+        output.json_out(rows)
+        return
+    for r in rows:
+        output.out.print(f"{r['id']:<28} {','.join(r['labs']):<26} {r['title']}")
+
+
+@main.command()
+@click.option(
+    "--output",
+    "-o",
+    "dest",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write to this file instead of stdout.",
+)
+@handled
+def schema(dest: Path | None) -> None:
+    """Print the scenario format as JSON Schema (for editors)."""
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if dest is None:
+        sys.stdout.write(text)
+    else:
+        dest.write_text(text)
+
+
+@main.command()
+@click.argument("logfiles", nargs=-1, required=True)
+@click.option(
+    "--scenarios",
+    "scenario_dir",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_SCENARIOS,
+    show_default=True,
+)
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def triage(logfiles: tuple[str, ...], scenario_dir: Path, as_json: bool) -> None:
+    """Name the known failure in a captured log (e.g. `kubectl logs --previous`); `-` is stdin.
+    Exit 0 when a known failure is recognised, 1 when none is."""
+    from runner.triage import triage as do_triage
+
+    loaded = load_all((scenario_dir,))
+    any_found = False
+    report: list[dict[str, Any]] = []
+    for name in logfiles:
+        if name == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = Path(name).read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise InputError(f"cannot read log: {exc.strerror}", file=name) from None
+        findings = do_triage(text, loaded)
+        any_found |= bool(findings)
+        entry = {
+            "log": name,
+            "findings": [
+                {
+                    "scenario": f.scenario.scenario.metadata.id,
+                    "title": f.scenario.scenario.metadata.title,
+                    "phase": f.phase.value,
+                    "matched": [line for _, line in f.matched],
+                    "recovery": f.fixes,
+                    "shortcuts_that_do_not_work": f.shortcuts,
+                }
+                for f in findings
+            ],
+        }
+        report.append(entry)
+        if as_json:
+            continue
+        if not findings:
+            output.out.print(f"{name}: no known failure")
+            continue
+        for f in findings:
+            sc = f.scenario.scenario
+            output.out.print(f"{name}: [bold]{sc.metadata.id}[/] - {sc.metadata.title}")
+            output.out.print(f"  phase reached: {f.phase.value}")
+            for _, line in f.matched:
+                output.out.print(f"  matched: {output.escape(line[:240])}")
+            for fix in f.fixes:
+                output.out.print(f"  recovery: {output.escape(fix)}")
+            for s in f.shortcuts:
+                output.out.print(f"  does not work: {output.escape(s)}")
+    if as_json:
+        output.json_out(report)
+    sys.exit(0 if any_found else 1)
+
+
+@main.group()
+def lab() -> None:
+    """Bring a lab up or down, or show its state."""
+
+
+@lab.command("up")
+@lab_option
+@handled
+def lab_up(lab_path: Path) -> None:
+    """Start the lab and wait until every node serves."""
+    inventory = load_inventory(lab_path)
+    driver = open_lab(inventory)
+    driver.up()
+    boot = inventory.lab.boot_timeout_s / inventory.lab.time_scale
+    import time
+
+    deadline = time.monotonic() + boot
+    seq = 0
+    while True:
+        states = driver.states()
+        if all(s.ready for s in states.values()):
+            break
+        if time.monotonic() > deadline:
+            raise LabError(
+                f"lab {inventory.lab.name!r} is up but not every node is ready "
+                f"after {boot:.1f} s: "
+                + ", ".join(f"{n}={s.status.value}" for n, s in states.items()),
+                hint="see the node logs in " + str(driver.state_dir / "nodes"),
+            )
+        evs = driver.wait_events(seq, max(0.01, min(5.0, deadline - time.monotonic())))
+        seq = evs[-1].seq if evs else seq
+    output.message(
+        f"lab {inventory.lab.name!r} is up: " + ", ".join(f"{n} {driver.url(n)}" for n in states)
+    )
+
+
+@lab.command("down")
+@lab_option
+@handled
+def lab_down(lab_path: Path) -> None:
+    """Stop the lab's nodes and its supervisor."""
+    inventory = load_inventory(lab_path)
+    open_lab(inventory).down()
+    output.message(f"lab {inventory.lab.name!r} is down")
+
+
+@lab.command("status")
+@lab_option
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def lab_status(lab_path: Path, as_json: bool) -> None:
+    """Show each node's state. Exit 3 when the lab is not up."""
+    inventory = load_inventory(lab_path)
+    driver = open_lab(inventory)
+    if not driver.is_up():
+        raise LabError(
+            f"lab {inventory.lab.name!r} is not up", hint=f"gameday lab up --lab {lab_path}"
+        )
+    states = driver.states()
+    if as_json:
+        output.json_out({n: s.model_dump(mode="json") for n, s in states.items()})
+        return
+    for n, s in states.items():
+        last = f", last exit {s.last_exit.code}" if s.last_exit else ""
+        output.out.print(
+            f"{n:<12} {s.status.value:<14} ready={s.ready!s:<5} "
+            f"restarts={s.restarts}{last}  {driver.url(n)}"
+        )
+
+
+@main.command()
+@click.argument("run", type=click.Path(path_type=Path), required=False)
+@click.option(
+    "--reports",
+    "reports_dir",
+    type=click.Path(path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+)
+@handled
+def report(run: Path | None, reports_dir: Path) -> None:
+    """Print a run's summary and re-render its reports (default: the latest run)."""
+    if run is None:
+        runs = sorted(p for p in reports_dir.glob("*/result.json"))
+        if not runs:
+            raise InputError("no runs found", file=reports_dir, hint="gameday run first")
+        run = runs[-1].parent
+    path = run / "result.json" if run.is_dir() else run
+    try:
+        result = load_result(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a gameday result: {exc}", file=path) from None
+    write_reports(result, path.parent)
+    output.run_summary(result, str(path.parent))
+    sys.exit(EXIT[result.verdict])
+
+
+@main.command()
+@lab_option
+@handled
+def cleanup(lab_path: Path) -> None:
+    """Undo whatever an interrupted run left on the lab (idempotent)."""
+    inventory = load_inventory(lab_path)
+    driver = open_lab(inventory)
+    items = journal.open_changes(driver.state_dir)
+    if not items:
+        output.message(f"lab {inventory.lab.name!r}: nothing to undo")
+        journal.close_journals(driver.state_dir)
+        return
+    if not driver.is_up():
+        # a local lab that is down holds no changes: nodes start from the inventory's baseline
+        for item in items:
+            journal.mark_undone(item)
+        journal.close_journals(driver.state_dir)
+        output.message(
+            f"lab {inventory.lab.name!r} is down: {len(items)} journalled change(s) "
+            "need no undo (it starts from its baseline)"
+        )
+        return
+    firsts: dict[str, journal.OpenChange] = {}
+    for item in reversed(items):  # oldest first
+        firsts.setdefault(item.change.node, item)
+    from runner.labs.base import Change
+
+    for node, item in firsts.items():
+        current = driver.config(node)
+        if current != item.change.before:
+            driver.apply(
+                Change(
+                    kind=item.change.kind,
+                    node=node,
+                    before=current,
+                    after=item.change.before,
+                    note="gameday cleanup",
+                )
+            )
+            output.message(f"restored {node} to its configuration before {item.scenario}")
+    for item in items:
+        journal.mark_undone(item)
+    journal.close_journals(driver.state_dir)
+    output.message(f"lab {inventory.lab.name!r}: undid {len(items)} change(s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""Inventories: where a lab lives and how to reach it, in Ansible's YAML inventory format.
+
+    all:
+      vars:
+        gameday_lab: {name: local, kind: local, time_scale: 100, ...}   # the lab
+      children:
+        serving:
+          hosts:
+            serving: {ansible_connection: local, gameday_role: serving, gameday_address: ...}
+
+Host variables named `gameday_*` describe a lab node (validated, unknown ones rejected); every
+other variable (`ansible_connection`, `ansible_host`, ...) is kept for Ansible untouched. Group
+vars apply to the group's hosts, host vars win, as in Ansible.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner.errors import InventoryError
+from runner.scenario import LabKind
+from runner.yamlsrc import Source, load
+
+HINT = "see inventories/local.yaml and README.md 'Inventories'"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Role(enum.StrEnum):
+    SERVING = "serving"  # a single-node server
+    HEAD = "head"  # rank 0 of a multi-node tensor-parallel group
+    WORKER = "worker"  # a headless rank of that group
+
+
+class RestartPolicy(enum.StrEnum):
+    NO = "no"
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"  # with CrashLoopBackOff-style back-off
+
+
+class GpuSpec(Model):
+    type: str = "a10g"
+    count: Annotated[int, Field(ge=0, le=16)] = 1
+
+
+class Node(Model):
+    name: str
+    role: Role
+    groups: tuple[str, ...] = ()
+    address: str
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    gpu: GpuSpec = GpuSpec()
+    restart: RestartPolicy = RestartPolicy.ALWAYS
+    args: tuple[str, ...]
+    env: dict[str, str] = {}
+    connection: dict[str, Any] = {}
+
+    def rendered_args(self) -> list[str]:
+        return [
+            a.replace("{address}", self.address).replace("{port}", str(self.port))
+            for a in self.args
+        ]
+
+
+class LabSpec(Model):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
+    kind: LabKind
+    time_scale: Annotated[float, Field(gt=0, le=10_000)] = 1.0
+    timing_allowance_s: Annotated[float, Field(ge=0, le=600)] = Field(
+        default=0.5,
+        description="Lab seconds of slack on every converted window, for scheduling jitter.",
+    )
+    boot_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=1800.0, description="Real-world seconds a node may take to become ready."
+    )
+    engine_command: tuple[str, ...] = ("vllm-lab", "serve")
+    state_dir: str | None = None
+    prometheus_url: str | None = None
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    path: Path
+    lab: LabSpec
+    nodes: tuple[Node, ...]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def resolve(self, name: str) -> list[Node]:
+        """A host name or a group name."""
+        hits = [n for n in self.nodes if n.name == name or name in n.groups]
+        return hits
+
+
+_HOST_KEYS = {
+    "gameday_role": "role",
+    "gameday_address": "address",
+    "gameday_port": "port",
+    "gameday_gpu": "gpu",
+    "gameday_restart": "restart",
+    "gameday_engine_args": "args",
+    "gameday_engine_env": "env",
+}
+
+
+def load_inventory(path: Path) -> Inventory:
+    src = load(path, InventoryError, "inventory")
+    data = src.data
+    if not isinstance(data, dict) or not isinstance(data.get("all"), dict):
+        raise InventoryError(
+            "an inventory is Ansible YAML with a top-level 'all:' group",
+            file=path,
+            line=1,
+            hint=HINT,
+        )
+    hosts: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[str]] = {}
+    host_lines: dict[str, tuple[Any, ...]] = {}
+    _walk_group(src, "all", data["all"], ("all",), {}, hosts, groups, host_lines)
+    all_vars = data["all"].get("vars") or {}
+    lab_raw = all_vars.get("gameday_lab")
+    if not isinstance(lab_raw, dict):
+        raise InventoryError(
+            "all.vars.gameday_lab is missing: it says which lab this is",
+            file=path,
+            line=src.line_of(("all", "vars")),
+            field="all.vars",
+            hint=HINT,
+        )
+    try:
+        lab = LabSpec.model_validate(lab_raw)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ("all", "vars", "gameday_lab", *err["loc"])
+        raise InventoryError(
+            _msg(err), file=path, line=src.line_of(loc), field=".".join(map(str, loc)), hint=HINT
+        ) from None
+    nodes = []
+    for name, hv in hosts.items():
+        fields: dict[str, Any] = {"name": name, "groups": tuple(groups.get(name, []))}
+        conn: dict[str, Any] = {}
+        for k, v in hv.items():
+            if k in _HOST_KEYS:
+                fields[_HOST_KEYS[k]] = v
+            elif k.startswith("gameday_"):
+                raise InventoryError(
+                    f"unknown host variable {k!r}; known: {sorted(_HOST_KEYS)}",
+                    file=path,
+                    line=src.line_of((*host_lines[name], k)),
+                    field=f"{name}.{k}",
+                    hint=HINT,
+                )
+            else:
+                conn[k] = v
+        fields["connection"] = conn
+        try:
+            nodes.append(Node.model_validate(fields))
+        except pydantic.ValidationError as exc:
+            err = exc.errors()[0]
+            key = next(
+                (hk for hk, f in _HOST_KEYS.items() if err["loc"] and f == err["loc"][0]), None
+            )
+            loc = (*host_lines[name], key) if key else host_lines[name]
+            raise InventoryError(
+                _msg(err),
+                file=path,
+                line=src.line_of(loc),
+                field=f"{name}.{key or err['loc'][0]}",
+                hint=HINT,
+            ) from None
+    if not nodes:
+        raise InventoryError("the inventory has no hosts", file=path, line=1, hint=HINT)
+    return Inventory(path=path, lab=lab, nodes=tuple(nodes))
+
+
+def _msg(err: Any) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown key (check its spelling)"
+    if err["type"] == "missing":
+        return "required key is missing"
+    return str(err["msg"])
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _walk_group(
+    src: Source,
+    name: str,
+    body: Any,
+    loc: tuple[Any, ...],
+    inherited: dict[str, Any],
+    hosts: dict[str, dict[str, Any]],
+    groups: dict[str, list[str]],
+    host_lines: dict[str, tuple[Any, ...]],
+    chain: tuple[str, ...] = (),
+) -> None:
+    chain = (*chain, name) if name != "all" else chain
+    if body is None:
+        return
+    if not isinstance(body, dict):
+        raise InventoryError(
+            f"group {name!r} must be a mapping of hosts/children/vars",
+            file=src.path,
+            line=src.line_of(loc),
+            field=".".join(loc),
+        )
+    for key in body:
+        if key not in ("hosts", "children", "vars"):
+            raise InventoryError(
+                f"unknown key {key!r} in group {name!r} (Ansible groups have "
+                "hosts, children and vars)",
+                file=src.path,
+                line=src.line_of((*loc, key)),
+                field=".".join((*loc, key)),
+            )
+    gvars = {**inherited, **(body.get("vars") or {})}
+    for host, hv in (body.get("hosts") or {}).items():
+        if not _NAME.match(str(host)):
+            raise InventoryError(
+                f"bad host name {host!r}", file=src.path, line=src.line_of((*loc, "hosts", host))
+            )
+        if hv is not None and not isinstance(hv, dict):
+            raise InventoryError(
+                f"host {host!r} must map to its variables",
+                file=src.path,
+                line=src.line_of((*loc, "hosts", host)),
+            )
+        merged = {**hosts.get(host, {}), **gvars, **(hv or {})}
+        merged.pop("gameday_lab", None)
+        hosts[host] = merged
+        for g in chain:
+            if g not in groups.setdefault(host, []):
+                groups[host].append(g)
+        host_lines.setdefault(host, (*loc, "hosts", host))
+    for child, cbody in (body.get("children") or {}).items():
+        _walk_group(
+            src, child, cbody, (*loc, "children", child), gvars, hosts, groups, host_lines, chain
+        )

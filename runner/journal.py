@@ -1,0 +1,112 @@
+"""The undo journal: every change is written (and fsync'ed) before it is applied, so a run that is
+interrupted, even by SIGKILL, can be undone later by `gameday cleanup`.
+
+One JSON-lines file per run under <lab state dir>/journal/. Records:
+    {"op": "change", "seq": 3, "run": ..., "scenario": ..., "change": {...}, "ts": ...}
+    {"op": "undone", "seq": 3, "ts": ...}
+    {"op": "closed", "ts": ...}                      (the run finished its cleanup)
+A change with no "undone" record is open; a journal with no "closed" record may have leftovers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner.labs.base import Change
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+@dataclass(frozen=True)
+class OpenChange:
+    journal: Path
+    seq: int
+    scenario: str
+    change: Change
+
+
+class Journal:
+    def __init__(self, lab_state_dir: Path, run_id: str) -> None:
+        self.dir = lab_state_dir / "journal"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"{run_id}.jsonl"
+        self.run_id = run_id
+        self._seq = 0
+
+    def _write(self, record: dict[str, object]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def record(self, scenario: str, change: Change) -> int:
+        self._seq += 1
+        self._write(
+            {
+                "op": "change",
+                "seq": self._seq,
+                "run": self.run_id,
+                "scenario": scenario,
+                "change": change.model_dump(mode="json"),
+                "ts": _now(),
+            }
+        )
+        return self._seq
+
+    def undone(self, seq: int) -> None:
+        self._write({"op": "undone", "seq": seq, "ts": _now()})
+
+    def close(self) -> None:
+        self._write({"op": "closed", "ts": _now()})
+
+
+def open_changes(lab_state_dir: Path) -> list[OpenChange]:
+    """Changes not yet undone, newest first (the order to undo them in)."""
+    out: list[OpenChange] = []
+    jdir = lab_state_dir / "journal"
+    if not jdir.is_dir():
+        return out
+    for path in sorted(jdir.glob("*.jsonl")):
+        changes: dict[int, OpenChange] = {}
+        closed = False
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a record torn by a kill mid-write was never applied
+            if rec.get("op") == "change":
+                changes[rec["seq"]] = OpenChange(
+                    path, rec["seq"], rec.get("scenario", ""), Change.model_validate(rec["change"])
+                )
+            elif rec.get("op") == "undone":
+                changes.pop(rec["seq"], None)
+            elif rec.get("op") == "closed":
+                closed = True
+        if closed and not changes:
+            continue
+        out += sorted(changes.values(), key=lambda c: c.seq, reverse=True)
+    return out
+
+
+def mark_undone(item: OpenChange) -> None:
+    with item.journal.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"op": "undone", "seq": item.seq, "ts": _now()}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def close_journals(lab_state_dir: Path) -> None:
+    jdir = lab_state_dir / "journal"
+    if not jdir.is_dir():
+        return
+    for path in jdir.glob("*.jsonl"):
+        text = path.read_text(encoding="utf-8")
+        if '"op": "closed"' not in text:
+            with path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"op": "closed", "ts": _now()}) + "\n")

@@ -1,0 +1,374 @@
+"""The local lab's supervisor daemon: a process manager with container-like semantics.
+
+    python -m runner.labs.local.supervisor STATE_DIR
+
+Reads STATE_DIR/lab.json, runs every node's engine as a child process and keeps, per node:
+- restart policy no / on-failure / always, with CrashLoopBackOff-style back-off (10 s doubling to
+  300 s, in real-world seconds divided by the lab's time scale); status `crash_looping` while
+  waiting;
+- incarnations: each start gets a number and a log file `nodes/<node>/<n>.log`, every line
+  stamped with the UTC time the supervisor read it (like `docker logs -t`); exit code and exit time
+  of every incarnation;
+- generations: applying a new config (args/env) replaces the node as re-applying a Deployment
+  does, and resets its restart count;
+- readiness: GET /health on the node's URL every probe period.
+
+Control API: HTTP over the unix socket STATE_DIR/supervisor.sock. Events are pushed to long-poll
+waiters the moment they happen (no polling on the runner's side).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+BACKOFF_BASE_S = 10.0
+BACKOFF_MAX_S = 300.0
+BACKOFF_RESET_S = 600.0
+PROBE_PERIOD_S = 10.0
+STOP_GRACE_S = 3.0  # lab seconds
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(ts: datetime | None) -> str | None:
+    return ts.isoformat() if ts else None
+
+
+@dataclass
+class Node:
+    name: str
+    address: str
+    port: int
+    restart: str
+    command: list[str]
+    args: list[str]
+    env: dict[str, str]
+    base_env: dict[str, str]
+    dir: Path
+    generation: int = 0
+    incarnation: int = 0
+    restarts: int = 0
+    status: str = "pending"
+    reason: str = ""
+    ready: bool = False
+    proc: asyncio.subprocess.Process | None = None
+    started_at: datetime | None = None
+    first_output_at: datetime | None = None
+    last_exit: dict[str, Any] | None = None
+    wanted: bool = True
+    stopping: bool = False
+    task: asyncio.Task[None] | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "generation": self.generation,
+            "incarnation": self.incarnation,
+            "restarts": self.restarts,
+            "ready": self.ready,
+            "pid": self.proc.pid if self.proc and self.proc.returncode is None else None,
+            "started_at": iso(self.started_at),
+            "first_output_at": iso(self.first_output_at),
+            "reason": self.reason,
+            "last_exit": self.last_exit,
+        }
+
+
+class Supervisor:
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir
+        spec = json.loads((state_dir / "lab.json").read_text())
+        self.scale = float(spec["time_scale"])
+        self.nodes: dict[str, Node] = {}
+        for n in spec["nodes"]:
+            d = state_dir / "nodes" / n["name"]
+            d.mkdir(parents=True, exist_ok=True)
+            self.nodes[n["name"]] = Node(
+                name=n["name"],
+                address=n["address"],
+                port=n["port"],
+                restart=n["restart"],
+                command=n["command"],
+                args=n["args"],
+                env=n["env"],
+                base_env=n["base_env"],
+                dir=d,
+            )
+        self.events: list[dict[str, Any]] = []
+        self.cond = asyncio.Condition()
+        self.events_file = (state_dir / "events.jsonl").open("a", buffering=1)
+        self.server: uvicorn.Server | None = None
+        self.http = httpx.AsyncClient(timeout=1.0)
+
+    def lab_s(self, real_s: float) -> float:
+        return real_s / self.scale
+
+    async def emit(self, node: str, type_: str, **data: Any) -> None:
+        ev = {
+            "seq": len(self.events) + 1,
+            "ts": now().isoformat(),
+            "node": node,
+            "type": type_,
+            "data": data,
+        }
+        self.events.append(ev)
+        self.events_file.write(json.dumps(ev) + "\n")
+        self.persist(self.nodes[node])
+        async with self.cond:
+            self.cond.notify_all()
+
+    def persist(self, n: Node) -> None:
+        tmp = n.dir / "state.json.tmp"
+        tmp.write_text(json.dumps(n.snapshot()))
+        tmp.replace(n.dir / "state.json")
+
+    # ---- node lifecycle ---------------------------------------------------------------------
+
+    def start_loop(self, n: Node) -> None:
+        n.wanted = True
+        n.task = asyncio.create_task(self.run_node(n))
+
+    async def run_node(self, n: Node) -> None:
+        """One generation of a node: start, watch, restart per policy, until stopped."""
+        while n.wanted:
+            code = await self.run_incarnation(n)
+            if not n.wanted:
+                return
+            again = n.restart == "always" or (n.restart == "on-failure" and code != 0)
+            if not again:
+                n.status = "exited"
+                n.reason = "Completed" if code == 0 else "Error"
+                self.persist(n)
+                return
+            ran_for = (n.last_exit or {}).get("ran_s", 0.0)
+            if ran_for >= self.lab_s(BACKOFF_RESET_S):
+                n.restarts = 0
+            delay = self.lab_s(min(BACKOFF_BASE_S * 2**n.restarts, BACKOFF_MAX_S))
+            n.restarts += 1
+            n.status = "crash_looping"
+            n.reason = "CrashLoopBackOff"
+            await self.emit(n.name, "backoff", delay_s=delay, restarts=n.restarts)
+            n.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(n.wake.wait(), timeout=delay)
+
+    async def run_incarnation(self, n: Node) -> int:
+        n.incarnation += 1
+        inc = n.incarnation
+        env = {**n.base_env, **n.env}
+        log_path = n.dir / f"{inc}.log"
+        n.first_output_at = None
+        n.ready = False
+        started = now()
+        t0 = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *n.command,
+                *n.args,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            finished = now()
+            log_path.write_text(f"{finished.isoformat()} exec {n.command[0]}: {exc.strerror}\n")
+            n.last_exit = {
+                "incarnation": inc,
+                "code": 127,
+                "started_at": started.isoformat(),
+                "first_output_at": None,
+                "finished_at": finished.isoformat(),
+                "ran_s": 0.0,
+                "generation": n.generation,
+                "stopped": False,
+            }
+            await self.emit(n.name, "exited", **n.last_exit)
+            return 127
+        n.proc = proc
+        n.started_at = started
+        n.status = "running"
+        n.reason = ""
+        await self.emit(n.name, "started", incarnation=inc, pid=proc.pid, generation=n.generation)
+        probe = asyncio.create_task(self.probe_loop(n, inc))
+        assert proc.stdout is not None
+        with log_path.open("w", buffering=1) as out:
+            async for raw in proc.stdout:
+                ts = now()
+                if n.first_output_at is None:
+                    n.first_output_at = ts
+                    await self.emit(n.name, "first_output", incarnation=inc)
+                out.write(f"{ts.isoformat()} {raw.decode(errors='replace').rstrip()}\n")
+        rc = await proc.wait()
+        finished = now()
+        probe.cancel()
+        code = rc if rc >= 0 else 128 - rc
+        n.ready = False
+        n.last_exit = {
+            "incarnation": inc,
+            "code": code,
+            "started_at": started.isoformat(),
+            "first_output_at": iso(n.first_output_at),
+            "finished_at": finished.isoformat(),
+            "ran_s": time.monotonic() - t0,
+            "generation": n.generation,
+            "stopped": n.stopping,
+        }
+        n.status = "exited"
+        n.reason = "Completed" if code == 0 else "Error"
+        await self.emit(n.name, "exited", **n.last_exit)
+        return code
+
+    async def probe_loop(self, n: Node, inc: int) -> None:
+        url = f"http://{n.address}:{n.port}/health"
+        period = max(self.lab_s(PROBE_PERIOD_S), 0.02)
+        while True:
+            try:
+                ok = (await self.http.get(url)).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok != n.ready and n.incarnation == inc and n.status == "running":
+                n.ready = ok
+                await self.emit(n.name, "ready" if ok else "unready", incarnation=inc)
+            await asyncio.sleep(period)
+
+    async def stop(self, n: Node) -> None:
+        n.wanted = False
+        n.stopping = True
+        n.wake.set()
+        proc = n.proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        if n.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await n.task
+        n.task = None
+        n.stopping = False
+        n.status = "exited"
+        n.reason = "Stopped"
+        n.ready = False
+
+    # ---- API --------------------------------------------------------------------------------
+
+    def app(self) -> Starlette:
+        async def status(_: Request) -> Response:
+            return JSONResponse(
+                {
+                    "pid": os.getpid(),
+                    "scale": self.scale,
+                    "last_seq": len(self.events),
+                    "nodes": {k: n.snapshot() for k, n in self.nodes.items()},
+                }
+            )
+
+        async def config(request: Request) -> Response:
+            n = self.nodes[request.path_params["node"]]
+            if request.method == "PUT":
+                body = await request.json()
+                await self.stop(n)
+                n.args = list(body["args"])
+                n.env = dict(body["env"])
+                n.generation += 1
+                n.restarts = 0
+                await self.emit(n.name, "applied", generation=n.generation)
+                self.start_loop(n)
+            return JSONResponse({"args": n.args, "env": n.env})
+
+        async def restart(request: Request) -> Response:
+            body = await request.json()
+            nodes = [self.nodes[x] for x in body["nodes"]]
+            await asyncio.gather(*(self.stop(n) for n in nodes))
+            for n in nodes:
+                n.generation += 1
+                n.restarts = 0
+            for n in nodes:
+                self.start_loop(n)
+            return JSONResponse({"restarted": [n.name for n in nodes]})
+
+        async def logs(request: Request) -> Response:
+            n = self.nodes[request.path_params["node"]]
+            inc = int(request.query_params.get("incarnation", n.incarnation))
+            f = n.dir / f"{inc}.log"
+            return PlainTextResponse(f.read_text() if f.exists() else "")
+
+        async def events(request: Request) -> Response:
+            since = int(request.query_params.get("since", 0))
+            timeout = float(request.query_params.get("timeout", 0))
+            async with self.cond:
+                if len(self.events) <= since and timeout > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(
+                            self.cond.wait_for(lambda: len(self.events) > since), timeout
+                        )
+            return JSONResponse(self.events[since:])
+
+        async def shutdown(_: Request) -> Response:
+            await asyncio.gather(*(self.stop(n) for n in self.nodes.values()))
+            if self.server is not None:
+                self.server.should_exit = True
+            return JSONResponse({"stopped": list(self.nodes)})
+
+        return Starlette(
+            routes=[
+                Route("/status", status),
+                Route("/nodes/{node}/config", config, methods=["GET", "PUT"]),
+                Route("/restart", restart, methods=["POST"]),
+                Route("/nodes/{node}/logs", logs),
+                Route("/events", events),
+                Route("/shutdown", shutdown, methods=["POST"]),
+            ]
+        )
+
+    async def main(self) -> None:
+        sock = self.dir / "supervisor.sock"
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()
+        config = uvicorn.Config(self.app(), uds=str(sock), log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        for n in self.nodes.values():
+            n.generation = 1
+            self.start_loop(n)
+        await self.server.serve()
+        await asyncio.gather(*(self.stop(n) for n in self.nodes.values()))
+        await self.http.aclose()
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()
+        (self.dir / "supervisor.pid").unlink(missing_ok=True)
+
+
+def main() -> int:
+    state_dir = Path(sys.argv[1]).resolve()
+    (state_dir / "supervisor.pid").write_text(str(os.getpid()))
+    asyncio.run(Supervisor(state_dir).main())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

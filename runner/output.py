@@ -1,0 +1,96 @@
+"""Everything gameday prints goes through here (rich on a terminal, plain lines otherwise).
+Results and JSON go to stdout; progress, messages and errors to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+__all__ = ["err", "error", "escape", "json_out", "message", "out", "run_summary"]
+from rich.table import Table
+
+from runner.errors import GamedayError
+from runner.results import RunResult, Verdict
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_STYLE = {
+    Verdict.PASSED: "green",
+    Verdict.FAILED: "bold red",
+    Verdict.ERROR: "yellow",
+    Verdict.SKIPPED: "dim",
+}
+
+
+class ProgressLine:
+    """Progress while a run waits: a live status line on a terminal, timestamped lines in CI."""
+
+    def __init__(self) -> None:
+        self._status: Any = None
+        self._t0 = time.monotonic()
+
+    def __enter__(self) -> ProgressLine:
+        if err.is_terminal:
+            self._status = err.status("starting")
+            self._status.__enter__()
+        return self
+
+    def __call__(self, message: str) -> None:
+        stamp = f"{time.monotonic() - self._t0:7.2f}s"
+        if self._status is not None:
+            self._status.update(f"{stamp} {escape(message)}")
+            if message.endswith(("passed", "failed", "error", "skipped")):
+                err.print(f"{stamp} {escape(message)}")
+        else:
+            err.print(f"{stamp} {escape(message)}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+
+def error(exc: GamedayError) -> None:
+    err.print(f"[bold red]error:[/] {escape(exc.message)}")
+    if exc.hint:
+        err.print(f"  [dim]hint:[/] {escape(exc.hint)}")
+
+
+def message(text: str) -> None:
+    err.print(escape(text))
+
+
+def json_out(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def run_summary(result: RunResult, report_dir: str) -> None:
+    table = Table(title=f"gameday run {result.run_id} on lab {result.lab.name}")
+    for col in ("scenario", "verdict", "time to fail", "time to recover", "failed assertions"):
+        table.add_column(col)
+    for s in result.scenarios:
+        bad = [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
+        table.add_row(
+            s.id,
+            f"[{_STYLE[s.verdict]}]{s.verdict.value}[/]",
+            f"{s.time_to_fail_s:.1f} s" if s.time_to_fail_s is not None else "-",
+            f"{s.time_to_recover_s:.1f} s" if s.time_to_recover_s is not None else "-",
+            str(len(bad)) if bad else "",
+        )
+    out.print(table)
+    for s in result.scenarios:
+        for a in s.assertions:
+            if a.verdict in (Verdict.FAILED, Verdict.ERROR):
+                out.print(
+                    f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/] {escape(s.id)}: "
+                    f"{escape(a.name)}"
+                )
+                out.print(f"    expected: {escape(a.expected)}")
+                out.print(f"    observed: {escape(a.observed)}")
+    out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
+    out.print(f"verdict: [{_STYLE[result.verdict]}]{result.verdict.value}[/]")

@@ -1,0 +1,165 @@
+"""Reports of a run, all in reports/<run-id>/:
+
+- result.json  the RunResult as JSON (documented in README.md)
+- junit.xml    one testcase per scenario; a failed assertion is a <failure>, an error an <error>
+- report.md    a summary a person reads in a terminal or a PR comment
+- report.html  self-contained: a timeline picture per scenario and the evidence; every value that
+               came from a lab or a log is escaped (Jinja2 autoescape)
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jinja2
+
+from runner.results import RunResult, ScenarioResult, Verdict
+
+FILES = ("result.json", "junit.xml", "report.md", "report.html")
+
+
+def write_reports(result: RunResult, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
+    (out / "junit.xml").write_text(junit(result))
+    (out / "report.md").write_text(markdown(result))
+    (out / "report.html").write_text(html(result))
+
+
+def load_result(path: Path) -> RunResult:
+    return RunResult.model_validate(json.loads(path.read_text()))
+
+
+def _duration(s: ScenarioResult) -> float:
+    return (s.finished_at - s.started_at).total_seconds()
+
+
+def _failure_text(s: ScenarioResult, verdict: Verdict) -> str:
+    return "\n\n".join(
+        f"{a.name}\n  expected: {a.expected}\n  observed: {a.observed}"
+        for a in s.assertions
+        if a.verdict is verdict
+    )
+
+
+def junit(result: RunResult) -> str:
+    suites = ET.Element("testsuites", name="gameday")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"gameday.{result.lab.name}",
+        tests=str(len(result.scenarios)),
+        failures=str(sum(s.verdict is Verdict.FAILED for s in result.scenarios)),
+        errors=str(sum(s.verdict is Verdict.ERROR for s in result.scenarios)),
+        skipped=str(sum(s.verdict is Verdict.SKIPPED for s in result.scenarios)),
+        time=f"{(result.finished_at - result.started_at).total_seconds():.3f}",
+        timestamp=result.started_at.isoformat(),
+    )
+    for s in result.scenarios:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"gameday.{result.lab.name}",
+            name=s.id,
+            file=s.file,
+            time=f"{_duration(s):.3f}",
+        )
+        if s.verdict is Verdict.FAILED:
+            failed = [a for a in s.assertions if a.verdict is Verdict.FAILED]
+            el = ET.SubElement(
+                case,
+                "failure",
+                message=f"{len(failed)} assertion(s) failed: " + "; ".join(a.name for a in failed),
+                type="AssertionFailed",
+            )
+            el.text = _failure_text(s, Verdict.FAILED)
+        elif s.verdict is Verdict.ERROR:
+            errs = [a for a in s.assertions if a.verdict is Verdict.ERROR]
+            el = ET.SubElement(
+                case, "error", message="; ".join(a.observed for a in errs)[:500], type="LabError"
+            )
+            el.text = _failure_text(s, Verdict.ERROR)
+        elif s.verdict is Verdict.SKIPPED:
+            ET.SubElement(case, "skipped", message="; ".join(s.notes))
+        out = ET.SubElement(case, "system-out")
+        out.text = "\n".join(f"[{a.verdict.value}] {a.name}: {a.observed}" for a in s.assertions)
+    ET.indent(suites)
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    )
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(result: RunResult) -> str:
+    lines = [
+        f"# gameday run {result.run_id}: {result.verdict.value.upper()}",
+        "",
+        f"Lab **{result.lab.name}** ({result.lab.kind}, time scale x{result.lab.time_scale:g}, "
+        f"allowance {result.lab.timing_allowance_s:g} s), inventory `{result.lab.inventory}`.",
+        f"Started {result.started_at.isoformat()}, "
+        f"finished {result.finished_at.isoformat()} (UTC).",
+        "",
+        "| scenario | verdict | time to fail (real s) | time to recover (real s) |",
+        "|---|---|---|---|",
+    ]
+    for s in result.scenarios:
+        ttf = f"{s.time_to_fail_s:.1f}" if s.time_to_fail_s is not None else "-"
+        ttr = f"{s.time_to_recover_s:.1f}" if s.time_to_recover_s is not None else "-"
+        lines.append(f"| {s.id} | {s.verdict.value} | {ttf} | {ttr} |")
+    for s in result.scenarios:
+        lines += ["", f"## {s.id}: {s.title} ({s.verdict.value})", "", f"File `{s.file}`.", ""]
+        for n in s.notes:
+            lines.append(f"> {_md(n)}")
+        if s.notes:
+            lines.append("")
+        if s.assertions:
+            lines += ["| | assertion | expected | observed |", "|---|---|---|---|"]
+            mark = {
+                Verdict.PASSED: "ok",
+                Verdict.FAILED: "FAIL",
+                Verdict.ERROR: "ERROR",
+                Verdict.SKIPPED: "skip",
+            }
+            for a in s.assertions:
+                lines.append(
+                    f"| {mark[a.verdict]} | {_md(a.name)} | {_md(a.expected)} | {_md(a.observed)} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("runner", "report/templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def timeline_points(s: ScenarioResult) -> list[dict[str, object]]:
+    if not s.timeline:
+        return []
+    t0 = min(e.ts for e in s.timeline)
+    t1 = max(e.ts for e in s.timeline)
+    span = max((t1 - t0).total_seconds(), 1e-3)
+    return [
+        {
+            "x": (e.ts - t0).total_seconds() / span,
+            "t": (e.ts - t0).total_seconds(),
+            "source": e.source,
+            "event": e.event,
+            "clock": e.clock,
+        }
+        for e in s.timeline
+    ]
+
+
+def html(result: RunResult) -> str:
+    return _ENV.get_template("report.html.j2").render(
+        r=result, points={s.id: timeline_points(s) for s in result.scenarios}
+    )

@@ -1,0 +1,97 @@
+"""What a run found, as data. Documented in README.md ("result.json").
+
+A verdict is one of passed / failed / error / skipped. `error` means gameday could not tell (the
+lab misbehaved, a probe could not be made, the baseline was not steady): it is never reported
+as a pass or a fail of the scenario's assertions.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Verdict(enum.StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+def combine(verdicts: list[Verdict]) -> Verdict:
+    vs = [v for v in verdicts if v is not Verdict.SKIPPED]
+    if not vs:
+        return Verdict.SKIPPED
+    if Verdict.ERROR in vs:
+        return Verdict.ERROR
+    if Verdict.FAILED in vs:
+        return Verdict.FAILED
+    return Verdict.PASSED
+
+
+class Assertion(Frozen):
+    name: str
+    phase: str
+    verdict: Verdict
+    expected: str
+    observed: str
+    detail: str = ""
+
+
+class TimelineEvent(Frozen):
+    ts: datetime  # UTC
+    source: str  # runner | lab:<node> | log:<node>
+    clock: str  # whose clock stamped it
+    event: str
+
+
+class EvidenceLine(Frozen):
+    ts: datetime | None
+    text: str
+    highlight: bool = False
+
+
+class Evidence(Frozen):
+    title: str
+    lines: list[EvidenceLine]
+
+
+class ScenarioResult(Frozen):
+    id: str
+    title: str
+    file: str
+    lab: str
+    verdict: Verdict
+    time_to_fail_s: float | None
+    time_to_recover_s: float | None
+    started_at: datetime
+    finished_at: datetime
+    assertions: list[Assertion]
+    timeline: list[TimelineEvent]
+    evidence: list[Evidence]
+    notes: list[str]
+
+
+class LabInfo(Frozen):
+    name: str
+    kind: str
+    inventory: str
+    time_scale: float
+    timing_allowance_s: float
+
+
+class RunResult(Frozen):
+    schema_version: int = 1
+    run_id: str
+    gameday_version: str
+    started_at: datetime
+    finished_at: datetime
+    lab: LabInfo
+    verdict: Verdict
+    scenarios: list[ScenarioResult]

@@ -1,0 +1,738 @@
+"""One scenario on one lab, phase by phase:
+
+    baseline -> inject -> expect -> detect -> recover (+ verify) -> cleanup (always)
+
+Every change is journalled before it is applied (runner.journal) and undone in `cleanup`, which
+runs whatever happens, Ctrl-C included. Waiting is driven by the lab's event stream; times come
+from the lab's own clocks (process start, first output, exit) and are converted to real-world
+seconds with the lab's time scale (runner.timing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import httpx
+
+from runner import signature as sig
+from runner import startup
+from runner.errors import GamedayError, LabError
+from runner.journal import Journal
+from runner.labs.base import (
+    Change,
+    ChangeKind,
+    EventType,
+    ExitInfo,
+    LabDriver,
+    LabEvent,
+    LogLine,
+    NodeConfig,
+    NodeState,
+)
+from runner.probes import ProbeResult, ProbeVerdict, run_probe
+from runner.results import (
+    Assertion,
+    Evidence,
+    EvidenceLine,
+    ScenarioResult,
+    TimelineEvent,
+    Verdict,
+    combine,
+)
+from runner.scenario import (
+    Action,
+    HttpProbe,
+    InferenceProbe,
+    LoadedScenario,
+    LogSource,
+    Outcome,
+    Pattern,
+    RecoveryStep,
+    Restart,
+    Rollback,
+    ServiceLinks,
+    SetArgs,
+    SetEnv,
+)
+from runner.timing import TimeScale, elapsed_real
+
+Progress = Callable[[str], None]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ScenarioAborted(Exception):
+    """Stop this scenario's remaining phases (the reason is already recorded)."""
+
+
+@dataclass
+class Recorder:
+    assertions: list[Assertion] = field(default_factory=list)
+    timeline: list[TimelineEvent] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def event(
+        self,
+        event: str,
+        *,
+        ts: datetime | None = None,
+        source: str = "runner",
+        clock: str = "runner (UTC)",
+    ) -> None:
+        self.timeline.append(
+            TimelineEvent(ts=ts or utcnow(), source=source, clock=clock, event=event)
+        )
+
+    def check(
+        self, phase: str, name: str, ok: bool | None, expected: str, observed: str, detail: str = ""
+    ) -> bool:
+        verdict = Verdict.ERROR if ok is None else (Verdict.PASSED if ok else Verdict.FAILED)
+        self.assertions.append(
+            Assertion(
+                name=name,
+                phase=phase,
+                verdict=verdict,
+                expected=expected,
+                observed=observed,
+                detail=detail,
+            )
+        )
+        return bool(ok)
+
+
+@dataclass
+class Context:
+    lab: LabDriver
+    scale: TimeScale
+    journal: Journal
+    scenario_id: str
+    target: str
+    progress: Progress
+    rec: Recorder
+    http: httpx.Client
+    open_changes: list[tuple[int, Change]] = field(default_factory=list)
+    seq: int = 0
+
+    def wait(
+        self, done: Callable[[NodeState, list[LabEvent]], bool], lab_timeout: float
+    ) -> tuple[NodeState, list[LabEvent], bool]:
+        """Block on the lab's events until `done(state, events since start)` or timeout."""
+        deadline = time.monotonic() + lab_timeout
+        seen: list[LabEvent] = []
+        while True:
+            st = self.lab.states()[self.target]
+            if done(st, seen):
+                return st, seen, True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return st, seen, False
+            evs = self.lab.wait_events(self.seq, min(remaining, 5.0))
+            if evs:
+                self.seq = evs[-1].seq
+                for e in evs:
+                    self.note_event(e)
+                seen += [e for e in evs if e.node == self.target]
+
+    def note_event(self, e: LabEvent) -> None:
+        text = e.type.value
+        if e.type is EventType.EXITED:
+            text = (
+                f"exited with code {e.data.get('code')} (incarnation {e.data.get('incarnation')})"
+            )
+            ts = datetime.fromisoformat(e.data["finished_at"])
+            self.rec.event(text, ts=ts, source=f"lab:{e.node}", clock="lab runtime (exit time)")
+            return
+        if e.type is EventType.BACKOFF:
+            text = f"back-off {e.data.get('delay_s', 0):.3f} s (restarts {e.data.get('restarts')})"
+        elif e.type is EventType.STARTED:
+            text = f"started incarnation {e.data.get('incarnation')} pid {e.data.get('pid')}"
+        self.rec.event(text, ts=e.ts, source=f"lab:{e.node}", clock="lab runtime (UTC)")
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+def run_scenario(
+    ls: LoadedScenario, lab: LabDriver, journal: Journal, progress: Progress
+) -> ScenarioResult:
+    sc = ls.scenario
+    rec = Recorder()
+    started = utcnow()
+    spec = lab.inventory.lab
+    scale = TimeScale(spec.time_scale, spec.timing_allowance_s)
+    note = sc.lab_notes.get(lab.kind)
+    if note:
+        rec.notes.append(f"{lab.kind.value} lab: {note}")
+    ttf: float | None = None
+    ttr: float | None = None
+    with httpx.Client() as http:
+        ctx = Context(
+            lab=lab,
+            scale=scale,
+            journal=journal,
+            scenario_id=sc.metadata.id,
+            target=sc.target,
+            progress=progress,
+            rec=rec,
+            http=http,
+            seq=lab.last_event_seq(),
+        )
+        try:
+            if not lab.inventory.resolve(sc.target):
+                raise LabError(
+                    f"scenario target {sc.target!r} is not a host or group of {lab.inventory.path}"
+                )
+            baseline(ctx, ls)
+            ttf = inject_and_expect(ctx, ls)
+            detect(ctx, ls)
+            ttr = recover(ctx, ls)
+        except ScenarioAborted:
+            pass
+        except GamedayError as exc:
+            rec.check("run", "lab", None, "the lab carries out the scenario", str(exc))
+        finally:
+            with shielded_from_sigint():
+                cleanup(ctx)
+    verdict = combine([a.verdict for a in rec.assertions])
+    return ScenarioResult(
+        id=sc.metadata.id,
+        title=sc.metadata.title,
+        file=str(ls.path),
+        lab=spec.name,
+        verdict=verdict,
+        time_to_fail_s=ttf,
+        time_to_recover_s=ttr,
+        started_at=started,
+        finished_at=utcnow(),
+        assertions=rec.assertions,
+        timeline=sorted(rec.timeline, key=lambda e: e.ts),
+        evidence=rec.evidence,
+        notes=rec.notes,
+    )
+
+
+def baseline(ctx: Context, ls: LoadedScenario) -> None:
+    ctx.progress("baseline: waiting for the target to be ready")
+    ctx.rec.event("phase baseline")
+    base = ctx.lab.baseline_config(ctx.target)
+    if ctx.lab.config(ctx.target) != base:
+        raise LabError(
+            f"node {ctx.target} is not at its baseline configuration",
+            hint="a previous run left changes behind: run `gameday cleanup`",
+        )
+    boot = ctx.scale.to_lab(ctx.lab.inventory.lab.boot_timeout_s)
+    st, _, ok = ctx.wait(lambda s, _: s.ready, boot)
+    if not ok:
+        ctx.rec.check(
+            "baseline",
+            "baseline: target ready",
+            None,
+            "the target serves before anything is injected",
+            f"{st.status.value}, ready={st.ready} after {boot:.1f} lab s",
+        )
+        raise ScenarioAborted
+    results = probe_all(ctx, ls.scenario.baseline.probes)
+    for r in results:
+        # a baseline that does not hold means gameday cannot judge the scenario: error, not fail
+        ctx.rec.check(
+            "baseline",
+            f"baseline: {r.name}",
+            True if r.verdict is ProbeVerdict.PASSED else None,
+            r.expected,
+            r.observed,
+        )
+    if any(r.verdict is not ProbeVerdict.PASSED for r in results):
+        raise ScenarioAborted
+
+
+def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
+    for action in actions:
+        if isinstance(action, Rollback):
+            undo_all(ctx, reason=why)
+            continue
+        if isinstance(action, Restart):
+            nodes = [n.name for name in action.nodes for n in ctx.lab.inventory.resolve(name)]
+            ctx.rec.event(
+                f"{why}: restart {', '.join(nodes)} "
+                f"({'together' if action.together else 'one by one'})"
+            )
+            if action.together:
+                ctx.lab.restart(nodes)
+            else:
+                for n in nodes:
+                    ctx.lab.restart([n])
+            continue
+        change = plan_change(ctx, action)
+        seq = ctx.journal.record(ctx.scenario_id, change)  # on disk before it is applied
+        ctx.open_changes.append((seq, change))
+        ctx.rec.event(f"{why}: {describe_change(change)}")
+        if change.note:
+            ctx.rec.notes.append(change.note)
+        ctx.lab.apply(change)
+
+
+def plan_change(ctx: Context, action: SetArgs | SetEnv | ServiceLinks) -> Change:
+    if isinstance(action, ServiceLinks):
+        return ctx.lab.service_links(action.node, action.service, action.port, action.enabled)
+    before = ctx.lab.config(action.node)
+    if isinstance(action, SetArgs):
+        args = edit_args(list(before.args), action.args)
+        after = NodeConfig(args=tuple(args), env=before.env)
+        note = ""
+    else:
+        env = dict(before.env)
+        for k, v in action.env.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
+        after = NodeConfig(args=before.args, env=env)
+        note = ""
+    return Change(
+        kind=ChangeKind.NODE_CONFIG, node=action.node, before=before, after=after, note=note
+    )
+
+
+def edit_args(args: list[str], edits: dict[str, str | int | float | bool | None]) -> list[str]:
+    """Set, add or remove `--flag value` pairs (also `--flag=value`) in an engine command line."""
+    out = list(args)
+    for flag, value in edits.items():
+        i = 0
+        found = False
+        while i < len(out):
+            tok = out[i]
+            if tok == flag or tok.startswith(flag + "="):
+                has_value = tok == flag and i + 1 < len(out) and not out[i + 1].startswith("-")
+                width = 2 if has_value else 1
+                if value is None:
+                    del out[i : i + width]
+                    continue
+                repl = [flag] if value is True else [flag, _arg(value)]
+                out[i : i + width] = repl
+                found = True
+                i += len(repl)
+                continue
+            i += 1
+        if not found and value is not None and value is not False:
+            out += [flag] if value is True else [flag, _arg(value)]
+    return out
+
+
+def _arg(v: str | int | float | bool) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def describe_change(c: Change) -> str:
+    parts = []
+    if c.before.args != c.after.args:
+        parts.append(f"args {' '.join(c.before.args)} -> {' '.join(c.after.args)}")
+    added = {k: v for k, v in c.after.env.items() if c.before.env.get(k) != v}
+    removed = [k for k in c.before.env if k not in c.after.env]
+    if added:
+        parts.append("env set " + ", ".join(f"{k}={v}" for k, v in sorted(added.items())))
+    if removed:
+        parts.append("env unset " + ", ".join(sorted(removed)))
+    return f"{c.node}: " + ("; ".join(parts) or "no change")
+
+
+def undo_all(ctx: Context, reason: str) -> None:
+    """Put every node this run changed back to how it was before its first change: one
+    re-apply per node, however many changes were stacked on it."""
+    firsts: dict[str, Change] = {}
+    for _, change in ctx.open_changes:
+        firsts.setdefault(change.node, change)
+    for node, first in firsts.items():
+        current = ctx.lab.config(node)
+        undo = Change(
+            kind=first.kind, node=node, before=current, after=first.before, note=f"undo ({reason})"
+        )
+        ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
+        if current != first.before:
+            ctx.lab.apply(undo)
+    for seq, _ in reversed(ctx.open_changes):
+        ctx.journal.undone(seq)
+    ctx.open_changes.clear()
+
+
+def exit_of(e: LabEvent) -> ExitInfo:
+    return ExitInfo.model_validate(
+        {
+            k: e.data[k]
+            for k in ("incarnation", "code", "started_at", "first_output_at", "finished_at")
+        }
+    )
+
+
+def first_exit(events: list[LabEvent]) -> ExitInfo | None:
+    """The first exit the node made on its own (not one caused by gameday stopping it)."""
+    for e in events:
+        if e.type is EventType.EXITED and not e.data.get("stopped"):
+            return exit_of(e)
+    return None
+
+
+def inject_and_expect(ctx: Context, ls: LoadedScenario) -> float | None:
+    sc = ls.scenario
+    exp = sc.expect
+    ctx.progress("inject")
+    ctx.rec.event("phase inject")
+    apply_actions(ctx, sc.inject, "inject")
+
+    ctx.progress("expect: waiting for the failure")
+    ctx.rec.event("phase expect")
+    # Wait for the first exit of the new incarnation; time it against the window plus start-up.
+    deadline = ctx.scale.window_deadline_lab(exp.time_to_fail) + 10.0
+    st, events, _ = ctx.wait(lambda s, evs: first_exit(evs) is not None, deadline)
+    failure = first_exit(events)
+    if failure is None:
+        observed = f"no exit within {deadline:.2f} lab s; node {st.status.value}, ready={st.ready}"
+        ctx.rec.check(
+            "expect",
+            "expect: failure happens",
+            False,
+            f"the target fails within {ctx.scale.describe(exp.time_to_fail)}",
+            observed,
+        )
+        raise ScenarioAborted
+    start = failure.first_output_at or failure.started_at
+    ttf = elapsed_real(ctx.scale, start, failure.finished_at)
+    ctx.rec.event(
+        f"failure observed (exit {failure.code})",
+        ts=failure.finished_at,
+        source=f"lab:{ctx.target}",
+        clock="lab runtime (exit time)",
+    )
+
+    if exp.state is not None:
+        want = exp.state
+        # restarts happen after back-off: allow for the back-off schedule, scaled
+        backoff_real = sum(min(10 * 2**i, 300) for i in range(want.min_restarts + 1))
+        budget = ctx.scale.to_lab(backoff_real + exp.time_to_fail.max_s * (want.min_restarts + 1))
+        st, _, _ = ctx.wait(
+            lambda s, _: s.status is want.status and s.restarts >= want.min_restarts, budget + 5.0
+        )
+        ctx.rec.check(
+            "expect",
+            "expect: state",
+            st.status is want.status and st.restarts >= want.min_restarts,
+            f"{want.status.value} with restarts >= {want.min_restarts}",
+            f"{st.status.value} ({st.reason or 'no reason'}), restarts {st.restarts}",
+        )
+
+    logs = logs_for(ctx, exp.signature.source, failure)
+    result = sig.match(logs, exp.signature.in_order, exp.signature.absent)
+    record_signature(
+        ctx,
+        "expect",
+        result,
+        logs,
+        f"{exp.signature.source.value} logs (incarnation {failure.incarnation})",
+    )
+    if exp.exit_code is not None:
+        ctx.rec.check(
+            "expect",
+            "expect: exit code",
+            failure.code == exp.exit_code,
+            f"exit code {exp.exit_code}",
+            f"exit code {failure.code}",
+        )
+    if exp.phase is not None:
+        got = startup.reached(logs)
+        ctx.rec.check(
+            "expect",
+            "expect: phase where it broke",
+            got is exp.phase,
+            exp.phase.value,
+            got.value,
+            "the last vLLM start-up phase the failed incarnation's log reached",
+        )
+    ctx.rec.check(
+        "expect",
+        "expect: time to fail",
+        ctx.scale.check(exp.time_to_fail, ttf),
+        ctx.scale.describe(exp.time_to_fail),
+        f"{ttf:.1f} s real ({(failure.finished_at - start).total_seconds():.3f} s in the lab, "
+        "from first output to exit)",
+    )
+    return round(ttf, 3)
+
+
+def logs_for(ctx: Context, source: LogSource, failure: ExitInfo) -> list[LogLine]:
+    if source is LogSource.PREVIOUS:
+        return ctx.lab.logs_of(ctx.target, failure.incarnation)
+    return ctx.lab.logs(ctx.target, LogSource.CURRENT)
+
+
+def record_signature(
+    ctx: Context, phase: str, result: sig.SignatureResult, logs: list[LogLine], source: str
+) -> None:
+    for i, r in enumerate(result.in_order):
+        label = r.pattern.description or r.pattern.regex[:60]
+        if r.ok:
+            caps = ", ".join(f"{k}={v}" for k, v in r.captures.items())
+            observed = f"line {r.line_index}: {r.line[:300] if r.line else ''}" + (
+                f"  [captures: {caps}]" if caps else ""
+            )
+        elif r.matched:
+            observed = f"matched line {r.line_index} but checks failed: " + "; ".join(
+                r.failed_checks
+            )
+        else:
+            observed = (
+                "not found"
+                + (" after the previous pattern's line" if i else "")
+                + f" in {len(logs)} lines of {source}"
+            )
+        ctx.rec.check(
+            phase,
+            f"{phase}: signature {i + 1}/{len(result.in_order)}: {label}",
+            r.ok,
+            f"/{r.pattern.regex}/" + (f" with {_checks(r.pattern)}" if r.pattern.captures else ""),
+            observed,
+        )
+    for r in result.absent:
+        label = r.pattern.description or r.pattern.regex[:60]
+        ctx.rec.check(
+            phase,
+            f"{phase}: absent: {label}",
+            not r.matched,
+            f"no line matches /{r.pattern.regex}/",
+            "none found" if not r.matched else f"line {r.line_index}: {(r.line or '')[:300]}",
+        )
+    marks = {r.line_index for r in result.in_order if r.line_index is not None}
+    marks |= {r.line_index for r in result.absent if r.line_index is not None}
+    keep: set[int] = set()
+    for m in marks:
+        keep |= set(range(max(0, m - 3), min(len(logs), m + 4)))
+    keep |= set(range(max(0, len(logs) - 8), len(logs)))
+    lines = [
+        EvidenceLine(ts=ln.ts, text=ln.text, highlight=i in marks)
+        for i, ln in enumerate(logs)
+        if i in keep
+    ]
+    ctx.rec.evidence.append(Evidence(title=f"{phase}: {source}", lines=lines))
+
+
+def _checks(p: Pattern) -> str:
+    parts = []
+    for name, chk in p.captures.items():
+        for op, v in chk.model_dump(by_alias=True, exclude_none=True).items():
+            parts.append(f"{name} {op} {v}")
+    return ", ".join(parts)
+
+
+def detect(ctx: Context, ls: LoadedScenario) -> None:
+    alerts = ls.scenario.detect.alerts
+    if not alerts:
+        return
+    ctx.rec.event("phase detect")
+    prom = ctx.lab.inventory.lab.prometheus_url
+    for a in alerts:
+        if not prom:
+            ctx.rec.check(
+                "detect",
+                f"detect: alert {a.name}",
+                None,
+                f"firing within {a.within_s:g} s",
+                "this lab has no Prometheus (gameday_lab.prometheus_url)",
+            )
+            continue
+        deadline = time.monotonic() + ctx.scale.to_lab(a.within_s) + ctx.scale.allowance_s
+        state = "not found"
+        while True:
+            try:
+                data = ctx.http.get(prom + "/api/v1/alerts", timeout=5).json()
+                mine = [
+                    x
+                    for x in data["data"]["alerts"]
+                    if x["labels"].get("alertname") == a.name
+                    and all(x["labels"].get(k) == v for k, v in a.labels.items())
+                ]
+                state = mine[0]["state"] if mine else "not found"
+            except (httpx.HTTPError, KeyError, ValueError) as exc:
+                state = f"probe error: {exc}"
+            if state == "firing" or time.monotonic() > deadline:
+                break
+            time.sleep(min(0.5, ctx.scale.to_lab(15)))  # Prometheus has no push API
+        ctx.rec.check(
+            "detect",
+            f"detect: alert {a.name}",
+            None if state.startswith("probe error") else state == "firing",
+            f"firing within {a.within_s:g} s",
+            state,
+        )
+
+
+def recover(ctx: Context, ls: LoadedScenario) -> float | None:
+    sc = ls.scenario
+    ctx.rec.event("phase recover")
+    ttr: float | None = None
+    for i, step in enumerate(sc.recover, 1):
+        ctx.progress(f"recover {i}/{len(sc.recover)}: {step.name}")
+        label = f"recover {i}: {step.name}"
+        if step.forbidden:
+            ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
+        since = ctx.seq
+        apply_actions(ctx, step.actions, f"recover {i}")
+        if step.outcome is Outcome.RESTORES:
+            ttr = verify(ctx, ls, label)
+        else:
+            shortcut(ctx, ls, step, label, since)
+    return ttr
+
+
+def probe_all(ctx: Context, probes: Sequence[HttpProbe | InferenceProbe]) -> list[ProbeResult]:
+    return [run_probe(ctx.http, ctx.lab.url(ctx.target), p, ctx.scale.scale) for p in probes]
+
+
+def verify(ctx: Context, ls: LoadedScenario, label: str) -> float | None:
+    """Service back: the node ready, then every verification probe passing, within the window."""
+    v = ls.scenario.verify
+    ctx.rec.event(f"phase verify ({label})")
+    deadline_lab = ctx.scale.window_deadline_lab(v.time_to_recover) + 10.0
+    t_end = time.monotonic() + deadline_lab
+    gen0 = ctx.lab.states()[ctx.target].generation
+    st, _, ready = ctx.wait(lambda s, _: s.ready and s.generation >= gen0, deadline_lab)
+    results: list[ProbeResult] = []
+    passed_at: datetime | None = None
+    while ready:
+        results = probe_all(ctx, v.probes)
+        if all(r.verdict is ProbeVerdict.PASSED for r in results):
+            passed_at = utcnow()
+            break
+        if time.monotonic() > t_end:
+            break
+        ctx.wait(lambda s, evs: bool(evs), min(1.0, max(t_end - time.monotonic(), 0.01)))
+    ctx.rec.check(
+        "recover",
+        f"{label}: restores service",
+        passed_at is not None,
+        "ready, then every verification probe passes",
+        "restored"
+        if passed_at
+        else f"not restored: node {st.status.value}, ready={st.ready}"
+        + ("; " + "; ".join(f"{r.name}: {r.observed}" for r in results) if results else ""),
+    )
+    for r in results:
+        ctx.rec.check(
+            "verify", f"verify: {r.name}", r.verdict is ProbeVerdict.PASSED, r.expected, r.observed
+        )
+    if passed_at is None:
+        return None
+    state = ctx.lab.states()[ctx.target]
+    start = state.first_output_at or state.started_at or passed_at
+    ttr = elapsed_real(ctx.scale, start, passed_at)
+    ctx.rec.event("service verified (health and inference)", ts=passed_at)
+    ctx.rec.check(
+        "verify",
+        "verify: time to recover",
+        ctx.scale.check(v.time_to_recover, ttr),
+        ctx.scale.describe(v.time_to_recover),
+        f"{ttr:.1f} s real (first output of the new incarnation -> probes pass)",
+    )
+    return round(ttr, 3)
+
+
+def shortcut(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, since: int) -> None:
+    """A step expected NOT to restore service: let it play out, then show that it did not."""
+    settle = step.settle_s or ls.scenario.verify.time_to_recover.max_s
+    budget = ctx.scale.to_lab(settle) + ctx.scale.allowance_s
+    gen0 = ctx.lab.states()[ctx.target].generation
+    st, events, _ = ctx.wait(
+        lambda s, evs: first_exit(evs) is not None or (s.ready and s.generation >= gen0), budget
+    )
+    failure = first_exit(events)
+    results = probe_all(ctx, ls.scenario.verify.probes)
+    restored = all(r.verdict is ProbeVerdict.PASSED for r in results)
+    how = (
+        f"node failed again (exit {failure.code})"
+        if failure
+        else f"node {st.status.value}, ready={st.ready}"
+    )
+    ctx.rec.check(
+        "recover",
+        f"{label}: does NOT restore service",
+        not restored,
+        "service still down after this step" + (f" ({step.why})" if step.why else ""),
+        (
+            "restored (the shortcut worked, so the scenario's claim is wrong)"
+            if restored
+            else f"not restored: {how}; "
+        )
+        + "; ".join(f"{r.name}: {r.observed}" for r in results),
+    )
+    if step.expect is not None:
+        if failure is None:
+            ctx.rec.check(
+                "recover",
+                f"{label}: signature",
+                False,
+                "the failure signature of this step",
+                "the node did not fail",
+            )
+        else:
+            logs = logs_for(ctx, step.expect.source, failure)
+            record_signature(
+                ctx,
+                label,
+                sig.match(logs, step.expect.in_order),
+                logs,
+                f"logs of incarnation {failure.incarnation}",
+            )
+
+
+def cleanup(ctx: Context) -> None:
+    """Undo every change this scenario made, newest first, and wait for the baseline to serve."""
+    ctx.progress("cleanup")
+    ctx.rec.event("phase cleanup")
+    try:
+        had = bool(ctx.open_changes)
+        undo_all(ctx, "cleanup")
+        if had or not ctx.lab.states()[ctx.target].ready:
+            boot = ctx.scale.to_lab(ctx.lab.inventory.lab.boot_timeout_s)
+            st, _, ok = ctx.wait(lambda s, _: s.ready, boot)
+            ctx.rec.event(
+                "baseline serving again"
+                if ok
+                else f"baseline NOT ready after cleanup ({st.status.value})"
+            )
+            if not ok:
+                ctx.rec.check(
+                    "cleanup",
+                    "cleanup: baseline restored",
+                    None,
+                    "the target serves again at baseline",
+                    f"{st.status.value}, ready={st.ready}",
+                )
+    except GamedayError as exc:
+        ctx.rec.check(
+            "cleanup",
+            "cleanup: baseline restored",
+            None,
+            "the lab back at baseline",
+            f"cleanup failed: {exc}",
+            "run `gameday cleanup` to undo what is left",
+        )
+
+
+@contextlib.contextmanager
+def shielded_from_sigint() -> Iterator[None]:
+    """Cleanup must finish: a Ctrl-C during it is noted, not obeyed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,391 @@
+"""The scenario format (`apiVersion: gameday/v1`, `kind: Scenario`).
+
+A scenario says: on these labs, with service at baseline, inject this; expect this failure
+signature, exit code, state and phase within this time; expect these alerts; then walk these
+recovery steps (each expected to restore service, or expected NOT to: the tempting shortcut) and
+verify service is back, health *and* a real inference, within this time.
+
+Windows are in real-world seconds: what the failure takes on real GPUs. A lab that runs faster
+converts them with its time scale (see runner.timing).
+
+`gameday schema` exports these models as JSON Schema for editors.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from runner.errors import ScenarioError
+from runner.yamlsrc import load, register_union_tags
+
+API_VERSION = "gameday/v1"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class LabKind(enum.StrEnum):
+    LOCAL = "local"
+    COMPOSE = "compose"
+    KUBERNETES = "kubernetes"
+
+
+class NodeStatus(enum.StrEnum):
+    """Closed set of node states every lab maps its own onto."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    EXITED = "exited"
+    CRASH_LOOPING = "crash_looping"  # waiting to restart after failures (CrashLoopBackOff)
+
+
+class Phase(enum.StrEnum):
+    """vLLM's start-up phases, in order (see runner.startup for how logs reveal them)."""
+
+    CONFIG_VALIDATION = "config_validation"
+    ENGINE_CORE_INIT = "engine_core_init"
+    WEIGHTS_LOAD = "weights_load"
+    KV_CACHE_CHECK = "kv_cache_check"
+    CUDA_GRAPHS = "cuda_graphs"
+    SERVING = "serving"
+
+
+class LogSource(enum.StrEnum):
+    CURRENT = "current"  # the incarnation running now
+    PREVIOUS = "previous"  # the last one that exited: `kubectl logs --previous`
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+
+
+class Outcome(enum.StrEnum):
+    RESTORES = "restores"
+    DOES_NOT_RESTORE = "does_not_restore"
+
+
+class Metadata(Model):
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{1,62}$")]
+    title: str
+    description: str = ""
+    tags: list[str] = []
+    sources: list[str] = []
+
+
+# ---- probes ----------------------------------------------------------------------------------
+
+
+class HttpProbe(Model):
+    """GET a path on the target's API; pass on the expected status."""
+
+    kind: Literal["http"]
+    path: Annotated[str, Field(pattern=r"^/")]
+    expect_status: int = 200
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+
+
+class InferenceProbe(Model):
+    """A real generation request (the *inference probe*): /health can be 200 while nothing
+    completes."""
+
+    kind: Literal["inference"]
+    api: Literal["chat", "completions"] = "chat"
+    prompt: str
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 16
+    temperature: float = 0.0
+    expect_finish_reason: FinishReason | None = FinishReason.STOP
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+
+Probe = Annotated[HttpProbe | InferenceProbe, Field(discriminator="kind")]
+
+
+# ---- actions (injection and recovery) ----------------------------------------------------------
+
+ArgValue = str | int | float | bool | None
+
+
+class SetArgs(Model):
+    """Change engine flags, as editing the Deployment's args and re-applying does. A value of
+    `true` is a bare flag; `null` removes the flag."""
+
+    kind: Literal["set_args"]
+    node: str = "serving"
+    args: dict[Annotated[str, Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_-]*$")], ArgValue]
+
+
+class SetEnv(Model):
+    """Change the engine's environment (`null` unsets), then re-apply."""
+
+    kind: Literal["set_env"]
+    node: str = "serving"
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str | None]
+
+
+class ServiceLinks(Model):
+    """A Service named `service` next to the pod, with the pod's `enableServiceLinks`. On
+    Kubernetes this is the real mechanism; other labs inject the variables Kubernetes would."""
+
+    kind: Literal["service_links"]
+    node: str = "serving"
+    service: Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")] = "vllm"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    enabled: bool
+
+
+class Restart(Model):
+    """Restart nodes (all of them at once when `together`)."""
+
+    kind: Literal["restart"]
+    nodes: list[str] = ["serving"]
+    together: bool = True
+
+
+class Rollback(Model):
+    """Put back everything this run changed: re-apply the lab's baseline."""
+
+    kind: Literal["rollback"]
+
+
+Action = Annotated[
+    SetArgs | SetEnv | ServiceLinks | Restart | Rollback, Field(discriminator="kind")
+]
+register_union_tags(
+    "http", "inference", "set_args", "set_env", "service_links", "restart", "rollback"
+)
+
+
+# ---- expectations ------------------------------------------------------------------------------
+
+Comparable = float | int | str
+
+
+class CaptureCheck(Model):
+    """Checks on a captured value. A string value `{name}` refers to another capture."""
+
+    eq: Comparable | None = None
+    ne: Comparable | None = None
+    lt: Comparable | None = None
+    le: Comparable | None = None
+    gt: Comparable | None = None
+    ge: Comparable | None = None
+    in_: list[Comparable] | None = Field(default=None, alias="in")
+
+    @model_validator(mode="after")
+    def _some(self) -> CaptureCheck:
+        if all(v is None for v in self.model_dump().values()):
+            raise ValueError("a capture check needs at least one of eq, ne, lt, le, gt, ge, in")
+        return self
+
+
+# A pattern that could backtrack exponentially: a group with a quantifier inside that is itself
+# quantified, e.g. (a+)+, (\w*)*, (x+|y)+.
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
+MAX_PATTERN = 2000
+
+
+class Pattern(Model):
+    regex: Annotated[str, Field(min_length=1, max_length=MAX_PATTERN)]
+    description: str = ""
+    captures: dict[str, CaptureCheck] = {}
+    identifies: bool = Field(
+        default=False,
+        description="This pattern alone names the failure: `gameday triage` recognises the "
+        "scenario in a captured log when all its identifying patterns match.",
+    )
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"regex does not compile: {exc}") from None
+        if _NESTED_QUANTIFIER.search(v):
+            raise ValueError(
+                "regex has a quantified group containing a quantifier, which can "
+                "take exponential time; rewrite it without nesting (e.g. (a+)+ -> a+)"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _groups_exist(self) -> Pattern:
+        groups = set(re.compile(self.regex).groupindex)
+        for name, check in self.captures.items():
+            if name not in groups:
+                raise ValueError(
+                    f"capture {name!r} is not a named group (?P<{name}>...) of the "
+                    f"regex; its groups are {sorted(groups) or 'none'}"
+                )
+            for v in check.model_dump(by_alias=True).values():
+                refs = [v] if not isinstance(v, list) else v
+                for r in refs:
+                    if (
+                        isinstance(r, str)
+                        and r.startswith("{")
+                        and r.endswith("}")
+                        and r[1:-1] not in groups
+                    ):
+                        raise ValueError(
+                            f"check on {name!r} refers to {r} which is not a named group"
+                        )
+        return self
+
+
+class Signature(Model):
+    """Patterns that must appear in this order in the failed incarnation's log, and patterns
+    that must not appear at all (e.g. no EngineCore line: it died before the engine started)."""
+
+    source: LogSource = LogSource.PREVIOUS
+    in_order: Annotated[list[Pattern], Field(min_length=1)]
+    absent: list[Pattern] = []
+
+
+class Window(Model):
+    """A time window in real-world seconds."""
+
+    min_s: Annotated[float, Field(ge=0)] = 0.0
+    max_s: Annotated[float, Field(gt=0)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Window:
+        if self.min_s > self.max_s:
+            raise ValueError(f"min_s ({self.min_s}) is larger than max_s ({self.max_s})")
+        return self
+
+
+class StateExpectation(Model):
+    status: NodeStatus
+    min_restarts: Annotated[int, Field(ge=0, le=20)] = 0
+
+
+class Expectation(Model):
+    signature: Signature
+    exit_code: int | None = None
+    state: StateExpectation | None = None
+    phase: Phase | None = None
+    time_to_fail: Window
+
+
+class AlertExpectation(Model):
+    name: str
+    within_s: Annotated[float, Field(gt=0)]
+    labels: dict[str, str] = {}
+
+
+class Detection(Model):
+    alerts: list[AlertExpectation] = []
+
+
+class StepSignature(Model):
+    """What a failing step must show (e.g. a shortcut that fails further along)."""
+
+    source: LogSource = LogSource.PREVIOUS
+    in_order: Annotated[list[Pattern], Field(min_length=1)]
+
+
+class RecoveryStep(Model):
+    name: str
+    outcome: Outcome
+    why: str = ""
+    forbidden: str | None = Field(
+        default=None,
+        description="Why this step must never be used in production even where it seems to work.",
+    )
+    actions: Annotated[list[Action], Field(min_length=1)]
+    expect: StepSignature | None = None
+    settle_s: Annotated[float | None, Field(gt=0)] = Field(
+        default=None,
+        description="Real-world seconds to let a does_not_restore step play out before probing "
+        "(default: verify.time_to_recover.max_s). Bounds the wait when the step "
+        "hangs instead of failing.",
+    )
+
+
+class Baseline(Model):
+    probes: Annotated[list[Probe], Field(min_length=1)]
+
+
+class Verification(Model):
+    probes: Annotated[list[Probe], Field(min_length=1)]
+    time_to_recover: Window
+
+
+class Scenario(Model):
+    api_version: Literal["gameday/v1"] = Field(alias="apiVersion")
+    kind: Literal["Scenario"]
+    metadata: Metadata
+    labs: Annotated[list[LabKind], Field(min_length=1)]
+    lab_notes: dict[LabKind, str] = {}
+    target: str = "serving"
+    baseline: Baseline
+    inject: Annotated[list[Action], Field(min_length=1)]
+    expect: Expectation
+    detect: Detection = Detection()
+    recover: Annotated[list[RecoveryStep], Field(min_length=1)]
+    verify: Verification
+
+    @model_validator(mode="after")
+    def _recovers(self) -> Scenario:
+        if not any(s.outcome is Outcome.RESTORES for s in self.recover):
+            raise ValueError("recover needs at least one step with outcome: restores")
+        return self
+
+
+class LoadedScenario(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    path: Path
+    scenario: Scenario
+
+
+HINT = "see README.md 'Scenario format' or run `gameday schema` for the full format"
+
+
+def load_scenario(path: Path) -> LoadedScenario:
+    src = load(path, ScenarioError, "scenario")
+    if not isinstance(src.data, dict):
+        raise ScenarioError(
+            "a scenario is a mapping with apiVersion, kind, metadata, ...",
+            file=path,
+            line=1,
+            hint=HINT,
+        )
+    if src.data.get("apiVersion") != API_VERSION:
+        raise ScenarioError(
+            f"apiVersion must be {API_VERSION!r} (got {src.data.get('apiVersion')!r})",
+            file=path,
+            line=src.line_of(("apiVersion",)),
+            field="apiVersion",
+            hint=HINT,
+        )
+    try:
+        sc = Scenario.model_validate(src.data)
+    except pydantic.ValidationError as exc:
+        raise src.validation_error(exc, ScenarioError, HINT) from None
+    return LoadedScenario(path=path, scenario=sc)
+
+
+def discover(paths: list[Path]) -> list[Path]:
+    """Scenario files named on the command line; a directory means its *.yaml files."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(q for q in p.glob("*.y*ml") if q.suffix in (".yaml", ".yml"))
+        else:
+            out.append(p)
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Scenario.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://gameday.dev/schema/scenario-v1.json"
+    return schema

@@ -1,0 +1,44 @@
+"""Which of vLLM's start-up phases a log reached, read from the messages real vLLM prints (both
+the 0.19 and the 0.33 wording), so the same reading works on the lab engine and on real vLLM.
+
+The phase where a start broke is the last phase whose marker appears in the failed incarnation's
+log: a config error leaves no `(EngineCore` line at all; a KV-cache shortage comes after
+`Model loading took`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from runner.labs.base import LogLine
+from runner.scenario import Phase
+
+MARKERS: list[tuple[Phase, re.Pattern[str]]] = [
+    (
+        Phase.ENGINE_CORE_INIT,
+        re.compile(r"^\(EngineCore(?:_DP\d+)? pid=\d+\)|Initializing a V1 LLM engine"),
+    ),
+    (Phase.WEIGHTS_LOAD, re.compile(r"Starting to load model|Loading weights took")),
+    (
+        Phase.KV_CACHE_CHECK,
+        re.compile(r"Model loading took .* GiB|Available KV cache memory|Memory profiling takes"),
+    ),
+    (Phase.CUDA_GRAPHS, re.compile(r"GPU KV cache size: [\d,]+ tokens|Capturing CUDA graph")),
+    (
+        Phase.SERVING,
+        re.compile(r"Starting vLLM API server|Application startup complete|Uvicorn running on"),
+    ),
+]
+
+
+def reached(lines: Sequence[LogLine]) -> Phase:
+    phase = Phase.CONFIG_VALIDATION
+    order = [p for p, _ in MARKERS]
+    for ln in lines:
+        for p, rx in MARKERS:
+            if order.index(p) > (order.index(phase) if phase in order else -1) and rx.search(
+                ln.text
+            ):
+                phase = p
+    return phase

@@ -1,0 +1,144 @@
+"""YAML documents that remember where each value came from, so that every complaint about a
+scenario or an inventory names file and line.
+
+pydantic reports a location as a tuple of keys and indexes; `Source.line_of(loc)` maps it to the
+line of the deepest node that exists (an unknown key points at itself, a missing key at its
+parent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from runner.errors import InputError
+
+MAX_BYTES = 1_000_000
+MAX_DEPTH = 40
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    data: Any
+    lines: dict[tuple[Any, ...], int]
+
+    def line_of(self, loc: tuple[Any, ...]) -> int | None:
+        for n in range(len(loc), -1, -1):
+            line = self.lines.get(tuple(loc[:n]))
+            if line is not None:
+                return line
+        return None
+
+    def validation_error(
+        self, exc: pydantic.ValidationError, error_cls: type[InputError], hint: str
+    ) -> InputError:
+        """The first error of a pydantic failure, as one clear message with file:line."""
+        err = exc.errors()[0]
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        # drop discriminated-union tags that pydantic inserts into locations
+        loc = tuple(p for p in loc if p not in _UNION_TAGS)
+        field = ".".join(str(p) for p in loc) or None
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not part of the format; check its spelling)"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        more = len(exc.errors()) - 1
+        if more:
+            msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+        return error_cls(msg, file=self.path, line=self.line_of(loc), field=field, hint=hint)
+
+
+_UNION_TAGS: set[str] = set()
+
+
+def register_union_tags(*tags: str) -> None:
+    _UNION_TAGS.update(tags)
+
+
+def load(path: Path, error_cls: type[InputError], what: str) -> Source:
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise error_cls(f"{what} file is larger than {MAX_BYTES} bytes", file=path)
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error_cls(
+            f"no such {what} file",
+            file=path,
+            hint="check the path (relative paths are from the current directory)",
+        ) from None
+    except IsADirectoryError:
+        raise error_cls(f"is a directory, not a {what} file", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise error_cls(f"not UTF-8 text ({exc.reason})", file=path) from None
+    except OSError as exc:
+        raise error_cls(f"cannot read: {exc.strerror}", file=path) from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise error_cls(f"empty {what} file", file=path)
+        lines: dict[tuple[Any, ...], int] = {(): node.start_mark.line + 1}
+        _walk(node, (), lines, path, error_cls, 0)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise error_cls(
+            f"invalid YAML: {problem}",
+            file=path,
+            line=line,
+            hint="fix the YAML syntax (indentation, quotes, colons)",
+        ) from None
+    except yaml.YAMLError as exc:
+        raise error_cls(f"invalid YAML: {exc}", file=path) from None
+    except RecursionError:
+        raise error_cls(f"nested deeper than {MAX_DEPTH} levels", file=path) from None
+    finally:
+        loader.dispose()
+    return Source(path=path, data=data, lines=lines)
+
+
+def _walk(
+    node: yaml.Node,
+    path: tuple[Any, ...],
+    lines: dict[tuple[Any, ...], int],
+    file: Path,
+    error_cls: type[InputError],
+    depth: int,
+) -> None:
+    if depth > MAX_DEPTH:
+        raise error_cls(
+            f"nested deeper than {MAX_DEPTH} levels", file=file, line=node.start_mark.line + 1
+        )
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise error_cls(
+                    "mapping keys must be plain values",
+                    file=file,
+                    line=key_node.start_mark.line + 1,
+                )
+            key = key_node.value
+            if key in seen:
+                raise error_cls(
+                    f"duplicate key {key!r}",
+                    file=file,
+                    line=key_node.start_mark.line + 1,
+                    field=".".join(str(p) for p in (*path, key)),
+                    hint="YAML would silently keep only the last one; remove one",
+                )
+            seen.add(key)
+            lines[(*path, key)] = key_node.start_mark.line + 1
+            _walk(value_node, (*path, key), lines, file, error_cls, depth + 1)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[(*path, i)] = item.start_mark.line + 1
+            _walk(item, (*path, i), lines, file, error_cls, depth + 1)
