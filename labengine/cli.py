@@ -118,6 +118,15 @@ def _normalise(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = _main(argv)
+    stamp = os.environ.get("GAMEDAY_EXIT_STAMP")
+    if stamp:  # for the benchmark: the engine's own clock at the moment it exits
+        with contextlib.suppress(OSError), open(stamp, "a") as f:
+            f.write(f"{time.time():.6f} {code}\n")
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)
     era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))

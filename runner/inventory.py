@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runner.errors import InventoryError
 from runner.scenario import LabKind
@@ -62,6 +62,12 @@ class Node(Model):
     args: tuple[str, ...]
     env: dict[str, str] = {}
     connection: dict[str, Any] = {}
+
+    @field_validator("restart", mode="before")
+    @classmethod
+    def _yaml_no(cls, v: Any) -> Any:
+        # YAML 1.1 reads an unquoted `no` as false; a restart policy of false means "no"
+        return "no" if v is False else v
 
     def rendered_args(self) -> list[str]:
         return [

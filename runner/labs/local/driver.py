@@ -39,6 +39,19 @@ PASSTHROUGH_ENV = (
 )
 
 
+def resolve_command(name: str) -> str | None:
+    """A program on PATH, or installed beside this interpreter (an un-activated venv)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    if Path(name).is_file():
+        return name
+    return None
+
+
 def default_state_root() -> Path:
     root = os.environ.get("GAMEDAY_STATE_DIR")
     if root:
@@ -107,7 +120,7 @@ class LocalLab:
     def preflight(self) -> None:
         """Refuse to start a lab that cannot work, before starting anything."""
         cmd = self.inventory.lab.engine_command
-        if cmd and shutil.which(cmd[0]) is None and not Path(cmd[0]).is_file():
+        if cmd and resolve_command(cmd[0]) is None:
             raise LabError(
                 f"{self.inventory.path}: engine command {cmd[0]!r} (gameday_lab.engine_command) "
                 "is not on PATH",
@@ -166,9 +179,7 @@ class LocalLab:
             "GAMEDAY_GPU_COUNT": str(n.gpu.count),
         }
         cmd = list(self.inventory.lab.engine_command)
-        resolved = shutil.which(cmd[0])
-        if resolved:
-            cmd[0] = resolved
+        cmd[0] = resolve_command(cmd[0]) or cmd[0]
         return {
             "name": n.name,
             "address": n.address,

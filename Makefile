@@ -1,0 +1,28 @@
+# Quick start (README.md): `make run` sets up and runs the scenario suite on the embedded local
+# lab; `make test` sets up and runs the tests (lint, types, unit and end-to-end).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/gameday run --lab inventories/local.yaml
+
+test: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy runner
+	$(BIN)/pytest
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf $(VENV)

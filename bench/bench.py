@@ -1,0 +1,149 @@
+"""gameday benchmark: prints figures, asserts nothing (these machines are noisy).
+
+    python bench/bench.py [--rounds N] [--latency-samples N]
+
+Measures, in one run:
+- wall time of the four start-up scenarios together on the local lab (N rounds; median, min);
+- how much of that wall time the scenarios inherently wait (the engine's scaled phases);
+- detection latency: the engine's own clock at its exit vs the moment the runner's event wait
+  returned with that exit (median, max);
+- resident memory of one engine node (API server + engine-core process) and of the runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from runner.inventory import load_inventory  # noqa: E402
+from runner.labs.base import Change, ChangeKind, EventType, NodeConfig  # noqa: E402
+from runner.labs.local.driver import LocalLab  # noqa: E402
+from runner.scenario import load_scenario  # noqa: E402
+from runner.suite import run_suite  # noqa: E402
+
+FOUR = ["context-window-overflow", "kv-cache-shortage", "tp-mismatch", "service-name-collision"]
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def suite_wall(inv_path: Path, rounds: int) -> list[float]:
+    inv = load_inventory(inv_path)
+    scenarios = [load_scenario(ROOT / "scenarios" / f"{s}.yaml") for s in FOUR]
+    walls = []
+    with tempfile.TemporaryDirectory() as reports:
+        for _ in range(rounds):
+            t0 = time.monotonic()
+            out = run_suite(scenarios, inv, Path(reports), lambda _m: None)
+            walls.append(time.monotonic() - t0)
+            assert out.result.verdict.value == "passed", out.result.verdict
+    return walls
+
+
+def detection_latency(lab: LocalLab, samples: int, stamp: Path) -> list[float]:
+    base = lab.baseline_config("serving")
+    broken = NodeConfig(
+        args=(*base.args, "--max-model-len", "131072"),
+        env={**base.env, "GAMEDAY_EXIT_STAMP": str(stamp)},
+    )
+    lab.apply(Change(kind=ChangeKind.NODE_CONFIG, node="serving", before=base, after=broken))
+    seq = lab.last_event_seq()
+    lat = []
+    while len(lat) < samples:
+        for e in lab.wait_events(seq, 30):
+            seq = e.seq
+            if e.node == "serving" and e.type is EventType.EXITED and not e.data.get("stopped"):
+                seen = time.time()
+                engine_exit = float(stamp.read_text().split()[-2])
+                lat.append((seen - engine_exit) * 1000)
+    lab.apply(Change(kind=ChangeKind.NODE_CONFIG, node="serving", before=broken, after=base))
+    return lat
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-samples", type=int, default=10)
+    args = ap.parse_args()
+    inv_path = ROOT / "inventories" / "local.yaml"
+    inv = load_inventory(inv_path)
+    scale = inv.lab.time_scale
+
+    print(f"# gameday benchmark {datetime.now(UTC).isoformat(timespec='seconds')}")
+    print(
+        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, "
+        f"{len(__import__('os').sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    )
+
+    walls = suite_wall(inv_path, args.rounds)
+    # what the scenarios inherently wait: per scenario, baseline probes, the failing start(s)
+    # and the recovery boot, all at the lab's time scale (engine phase durations in real seconds)
+    boot_real = 9 + 9 + 70.34 + 71.20 + 26 + 14 + 9 + 2  # config..API start, Qwen-14B on A10G
+    inherent = {
+        "context-window-overflow": 9 + (9 + 9 + 70.34 + 71.20 + 26 + 14) + boot_real,
+        "kv-cache-shortage": 2 * (9 + 9 + 70.34 + 71.20 + 26 + 14) + 10 + boot_real,
+        "tp-mismatch": 9 + 400 + boot_real,  # 400 s: the --nnodes shortcut's settle window
+        "service-name-collision": 2 * (9 + 9) + 10 + boot_real,
+    }
+    inherent_lab = sum(inherent.values()) / scale
+    print(
+        f"four start-up scenarios, {args.rounds} rounds: median {statistics.median(walls):.1f} s,"
+        f" min {min(walls):.1f} s, max {max(walls):.1f} s wall "
+        f"(lab brought up and down by each run)"
+    )
+    print(
+        f"  of which the scenarios inherently wait (scaled phases): {inherent_lab:.1f} s; "
+        f"runner and lab overhead {statistics.median(walls) - inherent_lab:.1f} s "
+        f"({100 * (statistics.median(walls) - inherent_lab) / statistics.median(walls):.0f} %)"
+    )
+
+    lab = LocalLab(inv)
+    lab.up()
+    try:
+        seq = 0
+        while not lab.states()["serving"].ready:
+            evs = lab.wait_events(seq, 10)
+            seq = evs[-1].seq if evs else seq
+        st = lab.states()["serving"]
+        assert st.pid is not None
+        api = rss_kib(st.pid)
+        core = sum(rss_kib(c) for c in children(st.pid))
+        print(
+            f"engine node resident memory: {(api + core) / 1024:.1f} MiB "
+            f"(API server {api / 1024:.1f} MiB + engine core {core / 1024:.1f} MiB)"
+        )
+        with tempfile.TemporaryDirectory() as d:
+            lat = detection_latency(lab, args.latency_samples, Path(d) / "exit")
+        print(
+            f"detection latency (engine exit -> runner has the event), {len(lat)} samples: "
+            f"median {statistics.median(lat):.1f} ms, max {max(lat):.1f} ms"
+        )
+    finally:
+        lab.down()
+    runner_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"runner resident memory (peak of this process): {runner_rss:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""The local lab itself: bring-up, bad input, restart policies, logs, undo after a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runner.inventory import load_inventory
+from runner.labs.local.driver import LocalLab
+from runner.scenario import LogSource, NodeStatus
+from tests.e2e.conftest import ROOT, gameday, inventory
+
+pytestmark = pytest.mark.e2e
+
+
+def no_supervisor_left(inv: Path) -> bool:
+    lab = LocalLab(load_inventory(inv))
+    return not lab.is_up() and not (lab.state_dir / "supervisor.pid").exists()
+
+
+def test_port_in_use_is_one_clear_message(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, "127.0.78.30")
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.78.30", 8000))
+        s.listen()
+        p = gameday("run", "scenarios/tp-mismatch.yaml", "--lab", str(inv))
+    assert p.returncode == 3
+    assert "Traceback" not in p.stderr
+    assert "127.0.78.30:8000" in p.stderr and "inventory.yaml" in p.stderr
+    assert "hint:" in p.stderr
+    assert no_supervisor_left(inv)
+
+
+def test_engine_binary_missing(tmp_path: Path) -> None:
+    inv = inventory(
+        tmp_path,
+        "127.0.78.31",
+        **{"engine_command: [vllm-lab, serve]": "engine_command: [no-such-vllm]"},
+    )
+    p = gameday("lab", "up", "--lab", str(inv))
+    assert p.returncode == 3 and "no-such-vllm" in p.stderr and "Traceback" not in p.stderr
+    assert no_supervisor_left(inv)
+
+
+def test_missing_inventory_and_bad_scenario() -> None:
+    p = gameday("run", "scenarios/tp-mismatch.yaml", "--lab", "inventories/nope.yaml")
+    assert p.returncode == 2 and "no such inventory file" in p.stderr
+    p = gameday("validate", "README.md")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_status_of_a_lab_that_is_not_up(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, "127.0.78.32")
+    p = gameday("lab", "status", "--lab", str(inv))
+    assert p.returncode == 3 and "not up" in p.stderr and "gameday lab up" in p.stderr
+
+
+def wait(lab: LocalLab, node: str, cond, timeout: float = 20):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    seq = 0
+    while True:
+        st = lab.states()[node]
+        if cond(st):
+            return st
+        assert time.monotonic() < deadline, st
+        evs = lab.wait_events(seq, 1.0)
+        seq = evs[-1].seq if evs else seq
+
+
+def test_restart_policies_and_exit_codes(tmp_path: Path) -> None:
+    """on-failure restarts a crash but not an exit 0 (the seed's trap); `no` never restarts;
+    `always` backs off like CrashLoopBackOff. Previous logs hold the failed incarnation."""
+    text = (ROOT / "inventories" / "local.yaml").read_text()
+    body = text.split("    serving:\n      hosts:\n")[0]
+    host = """        {name}:
+          gameday_role: serving
+          gameday_address: {addr}
+          gameday_restart: {policy}
+          gameday_engine_args: [Qwen/Qwen2.5-14B-Instruct-AWQ, --max-model-len, "{len}",
+                                --host, "{{address}}", --port, "{{port}}"]
+"""
+    hosts = "".join(
+        host.format(name=n, addr=a, policy=pol, len=ln)
+        for n, a, pol, ln in [
+            ("crash-no", "127.0.78.40", "no", 131072),
+            ("crash-onf", "127.0.78.41", "on-failure", 131072),
+            ("ok-onf", "127.0.78.42", "on-failure", 4096),
+        ]
+    )
+    inv_path = tmp_path / "inv.yaml"
+    inv_path.write_text(
+        body.replace("name: local", "name: policies") + "    nodes:\n      hosts:\n" + hosts
+    )
+    lab = LocalLab(load_inventory(inv_path))
+    lab.up()
+    try:
+        st = wait(
+            lab, "crash-no", lambda s: s.last_exit is not None and s.status is NodeStatus.EXITED
+        )
+        assert st.last_exit is not None and st.last_exit.code == 1 and st.restarts == 0
+        assert st.last_exit.finished_at > st.last_exit.started_at
+        prev = lab.logs("crash-no", LogSource.PREVIOUS)
+        assert any("validation error for ModelConfig" in ln.text for ln in prev)
+        assert all(ln.ts.tzinfo is not None for ln in prev)
+
+        st = wait(lab, "crash-onf", lambda s: s.restarts >= 2)
+        assert st.status in (NodeStatus.CRASH_LOOPING, NodeStatus.RUNNING)
+
+        st = wait(lab, "ok-onf", lambda s: s.ready)
+        with open(f"/proc/{st.pid}/task/{st.pid}/children") as f:
+            core = int(f.read().split()[0])
+        os.kill(core, signal.SIGKILL)  # the engine dies; the server exits 0
+        st = wait(lab, "ok-onf", lambda s: s.status is NodeStatus.EXITED and s.last_exit)
+        assert st.last_exit is not None and st.last_exit.code == 0
+        time.sleep(0.5)  # give a (wrong) restart the chance to happen
+        st = lab.states()["ok-onf"]
+        assert st.status is NodeStatus.EXITED and st.restarts == 0
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(lab.url("ok-onf") + "/health")
+    finally:
+        lab.down()
+
+
+def test_kill_mid_run_then_cleanup(tmp_path: Path, lab_down_after: list[Path]) -> None:
+    inv = inventory(tmp_path, "127.0.78.50")
+    lab_down_after.append(inv)
+    assert gameday("lab", "up", "--lab", str(inv)).returncode == 0
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "run",
+            "scenarios/kv-cache-shortage.yaml",
+            "--lab",
+            str(inv),
+            "--reports",
+            str(tmp_path / "r"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "expect: waiting for the failure" in line:
+            break
+    proc.kill()  # SIGKILL: no cleanup can run
+    proc.wait()
+    lab = LocalLab(load_inventory(inv))
+    assert lab.config("serving") != lab.baseline_config("serving")  # the fault is still there
+    p = gameday("run", "scenarios/kv-cache-shortage.yaml", "--lab", str(inv))
+    assert p.returncode == 3 and "gameday cleanup" in p.stderr
+    p = gameday("cleanup", "--lab", str(inv))
+    assert p.returncode == 0, p.stderr
+    assert lab.config("serving") == lab.baseline_config("serving")
+    assert gameday("cleanup", "--lab", str(inv)).returncode == 0  # idempotent
+    wait(lab, "serving", lambda s: s.ready)

@@ -1,0 +1,134 @@
+"""The four start-up scenarios, end to end on the embedded local lab."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ROOT, gameday, inventory
+
+pytestmark = pytest.mark.e2e
+FOUR = [
+    "scenarios/context-window-overflow.yaml",
+    "scenarios/kv-cache-shortage.yaml",
+    "scenarios/tp-mismatch.yaml",
+    "scenarios/service-name-collision.yaml",
+]
+
+
+def test_the_four_pass(tmp_path: Path) -> None:
+    p = gameday("run", *FOUR, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_dir = next(tmp_path.iterdir())
+    for f in ("result.json", "junit.xml", "report.md", "report.html"):
+        assert (run_dir / f).is_file()
+    result = json.loads((run_dir / "result.json").read_text())
+    by_id = {s["id"]: s for s in result["scenarios"]}
+    assert all(s["verdict"] == "passed" for s in by_id.values())
+    # the walls in order: config errors in seconds, the KV shortage only after the weights load
+    assert by_id["context-window-overflow"]["time_to_fail_s"] < 30
+    assert by_id["tp-mismatch"]["time_to_fail_s"] < 30
+    assert 90 < by_id["kv-cache-shortage"]["time_to_fail_s"] < 300
+    assert all(s["time_to_recover_s"] for s in by_id.values())
+    collision = by_id["service-name-collision"]
+    assert any("local lab emulation" in n for n in collision["notes"])
+    names = [a["name"] for a in by_id["context-window-overflow"]["assertions"]]
+    assert any("does NOT restore" in n for n in names)
+
+
+def wrong(tmp_path: Path, src: str, new_id: str, old: str, new: str) -> Path:
+    text = (ROOT / src).read_text()
+    assert old in text
+    text = text.replace(old, new, 1).replace(f"id: {Path(src).stem}", f"id: {new_id}")
+    p = tmp_path / f"{new_id}.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_wrong_expectations_fail_readably(tmp_path: Path) -> None:
+    files = [
+        wrong(
+            tmp_path,
+            "scenarios/tp-mismatch.yaml",
+            "wrong-exit-code",
+            "exit_code: 1",
+            "exit_code: 0",
+        ),
+        wrong(
+            tmp_path,
+            "scenarios/context-window-overflow.yaml",
+            "wrong-signature",
+            "'ValidationError: 1 validation error for ModelConfig'",
+            "'ValidationError: 7 validation errors for CacheConfig'",
+        ),
+        wrong(
+            tmp_path,
+            "scenarios/kv-cache-shortage.yaml",
+            "too-tight",
+            "time_to_fail: {min_s: 90, max_s: 300}",
+            "time_to_fail: {max_s: 20}",
+        ),
+    ]
+    p = gameday(
+        "run",
+        *map(str, files),
+        "--lab",
+        "inventories/local.yaml",
+        "--reports",
+        str(tmp_path / "reports"),
+    )
+    assert p.returncode == 1, p.stdout + p.stderr
+    out = p.stdout
+    assert "Traceback" not in out + p.stderr
+    assert re.search(
+        r"FAILED wrong-exit-code: expect: exit code\s+expected: exit code 0\s+"
+        r"observed: exit code 1",
+        out,
+    )
+    assert re.search(
+        r"FAILED wrong-signature: expect: signature 1/2.*\s+expected: "
+        r"/ValidationError: 7 validation errors for CacheConfig/\s+observed: not found",
+        out,
+    )
+    assert re.search(
+        r"FAILED too-tight: expect: time to fail\s+expected: 0-20 s real.*\s+"
+        r"observed: \d+\.\d s real",
+        out,
+    )
+    result = json.loads(next((tmp_path / "reports").glob("*/result.json")).read_text())
+    assert {s["verdict"] for s in result["scenarios"]} == {"failed"}
+
+
+def test_pytest_plugin_collects_and_explains(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = wrong(
+        tmp_path, "scenarios/tp-mismatch.yaml", "plugin-wrong", "exit_code: 1", "exit_code: 0"
+    )
+    inv = inventory(tmp_path, "127.0.78.20")
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "scenarios" / "tp-mismatch.yaml"),
+            str(bad),
+            "--lab",
+            str(inv),
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "1 failed, 1 passed" in p.stdout, p.stdout + p.stderr
+    assert "expected: exit code 0" in p.stdout and "observed: exit code 1" in p.stdout

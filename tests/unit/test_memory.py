@@ -1,0 +1,125 @@
+"""The engine's memory arithmetic against the seed's measured numbers (seeds/004)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labengine import memory
+from labengine.gpu import gpu_types
+from labengine.models import resolve
+from labengine.wording import Era, capacity_lines, gib, kv_shortage
+
+QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
+
+
+def plan(util: float, max_len: int, model: str = QWEN, gpu: str = "a10g") -> memory.KvPlan:
+    m = resolve(model)
+    g = gpu_types()[gpu]
+    return memory.plan(
+        cuda_total=g.cuda_total_bytes,
+        utilization=util,
+        loaded_weights=m.loaded_bytes(),
+        activation_peak=m.activation_peak_bytes(2048, 256),
+        non_torch=g.non_torch_mib * 2**20,
+        layers=m.num_layers,
+        per_token_per_layer=m.kv_bytes_per_token_per_layer(),
+        max_model_len=max_len,
+    )
+
+
+def test_kv_per_token_is_192_kib() -> None:
+    m = resolve(QWEN)
+    assert m.num_layers * m.kv_bytes_per_token_per_layer() == 192 * 1024
+
+
+def test_weights_from_the_model_files() -> None:
+    m = resolve(QWEN)
+    assert m.checkpoint_bytes == 9_980_028_928  # sum of every tensor in the index
+    assert gib(m.loaded_bytes()) == 9.38  # "Model loading took 9.38 GiB memory"
+
+
+def test_baseline_matches_seed() -> None:
+    p = plan(0.9, 4096)
+    assert p.fits
+    assert gib(p.available) == 9.1  # "Available KV cache memory: 9.1 GiB"
+    assert p.tokens == 49_696  # "GPU KV cache size: 49,696 tokens"
+    assert round(p.concurrency, 2) == 12.13
+    assert capacity_lines(Era.V0_19, p.tokens, 4096, p.concurrency) == [
+        "GPU KV cache size: 49,696 tokens",
+        "Maximum concurrency for 4,096 tokens per request: 12.13x",
+    ]
+    assert capacity_lines(Era.V0_33, p.tokens, 4096, p.concurrency) == [
+        "GPU KV cache size: 49,696 tokens, Maximum concurrency for 4,096 tokens per request: 12.13x"
+    ]
+
+
+def test_shortage_matches_seed() -> None:
+    p = plan(0.5, 16384)
+    assert not p.fits
+    assert gib(p.available) == 0.18
+    assert gib(p.needed) == 3.0
+    assert memory.estimate_max_model_len(Era.V0_19, p.available, p.page_bytes, 16384) == 976
+    # 0.33 keeps one block back before the search
+    assert memory.estimate_max_model_len(Era.V0_33, p.available, p.page_bytes, 16384) == 960
+
+
+def test_shortage_message_both_wordings() -> None:
+    p = plan(0.5, 16384)
+    old = kv_shortage(Era.V0_19, 16384, p.needed, p.available, 976)
+    assert old.startswith(
+        "To serve at least one request with the models's max seq len (16384), "
+        "(3.0 GiB KV cache is needed, which is larger than the available KV "
+        "cache memory (0.18 GiB). Based on the available memory, the estimated "
+        "maximum model length is 976."
+    )
+    assert old.endswith("when initializing the engine.")
+    new = kv_shortage(Era.V0_33, 16384, p.needed, p.available, 960)
+    assert "the model's max seq len" in new and "See https://docs.vllm.ai" in new
+
+
+def test_bypass_hits_the_second_wall() -> None:
+    p = plan(0.9, 131072)
+    assert gib(p.needed) == 24.0 and not p.fits
+    assert memory.estimate_max_model_len(Era.V0_19, p.available, p.page_bytes, 131072) == 49_696
+
+
+def test_needed_rounds_up_to_blocks() -> None:
+    page = memory.page_bytes(48, 4096)
+    assert memory.needed_bytes(1, page) == page
+    assert memory.needed_bytes(17, page) == 2 * page
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "derived"),
+    [
+        (QWEN, "max_position_embeddings", 32768.0),
+        ("Qwen/Qwen2.5-0.5B-Instruct", "max_position_embeddings", 32768.0),
+        # llama3 rope scaling is not applied to the derived length
+        ("meta-llama/Llama-3.1-8B-Instruct", "max_position_embeddings", 131072.0),
+    ],
+)
+def test_derived_max_len(model: str, key: str, derived: float) -> None:
+    assert resolve(model).derived_max_len() == (key, derived)
+
+
+def test_yarn_rope_scales_derived_len(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    d = tmp_path / "m"
+    d.mkdir()
+    cfg = json.loads((resolve(QWEN).path / "config.json").read_text())
+    cfg["rope_scaling"] = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 32768,
+    }
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert resolve(str(d)).derived_max_len() == ("max_position_embeddings", 131072.0)
+
+
+def test_models_differ_in_shape() -> None:
+    small = resolve("Qwen/Qwen2.5-0.5B-Instruct")
+    llama = resolve("meta-llama/Llama-3.1-8B-Instruct")
+    assert small.num_layers * small.kv_bytes_per_token_per_layer() == 12 * 1024  # 24x2x64x2x2
+    assert llama.num_layers * llama.kv_bytes_per_token_per_layer() == 128 * 1024
+    assert llama.checkpoint_bytes == 16_060_522_496  # the real checkpoint's total_size
