@@ -71,7 +71,8 @@ def json_out(data: Any) -> None:
 
 def run_summary(result: RunResult, report_dir: str) -> None:
     table = Table(title=f"gameday run {result.run_id} on lab {result.lab.name}")
-    for col in ("scenario", "verdict", "time to fail", "time to recover", "failed assertions"):
+    table.add_column("scenario", no_wrap=True)
+    for col in ("verdict", "time to fail", "time to recover", "failed assertions"):
         table.add_column(col)
     for s in result.scenarios:
         bad = [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
