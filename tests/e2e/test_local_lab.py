@@ -166,3 +166,43 @@ def test_kill_mid_run_then_cleanup(tmp_path: Path, lab_down_after: list[Path]) -
     assert lab.config("serving") == lab.baseline_config("serving")
     assert gameday("cleanup", "--lab", str(inv)).returncode == 0  # idempotent
     wait(lab, "serving", lambda s: s.ready)
+
+
+def test_ctrl_c_runs_cleanup(tmp_path: Path, lab_down_after: list[Path]) -> None:
+    inv = inventory(tmp_path, "127.0.78.51")
+    lab_down_after.append(inv)
+    assert gameday("lab", "up", "--lab", str(inv)).returncode == 0
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "run",
+            "scenarios/kv-cache-shortage.yaml",
+            "--lab",
+            str(inv),
+            "--reports",
+            str(tmp_path / "r"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "expect: waiting for the failure" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    lab = LocalLab(load_inventory(inv))
+    assert lab.config("serving") == lab.baseline_config("serving")
+    from runner.journal import open_changes
+
+    assert open_changes(lab.state_dir) == []
+    p = gameday(
+        "run", "scenarios/tp-mismatch.yaml", "--lab", str(inv), "--reports", str(tmp_path / "r2")
+    )
+    assert p.returncode == 0, p.stdout + p.stderr  # no leftovers: the next run just works
