@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runner.inventory import load_inventory  # noqa: E402
+from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, EventType, NodeConfig  # noqa: E402
 from runner.labs.local.driver import LocalLab  # noqa: E402
 from runner.scenario import load_scenario  # noqa: E402
@@ -121,11 +122,7 @@ def main() -> None:
     lab = LocalLab(inv)
     lab.up()
     try:
-        seq = 0
-        while not lab.states()["serving"].ready:
-            evs = lab.wait_events(seq, 10)
-            seq = evs[-1].seq if evs else seq
-        st = lab.states()["serving"]
+        st = wait_all_ready(lab, 60)["serving"]
         assert st.pid is not None
         api = rss_kib(st.pid)
         core = sum(rss_kib(c) for c in children(st.pid))

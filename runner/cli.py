@@ -18,13 +18,14 @@ from typing import Any, TypeVar
 
 import click
 
-from runner import __version__, journal, output
+from runner import __version__, output
 from runner.errors import GamedayError, InputError, LabError, ScenarioError
 from runner.inventory import load_inventory
-from runner.labs import open_lab
+from runner.labs import open_lab, wait_all_ready
 from runner.report import load_result, write_reports
 from runner.results import Verdict
 from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
+from runner.undo import cleanup_lab
 
 DEFAULT_LAB = Path("inventories/local.yaml")
 DEFAULT_SCENARIOS = Path("scenarios")
@@ -48,6 +49,14 @@ def handled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+reports_option = click.option(
+    "--reports",
+    "reports_dir",
+    type=click.Path(path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+    help="Where run directories go.",
+)
 lab_option = click.option(
     "--lab",
     "lab_path",
@@ -91,14 +100,7 @@ def load_all(paths: tuple[Path, ...]) -> list[LoadedScenario]:
 @main.command()
 @click.argument("scenarios", nargs=-1, type=click.Path(path_type=Path))
 @lab_option
-@click.option(
-    "--reports",
-    "reports_dir",
-    type=click.Path(path_type=Path),
-    default=Path("reports"),
-    show_default=True,
-    help="Where run directories go.",
-)
+@reports_option
 @click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
 @handled
 def run(scenarios: tuple[Path, ...], lab_path: Path, reports_dir: Path, as_json: bool) -> None:
@@ -268,24 +270,7 @@ def lab_up(lab_path: Path) -> None:
     inventory = load_inventory(lab_path)
     driver = open_lab(inventory)
     driver.up()
-    boot = inventory.lab.boot_timeout_s / inventory.lab.time_scale
-    import time
-
-    deadline = time.monotonic() + boot
-    seq = 0
-    while True:
-        states = driver.states()
-        if all(s.ready for s in states.values()):
-            break
-        if time.monotonic() > deadline:
-            raise LabError(
-                f"lab {inventory.lab.name!r} is up but not every node is ready "
-                f"after {boot:.1f} s: "
-                + ", ".join(f"{n}={s.status.value}" for n, s in states.items()),
-                hint="see the node logs in " + str(driver.state_dir / "nodes"),
-            )
-        evs = driver.wait_events(seq, max(0.01, min(5.0, deadline - time.monotonic())))
-        seq = evs[-1].seq if evs else seq
+    states = wait_all_ready(driver, inventory.lab.boot_timeout_s / inventory.lab.time_scale)
     output.message(
         f"lab {inventory.lab.name!r} is up: " + ", ".join(f"{n} {driver.url(n)}" for n in states)
     )
@@ -327,13 +312,7 @@ def lab_status(lab_path: Path, as_json: bool) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path(path_type=Path), required=False)
-@click.option(
-    "--reports",
-    "reports_dir",
-    type=click.Path(path_type=Path),
-    default=Path("reports"),
-    show_default=True,
-)
+@reports_option
 @handled
 def report(run: Path | None, reports_dir: Path) -> None:
     """Print a run's summary and re-render its reports (default: the latest run)."""
@@ -358,44 +337,19 @@ def report(run: Path | None, reports_dir: Path) -> None:
 def cleanup(lab_path: Path) -> None:
     """Undo whatever an interrupted run left on the lab (idempotent)."""
     inventory = load_inventory(lab_path)
-    driver = open_lab(inventory)
-    items = journal.open_changes(driver.state_dir)
-    if not items:
-        output.message(f"lab {inventory.lab.name!r}: nothing to undo")
-        journal.close_journals(driver.state_dir)
-        return
-    if not driver.is_up():
-        # a local lab that is down holds no changes: nodes start from the inventory's baseline
-        for item in items:
-            journal.mark_undone(item)
-        journal.close_journals(driver.state_dir)
+    outcome = cleanup_lab(open_lab(inventory))
+    name = inventory.lab.name
+    if not outcome.open_changes:
+        output.message(f"lab {name!r}: nothing to undo")
+    elif outcome.lab_was_down:
         output.message(
-            f"lab {inventory.lab.name!r} is down: {len(items)} journalled change(s) "
-            "need no undo (it starts from its baseline)"
+            f"lab {name!r} is down: {outcome.open_changes} journalled change(s) need no undo "
+            "(it starts from its baseline)"
         )
-        return
-    firsts: dict[str, journal.OpenChange] = {}
-    for item in reversed(items):  # oldest first
-        firsts.setdefault(item.change.node, item)
-    from runner.labs.base import Change
-
-    for node, item in firsts.items():
-        current = driver.config(node)
-        if current != item.change.before:
-            driver.apply(
-                Change(
-                    kind=item.change.kind,
-                    node=node,
-                    before=current,
-                    after=item.change.before,
-                    note="gameday cleanup",
-                )
-            )
-            output.message(f"restored {node} to its configuration before {item.scenario}")
-    for item in items:
-        journal.mark_undone(item)
-    journal.close_journals(driver.state_dir)
-    output.message(f"lab {inventory.lab.name!r}: undid {len(items)} change(s)")
+    else:
+        for c in outcome.applied:
+            output.message(f"restored {c.node} to its configuration before the interrupted run")
+        output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ from runner.scenario import (
     SetEnv,
 )
 from runner.timing import TimeScale, elapsed_real
+from runner.undo import restore
 
 Progress = Callable[[str], None]
 
@@ -345,19 +346,9 @@ def describe_change(c: Change) -> str:
 
 
 def undo_all(ctx: Context, reason: str) -> None:
-    """Put every node this run changed back to how it was before its first change: one
-    re-apply per node, however many changes were stacked on it."""
-    firsts: dict[str, Change] = {}
-    for _, change in ctx.open_changes:
-        firsts.setdefault(change.node, change)
-    for node, first in firsts.items():
-        current = ctx.lab.config(node)
-        undo = Change(
-            kind=first.kind, node=node, before=current, after=first.before, note=f"undo ({reason})"
-        )
+    """Put every node this run changed back to how it was before its first change."""
+    for undo in restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})"):
         ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
-        if current != first.before:
-            ctx.lab.apply(undo)
     for seq, _ in reversed(ctx.open_changes):
         ctx.journal.undone(seq)
     ctx.open_changes.clear()

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import time
+
 from runner.errors import LabError
 from runner.inventory import Inventory
-from runner.labs.base import LabDriver
+from runner.labs.base import LabDriver, NodeState
 from runner.scenario import LabKind
 
 
@@ -22,4 +24,24 @@ def open_lab(inventory: Inventory) -> LabDriver:
     )
 
 
-__all__ = ["LabDriver", "open_lab"]
+def wait_all_ready(lab: LabDriver, timeout_s: float) -> dict[str, NodeState]:
+    """Block on the lab's events until every node serves; LabError after `timeout_s` (lab s)."""
+    deadline = time.monotonic() + timeout_s
+    seq = lab.last_event_seq()
+    while True:
+        states = lab.states()
+        if all(s.ready for s in states.values()):
+            return states
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LabError(
+                f"lab {lab.inventory.lab.name!r} is up but not every node is ready after "
+                f"{timeout_s:.1f} s: "
+                + ", ".join(f"{n}={s.status.value}" for n, s in states.items()),
+                hint=f"see the node logs under {lab.state_dir}",
+            )
+        evs = lab.wait_events(seq, min(5.0, remaining))
+        seq = evs[-1].seq if evs else seq
+
+
+__all__ = ["LabDriver", "open_lab", "wait_all_ready"]

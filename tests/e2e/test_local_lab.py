@@ -130,9 +130,8 @@ def test_restart_policies_and_exit_codes(tmp_path: Path) -> None:
         lab.down()
 
 
-def test_kill_mid_run_then_cleanup(tmp_path: Path, lab_down_after: list[Path]) -> None:
-    inv = inventory(tmp_path, "127.0.78.50")
-    lab_down_after.append(inv)
+def run_until_injected(inv: Path, tmp_path: Path) -> subprocess.Popen[str]:
+    """Bring the lab up, start `gameday run` on it and return once the fault is injected."""
     assert gameday("lab", "up", "--lab", str(inv)).returncode == 0
     proc = subprocess.Popen(
         [
@@ -155,6 +154,13 @@ def test_kill_mid_run_then_cleanup(tmp_path: Path, lab_down_after: list[Path]) -
     for line in proc.stderr:
         if "expect: waiting for the failure" in line:
             break
+    return proc
+
+
+def test_kill_mid_run_then_cleanup(tmp_path: Path, lab_down_after: list[Path]) -> None:
+    inv = inventory(tmp_path, "127.0.78.50")
+    lab_down_after.append(inv)
+    proc = run_until_injected(inv, tmp_path)
     proc.kill()  # SIGKILL: no cleanup can run
     proc.wait()
     lab = LocalLab(load_inventory(inv))
@@ -171,28 +177,7 @@ def test_kill_mid_run_then_cleanup(tmp_path: Path, lab_down_after: list[Path]) -
 def test_ctrl_c_runs_cleanup(tmp_path: Path, lab_down_after: list[Path]) -> None:
     inv = inventory(tmp_path, "127.0.78.51")
     lab_down_after.append(inv)
-    assert gameday("lab", "up", "--lab", str(inv)).returncode == 0
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runner.cli",
-            "run",
-            "scenarios/kv-cache-shortage.yaml",
-            "--lab",
-            str(inv),
-            "--reports",
-            str(tmp_path / "r"),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if "expect: waiting for the failure" in line:
-            break
+    proc = run_until_injected(inv, tmp_path)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

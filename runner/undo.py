@@ -1,0 +1,52 @@
+"""Putting a lab back: the one place that turns journalled changes into their undo.
+
+Stacked changes on one node (inject, then a shortcut, then a fix) are undone with a single
+re-apply of that node's configuration from before the first of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner import journal
+from runner.labs.base import Change, LabDriver
+
+
+def restore(lab: LabDriver, changes: Sequence[Change], note: str) -> list[Change]:
+    """Re-apply, per node, the configuration it had before the oldest of `changes` (given oldest
+    first). Returns the changes it applied (nodes already back are left alone)."""
+    firsts: dict[str, Change] = {}
+    for change in changes:
+        firsts.setdefault(change.node, change)
+    applied = []
+    for node, first in firsts.items():
+        current = lab.config(node)
+        if current == first.before:
+            continue
+        undo = Change(kind=first.kind, node=node, before=current, after=first.before, note=note)
+        lab.apply(undo)
+        applied.append(undo)
+    return applied
+
+
+@dataclass(frozen=True)
+class CleanupOutcome:
+    open_changes: int
+    applied: list[Change]
+    lab_was_down: bool
+
+
+def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
+    """`gameday cleanup`: undo whatever interrupted runs left, then close their journals.
+    Idempotent: a second call finds nothing open and changes nothing."""
+    items = journal.open_changes(lab.state_dir)  # newest first
+    applied: list[Change] = []
+    down = not lab.is_up()
+    # A local lab that is down holds no changes: its nodes start from the inventory's baseline.
+    if items and not down:
+        applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
+    for item in items:
+        journal.mark_undone(item)
+    journal.close_journals(lab.state_dir)
+    return CleanupOutcome(open_changes=len(items), applied=applied, lab_was_down=down)
