@@ -499,6 +499,15 @@ def record_signature(
             f"no line matches /{r.pattern.regex}/",
             "none found" if not r.matched else f"line {r.line_index}: {(r.line or '')[:300]}",
         )
+    for r in result.in_order:
+        if r.ok and r.line_index is not None:
+            ln = logs[r.line_index]
+            ctx.rec.event(
+                f"log: {ln.text[:160]}",
+                ts=ln.ts,
+                source=f"log:{ctx.target}",
+                clock="lab runtime (log line, stamped in UTC as read)",
+            )
     marks = {r.line_index for r in result.in_order if r.line_index is not None}
     marks |= {r.line_index for r in result.absent if r.line_index is not None}
     keep: set[int] = set()
