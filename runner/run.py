@@ -146,9 +146,10 @@ class Context:
     def note_event(self, e: LabEvent) -> None:
         text = e.type.value
         if e.type is EventType.EXITED:
-            text = (
-                f"exited with code {e.data.get('code')} (incarnation {e.data.get('incarnation')})"
-            )
+            code, inc = e.data.get("code"), e.data.get("incarnation")
+            text = f"exited with code {code} (incarnation {inc})"
+            if e.data.get("stopped"):
+                text = f"stopped by the lab to re-apply (exit {code}, incarnation {inc})"
             ts = datetime.fromisoformat(e.data["finished_at"])
             self.rec.event(text, ts=ts, source=f"lab:{e.node}", clock="lab runtime (exit time)")
             return
