@@ -10,6 +10,7 @@ maps them to exit codes:
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -34,9 +35,14 @@ EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM (a CI timeout, `kill`) cleans up like Ctrl-C
+
+
 def handled(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        signal.signal(signal.SIGTERM, _terminate)
         try:
             return fn(*args, **kwargs)
         except GamedayError as exc:

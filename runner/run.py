@@ -727,13 +727,15 @@ def cleanup(ctx: Context) -> None:
 
 @contextlib.contextmanager
 def shielded_from_sigint() -> Iterator[None]:
-    """Cleanup must finish: a Ctrl-C during it is noted, not obeyed."""
+    """Cleanup must finish: a Ctrl-C or SIGTERM during it is ignored, not obeyed."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, lambda *_: None)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

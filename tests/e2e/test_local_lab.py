@@ -149,6 +149,8 @@ def run_until_injected(inv: Path, tmp_path: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell that started us in the background left SIGINT ignored; a terminal does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -174,11 +176,12 @@ def test_kill_mid_run_then_cleanup(tmp_path: Path, lab_down_after: list[Path]) -
     wait(lab, "serving", lambda s: s.ready)
 
 
-def test_ctrl_c_runs_cleanup(tmp_path: Path, lab_down_after: list[Path]) -> None:
-    inv = inventory(tmp_path, "127.0.78.51")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_runs_cleanup(tmp_path: Path, lab_down_after: list[Path], sig: int) -> None:
+    inv = inventory(tmp_path, "127.0.78.51" if sig == signal.SIGINT else "127.0.78.52")
     lab_down_after.append(inv)
     proc = run_until_injected(inv, tmp_path)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
