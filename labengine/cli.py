@@ -131,6 +131,12 @@ def _main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))
     scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
+    if argv and argv[0] == "smi":
+        return _smi(argv[1:])
+    if argv and argv[0] == "stray":
+        from labengine.stray import main as stray_main
+
+        return stray_main(argv[1:])
     if not argv or argv[0] != "serve":
         sys.stderr.write(
             "usage: vllm-lab serve [model_tag] [options]\n"
@@ -160,13 +166,10 @@ def _main(argv: list[str] | None = None) -> int:
             return 1
         log.warning("envs.py:1744", msg)
 
-    if args.headless:
-        return _headless(args, log, era)
-
-    # vLLM binds the API socket before building the engine config.
+    # vLLM binds the API socket before building the engine config (not on a headless node).
     host = args.host or "0.0.0.0"
     try:
-        sock = socket.create_server((host, args.port), reuse_port=False)
+        sock = None if args.headless else socket.create_server((host, args.port))
     except OSError as exc:
         log.traceback(_SERVE_FRAMES[:4], f"OSError: [Errno {exc.errno}] {exc.strerror}")
         return 1
@@ -235,6 +238,18 @@ def _main(argv: list[str] | None = None) -> int:
         time_scale=scale,
         env=env,
     )
+    if args.headless:
+        from labengine import core
+
+        log.info(
+            "api_server.py:120",
+            f"Launching vLLM (v{era.version}) headless multiproc executor, with head node "
+            f"address tcp://{args.master_addr}:{args.master_port} for torch.distributed process "
+            "group.",
+        )
+        _set_comm(settings.process_name)
+        return core.run_worker(settings, log)
+    assert sock is not None
     return _run_engine(settings, log, sock, host, args.port)
 
 
@@ -261,6 +276,7 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         sock.close()
         parent.close()
         log.rebind(core_name)
+        _set_comm(s.process_name)
         os._exit(core.run(s, child, log))
 
     proc = ctx.Process(target=core_main, name=core_name, daemon=True)
@@ -325,21 +341,45 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
     return 0
 
 
-def _headless(args: argparse.Namespace, log: VllmLog, era: Era) -> int:
-    log.info(
-        "api_server.py:120",
-        f"Launching vLLM (v{era.version}) headless multiproc executor, "
-        f"with head node address tcp://{args.master_addr}:{args.master_port} for torch."
-        "distributed process group.",
-    )
-    scale = float(os.environ.get("GAMEDAY_TIME_SCALE", "1"))
-    while True:
-        try:
-            with socket.create_connection((args.master_addr, args.master_port), timeout=5):
-                while True:
-                    time.sleep(3600)
-        except OSError:
-            time.sleep(1.0 / scale)
+def _set_comm(name: str) -> None:
+    """The process name `ps` shows (15 characters at most, as the kernel keeps it)."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
+        f.write(name[:15])
+
+
+def _smi(argv: list[str]) -> int:
+    """`vllm-lab smi [--json]`: this node's simulated GPU and the processes holding its memory."""
+    import json as _json
+
+    from labengine.gpu import SharedGpu
+
+    try:
+        gpus = node_gpus()
+    except GpuConfigError as exc:
+        sys.stderr.write(f"vllm-lab smi: {exc}\n")
+        return 2
+    shared = SharedGpu.from_env(gpus.gpu)
+    if shared is None:
+        sys.stderr.write("vllm-lab smi: GAMEDAY_GPU_STATE is not set (no shared GPU here)\n")
+        return 2
+    if "--json" in argv:
+        procs = [{"pid": p.pid, "name": p.name, "mib": p.mib} for p in shared.processes()]
+        sys.stdout.write(
+            _json.dumps(
+                {
+                    "gpu": gpus.gpu.name,
+                    "memory_mib": gpus.gpu.memory_mib,
+                    "used_mib": sum(p["mib"] for p in procs),
+                    "processes": procs,
+                }
+            )
+            + "\n"
+        )
+    else:
+        from labengine.gpu import smi_text
+
+        sys.stdout.write(smi_text(shared))
+    return 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ from that pipe. A failure is logged as vLLM logs it and the process exits 1.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from labengine import envs, memory
-from labengine.gpu import NodeGpus
+from labengine.gpu import MIB, NodeGpus, SharedGpu
 from labengine.logs import VllmLog
 from labengine.models import ModelInfo
 from labengine.textgen import completion, garbage
@@ -57,6 +59,18 @@ class CoreSettings:
     master_port: int
     time_scale: float
     env: dict[str, str]
+    headless: bool = False
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def process_name(self) -> str:
+        """What nvidia-smi shows for the process holding this rank's GPU memory."""
+        if self.nnodes > 1 or self.world > 1:
+            return f"VLLM::Worker_TP{self.node_rank}"
+        return "VLLM::EngineCore"
 
 
 class EngineStartError(Exception):
@@ -128,6 +142,40 @@ _KV_FRAMES = [
 ]
 
 
+def memory_plan(s: CoreSettings) -> memory.KvPlan:
+    """This rank's start-up memory arithmetic (see labengine.memory)."""
+    m = s.model
+    return memory.plan(
+        cuda_total=s.gpus.gpu.cuda_total_bytes,
+        utilization=s.utilization,
+        loaded_weights=m.loaded_bytes(s.tp),
+        activation_peak=m.activation_peak_bytes(s.max_num_batched_tokens, s.max_num_seqs),
+        non_torch=s.gpus.gpu.non_torch_mib * 2**20,
+        layers=m.num_layers // s.pp,
+        per_token_per_layer=m.kv_bytes_per_token_per_layer(s.tp),
+        max_model_len=s.max_model_len,
+    )
+
+
+def graph_bytes(s: CoreSettings) -> int:
+    if s.enforce_eager:
+        return 0
+    m = s.model
+    return int(m.lab_profile.get("cudagraph_bytes", 0)) or (
+        CUDA_GRAPH_CAPTURE_SIZES * int(m.config["hidden_size"]) * m.num_layers * 64
+    )
+
+
+def gpu_bytes(s: CoreSettings, plan: memory.KvPlan) -> int:
+    """What the rank holds once serving: weights, KV blocks, CUDA graphs, non-torch memory."""
+    return (
+        s.model.loaded_bytes(s.tp)
+        + plan.num_blocks * plan.page_bytes
+        + graph_bytes(s)
+        + s.gpus.gpu.non_torch_mib * 2**20
+    )
+
+
 def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     s = settings
     scale = s.time_scale
@@ -163,14 +211,15 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         f"world_size={world} rank={s.node_rank} local_rank=0 "
         f"distributed_init_method={init_method} backend=nccl",
     )
-    if s.nnodes > 1:
-        _wait_for_group(s, log)
+    group = _host_store(s, log) if s.nnodes > 1 else []
 
-    free = s.gpus.gpu.cuda_total_bytes  # nothing else holds this node's GPU memory yet
-    requested = math.ceil(s.gpus.gpu.cuda_total_bytes * s.utilization)
+    shared = SharedGpu.from_env(s.gpus.gpu, s.env)
+    total = s.gpus.gpu.cuda_total_bytes
+    free = total - (shared.used_mib() * MIB if shared else 0)
+    requested = math.ceil(total * s.utilization)
     if free < requested:
         msg = (
-            f"Free memory on device cuda:0 ({gib(free)}/{gib(s.gpus.gpu.cuda_total_bytes)} GiB) "
+            f"Free memory on device cuda:0 ({gib(free)}/{gib(total)} GiB) "
             f"on startup is less than desired GPU memory utilization ({s.utilization}, "
             f"{gib(requested)} GiB). Decrease GPU memory utilization or reduce GPU memory used "
             "by other processes."
@@ -194,6 +243,8 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         "gpu_model_runner.py:4820",
         f"Model loading took {gib(loaded)} GiB memory and {download_s + weights_s:.6f} seconds",
     )
+    if shared:
+        shared.allocate(s.process_name, loaded + s.gpus.gpu.non_torch_mib * MIB)
 
     # Profiling run: torch.compile, then a forward pass of max_num_batched_tokens.
     if not s.enforce_eager:
@@ -201,16 +252,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         sleep_real(COMPILE_S, scale)
         log.info("monitor.py:34", f"torch.compile takes {COMPILE_S:.2f} s in total")
     sleep_real(PROFILE_S, scale)
-    plan = memory.plan(
-        cuda_total=s.gpus.gpu.cuda_total_bytes,
-        utilization=s.utilization,
-        loaded_weights=loaded,
-        activation_peak=m.activation_peak_bytes(s.max_num_batched_tokens, s.max_num_seqs),
-        non_torch=s.gpus.gpu.non_torch_mib * 2**20,
-        layers=m.num_layers // s.pp,
-        per_token_per_layer=m.kv_bytes_per_token_per_layer(s.tp),
-        max_model_len=s.max_model_len,
-    )
+    plan = memory_plan(s)
     log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(max(plan.available, 0))} GiB")
     if plan.available <= 0:
         return _fail(log, conn, "ValueError", no_kv_memory(), _KV_FRAMES)
@@ -221,35 +263,22 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     for i, line in enumerate(capacity_lines(s.era, plan.tokens, s.max_model_len, plan.concurrency)):
         log.info(f"kv_cache_utils.py:{1319 + 5 * i}", line)
 
-    graph_bytes = 0
-    if not s.enforce_eager:
-        graph_bytes = int(m.lab_profile.get("cudagraph_bytes", 0)) or (
-            CUDA_GRAPH_CAPTURE_SIZES * int(m.config["hidden_size"]) * m.num_layers * 64
-        )
+    graphs = graph_bytes(s)
+    if graphs:
         sleep_real(GRAPH_CAPTURE_S, scale)
         log.info(
             "gpu_model_runner.py:4924",
-            f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graph_bytes)} GiB",
+            f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graphs)} GiB",
         )
+    if shared:
+        shared.allocate(s.process_name, gpu_bytes(s, plan))
     init_real = (time.monotonic() - t_init) * scale
     log.info(
         "core.py:240",
         f"init engine (profile, create kv cache, warmup model) took {init_real:.2f} seconds",
     )
-    conn.send(
-        (
-            "ready",
-            {
-                "num_gpu_blocks": plan.num_blocks,
-                "kv_tokens": plan.tokens,
-                "gpu_used_bytes": loaded
-                + plan.num_blocks * plan.page_bytes
-                + graph_bytes
-                + s.gpus.gpu.non_torch_mib * 2**20,
-            },
-        )
-    )
-    return _serve(s, conn)
+    conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
+    return _serve(s, conn, log, group, shared)
 
 
 def _free_port() -> int:
@@ -258,27 +287,132 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_group(s: CoreSettings, log: VllmLog) -> None:
-    """Rank 0 hosts the rendezvous store at master_addr:master_port and waits until every other
-    node has joined. Without them it waits forever, as vLLM's head does."""
+# ---- the tensor-parallel group ------------------------------------------------------------------
+#
+# Rank 0 hosts the rendezvous store (TCPStore) at master_addr:master_port; each headless node's
+# worker connects and sends its rank; the group forms when every rank has joined. Every request is
+# then an exchange with every worker (as every forward pass is an all-reduce across ranks): no
+# worker, no completion. A stopped worker hangs the request with /health still 200.
+
+
+def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
     srv = socket.create_server((s.master_addr, s.master_port))
-    joined = 1
     log.info(
         "multiproc_executor.py:134",
-        f"Waiting for {s.nnodes - 1} remote node(s) to join "
-        f"the group at {s.master_addr}:{s.master_port}",
+        f"Waiting for {s.nnodes - 1} remote node(s) to join the group at "
+        f"{s.master_addr}:{s.master_port}",
     )
-    peers = []
-    while joined < s.nnodes:
+    peers: dict[int, socket.socket] = {}
+    while len(peers) < s.nnodes - 1:
         conn, _ = srv.accept()
-        peers.append(conn)
-        joined += 1
+        line = conn.makefile("rb").readline()
+        try:
+            rank = int(json.loads(line)["rank"])
+        except (ValueError, KeyError, TypeError):
+            conn.close()
+            continue
+        peers[rank] = conn
+    srv.close()
+    log.info(
+        "multiproc_executor.py:160", f"All {s.nnodes} ranks joined the group (world_size={s.world})"
+    )
+    return [peers[r] for r in sorted(peers)]
 
 
-def _serve(s: CoreSettings, conn: Connection) -> int:
+def _exchange(group: list[socket.socket], rid: str) -> None:
+    """One collective: every worker must answer. Raises ConnectionError if one has gone."""
+    msg = (json.dumps({"op": "step", "rid": rid}) + "\n").encode()
+    for peer in group:
+        peer.sendall(msg)
+    for peer in group:
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = peer.recv(4096)
+            if not chunk:
+                raise ConnectionError("peer closed")
+            buf += chunk
+
+
+_NCCL_FRAMES = [
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
+        926,
+        "run_engine_core",
+        "engine_core.run_busy_loop()",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl.py",
+        146,
+        "all_reduce",
+        "self.nccl.ncclAllReduce(",
+    ),
+]
+_DEEPGEMM_FRAMES = [
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
+        926,
+        "run_engine_core",
+        "engine_core.run_busy_loop()",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/utils/deep_gemm.py",
+        669,
+        "tf32_hc_prenorm_gemm",
+        "return _tf32_hc_prenorm_gemm_impl(*args, **kwargs)",
+    ),
+]
+_TRITON_FRAMES = [
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
+        926,
+        "run_engine_core",
+        "engine_core.run_busy_loop()",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py",
+        468,
+        "_init_handles",
+        "self.module, self.function, self.n_regs, self.n_spills, "
+        "self.n_max_threads = driver.active.utils.load_binary(",
+    ),
+]
+DEEPGEMM_800 = (
+    "RuntimeError: CUDA driver error (deepgemm-src/csrc/apis/../jit_kernels/impls/"
+    "../../jit/handle.hpp:154): 800 (CUDA_ERROR_NOT_PERMITTED, operation not "
+    "permitted)"
+)
+TRITON_800 = "RuntimeError: Triton Error [CUDA]: operation not permitted"
+JIT_HEADROOM_MIB = 512  # loading a freshly compiled kernel module needs room on the device
+
+
+def _fatal(log: VllmLog, frames: list[Any], final: str) -> int:
+    log.error("core.py:935", "EngineCore encountered a fatal error.")
+    log.traceback(frames, final)
+    return 1
+
+
+def _jit_load(s: CoreSettings, shared: SharedGpu | None, log: VllmLog) -> str | None:
+    """Load a kernel compiled at run time for a new shape. With another process holding memory
+    on this GPU and the headroom thin, the driver refuses: CUDA error 800."""
+    if shared is None:
+        return None
+    others = shared.used_mib(exclude_pid=os.getpid())
+    if others > 0 and shared.free_mib() < JIT_HEADROOM_MIB:
+        return DEEPGEMM_800 if envs.truthy(s.env, "VLLM_USE_DEEP_GEMM", True) else TRITON_800
+    return None
+
+
+def _serve(
+    s: CoreSettings,
+    conn: Connection,
+    log: VllmLog,
+    group: list[socket.socket],
+    shared: SharedGpu | None,
+) -> int:
     """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens) -> ("tok", rid, text)* then
-    ("end", rid, finish_reason, n)."""
+    ("end", rid, finish_reason, n). A fatal error ends the process (exit 1), as EngineCore's."""
     per_token = SECONDS_PER_OUTPUT_TOKEN / s.time_scale
+    shapes: set[int] = set()
     while True:
         try:
             msg = conn.recv()
@@ -289,11 +423,84 @@ def _serve(s: CoreSettings, conn: Connection) -> int:
         if msg[0] != "gen":
             continue
         _, rid, prompt, prompt_tokens, max_tokens = msg
+        shape = int(prompt_tokens).bit_length()
+        if shape not in shapes:
+            failure = _jit_load(s, shared, log)
+            if failure is not None:
+                frames = _DEEPGEMM_FRAMES if failure == DEEPGEMM_800 else _TRITON_FRAMES
+                return _fatal(log, frames, failure)
+            shapes.add(shape)
         tokens, reason = completion(s.served_name, prompt, max_tokens)
         if prompt_tokens + len(tokens) > s.derived_max_len:
             # Positions past what RoPE was trained on: NaN logits, decoded as token 0.
             tokens, reason = garbage(max_tokens), "length"
         for tok in tokens:
+            if group:
+                try:
+                    _exchange(group, rid)
+                except OSError:
+                    return _fatal(
+                        log,
+                        _NCCL_FRAMES,
+                        "RuntimeError: NCCL error: remote process "
+                        "exited or there was a network error, NCCL version 2.27.3",
+                    )
             time.sleep(per_token)
             conn.send(("tok", rid, tok))
         conn.send(("end", rid, reason, len(tokens)))
+
+
+# ---- a headless worker node ---------------------------------------------------------------------
+
+
+def heartbeat_line(rank: int) -> str:
+    now = time.time()
+    t = time.localtime(now)
+    stamp = time.strftime("%m%d %H:%M:%S", t) + f".{int((now % 1) * 1e9):09d}"
+    return (
+        f"[rank{rank}]:[W{stamp} ProcessGroupNCCL.cpp:1826] [PG ID 0 PG GUID 0 Rank {rank}] "
+        'Failed to check the "should dump" flag on TCPStore, (maybe TCPStore server has shut '
+        "down too early), with error: Broken pipe"
+    )
+
+
+def run_worker(s: CoreSettings, log: VllmLog) -> int:
+    """A headless node's worker: join rank 0's store, answer every collective, and when rank 0
+    goes away block forever (vLLM prints nothing) while PyTorch's heartbeat monitor complains
+    every TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC. It never rejoins."""
+    import sys
+
+    scale = s.time_scale
+    shared = SharedGpu.from_env(s.gpus.gpu, s.env)
+    log.rebind(f"Worker_TP{s.node_rank}")
+    while True:
+        try:
+            peer = socket.create_connection((s.master_addr, s.master_port), timeout=5)
+            break
+        except OSError:
+            time.sleep(max(1.0 / scale, 0.01))
+    peer.settimeout(None)
+    peer.sendall((json.dumps({"rank": s.node_rank}) + "\n").encode())
+    log.info(
+        "parallel_state.py:1208",
+        f"world_size={s.world} rank={s.node_rank} "
+        f"local_rank=0 distributed_init_method=tcp://{s.master_addr}:{s.master_port} "
+        "backend=nccl",
+    )
+    if shared:
+        shared.allocate(s.process_name, gpu_bytes(s, memory_plan(s)))
+    reader = peer.makefile("rb")
+    while True:
+        try:
+            line = reader.readline()
+        except OSError:
+            line = b""
+        if not line:
+            break
+        peer.sendall(b'{"op": "done"}\n')
+    # rank 0 is gone: the worker blocks in a queue read forever; only the heartbeat speaks
+    interval = float(s.env.get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "480"))
+    while True:
+        time.sleep(interval / scale)
+        sys.stderr.write(heartbeat_line(s.node_rank) + "\n")
+        sys.stderr.flush()

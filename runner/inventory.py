@@ -61,7 +61,18 @@ class Node(Model):
     restart: RestartPolicy = RestartPolicy.ALWAYS
     args: tuple[str, ...]
     env: dict[str, str] = {}
+    management_address: str | None = Field(
+        default=None,
+        description="Address on the management network (DHCP: it can change); "
+        "the node's exporter answers here.",
+    )
+    overlay_address: str | None = Field(
+        default=None, description="Stable address on the overlay network (VPN/DNS)."
+    )
     connection: dict[str, Any] = {}
+
+    def network_address(self, network: str) -> str | None:
+        return {"management": self.management_address, "overlay": self.overlay_address}.get(network)
 
     @field_validator("restart", mode="before")
     @classmethod
@@ -74,6 +85,50 @@ class Node(Model):
             a.replace("{address}", self.address).replace("{port}", str(self.port))
             for a in self.args
         ]
+
+
+class AlertRule(Model):
+    name: str
+    expr: str
+    for_s: Annotated[float, Field(ge=0)] = Field(description="Real-world seconds (scaled).")
+    severity: str = "page"
+    summary: str = ""
+    runbook: str = ""
+
+
+SEED_RULES = (
+    AlertRule(
+        name="ServingDown",
+        expr='up{job="vllm"} < 1 or absent(up{job="vllm"})',
+        for_s=300,
+        summary="vLLM serving is down (NoData counts as down)",
+        runbook="restart all four nodes together; `docker logs` / `kubectl logs "
+        "--previous` on the head; seeds/000 section 8",
+    ),
+    AlertRule(
+        name="ExporterTargetDown",
+        expr='count(up{job=~"node-exporter|gpu-exporter"} == 0) > 0',
+        for_s=600,
+        severity="warning",
+        summary="an exporter target is down: monitoring is half-blind",
+        runbook="check scrape targets against the nodes' current addresses; move them to "
+        "stable (overlay) addresses; seeds/000 section 7",
+    ),
+)
+
+
+class Monitoring(Model):
+    """A real Prometheus scraping each node's node-exporter by its management address and the
+    engines' /metrics, with the seeds' alert rules (`for:` scaled by the lab's time scale)."""
+
+    prometheus_listen: str = "127.0.79.1:9090"
+    scrape_interval_s: Annotated[float, Field(gt=0)] = 15.0
+    exporter_port: Annotated[int, Field(ge=1, le=65535)] = 9100
+    rules: tuple[AlertRule, ...] = SEED_RULES
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.prometheus_listen}"
 
 
 class LabSpec(Model):
@@ -90,6 +145,13 @@ class LabSpec(Model):
     engine_command: tuple[str, ...] = ("vllm-lab", "serve")
     state_dir: str | None = None
     prometheus_url: str | None = None
+    monitoring: Monitoring | None = None
+
+    @property
+    def prometheus(self) -> str | None:
+        if self.prometheus_url:
+            return self.prometheus_url
+        return self.monitoring.url if self.monitoring else None
 
 
 class Inventory(BaseModel):
@@ -118,6 +180,8 @@ _HOST_KEYS = {
     "gameday_restart": "restart",
     "gameday_engine_args": "args",
     "gameday_engine_env": "env",
+    "gameday_management_address": "management_address",
+    "gameday_overlay_address": "overlay_address",
 }
 
 

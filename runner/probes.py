@@ -1,20 +1,36 @@
-"""Probes of a serving endpoint: HTTP status and the inference probe (a real completion).
+"""Probes: what a scenario checks about the lab at one moment.
 
-A probe's verdict is one of passed / failed / error: a probe that could not be made (connection
-refused, timeout) is an *error*, not a failure of what it checks, and reports say which.
+A probe's verdict is passed / failed / error: a probe that could not be made (connection refused,
+timeout, Prometheus not answering) is an *error*, not a failure of what it checks, and reports say
+which. An inference probe tells a hang (timed out) from an error (refused, 5xx).
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass
+from datetime import datetime
 
 import httpx
 
-from runner.scenario import HttpProbe, InferenceProbe
+from runner import prometheus
+from runner.errors import GamedayError
+from runner.labs.base import LabDriver
+from runner.scenario import (
+    GpuProcessesProbe,
+    HttpProbe,
+    InferenceProbe,
+    LogSilenceProbe,
+    NodeStateProbe,
+    TargetsProbe,
+)
 
-Probe = HttpProbe | InferenceProbe
+Probe = (
+    HttpProbe | InferenceProbe | TargetsProbe | GpuProcessesProbe | NodeStateProbe | LogSilenceProbe
+)
+MIN_TIMEOUT_S = 1.0  # HTTP's own fixed costs do not scale with the lab
 
 
 class ProbeVerdict(enum.StrEnum):
@@ -31,21 +47,55 @@ class ProbeResult:
     observed: str
 
 
+@dataclass(frozen=True)
+class ProbeEnv:
+    http: httpx.Client
+    lab: LabDriver
+    scale: float
+    target: str
+    since: datetime | None = None  # the injection, for probes about "since then"
+
+
 def describe(p: Probe) -> str:
     if isinstance(p, HttpProbe):
-        return f"GET {p.path}"
-    return f"inference ({p.api})"
+        return f"GET {p.path}" + (f" on {p.node}" if p.node else "")
+    if isinstance(p, InferenceProbe):
+        return (
+            f"inference ({p.api})"
+            + (f" on {p.node}" if p.node else "")
+            + (" hangs" if p.expect == "hangs" else "")
+        )
+    if isinstance(p, TargetsProbe):
+        return f"Prometheus targets of {p.job}"
+    if isinstance(p, GpuProcessesProbe):
+        return f"GPU processes on {p.node}"
+    if isinstance(p, NodeStateProbe):
+        return f"state of {p.node}"
+    return f"no {p.regex!r} logged on {', '.join(p.nodes)}"
 
 
-MIN_TIMEOUT_S = 1.0  # HTTP's own fixed costs do not scale with the lab
-
-
-def run_probe(
-    client: httpx.Client, base_url: str, p: Probe, scale: float = 1.0, model: str | None = None
-) -> ProbeResult:
-    """Run one probe. Its timeout is real-world seconds, divided by the lab's time scale."""
+def run_probe(env: ProbeEnv, p: Probe) -> ProbeResult:
     name = describe(p)
-    timeout = max(p.timeout_s / scale, MIN_TIMEOUT_S)
+    try:
+        if isinstance(p, HttpProbe | InferenceProbe):
+            return _http(env, p, name)
+        if isinstance(p, TargetsProbe):
+            return _targets(env, p, name)
+        if isinstance(p, GpuProcessesProbe):
+            return _gpu(env, p, name)
+        if isinstance(p, NodeStateProbe):
+            return _state(env, p, name)
+        return _silence(env, p, name)
+    except GamedayError as exc:
+        return ProbeResult(
+            name, ProbeVerdict.ERROR, "the probe can be made", f"probe error: {exc.message}"
+        )
+
+
+def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResult:
+    base_url = env.lab.url(p.node or env.target)
+    timeout = max(p.timeout_s / env.scale, MIN_TIMEOUT_S)
+    client = env.http
     if isinstance(p, HttpProbe):
         expected = f"HTTP {p.expect_status}"
         try:
@@ -60,31 +110,32 @@ def run_probe(
             f"HTTP {r.status_code}",
         )
     want = p.expect_finish_reason.value if p.expect_finish_reason else "any"
-    expected = f"HTTP 200, non-empty answer, finish_reason {want}"
+    expected = (
+        f"no answer within {timeout:.1f} s (a hang, not an error)"
+        if p.expect == "hangs"
+        else f"HTTP 200, non-empty answer, finish_reason {want}"
+    )
     try:
-        if model is None:
-            models = client.get(base_url + "/v1/models", timeout=timeout).json()
-            model = models["data"][0]["id"]
         if p.api == "chat":
             body = {
-                "model": model,
                 "messages": [{"role": "user", "content": p.prompt}],
                 "max_tokens": p.max_tokens,
                 "temperature": p.temperature,
             }
             r = client.post(base_url + "/v1/chat/completions", json=body, timeout=timeout)
         else:
-            body = {
-                "model": model,
-                "prompt": p.prompt,
-                "max_tokens": p.max_tokens,
-                "temperature": p.temperature,
-            }
+            body = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": p.temperature}
             r = client.post(base_url + "/v1/completions", json=body, timeout=timeout)
+    except httpx.TimeoutException as exc:
+        verdict = ProbeVerdict.PASSED if p.expect == "hangs" else ProbeVerdict.ERROR
+        return ProbeResult(name, verdict, expected, _err(exc))
     except httpx.HTTPError as exc:
-        return ProbeResult(name, ProbeVerdict.ERROR, expected, _err(exc))
-    except (KeyError, IndexError, ValueError, TypeError):
-        return ProbeResult(name, ProbeVerdict.FAILED, expected, "/v1/models lists no model")
+        verdict = ProbeVerdict.FAILED if p.expect == "hangs" else ProbeVerdict.ERROR
+        return ProbeResult(name, verdict, expected, _err(exc))
+    if p.expect == "hangs":
+        return ProbeResult(
+            name, ProbeVerdict.FAILED, expected, f"answered HTTP {r.status_code}: {r.text[:120]}"
+        )
     if r.status_code != 200:
         return ProbeResult(
             name, ProbeVerdict.FAILED, expected, f"HTTP {r.status_code}: {r.text[:200]}"
@@ -104,10 +155,89 @@ def run_probe(
     return ProbeResult(name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, observed)
 
 
+def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
+    url = env.lab.inventory.lab.prometheus
+    expected = f"up: {', '.join(p.up) or '-'}; down: {', '.join(p.down) or '-'}"
+    if url is None:
+        return ProbeResult(name, ProbeVerdict.ERROR, expected, "this lab has no Prometheus")
+    got = prometheus.targets(env.http, url, p.job)
+    observed = "; ".join(
+        f"{n} {t['health']}" + (f" ({t['lastError'][:60]})" if t["lastError"] else "")
+        for n, t in sorted(got.items())
+    )
+    ok = all(got.get(n, {}).get("health") == "up" for n in p.up) and all(
+        got.get(n, {}).get("health") == "down" for n in p.down
+    )
+    return ProbeResult(
+        name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, observed or "no targets"
+    )
+
+
+def _gpu(env: ProbeEnv, p: GpuProcessesProbe, name: str) -> ProbeResult:
+    procs = env.lab.gpu_processes(p.node)
+    observed = ", ".join(f"{x['name']} {x['mib']} MiB (pid {x['pid']})" for x in procs) or "none"
+    expected = ", ".join(m.name for m in p.present) + (" and nothing else" if p.only else "")
+    matched: set[int] = set()
+    ok = True
+    for m in p.present:
+        hit = [
+            x
+            for x in procs
+            if re.search(m.name, x["name"])
+            and (m.min_mib is None or x["mib"] >= m.min_mib)
+            and (m.max_mib is None or x["mib"] <= m.max_mib)
+        ]
+        ok &= bool(hit)
+        matched |= {x["pid"] for x in hit}
+    if p.only:
+        ok &= all(x["pid"] in matched for x in procs)
+    return ProbeResult(
+        name,
+        ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED,
+        expected or "no GPU process",
+        observed,
+    )
+
+
+def _state(env: ProbeEnv, p: NodeStateProbe, name: str) -> ProbeResult:
+    st = env.lab.states()[p.node]
+    code = st.last_exit.code if st.last_exit else None
+    expected = (
+        p.status.value
+        + (f", exit code {p.exit_code}" if p.exit_code is not None else "")
+        + (f", restarts <= {p.max_restarts}" if p.max_restarts is not None else "")
+    )
+    observed = f"{st.status.value}, restarts {st.restarts}" + (
+        f", last exit code {code}" if code is not None else ""
+    )
+    ok = (
+        st.status is p.status
+        and (p.exit_code is None or code == p.exit_code)
+        and (p.max_restarts is None or st.restarts <= p.max_restarts)
+    )
+    return ProbeResult(name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, observed)
+
+
+def _silence(env: ProbeEnv, p: LogSilenceProbe, name: str) -> ProbeResult:
+    rx = re.compile(p.regex)
+    hits = []
+    for node in p.nodes:
+        for ln in env.lab.logs_since(node, env.since):
+            if rx.search(ln.text):
+                hits.append(f"{node}: {ln.text[:160]}")
+    expected = f"no line matching /{p.regex}/ since the injection"
+    return ProbeResult(
+        name,
+        ProbeVerdict.FAILED if hits else ProbeVerdict.PASSED,
+        expected,
+        "; ".join(hits[:3]) if hits else "silence",
+    )
+
+
 def _err(exc: httpx.HTTPError) -> str:
     kind = type(exc).__name__
     if isinstance(exc, httpx.ConnectError):
         return f"probe error: connection refused ({kind})"
     if isinstance(exc, httpx.TimeoutException):
-        return f"probe error: timed out ({kind})"
+        return f"probe error: timed out, a hang ({kind})"
     return f"probe error: {kind}: {exc}"

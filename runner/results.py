@@ -70,6 +70,7 @@ class ScenarioResult(Frozen):
     verdict: Verdict
     time_to_fail_s: float | None
     time_to_recover_s: float | None
+    time_to_detect_s: float | None = None
     started_at: datetime
     finished_at: datetime
     assertions: list[Assertion]

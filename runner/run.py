@@ -16,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from runner import prometheus, startup
 from runner import signature as sig
-from runner import startup
 from runner.errors import GamedayError, LabError
 from runner.journal import Journal
 from runner.labs.base import (
@@ -34,8 +34,10 @@ from runner.labs.base import (
     LogLine,
     NodeConfig,
     NodeState,
+    ProcessState,
+    Value,
 )
-from runner.probes import ProbeResult, ProbeVerdict, run_probe
+from runner.probes import Probe, ProbeEnv, ProbeResult, ProbeVerdict, run_probe
 from runner.results import (
     Assertion,
     Evidence,
@@ -46,24 +48,35 @@ from runner.results import (
     combine,
 )
 from runner.scenario import (
+    PROGRAMS,
     Action,
-    HttpProbe,
-    InferenceProbe,
+    ChangeAddress,
+    FailureMode,
+    GpuProcessesProbe,
     LoadedScenario,
     LogSource,
+    NodeSignature,
     Outcome,
     Pattern,
     RecoveryStep,
     Restart,
     Rollback,
+    ScrapeTargets,
     ServiceLinks,
     SetArgs,
     SetEnv,
+    Signal,
+    StartProcess,
+    StopProcess,
+    TargetsProbe,
+    Traffic,
+    Window,
 )
 from runner.timing import TimeScale, elapsed_real
 from runner.undo import restore
 
 Progress = Callable[[str], None]
+LOG_POLL_S = 0.05  # how often to re-read a log that must gain a line
 
 
 def utcnow() -> datetime:
@@ -122,15 +135,31 @@ class Context:
     http: httpx.Client
     open_changes: list[tuple[int, Change]] = field(default_factory=list)
     seq: int = 0
+    injected_at: datetime | None = None
+    inject_seq: int = 0
+    time_to_detect: float | None = None
 
     def wait(
-        self, done: Callable[[NodeState, list[LabEvent]], bool], lab_timeout: float
+        self,
+        done: Callable[[NodeState, list[LabEvent]], bool],
+        lab_timeout: float,
+        *,
+        node: str | None = None,
+        replay_from: int | None = None,
     ) -> tuple[NodeState, list[LabEvent], bool]:
-        """Block on the lab's events until `done(state, events since start)` or timeout."""
+        """Block on the lab's events until `done(state of node, its events)` or timeout.
+        `replay_from`: also count the node's events since that sequence number."""
+        node = node or self.target
         deadline = time.monotonic() + lab_timeout
         seen: list[LabEvent] = []
+        if replay_from is not None and replay_from < self.seq:
+            seen = [
+                e
+                for e in self.lab.wait_events(replay_from, 0)
+                if e.seq <= self.seq and e.node == node
+            ]
         while True:
-            st = self.lab.states()[self.target]
+            st = self.lab.states()[node]
             if done(st, seen):
                 return st, seen, True
             remaining = deadline - time.monotonic()
@@ -141,7 +170,7 @@ class Context:
                 self.seq = evs[-1].seq
                 for e in evs:
                     self.note_event(e)
-                seen += [e for e in evs if e.node == self.target]
+                seen += [e for e in evs if e.node == node]
 
     def note_event(self, e: LabEvent) -> None:
         text = e.type.value
@@ -213,6 +242,7 @@ def run_scenario(
         verdict=verdict,
         time_to_fail_s=ttf,
         time_to_recover_s=ttr,
+        time_to_detect_s=ctx.time_to_detect,
         started_at=started,
         finished_at=utcnow(),
         assertions=rec.assertions,
@@ -260,8 +290,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
     for action in actions:
         if isinstance(action, Rollback):
             undo_all(ctx, reason=why)
-            continue
-        if isinstance(action, Restart):
+        elif isinstance(action, Restart):
             nodes = [n.name for name in action.nodes for n in ctx.lab.inventory.resolve(name)]
             ctx.rec.event(
                 f"{why}: restart {', '.join(nodes)} "
@@ -272,24 +301,83 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
             else:
                 for n in nodes:
                     ctx.lab.restart([n])
-            continue
-        change = plan_change(ctx, action)
-        seq = ctx.journal.record(ctx.scenario_id, change)  # on disk before it is applied
-        ctx.open_changes.append((seq, change))
-        ctx.rec.event(f"{why}: {describe_change(change)}")
-        if change.note:
-            ctx.rec.notes.append(change.note)
-        ctx.lab.apply(change)
+        elif isinstance(action, Signal):
+            ctx.rec.event(
+                f"{why}: SIG{action.signal.value} to {action.node}'s "
+                f"{action.process.replace('_', ' ')}"
+            )
+            ctx.lab.signal(action.node, action.process, action.signal.value)
+        elif isinstance(action, Traffic):
+            send_traffic(ctx, action, why)
+        else:
+            record_and_apply(ctx, plan_change(ctx, action), why)
+            if isinstance(action, StartProcess):
+                wait_started(ctx, action)
 
 
-def plan_change(ctx: Context, action: SetArgs | SetEnv | ServiceLinks) -> Change:
+def wait_started(ctx: Context, action: StartProcess) -> None:
+    """A program counts as started once it holds what it exists to hold: for the stray GPU
+    program, its memory on the node's GPU (nvidia-smi lists it)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any("omniparser" in p["name"] for p in ctx.lab.gpu_processes(action.node)):
+            ctx.rec.event(f"{action.node}: {action.name} holds GPU memory")
+            return
+        time.sleep(LOG_POLL_S)  # the GPU list has no events
+    raise LabError(f"{action.name} on {action.node} did not take GPU memory within 30 s")
+
+
+def record_and_apply(ctx: Context, change: Change, why: str) -> None:
+    seq = ctx.journal.record(ctx.scenario_id, change)  # on disk before it is applied
+    ctx.open_changes.append((seq, change))
+    ctx.rec.event(f"{why}: {describe_change(change)}")
+    if change.note and change.kind is ChangeKind.NODE_CONFIG:
+        ctx.rec.notes.append(change.note)
+    ctx.lab.apply(change)
+
+
+def send_traffic(ctx: Context, action: Traffic, why: str) -> None:
+    """Requests as users send them; a failure is the point, so outcomes are only recorded."""
+    node = action.node or ctx.target
+    boot = ctx.scale.to_lab(ctx.lab.inventory.lab.boot_timeout_s)
+    ctx.wait(lambda s, _: s.ready, boot, node=node)
+    url = ctx.lab.url(node)
+    for req in action.requests:
+        body = {"messages": [{"role": "user", "content": req.prompt}], "max_tokens": req.max_tokens}
+        try:
+            r = ctx.http.post(
+                url + "/v1/chat/completions", json=body, timeout=max(30 / ctx.scale.scale, 1.0)
+            )
+            outcome = f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            outcome = type(exc).__name__
+        ctx.rec.event(f"{why}: traffic ({len(req.prompt)} chars) -> {outcome}")
+
+
+def plan_change(
+    ctx: Context,
+    action: SetArgs
+    | SetEnv
+    | ServiceLinks
+    | StartProcess
+    | StopProcess
+    | ChangeAddress
+    | ScrapeTargets,
+) -> Change:
     if isinstance(action, ServiceLinks):
         return ctx.lab.service_links(action.node, action.service, action.port, action.enabled)
+    if isinstance(action, StartProcess):
+        cmd = [*PROGRAMS[action.program], *(["--mib", str(action.mib)] if action.mib else [])]
+        return ctx.lab.start_process(action.node, action.name, cmd)
+    if isinstance(action, StopProcess):
+        return ctx.lab.stop_process(action.node, action.name)
+    if isinstance(action, ChangeAddress):
+        return ctx.lab.set_address(action.node, action.network, action.address)
+    if isinstance(action, ScrapeTargets):
+        return ctx.lab.scrape_on(action.job, action.network)
     before = ctx.lab.config(action.node)
     if isinstance(action, SetArgs):
-        args = edit_args(list(before.args), action.args)
-        after = NodeConfig(args=tuple(args), env=before.env)
-        note = ""
+        after = NodeConfig(args=tuple(edit_args(list(before.args), action.args)), env=before.env)
     else:
         env = dict(before.env)
         for k, v in action.env.items():
@@ -298,10 +386,7 @@ def plan_change(ctx: Context, action: SetArgs | SetEnv | ServiceLinks) -> Change
             else:
                 env[k] = v
         after = NodeConfig(args=before.args, env=env)
-        note = ""
-    return Change(
-        kind=ChangeKind.NODE_CONFIG, node=action.node, before=before, after=after, note=note
-    )
+    return Change(kind=ChangeKind.NODE_CONFIG, node=action.node, before=before, after=after)
 
 
 def edit_args(args: list[str], edits: dict[str, str | int | float | bool | None]) -> list[str]:
@@ -334,16 +419,27 @@ def _arg(v: str | int | float | bool) -> str:
 
 
 def describe_change(c: Change) -> str:
-    parts = []
-    if c.before.args != c.after.args:
-        parts.append(f"args {' '.join(c.before.args)} -> {' '.join(c.after.args)}")
-    added = {k: v for k, v in c.after.env.items() if c.before.env.get(k) != v}
-    removed = [k for k in c.before.env if k not in c.after.env]
-    if added:
-        parts.append("env set " + ", ".join(f"{k}={v}" for k, v in sorted(added.items())))
-    if removed:
-        parts.append("env unset " + ", ".join(sorted(removed)))
-    return f"{c.node}: " + ("; ".join(parts) or "no change")
+    b, a = c.before, c.after
+    if isinstance(b, NodeConfig) and isinstance(a, NodeConfig):
+        parts = []
+        if b.args != a.args:
+            parts.append(f"args {' '.join(b.args)} -> {' '.join(a.args)}")
+        added = {k: v for k, v in a.env.items() if b.env.get(k) != v}
+        removed = [k for k in b.env if k not in a.env]
+        if added:
+            parts.append("env set " + ", ".join(f"{k}={v}" for k, v in sorted(added.items())))
+        if removed:
+            parts.append("env unset " + ", ".join(sorted(removed)))
+        return f"{c.node}: " + ("; ".join(parts) or "no change")
+    if isinstance(a, ProcessState):
+        verb = "start" if a.running else "stop"
+        return f"{c.node}: {verb} process {c.subject}" + (
+            f" ({' '.join(a.command)})" if a.running else ""
+        )
+    if isinstance(b, Value) and isinstance(a, Value):
+        what = "address" if c.kind is ChangeKind.ADDRESS else "scrape network for"
+        return f"{c.node}: {c.subject} {what} {b.value} -> {a.value}"
+    return f"{c.node}: {c.kind.value}"
 
 
 def undo_all(ctx: Context, reason: str) -> None:
@@ -377,13 +473,55 @@ def inject_and_expect(ctx: Context, ls: LoadedScenario) -> float | None:
     exp = sc.expect
     ctx.progress("inject")
     ctx.rec.event("phase inject")
+    ctx.injected_at = utcnow()
+    ctx.inject_seq = ctx.seq
     apply_actions(ctx, sc.inject, "inject")
-
     ctx.progress("expect: waiting for the failure")
     ctx.rec.event("phase expect")
+    if exp.failure is FailureMode.SILENT:
+        return expect_silent(ctx, ls)
+    return expect_exit(ctx, ls)
+
+
+def expect_silent(ctx: Context, ls: LoadedScenario) -> float | None:
+    """Nothing exits and nothing logs: the failure is what the probes see, and when."""
+    exp = ls.scenario.expect
+    assert ctx.injected_at is not None
+    deadline = time.monotonic() + ctx.scale.window_deadline_lab(exp.time_to_fail)
+    results = probe_all(ctx, exp.probes)
+    while not all(r.verdict is ProbeVerdict.PASSED for r in results):
+        if time.monotonic() > deadline:
+            break
+        # Prometheus has no push API: look again after one (scaled) scrape interval
+        ctx.wait(lambda s, evs: False, scrape_interval_lab(ctx))
+        results = probe_all(ctx, exp.probes)
+    seen_at = utcnow()
+    ok = all(r.verdict is ProbeVerdict.PASSED for r in results)
+    for r in results:
+        ctx.rec.check("expect", f"expect: {r.name}", _verdict(r), r.expected, r.observed)
+    capture_evidence(ctx, ls, "at the failure")
+    if not ok:
+        return None
+    ttf = elapsed_real(ctx.scale, ctx.injected_at, seen_at)
+    ctx.rec.event("failure observed (silent: seen by the probes)", ts=seen_at)
+    ctx.rec.check(
+        "expect",
+        "expect: time to fail",
+        ctx.scale.check(exp.time_to_fail, ttf),
+        ctx.scale.describe(exp.time_to_fail),
+        f"{ttf:.1f} s real from the injection to the probes showing it",
+    )
+    return round(ttf, 3)
+
+
+def expect_exit(ctx: Context, ls: LoadedScenario) -> float | None:
+    exp = ls.scenario.expect
+    assert exp.signature is not None
     # Wait for the first exit of the new incarnation; time it against the window plus start-up.
     deadline = ctx.scale.window_deadline_lab(exp.time_to_fail) + 10.0
-    st, events, _ = ctx.wait(lambda s, evs: first_exit(evs) is not None, deadline)
+    st, events, _ = ctx.wait(
+        lambda s, evs: first_exit(evs) is not None, deadline, replay_from=ctx.inject_seq
+    )
     failure = first_exit(events)
     if failure is None:
         observed = f"no exit within {deadline:.2f} lab s; node {st.status.value}, ready={st.ready}"
@@ -396,6 +534,8 @@ def inject_and_expect(ctx: Context, ls: LoadedScenario) -> float | None:
         )
         raise ScenarioAborted
     start = failure.first_output_at or failure.started_at
+    if ctx.injected_at is not None and start < ctx.injected_at:
+        start = ctx.injected_at  # a runtime failure: time it from the injection
     ttf = elapsed_real(ctx.scale, start, failure.finished_at)
     ctx.rec.event(
         f"failure observed (exit {failure.code})",
@@ -403,6 +543,7 @@ def inject_and_expect(ctx: Context, ls: LoadedScenario) -> float | None:
         source=f"lab:{ctx.target}",
         clock="lab runtime (exit time)",
     )
+    capture_evidence(ctx, ls, "at the failure")
 
     if exp.state is not None:
         want = exp.state
@@ -412,11 +553,23 @@ def inject_and_expect(ctx: Context, ls: LoadedScenario) -> float | None:
         st, _, _ = ctx.wait(
             lambda s, _: s.status is want.status and s.restarts >= want.min_restarts, budget + 5.0
         )
+        if want.max_restarts is not None:
+            # give the restart policy its first back-off to (wrongly) restart the node
+            st, _, _ = ctx.wait(
+                lambda s, _: s.restarts > (want.max_restarts or 0),
+                ctx.scale.to_lab(10) + ctx.scale.allowance_s,
+            )
+        ok = (
+            st.status is want.status
+            and st.restarts >= want.min_restarts
+            and (want.max_restarts is None or st.restarts <= want.max_restarts)
+        )
         ctx.rec.check(
             "expect",
             "expect: state",
-            st.status is want.status and st.restarts >= want.min_restarts,
-            f"{want.status.value} with restarts >= {want.min_restarts}",
+            ok,
+            f"{want.status.value} with restarts >= {want.min_restarts}"
+            + (f" and <= {want.max_restarts}" if want.max_restarts is not None else ""),
             f"{st.status.value} ({st.reason or 'no reason'}), restarts {st.restarts}",
         )
 
@@ -447,15 +600,100 @@ def inject_and_expect(ctx: Context, ls: LoadedScenario) -> float | None:
             got.value,
             "the last vLLM start-up phase the failed incarnation's log reached",
         )
+    for r in probe_all(ctx, exp.probes):
+        ctx.rec.check("expect", f"expect: {r.name}", _verdict(r), r.expected, r.observed)
+    for ns in exp.elsewhere:
+        expect_elsewhere(ctx, ns, failure.finished_at)
     ctx.rec.check(
         "expect",
         "expect: time to fail",
         ctx.scale.check(exp.time_to_fail, ttf),
         ctx.scale.describe(exp.time_to_fail),
         f"{ttf:.1f} s real ({(failure.finished_at - start).total_seconds():.3f} s in the lab, "
-        "from first output to exit)",
+        "from first output (or the injection) to exit)",
     )
     return round(ttf, 3)
+
+
+def expect_elsewhere(ctx: Context, ns: NodeSignature, after: datetime) -> None:
+    """Lines another node must log after the failure (e.g. a worker's heartbeat complaint)."""
+    deadline = time.monotonic() + ctx.scale.to_lab(ns.within_s) + ctx.scale.allowance_s
+    while True:
+        logs = [ln for ln in ctx.lab.logs(ns.node, ns.source) if ln.ts >= after]
+        result = sig.match(logs, ns.in_order)
+        if result.ok or time.monotonic() > deadline:
+            break
+        time.sleep(LOG_POLL_S)  # logs are files: there is no event for a new line
+    record_signature(
+        ctx,
+        f"expect on {ns.node}",
+        result,
+        logs,
+        f"{ns.node} logs after the failure (within {ns.within_s:g} s real)",
+    )
+    if result.ok:
+        first = next(r for r in result.in_order if r.line_index is not None)
+        ts = logs[first.line_index or 0].ts
+        ctx.rec.check(
+            "expect",
+            f"expect on {ns.node}: within {ns.within_s:g} s",
+            True,
+            f"within {ns.within_s:g} s real of the failure",
+            f"{elapsed_real(ctx.scale, after, ts):.1f} s real after it",
+        )
+
+
+def _verdict(r: ProbeResult) -> bool | None:
+    if r.verdict is ProbeVerdict.ERROR:
+        return None
+    return r.verdict is ProbeVerdict.PASSED
+
+
+def scrape_interval_lab(ctx: Context) -> float:
+    mon = ctx.lab.inventory.lab.monitoring
+    real = mon.scrape_interval_s if mon else 15.0
+    return max(ctx.scale.to_lab(real), 0.05)
+
+
+def capture_evidence(ctx: Context, ls: LoadedScenario, when: str) -> None:
+    """The GPU process list and Prometheus's target table, as they were at this moment."""
+    now = utcnow()
+    gpu_nodes = sorted({p.node for p in _all_probes(ls) if isinstance(p, GpuProcessesProbe)})
+    for node in gpu_nodes:
+        try:
+            procs = ctx.lab.gpu_processes(node)
+        except GamedayError:
+            continue
+        lines = [
+            EvidenceLine(ts=now, text=f"pid {p['pid']:>8}  {p['name']:<40} {p['mib']:>7} MiB")
+            for p in procs
+        ] or [EvidenceLine(ts=now, text="no GPU processes")]
+        ctx.rec.evidence.append(Evidence(title=f"GPU processes on {node} {when}", lines=lines))
+    url = ctx.lab.inventory.lab.prometheus
+    jobs = sorted({p.job for p in _all_probes(ls) if isinstance(p, TargetsProbe)})
+    if url and jobs:
+        lines = []
+        for job in jobs:
+            try:
+                got = prometheus.targets(ctx.http, url, job)
+            except GamedayError as exc:
+                lines.append(EvidenceLine(ts=now, text=f"{job}: {exc.message}"))
+                continue
+            for node, t in sorted(got.items()):
+                lines.append(
+                    EvidenceLine(
+                        ts=now,
+                        highlight=t["health"] != "up",
+                        text=f"{job:<14} {node:<8} {t['health']:<5} {t['scrapeUrl']:<40} "
+                        f"{t['lastError']}",
+                    )
+                )
+        ctx.rec.evidence.append(Evidence(title=f"Prometheus targets {when}", lines=lines))
+
+
+def _all_probes(ls: LoadedScenario) -> list[Probe]:
+    sc = ls.scenario
+    return [*sc.baseline.probes, *sc.expect.probes, *sc.verify.probes]
 
 
 def logs_for(ctx: Context, source: LogSource, failure: ExitInfo) -> list[LogLine]:
@@ -532,45 +770,82 @@ def _checks(p: Pattern) -> str:
 
 
 def detect(ctx: Context, ls: LoadedScenario) -> None:
+    """Each expected alert must be firing in Prometheus within its window from the injection."""
     alerts = ls.scenario.detect.alerts
     if not alerts:
         return
+    ctx.progress("detect: waiting for alerts")
     ctx.rec.event("phase detect")
-    prom = ctx.lab.inventory.lab.prometheus_url
+    prom = ctx.lab.inventory.lab.prometheus
+    since = ctx.injected_at or utcnow()
     for a in alerts:
+        name = f"detect: alert {a.name} fires"
+        expected = f"firing within {a.within_s:g} s real of the injection"
         if not prom:
             ctx.rec.check(
                 "detect",
-                f"detect: alert {a.name}",
+                name,
                 None,
-                f"firing within {a.within_s:g} s",
-                "this lab has no Prometheus (gameday_lab.prometheus_url)",
+                expected,
+                "this lab has no Prometheus (gameday_lab.monitoring)",
             )
             continue
-        deadline = time.monotonic() + ctx.scale.to_lab(a.within_s) + ctx.scale.allowance_s
-        state = "not found"
+        deadline = time.monotonic() + max(
+            0.0,
+            ctx.scale.to_lab(a.within_s)
+            + ctx.scale.allowance_s
+            - (utcnow() - since).total_seconds(),
+        )
+        state, error = "inactive", ""
         while True:
             try:
-                data = ctx.http.get(prom + "/api/v1/alerts", timeout=5).json()
                 mine = [
                     x
-                    for x in data["data"]["alerts"]
+                    for x in prometheus.alerts(ctx.http, prom)
                     if x["labels"].get("alertname") == a.name
                     and all(x["labels"].get(k) == v for k, v in a.labels.items())
                 ]
-                state = mine[0]["state"] if mine else "not found"
-            except (httpx.HTTPError, KeyError, ValueError) as exc:
-                state = f"probe error: {exc}"
+                state = mine[0]["state"] if mine else "inactive"
+                error = ""
+            except GamedayError as exc:
+                error = exc.message
             if state == "firing" or time.monotonic() > deadline:
                 break
-            time.sleep(min(0.5, ctx.scale.to_lab(15)))  # Prometheus has no push API
+            ctx.wait(lambda s, evs: False, scrape_interval_lab(ctx))  # no push API: next eval
+        if error:
+            ctx.rec.check("detect", name, None, expected, f"probe error: {error}")
+            continue
+        if state != "firing":
+            ctx.rec.check("detect", name, False, expected, f"{state} after {a.within_s:g} s real")
+            continue
+        fired = alert_fired_at(ctx, a.name, mine[0]) if mine else utcnow()
+        ttd = elapsed_real(ctx.scale, since, fired)
+        ctx.time_to_detect = round(ttd, 3) if ctx.time_to_detect is None else ctx.time_to_detect
+        ctx.rec.event(
+            f"alert {a.name} firing",
+            ts=fired,
+            source="prometheus",
+            clock="Prometheus (activeAt + the rule's for)",
+        )
         ctx.rec.check(
             "detect",
-            f"detect: alert {a.name}",
-            None if state.startswith("probe error") else state == "firing",
-            f"firing within {a.within_s:g} s",
-            state,
+            name,
+            ctx.scale.check(Window(max_s=a.within_s), ttd),
+            expected,
+            f"firing {ttd:.1f} s real after the injection",
         )
+
+
+def alert_fired_at(ctx: Context, name: str, alert: dict[str, object]) -> datetime:
+    """When Prometheus turned the alert to firing, by its own clock: activeAt (pending since)
+    plus the rule's `for`, for the lab's own rules; otherwise now."""
+    mon = ctx.lab.inventory.lab.monitoring
+    rule = next((r for r in mon.rules if r.name == name), None) if mon else None
+    active = alert.get("activeAt")
+    if rule is None or not isinstance(active, str):
+        return utcnow()
+    started = datetime.fromisoformat(active.replace("Z", "+00:00"))
+    return started + timedelta(seconds=ctx.scale.to_lab(rule.for_s))
 
 
 def recover(ctx: Context, ls: LoadedScenario) -> float | None:
@@ -584,18 +859,22 @@ def recover(ctx: Context, ls: LoadedScenario) -> float | None:
             ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
         since = ctx.seq
         apply_actions(ctx, step.actions, f"recover {i}")
+        applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
-            ttr = verify(ctx, ls, label)
+            ttr = verify(ctx, ls, label, applied_at)
         else:
             shortcut(ctx, ls, step, label, since)
     return ttr
 
 
-def probe_all(ctx: Context, probes: Sequence[HttpProbe | InferenceProbe]) -> list[ProbeResult]:
-    return [run_probe(ctx.http, ctx.lab.url(ctx.target), p, ctx.scale.scale) for p in probes]
+def probe_all(ctx: Context, probes: Sequence[Probe]) -> list[ProbeResult]:
+    env = ProbeEnv(
+        http=ctx.http, lab=ctx.lab, scale=ctx.scale.scale, target=ctx.target, since=ctx.injected_at
+    )
+    return [run_probe(env, p) for p in probes]
 
 
-def verify(ctx: Context, ls: LoadedScenario, label: str) -> float | None:
+def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -> float | None:
     """Service back: the node ready, then every verification probe passing, within the window."""
     v = ls.scenario.verify
     ctx.rec.event(f"phase verify ({label})")
@@ -630,7 +909,9 @@ def verify(ctx: Context, ls: LoadedScenario, label: str) -> float | None:
     if passed_at is None:
         return None
     state = ctx.lab.states()[ctx.target]
-    start = state.first_output_at or state.started_at or passed_at
+    # from the step (or, if it restarted the node, from the new incarnation's first output:
+    # the interpreter's own start does not scale)
+    start = max(applied_at, state.first_output_at or applied_at)
     ttr = elapsed_real(ctx.scale, start, passed_at)
     ctx.rec.event("service verified (health and inference)", ts=passed_at)
     ctx.rec.check(
@@ -648,9 +929,15 @@ def shortcut(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, s
     settle = step.settle_s or ls.scenario.verify.time_to_recover.max_s
     budget = ctx.scale.to_lab(settle) + ctx.scale.allowance_s
     gen0 = ctx.lab.states()[ctx.target].generation
-    st, events, _ = ctx.wait(
-        lambda s, evs: first_exit(evs) is not None or (s.ready and s.generation >= gen0), budget
-    )
+
+    # A step with a failure signature is awaited until it fails; otherwise until it fails or
+    # the node serves again (then the probes decide).
+    def settled(s: NodeState, evs: list[LabEvent]) -> bool:
+        if first_exit(evs) is not None:
+            return True
+        return step.expect is None and s.ready and s.generation >= gen0
+
+    st, events, _ = ctx.wait(settled, budget, replay_from=since)
     failure = first_exit(events)
     results = probe_all(ctx, ls.scenario.verify.probes)
     restored = all(r.verdict is ProbeVerdict.PASSED for r in results)
@@ -692,15 +979,23 @@ def shortcut(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, s
 
 
 def cleanup(ctx: Context) -> None:
-    """Undo every change this scenario made, newest first, and wait for the baseline to serve."""
+    """Undo every change this scenario made and get the baseline serving again: if the target
+    does not come back on its own (a head that exited 0 is not restarted by its policy), restart
+    its whole group together, as the runbook says."""
     ctx.progress("cleanup")
     ctx.rec.event("phase cleanup")
     try:
-        had = bool(ctx.open_changes)
         undo_all(ctx, "cleanup")
-        if had or not ctx.lab.states()[ctx.target].ready:
-            boot = ctx.scale.to_lab(ctx.lab.inventory.lab.boot_timeout_s)
-            st, _, ok = ctx.wait(lambda s, _: s.ready, boot)
+        boot = ctx.scale.to_lab(ctx.lab.inventory.lab.boot_timeout_s)
+        st = ctx.lab.states()[ctx.target]
+        if not st.ready:
+            settle = ctx.scale.to_lab(30) + ctx.scale.allowance_s
+            st, _, ok = ctx.wait(lambda s, _: s.ready, settle)
+            if not ok:
+                group = restart_scope(ctx)
+                ctx.rec.event(f"cleanup: restart {', '.join(group)} together")
+                ctx.lab.restart(group)
+                st, _, ok = ctx.wait(lambda s, _: s.ready, boot)
             ctx.rec.event(
                 "baseline serving again"
                 if ok
@@ -723,6 +1018,15 @@ def cleanup(ctx: Context) -> None:
             f"cleanup failed: {exc}",
             "run `gameday cleanup` to undo what is left",
         )
+
+
+def restart_scope(ctx: Context) -> list[str]:
+    """The largest inventory group the target belongs to (its tensor-parallel group), or
+    itself."""
+    inv = ctx.lab.inventory
+    groups = inv.node(ctx.target).groups
+    best = max((inv.resolve(g) for g in groups), key=len, default=[])
+    return [n.name for n in best] or [ctx.target]
 
 
 @contextlib.contextmanager

@@ -87,6 +87,7 @@ class HttpProbe(Model):
     """GET a path on the target's API; pass on the expected status."""
 
     kind: Literal["http"]
+    node: str | None = None  # default: the scenario's target
     path: Annotated[str, Field(pattern=r"^/")]
     expect_status: int = 200
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
@@ -97,6 +98,12 @@ class InferenceProbe(Model):
     completes."""
 
     kind: Literal["inference"]
+    node: str | None = None
+    expect: Literal["completes", "hangs"] = Field(
+        default="completes",
+        description="`hangs`: the request must neither complete nor fail before the timeout "
+        "(e.g. /health 200 while a tensor-parallel peer is stuck).",
+    )
     api: Literal["chat", "completions"] = "chat"
     prompt: str
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 16
@@ -105,7 +112,67 @@ class InferenceProbe(Model):
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
 
-Probe = Annotated[HttpProbe | InferenceProbe, Field(discriminator="kind")]
+class TargetsProbe(Model):
+    """Prometheus's view of a scrape job: which nodes' targets are up and which are down."""
+
+    kind: Literal["targets"]
+    job: str
+    up: list[str] = []
+    down: list[str] = []
+
+
+class GpuProcessMatch(Model):
+    name: Annotated[str, Field(min_length=1)]  # a regex on the process name
+    min_mib: int | None = None
+    max_mib: int | None = None
+
+
+class GpuProcessesProbe(Model):
+    """The node's GPU process list (nvidia-smi): who holds GPU memory."""
+
+    kind: Literal["gpu_processes"]
+    node: str
+    present: list[GpuProcessMatch] = []
+    only: bool = Field(default=False, description="No process other than `present` ones.")
+
+
+class NodeStateProbe(Model):
+    """A node's state: e.g. still running (workers 'Up' while useless), or exited with code 0
+    and not restarted by its restart policy."""
+
+    kind: Literal["node_state"]
+    node: str
+    status: NodeStatus
+    exit_code: int | None = None
+    max_restarts: int | None = None
+
+
+class LogSilenceProbe(Model):
+    """Nothing matching `regex` was logged on these nodes since the injection."""
+
+    kind: Literal["log_silence"]
+    nodes: Annotated[list[str], Field(min_length=1)]
+    regex: str = r"ERROR|Traceback|Exception|CRITICAL"
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"regex does not compile: {exc}") from None
+        return v
+
+
+Probe = Annotated[
+    HttpProbe
+    | InferenceProbe
+    | TargetsProbe
+    | GpuProcessesProbe
+    | NodeStateProbe
+    | LogSilenceProbe,
+    Field(discriminator="kind"),
+]
 
 
 # ---- actions (injection and recovery) ----------------------------------------------------------
@@ -155,11 +222,108 @@ class Rollback(Model):
     kind: Literal["rollback"]
 
 
+class Program(enum.StrEnum):
+    """Programs a scenario may start on a node (a closed set: no command lines from scenarios)."""
+
+    STRAY_GPU_PROCESS = "stray_gpu_process"  # seeds/001's OmniParser: ~1.4 GiB GPU, idle
+
+
+PROGRAMS: dict[Program, tuple[str, ...]] = {Program.STRAY_GPU_PROCESS: ("vllm-lab", "stray")}
+
+
+class StartProcess(Model):
+    """Start a program on a node, beside its engine (a host action)."""
+
+    kind: Literal["start_process"]
+    node: str
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
+    program: Program
+    mib: Annotated[int | None, Field(ge=1, le=1_000_000)] = None
+
+
+class StopProcess(Model):
+    kind: Literal["stop_process"]
+    node: str
+    name: str
+
+
+class SignalName(enum.StrEnum):
+    KILL = "KILL"
+    TERM = "TERM"
+    INT = "INT"
+
+
+class Signal(Model):
+    """Send a signal to a node's engine: its main (API-server) process or its engine core."""
+
+    kind: Literal["signal"]
+    node: str
+    process: Literal["main", "engine_core"] = "main"
+    signal: SignalName
+
+
+class TrafficRequest(Model):
+    prompt: str
+    max_tokens: Annotated[int, Field(ge=1)] = 16
+
+
+class Traffic(Model):
+    """Send requests as users would; their outcome is not asserted (that is what probes do)."""
+
+    kind: Literal["traffic"]
+    node: str | None = None
+    requests: Annotated[list[TrafficRequest], Field(min_length=1)]
+
+
+class ChangeAddress(Model):
+    """The node gets a new address on a network (DHCP after re-cabling)."""
+
+    kind: Literal["change_address"]
+    node: str
+    network: Literal["management"] = "management"
+    address: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}$")]
+
+
+class ScrapeTargets(Model):
+    """Point Prometheus's job at the nodes' addresses on this network, and reload it."""
+
+    kind: Literal["scrape_targets"]
+    job: str = "node-exporter"
+    network: Literal["management", "overlay"]
+
+
 Action = Annotated[
-    SetArgs | SetEnv | ServiceLinks | Restart | Rollback, Field(discriminator="kind")
+    SetArgs
+    | SetEnv
+    | ServiceLinks
+    | Restart
+    | Rollback
+    | StartProcess
+    | StopProcess
+    | Signal
+    | Traffic
+    | ChangeAddress
+    | ScrapeTargets,
+    Field(discriminator="kind"),
 ]
 register_union_tags(
-    "http", "inference", "set_args", "set_env", "service_links", "restart", "rollback"
+    "http",
+    "inference",
+    "targets",
+    "gpu_processes",
+    "node_state",
+    "log_silence",
+    "set_args",
+    "set_env",
+    "service_links",
+    "restart",
+    "rollback",
+    "start_process",
+    "stop_process",
+    "signal",
+    "traffic",
+    "change_address",
+    "scrape_targets",
 )
 
 
@@ -265,14 +429,46 @@ class Window(Model):
 class StateExpectation(Model):
     status: NodeStatus
     min_restarts: Annotated[int, Field(ge=0, le=20)] = 0
+    max_restarts: Annotated[int | None, Field(ge=0)] = Field(
+        default=None, description="e.g. 0: the restart policy did NOT restart it."
+    )
+
+
+class FailureMode(enum.StrEnum):
+    EXIT = "exit"  # the target's process exits (with any code)
+    SILENT = "silent"  # nothing exits or logs: only the expectation's probes show it
+
+
+class NodeSignature(Model):
+    """Lines another node must log after the failure, within `within_s` real-world seconds."""
+
+    node: str
+    source: LogSource = LogSource.CURRENT
+    in_order: Annotated[list[Pattern], Field(min_length=1)]
+    within_s: Annotated[float, Field(gt=0)]
 
 
 class Expectation(Model):
-    signature: Signature
+    failure: FailureMode = FailureMode.EXIT
+    signature: Signature | None = None
     exit_code: int | None = None
     state: StateExpectation | None = None
     phase: Phase | None = None
+    probes: list[Probe] = Field(
+        default=[],
+        description="Checked once the failure shows (for `silent`: they are how it "
+        "shows, polled until they all pass within time_to_fail).",
+    )
+    elsewhere: list[NodeSignature] = []
     time_to_fail: Window
+
+    @model_validator(mode="after")
+    def _mode(self) -> Expectation:
+        if self.failure is FailureMode.EXIT and self.signature is None:
+            raise ValueError("an `exit` failure needs a signature")
+        if self.failure is FailureMode.SILENT and not self.probes:
+            raise ValueError("a `silent` failure needs probes that show it")
+        return self
 
 
 class AlertExpectation(Model):

@@ -37,7 +37,8 @@ def to_lines(text: str) -> list[LogLine]:
 
 
 def identifying(ls: LoadedScenario) -> list[Pattern]:
-    return [p for p in ls.scenario.expect.signature.in_order if p.identifies]
+    signature = ls.scenario.expect.signature
+    return [p for p in signature.in_order if p.identifies] if signature else []
 
 
 def triage(text: str, scenarios: list[LoadedScenario]) -> list[Finding]:

@@ -14,17 +14,18 @@ from runner.labs.base import Change, LabDriver
 
 
 def restore(lab: LabDriver, changes: Sequence[Change], note: str) -> list[Change]:
-    """Re-apply, per node, the configuration it had before the oldest of `changes` (given oldest
-    first). Returns the changes it applied (nodes already back are left alone)."""
-    firsts: dict[str, Change] = {}
+    """Set every subject the `changes` touched (given oldest first) back to its state before the
+    oldest change to it, newest subject first. Subjects already back are left alone, so a
+    process this run started and then stopped needs nothing. Returns what it applied."""
+    firsts: dict[tuple[str, str, str], Change] = {}
     for change in changes:
-        firsts.setdefault(change.node, change)
+        firsts.setdefault(change.key, change)
     applied = []
-    for node, first in firsts.items():
-        current = lab.config(node)
+    for first in reversed(list(firsts.values())):
+        current = lab.current(first)
         if current == first.before:
             continue
-        undo = Change(kind=first.kind, node=node, before=current, after=first.before, note=note)
+        undo = first.towards(first.before, current, note)
         lab.apply(undo)
         applied.append(undo)
     return applied

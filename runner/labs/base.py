@@ -12,9 +12,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from runner.inventory import Inventory
 from runner.scenario import LabKind, LogSource, NodeStatus
@@ -25,8 +25,25 @@ class Frozen(BaseModel):
 
 
 class NodeConfig(Frozen):
+    type: Literal["node_config"] = "node_config"
     args: tuple[str, ...]
     env: dict[str, str]
+
+
+class ProcessState(Frozen):
+    type: Literal["process"] = "process"
+    running: bool
+    command: tuple[str, ...] = ()
+
+
+class Value(Frozen):
+    """An address, a network name: a single value a change moves from one thing to another."""
+
+    type: Literal["value"] = "value"
+    value: str
+
+
+State = Annotated[NodeConfig | ProcessState | Value, Field(discriminator="type")]
 
 
 class ExitInfo(Frozen):
@@ -65,6 +82,8 @@ class EventType(enum.StrEnum):
     EXITED = "exited"
     BACKOFF = "backoff"
     STOPPED = "stopped"
+    AUX_STARTED = "aux_started"
+    AUX_STOPPED = "aux_stopped"
 
 
 class LabEvent(Frozen):
@@ -76,25 +95,39 @@ class LabEvent(Frozen):
 
 
 class ChangeKind(enum.StrEnum):
-    NODE_CONFIG = "node_config"
+    NODE_CONFIG = "node_config"  # the engine's args and env (re-applies the node)
+    PROCESS = "process"  # a process started or stopped on a node (subject: its name)
+    ADDRESS = "address"  # a node's address on a network (subject: the network)
+    SCRAPE_TARGETS = "scrape_targets"  # the network Prometheus scrapes a job on (node "lab")
+
+
+AnyState = NodeConfig | ProcessState | Value
 
 
 class Change(Frozen):
-    """One change to a lab: what, where, and (by inversion) how to undo it."""
+    """One change to a lab: what (kind, node, subject), and its state before and after. Undo
+    is setting the subject back to `before`; the same record serves any lab kind."""
 
     kind: ChangeKind
     node: str
-    before: NodeConfig
-    after: NodeConfig
+    subject: str = ""
+    before: State
+    after: State
     note: str = ""
 
-    def inverse(self) -> Change:
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind.value, self.node, self.subject)
+
+    def towards(self, state: AnyState, current: AnyState, note: str) -> Change:
+        """A change of the same subject from `current` to `state`."""
         return Change(
             kind=self.kind,
             node=self.node,
-            before=self.after,
-            after=self.before,
-            note=f"undo: {self.note}" if self.note else "undo",
+            subject=self.subject,
+            before=current,
+            after=state,
+            note=note,
         )
 
 
@@ -107,11 +140,19 @@ class LabDriver(Protocol):
     def down(self) -> None: ...
     def states(self) -> dict[str, NodeState]: ...
     def config(self, node: str) -> NodeConfig: ...
+    def current(self, change: Change) -> AnyState: ...
+    def signal(self, node: str, process: str, signal: str) -> None: ...
+    def start_process(self, node: str, name: str, command: Sequence[str]) -> Change: ...
+    def stop_process(self, node: str, name: str) -> Change: ...
+    def set_address(self, node: str, network: str, address: str) -> Change: ...
+    def scrape_on(self, job: str, network: str) -> Change: ...
+    def gpu_processes(self, node: str) -> list[dict[str, Any]]: ...
     def baseline_config(self, node: str) -> NodeConfig: ...
     def apply(self, change: Change) -> None: ...
     def restart(self, nodes: Sequence[str]) -> None: ...
     def logs(self, node: str, source: LogSource) -> list[LogLine]: ...
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]: ...
+    def logs_since(self, node: str, since: datetime | None) -> list[LogLine]: ...
     def wait_events(self, since: int, timeout: float) -> list[LabEvent]: ...
     def last_event_seq(self) -> int: ...
     def url(self, node: str) -> str: ...

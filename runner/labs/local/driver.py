@@ -19,10 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from runner.errors import LabError, LabNotUp
-from runner.inventory import Inventory, Node
-from runner.labs.base import Change, ChangeKind, LabEvent, LogLine, NodeConfig, NodeState
+from runner.inventory import Inventory, Node, Role
+from runner.labs.base import (
+    Change,
+    ChangeKind,
+    LabEvent,
+    LogLine,
+    NodeConfig,
+    NodeState,
+    ProcessState,
+    Value,
+)
 from runner.scenario import LabKind, LogSource, NodeStatus
 
 # What a node's process inherits from the supervisor's environment; the rest comes from the
@@ -127,28 +137,57 @@ class LocalLab:
                 hint="install the project (pip install -e .) so that `vllm-lab` exists, or fix "
                 "engine_command",
             )
-        for n in self.inventory.nodes:
+        mon = self.inventory.lab.monitoring
+        if mon is not None:
+            for program, package in (
+                ("prometheus", "prometheus"),
+                ("prometheus-node-exporter", "prometheus-node-exporter"),
+            ):
+                if resolve_command(program) is None:
+                    raise LabError(
+                        f"{self.inventory.path}: the lab's monitoring needs {program!r}, which is "
+                        "not installed",
+                        hint=f"apt-get install -y {package} (or remove gameday_lab.monitoring)",
+                    )
+        for host, port, what in self._listeners():
             with socket.socket() as s:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
-                    s.bind((n.address, n.port))
+                    s.bind((host, port))
                 except OSError as exc:
                     raise LabError(
-                        f"{self.inventory.path}: node {n.name} cannot listen on "
-                        f"{n.address}:{n.port}: {exc.strerror}",
-                        hint="another program uses that port: stop it, or change gameday_port /"
-                        " gameday_address of this host in the inventory",
+                        f"{self.inventory.path}: {what} cannot listen on {host}:{port}: "
+                        f"{exc.strerror}",
+                        hint="another program uses that address: stop it (is another lab up?), "
+                        "or change the address in the inventory",
                     ) from exc
+
+    def _listeners(self) -> list[tuple[str, int, str]]:
+        out = [(n.address, n.port, f"node {n.name}") for n in self.inventory.nodes]
+        mon = self.inventory.lab.monitoring
+        if mon is not None:
+            host, _, port = mon.prometheus_listen.rpartition(":")
+            out.append((host, int(port), "Prometheus"))
+            for n in self.inventory.nodes:
+                for addr in (n.management_address, n.overlay_address):
+                    if addr:
+                        out.append((addr, mon.exporter_port, f"node {n.name}'s exporter"))
+        return out
 
     def up(self) -> None:
         if self.is_up():
             return
         self.preflight()
         self._state_dir.mkdir(parents=True, exist_ok=True)
+        addresses = self._addresses()
         spec = {
             "time_scale": self.inventory.lab.time_scale,
-            "nodes": [self._node_spec(n) for n in self.inventory.nodes],
+            "nodes": [self._node_spec(n, addresses) for n in self.inventory.nodes],
+            "services": self._services(),
         }
+        (self._state_dir / "addresses.json").write_text(json.dumps(addresses))
+        if self.inventory.lab.monitoring is not None:
+            self._write_prometheus("management", self._configured_addresses())
         (self._state_dir / "lab.json").write_text(json.dumps(spec, indent=2))
         log = (self._state_dir / "supervisor.log").open("ab")
         proc = subprocess.Popen(
@@ -169,17 +208,93 @@ class LocalLab:
                 proc.kill()
                 raise LabError("the local lab supervisor did not answer within 20 s")
             time.sleep(0.02)  # start-up only: the socket appears once
+        mon = self.inventory.lab.monitoring
+        if mon is not None:
+            self._wait_prometheus_ready(mon.url)
 
-    def _node_spec(self, n: Node) -> dict[str, Any]:
+    def _wait_prometheus_ready(self, url: str) -> None:
+        """Prometheus answers before it scrapes: wait until every target has been scraped once
+        (its discovery hands targets over only every 5 s, a cost that does not scale)."""
+        want = self._expected_scrape_urls()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self._scraped(url, want):
+                return
+            time.sleep(0.05)  # start-up only
+        raise LabError(
+            f"Prometheus at {url} did not scrape its targets within 30 s; see "
+            f"{self._state_dir / 'services' / 'prometheus.log'}"
+        )
+
+    def _expected_scrape_urls(self) -> set[str]:
+        config = yaml.safe_load((self._state_dir / "prometheus" / "prometheus.yml").read_text())
+        return {
+            f"http://{t}/metrics"
+            for job in config["scrape_configs"]
+            for sc in job["static_configs"]
+            for t in sc["targets"]
+        }
+
+    def _scraped(self, url: str, want: set[str]) -> bool:
+        try:
+            data = httpx.get(url + "/api/v1/targets?state=active", timeout=1).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        got = {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
+        return set(got) == want and all(h != "unknown" for h in got.values())
+
+    def _base_env(self, n: Node) -> dict[str, str]:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-        base |= {
+        return base | {
             "PYTHONUNBUFFERED": "1",
             "GAMEDAY_TIME_SCALE": str(self.inventory.lab.time_scale),
             "GAMEDAY_GPU": n.gpu.type,
             "GAMEDAY_GPU_COUNT": str(n.gpu.count),
+            "GAMEDAY_GPU_STATE": str(self.gpu_dir(n.name)),
         }
+
+    def gpu_dir(self, node: str) -> Path:
+        return self._state_dir / "nodes" / node / "gpu"
+
+    def _addresses(self) -> dict[str, dict[str, str]]:
+        """Current address of every node on each network (the management one can change)."""
+        f = self._state_dir / "addresses.json"
+        if f.exists():
+            return dict(json.loads(f.read_text()))
+        return self._configured_addresses()
+
+    def _configured_addresses(self) -> dict[str, dict[str, str]]:
+        """The addresses the inventory gives each node on each network."""
+        return {
+            n.name: {
+                k: v
+                for k, v in (("management", n.management_address), ("overlay", n.overlay_address))
+                if v
+            }
+            for n in self.inventory.nodes
+        }
+
+    def _exporter(self, n: Node, addresses: dict[str, dict[str, str]]) -> dict[str, Any]:
+        mon = self.inventory.lab.monitoring
+        assert mon is not None
+        listen = [
+            f"--web.listen-address={a}:{mon.exporter_port}" for a in addresses[n.name].values()
+        ]
+        cmd = [
+            resolve_command("prometheus-node-exporter") or "prometheus-node-exporter",
+            *listen,
+            "--collector.disable-defaults",
+            "--collector.loadavg",
+            "--collector.meminfo",
+        ]
+        return {"name": "node-exporter", "command": cmd, "env": self._base_env(n), "restart": True}
+
+    def _node_spec(self, n: Node, addresses: dict[str, dict[str, str]]) -> dict[str, Any]:
         cmd = list(self.inventory.lab.engine_command)
         cmd[0] = resolve_command(cmd[0]) or cmd[0]
+        aux = []
+        if self.inventory.lab.monitoring is not None and addresses.get(n.name):
+            aux.append(self._exporter(n, addresses))
         return {
             "name": n.name,
             "address": n.address,
@@ -188,8 +303,88 @@ class LocalLab:
             "command": cmd,
             "args": n.rendered_args(),
             "env": dict(n.env),
-            "base_env": base,
+            "base_env": self._base_env(n),
+            "aux": aux,
+            "http_health": n.role is not Role.WORKER,
         }
+
+    def _services(self) -> list[dict[str, Any]]:
+        mon = self.inventory.lab.monitoring
+        if mon is None:
+            return []
+        pdir = self._state_dir / "prometheus"
+        cmd = [
+            resolve_command("prometheus") or "prometheus",
+            f"--config.file={pdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={pdir / 'data'}",
+            f"--web.listen-address={mon.prometheus_listen}",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+        ]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        return [{"name": "prometheus", "command": cmd, "env": env, "restart": True}]
+
+    def _write_prometheus(
+        self, exporter_network: str, addresses: dict[str, dict[str, str]]
+    ) -> None:
+        """prometheus.yml and the seeds' rules, intervals and `for:` scaled to the lab."""
+        mon = self.inventory.lab.monitoring
+        assert mon is not None
+        scale = self.inventory.lab.time_scale
+        pdir = self._state_dir / "prometheus"
+        pdir.mkdir(parents=True, exist_ok=True)
+        interval = f"{max(int(mon.scrape_interval_s / scale * 1000), 50)}ms"
+        vllm = [
+            {"targets": [f"{n.address}:{n.port}"], "labels": {"node": n.name}}
+            for n in self.inventory.nodes
+            if n.role.value in ("serving", "head")
+        ]
+        exporters = [
+            {
+                "targets": [f"{addresses[n.name][exporter_network]}:{mon.exporter_port}"],
+                "labels": {"node": n.name},
+            }
+            for n in self.inventory.nodes
+            if addresses.get(n.name, {}).get(exporter_network)
+        ]
+        config = {
+            "global": {
+                "scrape_interval": interval,
+                "evaluation_interval": interval,
+                "scrape_timeout": interval,
+            },
+            "rule_files": [str(pdir / "rules.yml")],
+            "scrape_configs": [
+                {"job_name": "vllm", "static_configs": vllm},
+                {"job_name": "node-exporter", "static_configs": exporters},
+            ],
+        }
+        rules = {
+            "groups": [
+                {
+                    "name": "gameday-seed-rules",
+                    "rules": [
+                        {
+                            "alert": r.name,
+                            "expr": r.expr,
+                            "for": f"{max(int(r.for_s / scale * 1000), 1)}ms",
+                            "labels": {"severity": r.severity},
+                            "annotations": {
+                                "summary": r.summary,
+                                "runbook": r.runbook,
+                                "for_real_world": f"{r.for_s:g}s",
+                            },
+                        }
+                        for r in mon.rules
+                    ],
+                }
+            ]
+        }
+        (pdir / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
+        tmp = pdir / "prometheus.yml.tmp"
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+        tmp.replace(pdir / "prometheus.yml")
+        (pdir / "scrape_network").write_text(exporter_network)
 
     def down(self) -> None:
         if not self.is_up():
@@ -244,6 +439,18 @@ class LocalLab:
             out.append(LogLine(ts=datetime.fromisoformat(ts), text=rest))
         return out
 
+    def logs_since(self, node: str, since: datetime | None) -> list[LogLine]:
+        """Every line the node logged since `since`, across incarnations (and its aux
+        processes are not included: they are not the node's engine)."""
+        last = self.state(node).incarnation
+        out: list[LogLine] = []
+        for inc in range(last, 0, -1):
+            lines = self.logs_of(node, inc)
+            out = lines + out
+            if since is not None and lines and lines[0].ts < since:
+                break
+        return [ln for ln in out if since is None or ln.ts >= since]
+
     def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
         raw = self._call(
             "GET",
@@ -270,14 +477,149 @@ class LocalLab:
         n = self.inventory.node(node)
         return NodeConfig(args=tuple(n.rendered_args()), env=dict(n.env))
 
+    def current(self, change: Change) -> NodeConfig | ProcessState | Value:
+        """The subject of `change` as it is now."""
+        if change.kind is ChangeKind.NODE_CONFIG:
+            return self.config(change.node)
+        if change.kind is ChangeKind.PROCESS:
+            aux = self._call("GET", f"/nodes/{change.node}/aux").get(change.subject)
+            running = bool(aux and aux["running"])
+            return ProcessState(running=running, command=tuple(aux["command"]) if aux else ())
+        if change.kind is ChangeKind.ADDRESS:
+            return Value(value=self._addresses()[change.node][change.subject])
+        return Value(value=(self._state_dir / "prometheus" / "scrape_network").read_text())
+
     def apply(self, change: Change) -> None:
-        if change.kind is not ChangeKind.NODE_CONFIG:
+        after = change.after
+        if change.kind is ChangeKind.NODE_CONFIG and isinstance(after, NodeConfig):
+            self._call(
+                "PUT",
+                f"/nodes/{change.node}/config",
+                json={"args": list(after.args), "env": after.env},
+            )
+        elif change.kind is ChangeKind.PROCESS and isinstance(after, ProcessState):
+            if after.running:
+                node = self.inventory.node(change.node)
+                body = {
+                    "name": change.subject,
+                    "command": list(after.command),
+                    "env": self._base_env(node),
+                    "restart": False,
+                }
+                self._call("POST", f"/nodes/{change.node}/aux", json=body)
+            else:
+                self._call("DELETE", f"/nodes/{change.node}/aux", params={"name": change.subject})
+        elif change.kind is ChangeKind.ADDRESS and isinstance(after, Value):
+            self._move(change.node, change.subject, after.value)
+        elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
+            # a static scrape config names the addresses the operator configured, not the ones
+            # DHCP handed out since
+            self._write_prometheus(after.value, self._configured_addresses())
+            self._reload_prometheus()
+            url = self.inventory.lab.prometheus
+            assert url is not None
+            want = self._expected_scrape_urls()
+            deadline = time.monotonic() + 30  # discovery hands targets over every 5 s
+            while not self._scraped(url, want):
+                if time.monotonic() > deadline:
+                    raise LabError("Prometheus did not take up its new scrape targets in 30 s")
+                time.sleep(0.05)
+        else:
             raise LabError(f"the local lab cannot apply a {change.kind.value} change")
-        self._call(
-            "PUT",
-            f"/nodes/{change.node}/config",
-            json={"args": list(change.after.args), "env": change.after.env},
+
+    def _move(self, node: str, network: str, address: str) -> None:
+        """DHCP hands the node a new address: its exporter now answers there and not at the old
+        one. Serving (on the overlay network) is not touched."""
+        addresses = self._addresses()
+        addresses[node][network] = address
+        (self._state_dir / "addresses.json").write_text(json.dumps(addresses))
+        n = self.inventory.node(node)
+        if self.inventory.lab.monitoring is not None:
+            self._call("POST", f"/nodes/{node}/aux", json=self._exporter(n, addresses))
+
+    def _reload_prometheus(self) -> None:
+        url = self.inventory.lab.prometheus
+        if url is None:
+            raise LabError("this lab has no Prometheus to reload")
+        try:
+            httpx.post(url + "/-/reload", timeout=10).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise LabError(f"Prometheus did not reload its configuration: {exc}") from exc
+
+    def signal(self, node: str, process: str, signal: str) -> None:
+        self._call("POST", f"/nodes/{node}/signal", json={"process": process, "signal": signal})
+
+    def start_process(self, node: str, name: str, command: Sequence[str]) -> Change:
+        cmd = list(command)
+        cmd[0] = resolve_command(cmd[0]) or cmd[0]
+        probe = Change(
+            kind=ChangeKind.PROCESS,
+            node=node,
+            subject=name,
+            before=ProcessState(running=False),
+            after=ProcessState(running=False),
         )
+        return probe.towards(
+            ProcessState(running=True, command=tuple(cmd)),
+            self.current(probe),
+            f"start {name} on {node}",
+        )
+
+    def stop_process(self, node: str, name: str) -> Change:
+        probe = Change(
+            kind=ChangeKind.PROCESS,
+            node=node,
+            subject=name,
+            before=ProcessState(running=False),
+            after=ProcessState(running=False),
+        )
+        current = self.current(probe)
+        cmd = current.command if isinstance(current, ProcessState) else ()
+        return probe.towards(
+            ProcessState(running=False, command=cmd), current, f"stop {name} on {node}"
+        )
+
+    def set_address(self, node: str, network: str, address: str) -> Change:
+        if network not in self._addresses().get(node, {}):
+            raise LabError(f"node {node} has no address on the {network} network")
+        probe = Change(
+            kind=ChangeKind.ADDRESS,
+            node=node,
+            subject=network,
+            before=Value(value=""),
+            after=Value(value=""),
+        )
+        return probe.towards(
+            Value(value=address),
+            self.current(probe),
+            f"{node} gets a new {network} address {address}",
+        )
+
+    def scrape_on(self, job: str, network: str) -> Change:
+        if self.inventory.lab.monitoring is None:
+            raise LabError("this lab has no monitoring (gameday_lab.monitoring)")
+        probe = Change(
+            kind=ChangeKind.SCRAPE_TARGETS,
+            node="lab",
+            subject=job,
+            before=Value(value=""),
+            after=Value(value=""),
+        )
+        return probe.towards(
+            Value(value=network),
+            self.current(probe),
+            f"Prometheus scrapes {job} on the {network} network",
+        )
+
+    def gpu_processes(self, node: str) -> list[dict[str, Any]]:
+        from labengine.gpu import SharedGpu, gpu_types
+
+        n = self.inventory.node(node)
+        shared = SharedGpu(self.gpu_dir(node), gpu_types()[n.gpu.type])
+        return [{"pid": p.pid, "name": p.name, "mib": p.mib} for p in shared.processes()]
+
+    def aux_processes(self) -> dict[str, dict[str, Any]]:
+        return dict(self._call("GET", "/status")["aux"])
 
     def restart(self, nodes: Sequence[str]) -> None:
         self._call("POST", "/restart", json={"nodes": list(nodes)})

@@ -59,6 +59,7 @@ class Node:
     address: str
     port: int
     restart: str
+    http_health: bool
     command: list[str]
     args: list[str]
     env: dict[str, str]
@@ -95,6 +96,70 @@ class Node:
         }
 
 
+@dataclass
+class Aux:
+    """A process that is not the node's engine: its exporter, a stray GPU program, or a lab
+    service like Prometheus. `restart` keeps it running until stopped."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    log: Path
+    restart: bool
+    proc: asyncio.subprocess.Process | None = None
+    wanted: bool = True
+    task: asyncio.Task[None] | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        running = self.proc is not None and self.proc.returncode is None
+        return {
+            "name": self.name,
+            "command": self.command,
+            "pid": self.proc.pid if running and self.proc else None,
+            "running": running,
+            "exit_code": None if running or self.proc is None else self.proc.returncode,
+        }
+
+    async def run(self) -> None:
+        while self.wanted:
+            with self.log.open("ab") as out:
+                try:
+                    self.proc = await asyncio.create_subprocess_exec(
+                        *self.command,
+                        env=self.env,
+                        stdout=out,
+                        stderr=asyncio.subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    out.write(f"exec {self.command[0]}: {exc.strerror}\n".encode())
+                    return
+                await self.proc.wait()
+            if not self.restart:
+                return
+            await asyncio.sleep(0.2)
+
+    def start(self) -> None:
+        self.wanted = True
+        self.task = asyncio.create_task(self.run())
+
+    async def stop(self) -> None:
+        self.wanted = False
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        if self.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+
+
 class Supervisor:
     def __init__(self, state_dir: Path) -> None:
         self.dir = state_dir
@@ -109,17 +174,38 @@ class Supervisor:
                 address=n["address"],
                 port=n["port"],
                 restart=n["restart"],
+                http_health=n.get("http_health", True),
                 command=n["command"],
                 args=n["args"],
                 env=n["env"],
                 base_env=n["base_env"],
                 dir=d,
             )
+        self.aux: dict[str, dict[str, Aux]] = {name: {} for name in self.nodes}
+        self.aux["lab"] = {}
+        for n in spec["nodes"]:
+            for a in n.get("aux", []):
+                self.add_aux(n["name"], a)
+        for a in spec.get("services", []):
+            self.add_aux("lab", a)
         self.events: list[dict[str, Any]] = []
         self.cond = asyncio.Condition()
         self.events_file = (state_dir / "events.jsonl").open("a", buffering=1)
         self.server: uvicorn.Server | None = None
         self.http = httpx.AsyncClient(timeout=1.0)
+
+    def add_aux(self, owner: str, a: dict[str, Any]) -> Aux:
+        d = self.dir / "nodes" / owner if owner != "lab" else self.dir / "services"
+        d.mkdir(parents=True, exist_ok=True)
+        aux = Aux(
+            name=a["name"],
+            command=list(a["command"]),
+            env=dict(a["env"]),
+            log=d / f"{a['name']}.log",
+            restart=bool(a.get("restart", False)),
+        )
+        self.aux[owner][aux.name] = aux
+        return aux
 
     def lab_s(self, real_s: float) -> float:
         return real_s / self.scale
@@ -137,6 +223,22 @@ class Supervisor:
         self.persist(self.nodes[node])
         async with self.cond:
             self.cond.notify_all()
+
+    async def emit_lab(self, owner: str, type_: str, **data: Any) -> None:
+        ev = {
+            "seq": len(self.events) + 1,
+            "ts": now().isoformat(),
+            "node": owner,
+            "type": type_,
+            "data": data,
+        }
+        self.events.append(ev)
+        self.events_file.write(json.dumps(ev) + "\n")
+        async with self.cond:
+            self.cond.notify_all()
+
+    async def stop_aux(self) -> None:
+        await asyncio.gather(*(a.stop() for d in self.aux.values() for a in d.values()))
 
     def persist(self, n: Node) -> None:
         tmp = n.dir / "state.json.tmp"
@@ -241,6 +343,13 @@ class Supervisor:
         return code
 
     async def probe_loop(self, n: Node, inc: int) -> None:
+        if not n.http_health:  # a headless worker serves no HTTP: ready once it has started
+            while n.first_output_at is None:
+                await asyncio.sleep(0.01)
+            if n.incarnation == inc and n.status == "running":
+                n.ready = True
+                await self.emit(n.name, "ready", incarnation=inc)
+            return
         url = f"http://{n.address}:{n.port}/health"
         period = max(self.lab_s(PROBE_PERIOD_S), 0.02)
         while True:
@@ -254,21 +363,26 @@ class Supervisor:
             await asyncio.sleep(period)
 
     async def stop(self, n: Node) -> None:
+        """Stop the node for good. Its loop may be about to spawn an incarnation (a re-apply
+        just scheduled it): keep killing whatever process it has until the loop is done."""
         n.wanted = False
         n.stopping = True
         n.wake.set()
-        proc = n.proc
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
-            except TimeoutError:
+        while True:
+            proc = n.proc
+            if proc is not None and proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-        if n.task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await n.task
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
+                except TimeoutError:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+            if n.task is None or n.task.done():
+                break
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(n.task), timeout=0.05)
         n.task = None
         n.stopping = False
         n.status = "exited"
@@ -312,6 +426,44 @@ class Supervisor:
                 self.start_loop(n)
             return JSONResponse({"restarted": [n.name for n in nodes]})
 
+        async def aux(request: Request) -> Response:
+            owner = request.path_params["node"]
+            if owner not in self.aux:
+                return JSONResponse({"error": f"no node {owner}"}, status_code=404)
+            if request.method == "POST":  # start (or replace) an aux process
+                body = await request.json()
+                old = self.aux[owner].get(body["name"])
+                if old is not None:
+                    await old.stop()
+                a = self.add_aux(owner, body)
+                a.start()
+                await asyncio.sleep(0)
+                await self.emit_lab(owner, "aux_started", name=a.name)
+                return JSONResponse(a.snapshot())
+            if request.method == "DELETE":
+                name = request.query_params["name"]
+                gone = self.aux[owner].pop(name, None)
+                if gone is not None:
+                    await gone.stop()
+                    await self.emit_lab(owner, "aux_stopped", name=name)
+                return JSONResponse({"stopped": gone is not None})
+            return JSONResponse({k: a.snapshot() for k, a in self.aux[owner].items()})
+
+        async def signal_node(request: Request) -> Response:
+            n = self.nodes[request.path_params["node"]]
+            body = await request.json()
+            proc = n.proc
+            if proc is None or proc.returncode is not None:
+                return JSONResponse({"error": "node not running"}, status_code=409)
+            pid = proc.pid
+            if body.get("process") == "engine_core":
+                kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                if not kids:
+                    return JSONResponse({"error": "no engine-core process"}, status_code=409)
+                pid = int(kids[0])
+            os.kill(pid, getattr(signal, "SIG" + body["signal"]))
+            return JSONResponse({"pid": pid})
+
         async def logs(request: Request) -> Response:
             n = self.nodes[request.path_params["node"]]
             inc = int(request.query_params.get("incarnation", n.incarnation))
@@ -331,6 +483,7 @@ class Supervisor:
 
         async def shutdown(_: Request) -> Response:
             await asyncio.gather(*(self.stop(n) for n in self.nodes.values()))
+            await self.stop_aux()
             if self.server is not None:
                 self.server.should_exit = True
             return JSONResponse({"stopped": list(self.nodes)})
@@ -341,6 +494,8 @@ class Supervisor:
                 Route("/nodes/{node}/config", config, methods=["GET", "PUT"]),
                 Route("/restart", restart, methods=["POST"]),
                 Route("/nodes/{node}/logs", logs),
+                Route("/nodes/{node}/aux", aux, methods=["GET", "POST", "DELETE"]),
+                Route("/nodes/{node}/signal", signal_node, methods=["POST"]),
                 Route("/events", events),
                 Route("/shutdown", shutdown, methods=["POST"]),
             ]
@@ -352,11 +507,15 @@ class Supervisor:
             sock.unlink()
         config = uvicorn.Config(self.app(), uds=str(sock), log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
+        for d in self.aux.values():
+            for a in d.values():
+                a.start()
         for n in self.nodes.values():
             n.generation = 1
             self.start_loop(n)
         await self.server.serve()
         await asyncio.gather(*(self.stop(n) for n in self.nodes.values()))
+        await self.stop_aux()
         await self.http.aclose()
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
