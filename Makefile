@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean lab-deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,16 +12,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-run: $(VENV)/.installed
+lab-deps:
+	scripts/install-lab-deps
+
+run: $(VENV)/.installed lab-deps
 	$(BIN)/gameday run --lab inventories/local.yaml
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed lab-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy runner
 	$(BIN)/pytest
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed lab-deps
 	$(BIN)/python bench/bench.py
 
 clean:

@@ -122,6 +122,8 @@ class Monitoring(Model):
     engines' /metrics, with the seeds' alert rules (`for:` scaled by the lab's time scale)."""
 
     prometheus_listen: str = "127.0.79.1:9090"
+    prometheus_command: str = "prometheus"
+    exporter_command: str = "prometheus-node-exporter"
     scrape_interval_s: Annotated[float, Field(gt=0)] = 15.0
     exporter_port: Annotated[int, Field(ge=1, le=65535)] = 9100
     rules: tuple[AlertRule, ...] = SEED_RULES

@@ -140,8 +140,8 @@ class LocalLab:
         mon = self.inventory.lab.monitoring
         if mon is not None:
             for program, package in (
-                ("prometheus", "prometheus"),
-                ("prometheus-node-exporter", "prometheus-node-exporter"),
+                (mon.prometheus_command, "prometheus"),
+                (mon.exporter_command, "prometheus-node-exporter"),
             ):
                 if resolve_command(program) is None:
                     raise LabError(
@@ -281,7 +281,7 @@ class LocalLab:
             f"--web.listen-address={a}:{mon.exporter_port}" for a in addresses[n.name].values()
         ]
         cmd = [
-            resolve_command("prometheus-node-exporter") or "prometheus-node-exporter",
+            resolve_command(mon.exporter_command) or mon.exporter_command,
             *listen,
             "--collector.disable-defaults",
             "--collector.loadavg",
@@ -314,7 +314,7 @@ class LocalLab:
             return []
         pdir = self._state_dir / "prometheus"
         cmd = [
-            resolve_command("prometheus") or "prometheus",
+            resolve_command(mon.prometheus_command) or mon.prometheus_command,
             f"--config.file={pdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={pdir / 'data'}",
             f"--web.listen-address={mon.prometheus_listen}",
