@@ -77,6 +77,9 @@ from runner.undo import restore
 
 Progress = Callable[[str], None]
 LOG_POLL_S = 0.05  # how often to re-read a log that must gain a line
+# Lab seconds allowed on top of a converted window for what does not scale: starting an
+# interpreter, importing, stopping the previous incarnation.
+START_COST_S = 3.0
 
 
 def utcnow() -> datetime:
@@ -272,7 +275,15 @@ def baseline(ctx: Context, ls: LoadedScenario) -> None:
             f"{st.status.value}, ready={st.ready} after {boot:.1f} lab s",
         )
         raise ScenarioAborted
+    # A steady state is awaited, not sampled: the previous scenario's cleanup may still be
+    # settling (an exporter restarting, Prometheus's next scrape).
+    settle_until = time.monotonic() + max(2.0, 10 * scrape_interval_lab(ctx))
     results = probe_all(ctx, ls.scenario.baseline.probes)
+    while not all(r.verdict is ProbeVerdict.PASSED for r in results):
+        if time.monotonic() > settle_until:
+            break
+        ctx.wait(lambda s, evs: False, scrape_interval_lab(ctx))
+        results = probe_all(ctx, ls.scenario.baseline.probes)
     for r in results:
         # a baseline that does not hold means gameday cannot judge the scenario: error, not fail
         ctx.rec.check(
@@ -518,7 +529,7 @@ def expect_exit(ctx: Context, ls: LoadedScenario) -> float | None:
     exp = ls.scenario.expect
     assert exp.signature is not None
     # Wait for the first exit of the new incarnation; time it against the window plus start-up.
-    deadline = ctx.scale.window_deadline_lab(exp.time_to_fail) + 10.0
+    deadline = ctx.scale.window_deadline_lab(exp.time_to_fail) + START_COST_S
     st, events, _ = ctx.wait(
         lambda s, evs: first_exit(evs) is not None, deadline, replay_from=ctx.inject_seq
     )
@@ -878,7 +889,7 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
     """Service back: the node ready, then every verification probe passing, within the window."""
     v = ls.scenario.verify
     ctx.rec.event(f"phase verify ({label})")
-    deadline_lab = ctx.scale.window_deadline_lab(v.time_to_recover) + 10.0
+    deadline_lab = ctx.scale.window_deadline_lab(v.time_to_recover) + START_COST_S
     t_end = time.monotonic() + deadline_lab
     gen0 = ctx.lab.states()[ctx.target].generation
     st, _, ready = ctx.wait(lambda s, _: s.ready and s.generation >= gen0, deadline_lab)

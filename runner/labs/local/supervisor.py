@@ -399,6 +399,10 @@ class Supervisor:
                     "scale": self.scale,
                     "last_seq": len(self.events),
                     "nodes": {k: n.snapshot() for k, n in self.nodes.items()},
+                    "aux": {
+                        owner: {k: a.snapshot() for k, a in procs.items()}
+                        for owner, procs in self.aux.items()
+                    },
                 }
             )
 

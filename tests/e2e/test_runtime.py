@@ -1,0 +1,230 @@
+"""Runtime failures of the 4-node tensor-parallel group, with the lab's real Prometheus."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runner.inventory import load_inventory
+from runner.labs.local.driver import LocalLab
+from runner.probes import ProbeEnv, ProbeVerdict, run_probe
+from runner.scenario import HttpProbe, InferenceProbe
+from tests.e2e.conftest import ROOT, gameday
+
+pytestmark = pytest.mark.e2e
+THREE = [
+    "scenarios/head-only-restart.yaml",
+    "scenarios/stray-gpu-process.yaml",
+    "scenarios/dhcp-address-change.yaml",
+]
+
+
+def test_the_three_pass(tmp_path: Path) -> None:
+    p = gameday("run", *THREE, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads(next(tmp_path.glob("*/result.json")).read_text())
+    by_id = {s["id"]: s for s in result["scenarios"]}
+    assert {s["verdict"] for s in by_id.values()} == {"passed"}
+    for s in by_id.values():
+        assert s["time_to_detect_s"] is not None  # each names the alert that must fire
+        assert any("alert" in e["event"] and "firing" in e["event"] for e in s["timeline"])
+    stray = by_id["stray-gpu-process"]
+    titles = [e["title"] for e in stray["evidence"]]
+    assert "GPU processes on node1 at the failure" in titles
+    gpu = next(
+        e for e in stray["evidence"] if e["title"] == "GPU processes on node1 at the failure"
+    )
+    assert any("omniparser" in ln["text"] for ln in gpu["lines"])
+    dhcp = by_id["dhcp-address-change"]
+    targets = next(e for e in dhcp["evidence"] if e["title"].startswith("Prometheus targets"))
+    assert sum(ln["highlight"] for ln in targets["lines"]) == 2  # node3, node4 down
+    head = by_id["head-only-restart"]
+    names = {a["name"]: a for a in head["assertions"]}
+    assert names["expect: exit code"]["observed"] == "exit code 0"
+    assert any(n.startswith("expect on node2: within") for n in names)
+
+
+def wrong(tmp_path: Path, src: str, new_id: str, *edits: tuple[str, str]) -> Path:
+    text = (ROOT / src).read_text().replace(f"id: {Path(src).stem}", f"id: {new_id}")
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    p = tmp_path / f"{new_id}.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:
+    files = [
+        # the seed's shortcut claimed to work: restarting the head alone
+        wrong(
+            tmp_path,
+            THREE[0],
+            "head-alone-restores",
+            ("    outcome: does_not_restore\n", "    outcome: restores\n"),
+            ("time_to_recover: {max_s: 1800}", "time_to_recover: {max_s: 400}"),
+        ),
+        # the exit code a restart policy would have seen
+        wrong(tmp_path, THREE[0], "head-exits-1", ("exit_code: 0", "exit_code: 1")),
+        # the lever that hides the symptom claimed to be the fix
+        wrong(
+            tmp_path,
+            THREE[1],
+            "deepgemm-off-restores",
+            ("    outcome: does_not_restore\n", "    outcome: restores\n"),
+            ("time_to_recover: {max_s: 1800}", "time_to_recover: {max_s: 400}"),
+        ),
+        # the wrong nodes expected blind, and an alert window shorter than the rule's for: 10m
+        wrong(
+            tmp_path,
+            THREE[2],
+            "dhcp-wrong-nodes",
+            (
+                "up: [node1, node2], down: [node3, node4]",
+                "up: [node3, node4], down: [node1, node2]",
+            ),
+        ),
+        wrong(
+            tmp_path,
+            THREE[2],
+            "dhcp-alert-too-soon",
+            (
+                "{name: ExporterTargetDown, within_s: 720}",
+                "{name: ExporterTargetDown, within_s: 120}",
+            ),
+        ),
+    ]
+    p = gameday(
+        "run", *map(str, files), "--lab", "inventories/local.yaml", "--reports", str(tmp_path / "r")
+    )
+    assert p.returncode == 1, p.stdout + p.stderr
+    out = p.stdout
+    assert "Traceback" not in out + p.stderr
+    assert re.search(
+        r"FAILED head-alone-restores: recover 1: .*: restores service\s+expected: "
+        r"ready, then every verification probe passes\s+observed: not restored",
+        out,
+    )
+    assert re.search(
+        r"FAILED head-exits-1: expect: exit code\s+expected: exit code 1\s+"
+        r"observed: exit code 0",
+        out,
+    )
+    assert re.search(r"FAILED deepgemm-off-restores: recover 1: .*: restores service", out)
+    assert re.search(
+        r"FAILED dhcp-wrong-nodes: expect: Prometheus targets of node-exporter\s+"
+        r"expected: up: node3, node4; down: node1, node2\s+observed: node1 up; "
+        r"node2 up; node3 down",
+        out,
+    )
+    assert re.search(
+        r"FAILED dhcp-alert-too-soon: detect: alert ExporterTargetDown fires\s+"
+        r"expected: firing within 120 s real",
+        out,
+    )
+    result = json.loads(next((tmp_path / "r").glob("*/result.json")).read_text())
+    assert {s["verdict"] for s in result["scenarios"]} == {"failed"}
+
+
+@pytest.fixture
+def lab() -> LocalLab:
+    inv = load_inventory(ROOT / "inventories" / "local.yaml")
+    driver = LocalLab(inv)
+    assert gameday("lab", "up").returncode == 0
+    yield driver
+    gameday("lab", "down")
+
+
+def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
+    """A stopped worker: the head still answers /health 200, but a completion never returns."""
+    with httpx.Client() as http:
+        env = ProbeEnv(http=http, lab=lab, scale=100, target="node1")
+        ok = run_probe(env, InferenceProbe(kind="inference", prompt="hello", max_tokens=64))
+        assert ok.verdict is ProbeVerdict.PASSED
+        lab.signal("node2", "main", "STOP")
+        try:
+            health = run_probe(env, HttpProbe(kind="http", path="/health"))
+            hang = run_probe(
+                env,
+                InferenceProbe(
+                    kind="inference",
+                    prompt="hello again",
+                    max_tokens=8,
+                    expect="hangs",
+                    timeout_s=200,
+                ),
+            )
+        finally:
+            lab.signal("node2", "main", "CONT")
+        assert health.verdict is ProbeVerdict.PASSED, health
+        assert hang.verdict is ProbeVerdict.PASSED and "a hang" in hang.observed, hang
+        # an error is not a hang: a node that refuses connections fails `hangs`
+        refused = run_probe(
+            ProbeEnv(http=http, lab=lab, scale=100, target="node2"),
+            InferenceProbe(kind="inference", prompt="x", expect="hangs"),
+        )
+        assert refused.verdict is ProbeVerdict.FAILED and "refused" in refused.observed
+
+
+def _lab_pids(lab: LocalLab) -> set[int]:
+    pids: set[int] = set()
+    for st in lab.states().values():
+        if st.pid:
+            pids.add(st.pid)
+            kids = Path(f"/proc/{st.pid}/task/{st.pid}/children")
+            if kids.exists():
+                pids |= {int(x) for x in kids.read_text().split()}
+    for procs in lab.aux_processes().values():
+        pids |= {p["pid"] for p in procs.values() if p["pid"]}
+    return pids
+
+
+def test_lab_down_leaves_no_process(lab: LocalLab) -> None:
+    change = lab.start_process("node1", "omniparser", ["vllm-lab", "stray"])
+    lab.apply(change)
+    time.sleep(0.3)
+    pids = _lab_pids(lab)
+    # 5 engines + 5 engine cores (workers have none: 2 + 3) + 4 exporters + Prometheus + stray
+    assert len(pids) >= 5 + 2 + 4 + 1 + 1, pids
+    assert gameday("lab", "down").returncode == 0
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "))
+        except ProcessLookupError:
+            pass
+    assert alive == []
+
+
+def test_prometheus_not_installed(tmp_path: Path) -> None:
+    text = (
+        (ROOT / "inventories" / "local.yaml")
+        .read_text()
+        .replace(
+            "prometheus_listen: 127.0.79.1:9090",
+            "prometheus_listen: 127.0.79.1:9090\n        prometheus_command: no-such-prometheus",
+        )
+    )
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(text)
+    p = gameday("lab", "up", "--lab", str(inv))
+    assert p.returncode == 3
+    assert "no-such-prometheus" in p.stderr and "apt-get install -y prometheus" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not LocalLab(load_inventory(inv)).is_up()
+
+
+def test_scrape_on_unknown_lab_network_is_refused(lab: LocalLab) -> None:
+    from runner.errors import LabError
+
+    with pytest.raises(LabError, match="no address on the wifi network"):
+        lab.set_address("node3", "wifi", "127.0.80.99")
+    _ = signal  # (imported for the hang test's readers)

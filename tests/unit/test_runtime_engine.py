@@ -1,0 +1,59 @@
+"""The engine's runtime failure mechanics, without a lab."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from labengine.core import DEEPGEMM_800, TRITON_800, _jit_load, heartbeat_line
+from labengine.gpu import MIB, SharedGpu, gpu_types, smi_text
+from runner.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Settings:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+
+@pytest.fixture
+def gpu(tmp_path: Path) -> SharedGpu:
+    return SharedGpu(tmp_path / "gpu", gpu_types()["a10g"])
+
+
+def test_kernel_load_refused_only_with_a_stranger_and_thin_headroom(gpu: SharedGpu) -> None:
+    import os
+    import subprocess
+    import sys
+
+    gpu.allocate("VLLM::Worker_TP0", 21_429 * MIB)  # this process: the engine
+    assert _jit_load(Settings({}), gpu, None) is None  # alone on its GPU: fine
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        gpu.allocate("/omniparser/venv/bin/python", 1_417 * MIB, pid=stray.pid)
+        assert gpu.free_mib() == 23_028 - 21_429 - 1_417
+        assert _jit_load(Settings({}), gpu, None) == DEEPGEMM_800
+        assert _jit_load(Settings({"VLLM_USE_DEEP_GEMM": "0"}), gpu, None) == TRITON_800
+        assert "omniparser" in smi_text(gpu) and str(os.getpid()) in smi_text(gpu)
+    finally:
+        stray.kill()
+        stray.wait()
+    assert [p.name for p in gpu.processes()] == ["VLLM::Worker_TP0"]  # the dead free theirs
+    assert _jit_load(Settings({}), gpu, None) is None
+
+
+def test_messages_match_the_seeds() -> None:
+    assert DEEPGEMM_800.endswith(
+        "/jit/handle.hpp:154): 800 (CUDA_ERROR_NOT_PERMITTED, operation not permitted)"
+    )
+    assert TRITON_800 == "RuntimeError: Triton Error [CUDA]: operation not permitted"
+
+
+def test_heartbeat_line_matches_the_scenario() -> None:
+    sc = load_scenario(ROOT / "scenarios" / "head-only-restart.yaml").scenario
+    rx = sc.expect.elsewhere[0].in_order[0].regex
+    assert re.search(rx, heartbeat_line(1))
+    assert heartbeat_line(1).startswith("[rank1]:[W")
