@@ -21,6 +21,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,6 +34,12 @@ from runner.scenario import load_scenario  # noqa: E402
 from runner.suite import run_suite  # noqa: E402
 
 FOUR = ["context-window-overflow", "kv-cache-shortage", "tp-mismatch", "service-name-collision"]
+THREE = ["head-only-restart", "stray-gpu-process", "dhcp-address-change"]
+ALERT_OF = {
+    "head-only-restart": "ServingDown",
+    "stray-gpu-process": "ServingDown",
+    "dhcp-address-change": "ExporterTargetDown",
+}
 
 
 def rss_kib(pid: int) -> int:
@@ -49,17 +56,18 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def suite_wall(inv_path: Path, rounds: int) -> list[float]:
+def suite_wall(inv_path: Path, rounds: int, names: list[str]) -> tuple[list[float], list[Any]]:
     inv = load_inventory(inv_path)
-    scenarios = [load_scenario(ROOT / "scenarios" / f"{s}.yaml") for s in FOUR]
-    walls = []
+    scenarios = [load_scenario(ROOT / "scenarios" / f"{s}.yaml") for s in names]
+    walls, results = [], []
     with tempfile.TemporaryDirectory() as reports:
         for _ in range(rounds):
             t0 = time.monotonic()
             out = run_suite(scenarios, inv, Path(reports), lambda _m: None)
             walls.append(time.monotonic() - t0)
             assert out.result.verdict.value == "passed", out.result.verdict
-    return walls
+            results.append(out.result)
+    return walls, results
 
 
 def detection_latency(lab: LocalLab, samples: int, stamp: Path) -> list[float]:
@@ -97,7 +105,7 @@ def main() -> None:
         f"{len(__import__('os').sched_getaffinity(0))} cores, Python {platform.python_version()}"
     )
 
-    walls = suite_wall(inv_path, args.rounds)
+    walls, _ = suite_wall(inv_path, args.rounds, FOUR)
     # what the scenarios inherently wait: per scenario, baseline probes, the failing start(s)
     # and the recovery boot, all at the lab's time scale (engine phase durations in real seconds)
     boot_real = 9 + 9 + 70.34 + 71.20 + 26 + 14 + 9 + 2  # config..API start, Qwen-14B on A10G
@@ -118,6 +126,22 @@ def main() -> None:
         f"runner and lab overhead {statistics.median(walls) - inherent_lab:.1f} s "
         f"({100 * (statistics.median(walls) - inherent_lab) / statistics.median(walls):.0f} %)"
     )
+
+    walls3, results3 = suite_wall(inv_path, args.rounds, THREE)
+    print(
+        f"three runtime scenarios (4-node group, Prometheus), {args.rounds} rounds: median "
+        f"{statistics.median(walls3):.1f} s, min {min(walls3):.1f} s, max {max(walls3):.1f} s"
+    )
+    mon = inv.lab.monitoring
+    assert mon is not None
+    for sid, alert in ALERT_OF.items():
+        rule = next(r for r in mon.rules if r.name == alert)
+        ttd = [s.time_to_detect_s for r in results3 for s in r.scenarios if s.id == sid]
+        print(
+            f"  {sid}: {alert} fired {statistics.median(ttd):.1f} s real after the injection "
+            f"(median of {len(ttd)}; the rule's for: {rule.for_s:g} s, so "
+            f"{statistics.median(ttd) - rule.for_s:+.1f} s of scrape, evaluation and failure)"
+        )
 
     lab = LocalLab(inv)
     lab.up()

@@ -275,8 +275,14 @@ def lab_up(lab_path: Path) -> None:
     """Start the lab and wait until every node serves."""
     inventory = load_inventory(lab_path)
     driver = open_lab(inventory)
+    was_up = driver.is_up()
     driver.up()
-    states = wait_all_ready(driver, inventory.lab.boot_timeout_s / inventory.lab.time_scale)
+    try:
+        states = wait_all_ready(driver, inventory.lab.boot_timeout_s / inventory.lab.time_scale)
+    except LabError:
+        if not was_up:  # a lab that cannot come up is not left half-up
+            driver.down()
+        raise
     output.message(
         f"lab {inventory.lab.name!r} is up: " + ", ".join(f"{n} {driver.url(n)}" for n in states)
     )

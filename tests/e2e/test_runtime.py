@@ -228,3 +228,23 @@ def test_scrape_on_unknown_lab_network_is_refused(lab: LocalLab) -> None:
     with pytest.raises(LabError, match="no address on the wifi network"):
         lab.set_address("node3", "wifi", "127.0.80.99")
     _ = signal  # (imported for the hang test's readers)
+
+
+def test_a_node_that_never_joins(tmp_path: Path) -> None:
+    """A worker pointed at the wrong rendezvous port: the head waits forever; `lab up` says which
+    nodes are not ready, exits 3, and leaves nothing running."""
+    text = (ROOT / "inventories" / "local.yaml").read_text()
+    text = text.replace("boot_timeout_s: 1800", "boot_timeout_s: 400")
+    bad = (
+        '--nnodes, "4", --node-rank, "3", --master-addr, 127.0.81.1,\n'
+        '                                    --master-port, "29501"'
+    )
+    assert bad in text
+    text = text.replace(bad, bad.replace('"29501"', '"29599"'))
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(text)
+    p = gameday("lab", "up", "--lab", str(inv))
+    assert p.returncode == 3, p.stderr
+    assert "not every node is ready" in p.stderr and "node1=running" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not LocalLab(load_inventory(inv)).is_up()
