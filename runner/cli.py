@@ -351,7 +351,7 @@ def cleanup(lab_path: Path) -> None:
     inventory = load_inventory(lab_path)
     outcome = cleanup_lab(open_lab(inventory))
     name = inventory.lab.name
-    if not outcome.open_changes:
+    if not outcome.open_changes and not outcome.restarted:
         output.message(f"lab {name!r}: nothing to undo")
     elif outcome.lab_was_down:
         output.message(
@@ -360,8 +360,10 @@ def cleanup(lab_path: Path) -> None:
         )
     else:
         for c in outcome.applied:
-            output.message(f"restored {c.node} to its configuration before the interrupted run")
+            output.message(f"restored {c.node}: {c.kind.value} {c.subject}".rstrip())
         output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")
+    for group in outcome.restarted:
+        output.message(f"restarted {', '.join(group)} together: they were not serving")
 
 
 if __name__ == "__main__":

@@ -202,7 +202,7 @@ def load_inventory(path: Path) -> Inventory:
     host_lines: dict[str, tuple[Any, ...]] = {}
     _walk_group(src, "all", data["all"], ("all",), {}, hosts, groups, host_lines)
     all_vars = data["all"].get("vars") or {}
-    lab_raw = all_vars.get("gameday_lab")
+    lab_raw = all_vars.get("gameday_lab") if isinstance(all_vars, dict) else None
     if not isinstance(lab_raw, dict):
         raise InventoryError(
             "all.vars.gameday_lab is missing: it says which lab this is",
@@ -297,6 +297,15 @@ def _walk_group(
                 file=src.path,
                 line=src.line_of((*loc, key)),
                 field=".".join((*loc, key)),
+            )
+    for key in ("hosts", "children", "vars"):
+        if body.get(key) is not None and not isinstance(body[key], dict):
+            raise InventoryError(
+                f"{key} of group {name!r} must be a mapping",
+                file=src.path,
+                line=src.line_of((*loc, key)),
+                field=".".join(map(str, (*loc, key))),
+                hint=HINT,
             )
     gvars = {**inherited, **(body.get("vars") or {})}
     for host, hv in (body.get("hosts") or {}).items():

@@ -40,7 +40,9 @@ class Journal:
         self._seq = 0
 
     def _write(self, record: dict[str, object]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
+        # the journal keeps values as they were (undo needs them): owner-only
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -24,6 +24,7 @@ from runner import prometheus, startup
 from runner import signature as sig
 from runner.errors import GamedayError, LabError
 from runner.journal import Journal
+from runner.labs import restart_scope
 from runner.labs.base import (
     Change,
     ChangeKind,
@@ -1003,7 +1004,7 @@ def cleanup(ctx: Context) -> None:
             settle = ctx.scale.to_lab(30) + ctx.scale.allowance_s
             st, _, ok = ctx.wait(lambda s, _: s.ready, settle)
             if not ok:
-                group = restart_scope(ctx)
+                group = restart_scope(ctx.lab.inventory, ctx.target)
                 ctx.rec.event(f"cleanup: restart {', '.join(group)} together")
                 ctx.lab.restart(group)
                 st, _, ok = ctx.wait(lambda s, _: s.ready, boot)
@@ -1029,15 +1030,6 @@ def cleanup(ctx: Context) -> None:
             f"cleanup failed: {exc}",
             "run `gameday cleanup` to undo what is left",
         )
-
-
-def restart_scope(ctx: Context) -> list[str]:
-    """The largest inventory group the target belongs to (its tensor-parallel group), or
-    itself."""
-    inv = ctx.lab.inventory
-    groups = inv.node(ctx.target).groups
-    best = max((inv.resolve(g) for g in groups), key=len, default=[])
-    return [n.name for n in best] or [ctx.target]
 
 
 @contextlib.contextmanager

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runner import journal
+from runner.errors import LabError
+from runner.labs import heal, wait_all_ready
 from runner.labs.base import Change, LabDriver
 
 
@@ -36,18 +38,30 @@ class CleanupOutcome:
     open_changes: int
     applied: list[Change]
     lab_was_down: bool
+    restarted: list[list[str]]
 
 
 def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
-    """`gameday cleanup`: undo whatever interrupted runs left, then close their journals.
-    Idempotent: a second call finds nothing open and changes nothing."""
+    """`gameday cleanup`: undo whatever interrupted runs left, close their journals, and get
+    every node serving again (a killed run may have left a head that exited 0, which no journal
+    entry undoes: its group is restarted together). Idempotent."""
     items = journal.open_changes(lab.state_dir)  # newest first
     applied: list[Change] = []
+    restarted: list[list[str]] = []
     down = not lab.is_up()
     # A local lab that is down holds no changes: its nodes start from the inventory's baseline.
-    if items and not down:
-        applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
+    if not down:
+        if items:
+            applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
+        spec = lab.inventory.lab
+        boot = spec.boot_timeout_s / spec.time_scale
+        try:
+            wait_all_ready(lab, min(boot, 30 / spec.time_scale + 1))
+        except LabError:
+            restarted = heal(lab, boot)
     for item in items:
         journal.mark_undone(item)
     journal.close_journals(lab.state_dir)
-    return CleanupOutcome(open_changes=len(items), applied=applied, lab_was_down=down)
+    return CleanupOutcome(
+        open_changes=len(items), applied=applied, lab_was_down=down, restarted=restarted
+    )

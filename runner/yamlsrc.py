@@ -19,6 +19,7 @@ from runner.errors import InputError
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 40
+MAX_NODES = 50_000  # counted with aliases expanded: a "billion laughs" file stops here
 
 
 @dataclass(frozen=True)
@@ -78,13 +79,14 @@ def load(path: Path, error_cls: type[InputError], what: str) -> Source:
         raise error_cls(f"not UTF-8 text ({exc.reason})", file=path) from None
     except OSError as exc:
         raise error_cls(f"cannot read: {exc.strerror}", file=path) from None
-    loader = yaml.SafeLoader(text)
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = yaml.SafeLoader(text)  # rejects non-printable characters already
         node = loader.get_single_node()
         if node is None:
             raise error_cls(f"empty {what} file", file=path)
         lines: dict[tuple[Any, ...], int] = {(): node.start_mark.line + 1}
-        _walk(node, (), lines, path, error_cls, 0)
+        _walk(node, (), lines, path, error_cls, 0, [0])
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -101,7 +103,8 @@ def load(path: Path, error_cls: type[InputError], what: str) -> Source:
     except RecursionError:
         raise error_cls(f"nested deeper than {MAX_DEPTH} levels", file=path) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return Source(path=path, data=data, lines=lines)
 
 
@@ -112,7 +115,16 @@ def _walk(
     file: Path,
     error_cls: type[InputError],
     depth: int,
+    count: list[int],
 ) -> None:
+    count[0] += 1
+    if count[0] > MAX_NODES:
+        raise error_cls(
+            f"more than {MAX_NODES} values (with YAML aliases expanded)",
+            file=file,
+            line=node.start_mark.line + 1,
+            hint="remove the anchors/aliases that multiply the document",
+        )
     if depth > MAX_DEPTH:
         raise error_cls(
             f"nested deeper than {MAX_DEPTH} levels", file=file, line=node.start_mark.line + 1
@@ -137,8 +149,8 @@ def _walk(
                 )
             seen.add(key)
             lines[(*path, key)] = key_node.start_mark.line + 1
-            _walk(value_node, (*path, key), lines, file, error_cls, depth + 1)
+            _walk(value_node, (*path, key), lines, file, error_cls, depth + 1, count)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines[(*path, i)] = item.start_mark.line + 1
-            _walk(item, (*path, i), lines, file, error_cls, depth + 1)
+            _walk(item, (*path, i), lines, file, error_cls, depth + 1, count)

@@ -24,6 +24,29 @@ def open_lab(inventory: Inventory) -> LabDriver:
     )
 
 
+def restart_scope(inventory: Inventory, node: str) -> list[str]:
+    """What must restart together with `node`: the largest inventory group it belongs to (its
+    tensor-parallel group: a head restarted alone never gets its workers back), or itself."""
+    groups = inventory.node(node).groups
+    best = max((inventory.resolve(g) for g in groups), key=len, default=[])
+    return [n.name for n in best] or [node]
+
+
+def heal(lab: LabDriver, timeout_s: float) -> list[list[str]]:
+    """Restart, group by group, every node that is not serving; wait until all are. Returns the
+    groups it restarted."""
+    states = lab.states()
+    groups: list[list[str]] = []
+    for name, st in states.items():
+        if not st.ready and not any(name in g for g in groups):
+            groups.append(restart_scope(lab.inventory, name))
+    for g in groups:
+        lab.restart(g)
+    if groups:
+        wait_all_ready(lab, timeout_s)
+    return groups
+
+
 def wait_all_ready(lab: LabDriver, timeout_s: float) -> dict[str, NodeState]:
     """Block on the lab's events until every node serves; LabError after `timeout_s` (lab s)."""
     deadline = time.monotonic() + timeout_s
@@ -44,4 +67,4 @@ def wait_all_ready(lab: LabDriver, timeout_s: float) -> dict[str, NodeState]:
         seq = evs[-1].seq if evs else seq
 
 
-__all__ = ["LabDriver", "open_lab", "wait_all_ready"]
+__all__ = ["LabDriver", "heal", "open_lab", "restart_scope", "wait_all_ready"]

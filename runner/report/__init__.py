@@ -15,12 +15,15 @@ from pathlib import Path
 
 import jinja2
 
+from runner.redact import redact_obj
 from runner.results import RunResult, ScenarioResult, Verdict
 
 FILES = ("result.json", "junit.xml", "report.md", "report.html")
 
 
 def write_reports(result: RunResult, out: Path) -> None:
+    """Write the four files. Every string is redacted first (runner.redact)."""
+    result = RunResult.model_validate(redact_obj(result.model_dump(mode="json")))
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
     (out / "junit.xml").write_text(junit(result))
