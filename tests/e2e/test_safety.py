@@ -1,0 +1,136 @@
+"""Never leave a lab broken: SIGKILL at random moments then `gameday cleanup`; scenario values
+never reach a shell."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import journal
+from runner.inventory import load_inventory
+from runner.labs.base import Change, ChangeKind, Value
+from runner.labs.local.driver import LocalLab
+from tests.e2e.conftest import ROOT, gameday
+
+pytestmark = pytest.mark.e2e
+META = "$(touch {m}1); `touch {m}2`; touch {m}3 | touch {m}4 && touch {m}5 > {m}6 '\"\\"
+
+
+def at_baseline(lab: LocalLab) -> list[str]:
+    """Everything that differs from the lab's baseline (empty when clean)."""
+    problems = []
+    for node in lab.inventory.nodes:
+        if lab.config(node.name) != lab.baseline_config(node.name):
+            problems.append(f"{node.name}: config differs")
+    for owner, procs in lab.aux_processes().items():
+        extra = set(procs) - {"node-exporter", "prometheus"}
+        if extra:
+            problems.append(f"{owner}: stray processes {sorted(extra)}")
+    for node in lab.inventory.nodes:
+        for network in ("management", "overlay"):
+            want = node.network_address(network)
+            if want:
+                probe = Change(
+                    kind=ChangeKind.ADDRESS,
+                    node=node.name,
+                    subject=network,
+                    before=Value(value=""),
+                    after=Value(value=""),
+                )
+                if lab.current(probe) != Value(value=want):
+                    problems.append(f"{node.name}: {network} address moved")
+    scrape = Change(
+        kind=ChangeKind.SCRAPE_TARGETS,
+        node="lab",
+        subject="node-exporter",
+        before=Value(value=""),
+        after=Value(value=""),
+    )
+    if lab.current(scrape) != Value(value="management"):
+        problems.append("Prometheus scrapes the wrong network")
+    problems += [
+        f"{n}: not serving ({s.status.value})" for n, s in lab.states().items() if not s.ready
+    ]
+    problems += [f"open journal entry {c.seq}" for c in journal.open_changes(lab.state_dir)]
+    return problems
+
+
+@pytest.fixture
+def lab() -> LocalLab:
+    driver = LocalLab(load_inventory(ROOT / "inventories" / "local.yaml"))
+    assert gameday("lab", "up").returncode == 0
+    yield driver
+    gameday("lab", "down")
+
+
+@pytest.mark.parametrize(
+    "scenario", ["stray-gpu-process", "dhcp-address-change", "service-name-collision"]
+)
+def test_sigkill_at_random_moments_then_cleanup(
+    lab: LocalLab, scenario: str, tmp_path: Path
+) -> None:
+    rnd = random.Random(scenario)
+    for delay in sorted(rnd.uniform(0.3, 8.0) for _ in range(3)):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runner.cli",
+                "run",
+                f"scenarios/{scenario}.yaml",
+                "--reports",
+                str(tmp_path),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        p = gameday("cleanup")
+        assert p.returncode == 0, p.stderr
+        assert at_baseline(lab) == [], f"after a kill at {delay:.2f} s"
+        assert gameday("cleanup").returncode == 0  # idempotent
+        assert at_baseline(lab) == []
+
+
+def yaml_quoted(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def test_shell_metacharacters_never_reach_a_shell(lab: LocalLab, tmp_path: Path) -> None:
+    """Every string a scenario passes to the lab (a prompt, an env value, an engine flag value)
+    carries shell metacharacters; none of them may run."""
+    mark = str(tmp_path / "pwned")
+    meta = yaml_quoted(META.format(m=mark))
+    text = (
+        (ROOT / "scenarios" / "tp-mismatch.yaml").read_text().replace("id: tp-mismatch", "id: meta")
+    )
+    for old, new in [
+        ('prompt: "Introduce yourself in one sentence."', f"prompt: {meta}"),
+        (
+            "args: {--tensor-parallel-size: 2}",
+            f"args: {{--tensor-parallel-size: 2, --served-model-name: {meta}}}",
+        ),
+        (
+            "  - kind: set_args\n    node: serving\n    args: {--tensor",
+            f"  - kind: set_env\n    node: serving\n    env: {{META_VALUE: {meta}}}\n"
+            "  - kind: set_args\n    node: serving\n    args: {--tensor",
+        ),
+    ]:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    f = tmp_path / "meta.yaml"
+    f.write_text(text)
+    assert gameday("validate", str(f)).returncode == 0
+    gameday("run", str(f), "--reports", str(tmp_path / "r"))
+    assert sorted(tmp_path.glob("pwned*")) == []
+    assert sorted(ROOT.glob("pwned*")) == []
+    assert at_baseline(lab) == []
