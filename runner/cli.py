@@ -263,6 +263,51 @@ def triage(logfiles: tuple[str, ...], scenario_dir: Path, as_json: bool) -> None
     sys.exit(0 if any_found else 1)
 
 
+@main.command()
+@click.argument("logs", nargs=-1, required=True)
+@click.option("--year", type=int, default=None, help="Year for stamps that carry none.")
+@click.option("--match", "pattern", default=None, help="Only lines matching this regex.")
+@handled
+def timeline(logs: tuple[str, ...], year: int | None, pattern: str | None) -> None:
+    """Merge logs into one UTC timeline. LOG is FILE or FILE@ZONE (e.g. host.log@Asia/Seoul):
+    the zone of stamps that do not carry one (vLLM's, syslog's); default UTC. Lines stamped by a
+    container runtime (RFC 3339 with Z or an offset) carry their own."""
+    import re
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from runner.timestamps import merge
+
+    sources = []
+    for spec in logs:
+        name, _, zone_name = spec.partition("@")
+        try:
+            zone = ZoneInfo(zone_name) if zone_name else UTC
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InputError(
+                f"unknown time zone {zone_name!r}",
+                file=name,
+                hint="an IANA zone such as Asia/Seoul or UTC",
+            ) from None
+        try:
+            text = Path(name).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise InputError(f"cannot read log: {exc.strerror}", file=name) from None
+        sources.append((name, text, zone, year or datetime.now(UTC).year))
+    rx = None
+    if pattern:
+        try:
+            rx = re.compile(pattern)
+        except re.error as exc:
+            raise InputError(f"--match does not compile: {exc}") from None
+    for s in merge(sources):
+        if rx is None or rx.search(s.text):
+            output.out.print(
+                f"{s.utc.isoformat(timespec='milliseconds')} {s.source} "
+                f"[{s.zone}] {output.escape(s.text)}"
+            )
+
+
 @main.group()
 def lab() -> None:
     """Bring a lab up or down, or show its state."""
