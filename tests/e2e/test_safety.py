@@ -14,7 +14,6 @@ import pytest
 
 from runner import journal
 from runner.inventory import load_inventory
-from runner.labs.base import Change, ChangeKind, Value
 from runner.labs.local.driver import LocalLab
 from tests.e2e.conftest import ROOT, gameday
 
@@ -24,41 +23,9 @@ META = "$(touch {m}1); `touch {m}2`; touch {m}3 | touch {m}4 && touch {m}5 > {m}
 
 def at_baseline(lab: LocalLab) -> list[str]:
     """Everything that differs from the lab's baseline (empty when clean)."""
-    problems = []
-    for node in lab.inventory.nodes:
-        if lab.config(node.name) != lab.baseline_config(node.name):
-            problems.append(f"{node.name}: config differs")
-    for owner, procs in lab.aux_processes().items():
-        extra = set(procs) - {"node-exporter", "prometheus"}
-        if extra:
-            problems.append(f"{owner}: stray processes {sorted(extra)}")
-    for node in lab.inventory.nodes:
-        for network in ("management", "overlay"):
-            want = node.network_address(network)
-            if want:
-                probe = Change(
-                    kind=ChangeKind.ADDRESS,
-                    node=node.name,
-                    subject=network,
-                    before=Value(value=""),
-                    after=Value(value=""),
-                )
-                if lab.current(probe) != Value(value=want):
-                    problems.append(f"{node.name}: {network} address moved")
-    scrape = Change(
-        kind=ChangeKind.SCRAPE_TARGETS,
-        node="lab",
-        subject="node-exporter",
-        before=Value(value=""),
-        after=Value(value=""),
-    )
-    if lab.current(scrape) != Value(value="management"):
-        problems.append("Prometheus scrapes the wrong network")
-    problems += [
-        f"{n}: not serving ({s.status.value})" for n, s in lab.states().items() if not s.ready
+    return lab.leftovers() + [
+        f"open journal entry {c.seq}" for c in journal.open_changes(lab.state_dir)
     ]
-    problems += [f"open journal entry {c.seq}" for c in journal.open_changes(lab.state_dir)]
-    return problems
 
 
 @pytest.fixture

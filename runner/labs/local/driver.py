@@ -618,6 +618,32 @@ class LocalLab:
         shared = SharedGpu(self.gpu_dir(node), gpu_types()[n.gpu.type])
         return [{"pid": p.pid, "name": p.name, "mib": p.mib} for p in shared.processes()]
 
+    def leftovers(self) -> list[str]:
+        """Everything that differs from the lab's baseline (empty when clean): node configs,
+        processes beyond the lab's own, moved addresses, a re-pointed scrape config, nodes not
+        serving."""
+        problems = []
+        for node in self.inventory.nodes:
+            if self.config(node.name) != self.baseline_config(node.name):
+                problems.append(f"{node.name}: engine config differs from the baseline")
+        for owner, procs in self.aux_processes().items():
+            extra = sorted(set(procs) - {"node-exporter", "prometheus"})
+            if extra:
+                problems.append(f"{owner}: processes the lab did not start: {extra}")
+        configured = self._configured_addresses()
+        for name, nets in self._addresses().items():
+            for net, addr in nets.items():
+                if configured.get(name, {}).get(net) != addr:
+                    problems.append(f"{name}: {net} address moved to {addr}")
+        if self.inventory.lab.monitoring is not None:
+            network = (self._state_dir / "prometheus" / "scrape_network").read_text()
+            if network != "management":
+                problems.append(f"Prometheus scrapes the {network} network")
+        problems += [
+            f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
+        ]
+        return problems
+
     def aux_processes(self) -> dict[str, dict[str, Any]]:
         return dict(self._call("GET", "/status")["aux"])
 
