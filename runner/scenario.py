@@ -112,6 +112,20 @@ class InferenceProbe(Model):
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
 
+def safe_regex(v: str) -> str:
+    """A regex from a scenario: it must compile and must not backtrack exponentially."""
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise ValueError(f"regex does not compile: {exc}") from None
+    if _NESTED_QUANTIFIER.search(v):
+        raise ValueError(
+            "regex has a quantified group containing a quantifier, which can "
+            "take exponential time; rewrite it without nesting (e.g. (a+)+ -> a+)"
+        )
+    return v
+
+
 class TargetsProbe(Model):
     """Prometheus's view of a scrape job: which nodes' targets are up and which are down."""
 
@@ -157,11 +171,7 @@ class LogSilenceProbe(Model):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"regex does not compile: {exc}") from None
-        return v
+        return safe_regex(v)
 
 
 Probe = Annotated[
@@ -369,16 +379,7 @@ class Pattern(Model):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"regex does not compile: {exc}") from None
-        if _NESTED_QUANTIFIER.search(v):
-            raise ValueError(
-                "regex has a quantified group containing a quantifier, which can "
-                "take exponential time; rewrite it without nesting (e.g. (a+)+ -> a+)"
-            )
-        return v
+        return safe_regex(v)
 
     @model_validator(mode="after")
     def _groups_exist(self) -> Pattern:

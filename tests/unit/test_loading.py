@@ -178,3 +178,16 @@ def test_inventory_groups_nest(tmp_path: Path) -> None:
     inv = load_inventory(p)
     assert set(inv.node("node1").groups) == {"tp_group", "head"}
     assert [n.name for n in inv.resolve("tp_group")] == ["node1", "node2"]
+
+
+def test_log_silence_regex_is_checked_like_signatures(tmp_path: Path, root: Path) -> None:
+    text = (root / "scenarios" / "dhcp-address-change.yaml").read_text()
+    p = write(
+        tmp_path,
+        text.replace(
+            "{kind: log_silence, nodes: [node1, node2, node3, node4]}",
+            "{kind: log_silence, nodes: [node1], regex: '(a+)+'}",
+        ),
+    )
+    with pytest.raises(ScenarioError, match="exponential"):
+        load_scenario(p)

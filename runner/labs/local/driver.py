@@ -552,13 +552,7 @@ class LocalLab:
     def start_process(self, node: str, name: str, command: Sequence[str]) -> Change:
         cmd = list(command)
         cmd[0] = resolve_command(cmd[0]) or cmd[0]
-        probe = Change(
-            kind=ChangeKind.PROCESS,
-            node=node,
-            subject=name,
-            before=ProcessState(running=False),
-            after=ProcessState(running=False),
-        )
+        probe = _subject(ChangeKind.PROCESS, node, name)
         return probe.towards(
             ProcessState(running=True, command=tuple(cmd)),
             self.current(probe),
@@ -566,13 +560,7 @@ class LocalLab:
         )
 
     def stop_process(self, node: str, name: str) -> Change:
-        probe = Change(
-            kind=ChangeKind.PROCESS,
-            node=node,
-            subject=name,
-            before=ProcessState(running=False),
-            after=ProcessState(running=False),
-        )
+        probe = _subject(ChangeKind.PROCESS, node, name)
         current = self.current(probe)
         cmd = current.command if isinstance(current, ProcessState) else ()
         return probe.towards(
@@ -582,13 +570,7 @@ class LocalLab:
     def set_address(self, node: str, network: str, address: str) -> Change:
         if network not in self._addresses().get(node, {}):
             raise LabError(f"node {node} has no address on the {network} network")
-        probe = Change(
-            kind=ChangeKind.ADDRESS,
-            node=node,
-            subject=network,
-            before=Value(value=""),
-            after=Value(value=""),
-        )
+        probe = _subject(ChangeKind.ADDRESS, node, network)
         return probe.towards(
             Value(value=address),
             self.current(probe),
@@ -598,13 +580,7 @@ class LocalLab:
     def scrape_on(self, job: str, network: str) -> Change:
         if self.inventory.lab.monitoring is None:
             raise LabError("this lab has no monitoring (gameday_lab.monitoring)")
-        probe = Change(
-            kind=ChangeKind.SCRAPE_TARGETS,
-            node="lab",
-            subject=job,
-            before=Value(value=""),
-            after=Value(value=""),
-        )
+        probe = _subject(ChangeKind.SCRAPE_TARGETS, "lab", job)
         return probe.towards(
             Value(value=network),
             self.current(probe),
@@ -671,6 +647,13 @@ class LocalLab:
             after=NodeConfig(args=before.args, env=env),
             note=note,
         )
+
+
+def _subject(kind: ChangeKind, node: str, subject: str) -> Change:
+    """A template naming what a change is about, to read its current state or build a change
+    towards a new one (before/after are placeholders)."""
+    blank = Value(value="")
+    return Change(kind=kind, node=node, subject=subject, before=blank, after=blank)
 
 
 def cluster_ip(service: str) -> str:

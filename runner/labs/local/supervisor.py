@@ -96,6 +96,20 @@ class Node:
         }
 
 
+async def terminate(proc: asyncio.subprocess.Process | None) -> None:
+    """SIGTERM to the process's group, SIGKILL after the grace period; returns once it is gone."""
+    if proc is None or proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
 @dataclass
 class Aux:
     """A process that is not the node's engine: its exporter, a stray GPU program, or a lab
@@ -145,16 +159,7 @@ class Aux:
 
     async def stop(self) -> None:
         self.wanted = False
-        proc = self.proc
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+        await terminate(self.proc)
         if self.task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task
@@ -369,16 +374,7 @@ class Supervisor:
         n.stopping = True
         n.wake.set()
         while True:
-            proc = n.proc
-            if proc is not None and proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
-                except TimeoutError:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    await proc.wait()
+            await terminate(n.proc)
             if n.task is None or n.task.done():
                 break
             with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
