@@ -19,17 +19,17 @@ from runner import prometheus
 from runner.errors import GamedayError
 from runner.labs.base import LabDriver
 from runner.scenario import (
+    AnyProbe,
     GpuProcessesProbe,
     HttpProbe,
     InferenceProbe,
     LogSilenceProbe,
     NodeStateProbe,
+    PromQLProbe,
     TargetsProbe,
 )
 
-Probe = (
-    HttpProbe | InferenceProbe | TargetsProbe | GpuProcessesProbe | NodeStateProbe | LogSilenceProbe
-)
+Probe = AnyProbe
 MIN_TIMEOUT_S = 1.0  # HTTP's own fixed costs do not scale with the lab
 
 
@@ -67,6 +67,8 @@ def describe(p: Probe) -> str:
         )
     if isinstance(p, TargetsProbe):
         return f"Prometheus targets of {p.job}"
+    if isinstance(p, PromQLProbe):
+        return f"PromQL {p.query}"
     if isinstance(p, GpuProcessesProbe):
         return f"GPU processes on {p.node}"
     if isinstance(p, NodeStateProbe):
@@ -81,6 +83,8 @@ def run_probe(env: ProbeEnv, p: Probe) -> ProbeResult:
             return _http(env, p, name)
         if isinstance(p, TargetsProbe):
             return _targets(env, p, name)
+        if isinstance(p, PromQLProbe):
+            return _promql(env, p, name)
         if isinstance(p, GpuProcessesProbe):
             return _gpu(env, p, name)
         if isinstance(p, NodeStateProbe):
@@ -170,6 +174,36 @@ def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
     )
     return ProbeResult(
         name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, observed or "no targets"
+    )
+
+
+_OPS = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+
+def _promql(env: ProbeEnv, p: PromQLProbe, name: str) -> ProbeResult:
+    url = env.lab.inventory.lab.prometheus
+    expected = f"{p.op} {p.value:g}" + (" (no data passes)" if p.no_data == "pass" else "")
+    if url is None:
+        return ProbeResult(name, ProbeVerdict.ERROR, expected, "this lab has no Prometheus")
+    values = prometheus.query(env.http, url, p.query)
+    if not values:
+        ok = p.no_data == "pass"
+        return ProbeResult(
+            name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, "no data"
+        )
+    ok = bool(_OPS[p.op](values[0], p.value))
+    return ProbeResult(
+        name,
+        ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED,
+        expected,
+        f"{values[0]:g}" + (f" (and {len(values) - 1} more)" if len(values) > 1 else ""),
     )
 
 

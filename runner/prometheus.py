@@ -38,3 +38,18 @@ def targets(http: httpx.Client, url: str, job: str) -> dict[str, dict[str, str]]
 
 def alerts(http: httpx.Client, url: str) -> list[dict[str, Any]]:
     return list(_get(http, url, "/api/v1/alerts")["alerts"])
+
+
+def query(http: httpx.Client, url: str, promql: str) -> list[float]:
+    """Values of an instant query (vector or scalar result)."""
+    try:
+        r = http.get(url + "/api/v1/query", params={"query": promql}, timeout=5)
+        body = r.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise LabError(f"Prometheus at {url} did not answer the query: {exc}") from exc
+    if body.get("status") != "success":
+        raise LabError(f"Prometheus refused the query {promql!r}: {body.get('error')}")
+    data = body["data"]
+    if data["resultType"] == "scalar":
+        return [float(data["result"][1])]
+    return [float(item["value"][1]) for item in data["result"]]

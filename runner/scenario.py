@@ -135,6 +135,17 @@ class TargetsProbe(Model):
     down: list[str] = []
 
 
+class PromQLProbe(Model):
+    """An instant PromQL query; its first value compared with `value` (no data: fails, unless
+    `no_data: pass`). E.g. `count(up{job="node-exporter"} == 1)` is the dashboard's gauge count."""
+
+    kind: Literal["promql"]
+    query: Annotated[str, Field(min_length=1, max_length=2000)]
+    op: Literal["eq", "ne", "lt", "le", "gt", "ge"] = "gt"
+    value: float = 0.0
+    no_data: Literal["fail", "pass"] = "fail"
+
+
 class GpuProcessMatch(Model):
     name: Annotated[str, Field(min_length=1)]  # a regex on the process name
     min_mib: int | None = None
@@ -174,15 +185,16 @@ class LogSilenceProbe(Model):
         return safe_regex(v)
 
 
-Probe = Annotated[
+AnyProbe = (
     HttpProbe
     | InferenceProbe
     | TargetsProbe
+    | PromQLProbe
     | GpuProcessesProbe
     | NodeStateProbe
-    | LogSilenceProbe,
-    Field(discriminator="kind"),
-]
+    | LogSilenceProbe
+)
+Probe = Annotated[AnyProbe, Field(discriminator="kind")]
 
 
 # ---- actions (injection and recovery) ----------------------------------------------------------
@@ -320,6 +332,7 @@ register_union_tags(
     "http",
     "inference",
     "targets",
+    "promql",
     "gpu_processes",
     "node_state",
     "log_silence",
