@@ -15,7 +15,11 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pydantic
+
+from runner.errors import LabError
 from runner.labs.base import Change
 
 
@@ -84,7 +88,7 @@ def open_changes(lab_state_dir: Path) -> list[OpenChange]:
                 continue  # a record torn by a kill mid-write was never applied
             if rec.get("op") == "change":
                 changes[rec["seq"]] = OpenChange(
-                    path, rec["seq"], rec.get("scenario", ""), Change.model_validate(rec["change"])
+                    path, rec["seq"], rec.get("scenario", ""), _change(path, rec)
                 )
             elif rec.get("op") == "undone":
                 changes.pop(rec["seq"], None)
@@ -94,6 +98,27 @@ def open_changes(lab_state_dir: Path) -> list[OpenChange]:
             continue
         out += sorted(changes.values(), key=lambda c: c.seq, reverse=True)
     return out
+
+
+def _change(path: Path, rec: dict[str, Any]) -> Change:
+    """A journalled change, also as older versions wrote it (states without a `type` tag)."""
+    raw = dict(rec.get("change") or {})
+    for side in ("before", "after"):
+        state = raw.get(side)
+        if isinstance(state, dict) and "type" not in state:
+            state = dict(state)
+            state["type"] = (
+                "node_config" if "args" in state else "process" if "running" in state else "value"
+            )
+            raw[side] = state
+    try:
+        return Change.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise LabError(
+            f"{path}: journal record {rec.get('seq')} cannot be read by this version of gameday "
+            f"({exc.error_count()} problem(s), first: {exc.errors()[0]['msg']})",
+            hint="check the lab by hand, then move the journal file out of the way",
+        ) from None
 
 
 def mark_undone(item: OpenChange) -> None:
