@@ -28,6 +28,7 @@ from runner.scenario import (
     PromQLProbe,
     TargetsProbe,
 )
+from runner.signature import COMPARE
 
 Probe = AnyProbe
 MIN_TIMEOUT_S = 1.0  # HTTP's own fixed costs do not scale with the lab
@@ -177,16 +178,6 @@ def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
     )
 
 
-_OPS = {
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-}
-
-
 def _promql(env: ProbeEnv, p: PromQLProbe, name: str) -> ProbeResult:
     url = env.lab.inventory.lab.prometheus
     expected = f"{p.op} {p.value:g}" + (" (no data passes)" if p.no_data == "pass" else "")
@@ -198,7 +189,7 @@ def _promql(env: ProbeEnv, p: PromQLProbe, name: str) -> ProbeResult:
         return ProbeResult(
             name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, "no data"
         )
-    ok = bool(_OPS[p.op](values[0], p.value))
+    ok = bool(COMPARE[p.op](values[0], p.value))
     return ProbeResult(
         name,
         ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,17 @@ class SignatureResult:
         return all(r.ok for r in self.in_order) and not any(r.matched for r in self.absent)
 
 
+# the comparisons scenario checks may name (capture checks, the promql probe)
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+}
+
+
 def _num(v: Any) -> Any:
     if isinstance(v, str):
         try:
@@ -65,14 +77,7 @@ def check_captures(checks: dict[str, CaptureCheck], caps: dict[str, str]) -> lis
                 continue
             w = resolve(want)
             try:
-                ok = {
-                    "eq": lambda a, b: a == b,
-                    "ne": lambda a, b: a != b,
-                    "lt": lambda a, b: a < b,
-                    "le": lambda a, b: a <= b,
-                    "gt": lambda a, b: a > b,
-                    "ge": lambda a, b: a >= b,
-                }[op](got, w)
+                ok = COMPARE[op](got, w)
             except TypeError:
                 ok = False
             if not ok:

@@ -216,20 +216,12 @@ class Supervisor:
         return real_s / self.scale
 
     async def emit(self, node: str, type_: str, **data: Any) -> None:
-        ev = {
-            "seq": len(self.events) + 1,
-            "ts": now().isoformat(),
-            "node": node,
-            "type": type_,
-            "data": data,
-        }
-        self.events.append(ev)
-        self.events_file.write(json.dumps(ev) + "\n")
+        """An event about a node's engine: published, and the node's state persisted."""
         self.persist(self.nodes[node])
-        async with self.cond:
-            self.cond.notify_all()
+        await self.emit_lab(node, type_, **data)
 
     async def emit_lab(self, owner: str, type_: str, **data: Any) -> None:
+        """An event (about anything the lab runs): recorded, then pushed to every waiter."""
         ev = {
             "seq": len(self.events) + 1,
             "ts": now().isoformat(),
