@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 import time
 from dataclasses import dataclass
@@ -396,7 +395,7 @@ def _jit_load(s: CoreSettings, shared: SharedGpu | None, log: VllmLog) -> str | 
     on this GPU and the headroom thin, the driver refuses: CUDA error 800."""
     if shared is None:
         return None
-    others = shared.used_mib(exclude_pid=os.getpid())
+    others = shared.used_mib(exclude_self=True)
     if others > 0 and shared.free_mib() < JIT_HEADROOM_MIB:
         return DEEPGEMM_800 if envs.truthy(s.env, "VLLM_USE_DEEP_GEMM", True) else TRITON_800
     return None

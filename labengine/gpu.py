@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -61,9 +63,13 @@ def node_gpus(env: os._Environ[str] | dict[str, str] = os.environ) -> NodeGpus:
 # ---- the node's GPU, shared by every process on the node ------------------------------------
 #
 # Allocations live as one small JSON file per process in the directory named by
-# GAMEDAY_GPU_STATE (the lab gives each node its own; a container gets a per-node volume). A
-# process that exits, however it exits, stops counting: entries of dead pids are ignored, as the
-# driver frees a dead process's memory. Without GAMEDAY_GPU_STATE a process has the GPU to itself.
+# GAMEDAY_GPU_STATE (the local lab gives each node its own; the compose lab mounts a per-node
+# volume into every container of the node). A process holds an exclusive flock on its file for as
+# long as it lives, so a process that exits, however it exits (SIGKILL included), stops counting,
+# as the driver frees a dead process's memory. Locks work across containers and PID namespaces on
+# one kernel, where pids do not. Without GAMEDAY_GPU_STATE a process has the GPU to itself.
+
+_HELD: dict[Path, int] = {}  # this process's allocation file -> the fd holding its lock
 
 
 @dataclass(frozen=True)
@@ -86,47 +92,61 @@ class SharedGpu:
         d = env.get("GAMEDAY_GPU_STATE")
         return cls(Path(d), gpu) if d else None
 
-    def allocate(self, name: str, nbytes: int, pid: int | None = None) -> None:
-        pid = pid or os.getpid()
-        tmp = self.dir / f".{pid}.tmp"
-        tmp.write_text(json.dumps({"pid": pid, "name": name, "mib": nbytes // MIB}))
-        tmp.replace(self.dir / f"{pid}.json")
+    def _mine(self) -> Path:
+        # pids repeat across containers: the host name tells them apart
+        return self.dir / f"{socket.gethostname()}-{os.getpid()}.json"
 
-    def free(self, pid: int | None = None) -> None:
-        (self.dir / f"{pid or os.getpid()}.json").unlink(missing_ok=True)
+    def allocate(self, name: str, nbytes: int) -> None:
+        """This process now holds `nbytes` of GPU memory (replacing what it held)."""
+        path = self._mine()
+        tmp = self.dir / f".{path.name}.tmp"
+        tmp.write_text(json.dumps({"pid": os.getpid(), "name": name, "mib": nbytes // MIB}))
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        tmp.replace(path)
+        old = _HELD.pop(path, None)
+        _HELD[path] = fd
+        if old is not None:
+            os.close(old)
+
+    def free(self) -> None:
+        path = self._mine()
+        path.unlink(missing_ok=True)
+        fd = _HELD.pop(path, None)
+        if fd is not None:
+            os.close(fd)
 
     def processes(self) -> list[GpuProcess]:
+        return [p for _, p in self._held()]
+
+    def _held(self) -> list[tuple[Path, GpuProcess]]:
         out = []
         for f in sorted(self.dir.glob("*.json")):
             try:
-                d = json.loads(f.read_text())
-            except (OSError, ValueError):
+                fd = os.open(f, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
                 continue
-            if _alive(int(d["pid"])):
-                out.append(GpuProcess(int(d["pid"]), str(d["name"]), int(d["mib"])))
-            else:
-                f.unlink(missing_ok=True)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:  # its process holds it: alive
+                    with os.fdopen(os.dup(fd)) as fh:
+                        d = json.loads(fh.read())
+                    out.append((f, GpuProcess(int(d["pid"]), str(d["name"]), int(d["mib"]))))
+                else:  # nobody holds it: its process is gone
+                    f.unlink(missing_ok=True)
+            except (OSError, ValueError, KeyError):
+                continue
+            finally:
+                os.close(fd)
         return out
 
-    def used_mib(self, exclude_pid: int | None = None) -> int:
-        return sum(p.mib for p in self.processes() if p.pid != exclude_pid)
+    def used_mib(self, exclude_self: bool = False) -> int:
+        mine = self._mine()
+        return sum(p.mib for f, p in self._held() if not (exclude_self and f == mine))
 
     def free_mib(self) -> int:
         return self.gpu.memory_mib - self.used_mib()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie holds no GPU memory
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def smi_text(shared: SharedGpu) -> str:

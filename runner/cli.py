@@ -333,6 +333,30 @@ def lab_up(lab_path: Path) -> None:
     )
 
 
+@lab.command("build")
+@lab_option
+@click.option("--force", is_flag=True, help="Rebuild even when the cached image matches.")
+@handled
+def lab_build(lab_path: Path, force: bool) -> None:
+    """Build the compose lab's image (offline-capable; cached by its inputs)."""
+    from runner.labs.compose.build import build
+    from runner.scenario import LabKind
+
+    inventory = load_inventory(lab_path)
+    if inventory.lab.kind is not LabKind.COMPOSE or inventory.lab.compose is None:
+        raise InputError(
+            f"lab {inventory.lab.name!r} is a {inventory.lab.kind.value} lab: it has no images",
+            file=lab_path,
+            hint="gameday lab build --lab inventories/compose.yaml",
+        )
+    result = build(inventory.lab.compose, output.message, force=force)
+    what = "built" if result.built else "cached (inputs unchanged)"
+    output.message(
+        f"image {result.image} = {result.tag}: {what} in {result.seconds:.1f} s "
+        f"(base {result.base})"
+    )
+
+
 @lab.command("down")
 @lab_option
 @handled

@@ -69,7 +69,16 @@ class Node(Model):
     overlay_address: str | None = Field(
         default=None, description="Stable address on the overlay network (VPN/DNS)."
     )
+    published: str | None = Field(
+        default=None,
+        description="host:port where the runner reaches the node's API when it is not "
+        "address:port (a container's port published on 127.0.0.1).",
+    )
     connection: dict[str, Any] = {}
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.published or f'{self.address}:{self.port}'}"
 
     def network_address(self, network: str) -> str | None:
         return {"management": self.management_address, "overlay": self.overlay_address}.get(network)
@@ -133,6 +142,21 @@ class Monitoring(Model):
         return f"http://{self.prometheus_listen}"
 
 
+class ComposeSpec(Model):
+    """The docker-compose lab: its compose file (relative to the inventory), project name and
+    image (built by `gameday lab build`)."""
+
+    file: str = "../compose/compose.yaml"
+    project: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")] = "gameday-compose"
+    image: str = "gameday-lab:latest"
+    base_image: str = "debian:bookworm-slim"
+    networks: dict[str, str] = Field(
+        default={"management": "mgmt", "overlay": "overlay"},
+        description="The lab's networks by role -> their names in the compose file.",
+    )
+    playbooks: str = "../playbooks"
+
+
 class LabSpec(Model):
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
     kind: LabKind
@@ -148,6 +172,7 @@ class LabSpec(Model):
     state_dir: str | None = None
     prometheus_url: str | None = None
     monitoring: Monitoring | None = None
+    compose: ComposeSpec | None = None
 
     @property
     def prometheus(self) -> str | None:
@@ -184,6 +209,7 @@ _HOST_KEYS = {
     "gameday_engine_env": "env",
     "gameday_management_address": "management_address",
     "gameday_overlay_address": "overlay_address",
+    "gameday_published": "published",
 }
 
 

@@ -23,6 +23,7 @@ import httpx
 from runner import prometheus, startup
 from runner import signature as sig
 from runner.errors import GamedayError, LabError
+from runner.inventory import Node
 from runner.journal import Journal
 from runner.labs import restart_scope
 from runner.labs.base import (
@@ -139,7 +140,10 @@ class Context:
     http: httpx.Client
     open_changes: list[tuple[int, Change]] = field(default_factory=list)
     seq: int = 0
-    injected_at: datetime | None = None
+    injected_at: datetime | None = None  # the injection began
+    # the injected fault is in place: its last change applied (a playbook or a container
+    # re-create takes seconds of wall time that the failure must not be charged with)
+    fault_at: datetime | None = None
     inject_seq: int = 0
     time_to_detect: float | None = None
 
@@ -325,6 +329,8 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
             record_and_apply(ctx, plan_change(ctx, action), why)
             if isinstance(action, StartProcess):
                 wait_started(ctx, action)
+        if why == "inject" and not isinstance(action, Traffic):
+            ctx.fault_at = utcnow()
 
 
 def wait_started(ctx: Context, action: StartProcess) -> None:
@@ -384,7 +390,9 @@ def plan_change(
     if isinstance(action, StopProcess):
         return ctx.lab.stop_process(action.node, action.name)
     if isinstance(action, ChangeAddress):
-        return ctx.lab.set_address(action.node, action.network, action.address)
+        node = ctx.lab.inventory.node(action.node)
+        address = action.address or dhcp_address(node, action.network)
+        return ctx.lab.set_address(action.node, action.network, address)
     if isinstance(action, ScrapeTargets):
         return ctx.lab.scrape_on(action.job, action.network)
     before = ctx.lab.config(action.node)
@@ -454,6 +462,15 @@ def describe_change(c: Change) -> str:
     return f"{c.node}: {c.kind.value}"
 
 
+def dhcp_address(node: Node, network: str) -> str:
+    """The address a DHCP server hands the node next: its configured host number + 10."""
+    configured = node.network_address(network)
+    if configured is None:
+        raise LabError(f"node {node.name} has no address on the {network} network")
+    *net, host = configured.split(".")
+    return ".".join([*net, str((int(host) + 10 - 1) % 254 + 1)])
+
+
 def undo_all(ctx: Context, reason: str) -> None:
     """Put every node this run changed back to how it was before its first change."""
     for undo in restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})"):
@@ -514,7 +531,7 @@ def expect_silent(ctx: Context, ls: LoadedScenario) -> float | None:
     capture_evidence(ctx, ls, "at the failure")
     if not ok:
         return None
-    ttf = elapsed_real(ctx.scale, ctx.injected_at, seen_at)
+    ttf = elapsed_real(ctx.scale, ctx.fault_at or ctx.injected_at, seen_at)
     ctx.rec.event("failure observed (silent: seen by the probes)", ts=seen_at)
     ctx.rec.check(
         "expect",
@@ -547,7 +564,8 @@ def expect_exit(ctx: Context, ls: LoadedScenario) -> float | None:
         raise ScenarioAborted
     start = failure.first_output_at or failure.started_at
     if ctx.injected_at is not None and start < ctx.injected_at:
-        start = ctx.injected_at  # a runtime failure: time it from the injection
+        # a runtime failure: time it from the moment the fault was in place
+        start = ctx.fault_at or ctx.injected_at
     ttf = elapsed_real(ctx.scale, start, failure.finished_at)
     ctx.rec.event(
         f"failure observed (exit {failure.code})",
@@ -789,7 +807,7 @@ def detect(ctx: Context, ls: LoadedScenario) -> None:
     ctx.progress("detect: waiting for alerts")
     ctx.rec.event("phase detect")
     prom = ctx.lab.inventory.lab.prometheus
-    since = ctx.injected_at or utcnow()
+    since = ctx.fault_at or ctx.injected_at or utcnow()
     for a in alerts:
         name = f"detect: alert {a.name} fires"
         expected = f"firing within {a.within_s:g} s real of the injection"

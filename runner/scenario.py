@@ -298,12 +298,14 @@ class Traffic(Model):
 
 
 class ChangeAddress(Model):
-    """The node gets a new address on a network (DHCP after re-cabling)."""
+    """The node gets a new address on a network (DHCP after re-cabling). Without `address` the
+    lab hands out one (the node's host number + 10 on the same network), so one scenario fits
+    every lab's address plan."""
 
     kind: Literal["change_address"]
     node: str
     network: Literal["management"] = "management"
-    address: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}$")]
+    address: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}$")] | None = None
 
 
 class ScrapeTargets(Model):

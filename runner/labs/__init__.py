@@ -1,6 +1,7 @@
 """Lab drivers: one protocol (runner.labs.base.LabDriver), one native implementation per lab kind.
 
 - local: engine nodes as local processes under a supervisor daemon (runner.labs.local)
+- compose: engine nodes as containers, Compose CLI + docker SDK + Ansible (runner.labs.compose)
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ def open_lab(inventory: Inventory) -> LabDriver:
         from runner.labs.local.driver import LocalLab
 
         return LocalLab(inventory)
+    if inventory.lab.kind is LabKind.COMPOSE:
+        from runner.labs.compose.driver import ComposeLab
+
+        return ComposeLab(inventory)
     raise LabError(
         f"{inventory.path}: lab kind {inventory.lab.kind.value!r} has no driver in this version",
-        hint="use a local-lab inventory such as inventories/local.yaml",
+        hint="use inventories/local.yaml or inventories/compose.yaml",
     )
 
 

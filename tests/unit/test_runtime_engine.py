@@ -31,9 +31,15 @@ def test_kernel_load_refused_only_with_a_stranger_and_thin_headroom(gpu: SharedG
 
     gpu.allocate("VLLM::Worker_TP0", 21_429 * MIB)  # this process: the engine
     assert _jit_load(Settings({}), gpu, None) is None  # alone on its GPU: fine
-    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    code = (
+        "import sys, time; from pathlib import Path; from labengine.gpu import *; "
+        "g = SharedGpu(Path(sys.argv[1]), gpu_types()['a10g']); "
+        "g.allocate('/omniparser/venv/bin/python', 1417 * MIB); print('held', flush=True); "
+        "time.sleep(30)"
+    )
+    stray = subprocess.Popen([sys.executable, "-c", code, str(gpu.dir)], stdout=subprocess.PIPE)
     try:
-        gpu.allocate("/omniparser/venv/bin/python", 1_417 * MIB, pid=stray.pid)
+        assert stray.stdout is not None and stray.stdout.readline() == b"held\n"
         assert gpu.free_mib() == 23_028 - 21_429 - 1_417
         assert _jit_load(Settings({}), gpu, None) == DEEPGEMM_800
         assert _jit_load(Settings({"VLLM_USE_DEEP_GEMM": "0"}), gpu, None) == TRITON_800

@@ -4,7 +4,6 @@ unix socket. Implements runner.labs.base.LabDriver."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from runner.errors import LabError, LabNotUp
 from runner.inventory import Inventory, Node, Role
@@ -33,6 +31,8 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
+from runner.labs.monitoring import expected_scrape_urls, scraped, write_prometheus
+from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
 from runner.scenario import LabKind, LogSource, NodeStatus
 
 # What a node's process inherits from the supervisor's environment; the rest comes from the
@@ -227,21 +227,10 @@ class LocalLab:
         )
 
     def _expected_scrape_urls(self) -> set[str]:
-        config = yaml.safe_load((self._state_dir / "prometheus" / "prometheus.yml").read_text())
-        return {
-            f"http://{t}/metrics"
-            for job in config["scrape_configs"]
-            for sc in job["static_configs"]
-            for t in sc["targets"]
-        }
+        return expected_scrape_urls(self._state_dir / "prometheus")
 
     def _scraped(self, url: str, want: set[str]) -> bool:
-        try:
-            data = httpx.get(url + "/api/v1/targets?state=active", timeout=1).json()
-        except (httpx.HTTPError, ValueError):
-            return False
-        got = {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
-        return set(got) == want and all(h != "unknown" for h in got.values())
+        return scraped(url, want)
 
     def _base_env(self, n: Node) -> dict[str, str]:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
@@ -327,64 +316,8 @@ class LocalLab:
     def _write_prometheus(
         self, exporter_network: str, addresses: dict[str, dict[str, str]]
     ) -> None:
-        """prometheus.yml and the seeds' rules, intervals and `for:` scaled to the lab."""
-        mon = self.inventory.lab.monitoring
-        assert mon is not None
-        scale = self.inventory.lab.time_scale
         pdir = self._state_dir / "prometheus"
-        pdir.mkdir(parents=True, exist_ok=True)
-        interval = f"{max(int(mon.scrape_interval_s / scale * 1000), 50)}ms"
-        vllm = [
-            {"targets": [f"{n.address}:{n.port}"], "labels": {"node": n.name}}
-            for n in self.inventory.nodes
-            if n.role.value in ("serving", "head")
-        ]
-        exporters = [
-            {
-                "targets": [f"{addresses[n.name][exporter_network]}:{mon.exporter_port}"],
-                "labels": {"node": n.name},
-            }
-            for n in self.inventory.nodes
-            if addresses.get(n.name, {}).get(exporter_network)
-        ]
-        config = {
-            "global": {
-                "scrape_interval": interval,
-                "evaluation_interval": interval,
-                "scrape_timeout": interval,
-            },
-            "rule_files": [str(pdir / "rules.yml")],
-            "scrape_configs": [
-                {"job_name": "vllm", "static_configs": vllm},
-                {"job_name": "node-exporter", "static_configs": exporters},
-            ],
-        }
-        rules = {
-            "groups": [
-                {
-                    "name": "gameday-seed-rules",
-                    "rules": [
-                        {
-                            "alert": r.name,
-                            "expr": r.expr,
-                            "for": f"{max(int(r.for_s / scale * 1000), 1)}ms",
-                            "labels": {"severity": r.severity},
-                            "annotations": {
-                                "summary": r.summary,
-                                "runbook": r.runbook,
-                                "for_real_world": f"{r.for_s:g}s",
-                            },
-                        }
-                        for r in mon.rules
-                    ],
-                }
-            ]
-        }
-        (pdir / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
-        tmp = pdir / "prometheus.yml.tmp"
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-        tmp.replace(pdir / "prometheus.yml")
-        (pdir / "scrape_network").write_text(exporter_network)
+        write_prometheus(pdir, self.inventory, exporter_network, addresses)
 
     def down(self) -> None:
         if not self.is_up():
@@ -654,31 +587,6 @@ def _subject(kind: ChangeKind, node: str, subject: str) -> Change:
     towards a new one (before/after are placeholders)."""
     blank = Value(value="")
     return Change(kind=kind, node=node, subject=subject, before=blank, after=blank)
-
-
-def cluster_ip(service: str) -> str:
-    """A stable address in the EKS default service range 10.100.0.0/16."""
-    h = hashlib.sha256(service.encode()).digest()
-    return f"10.100.{h[0]}.{max(h[1], 1)}"
-
-
-def kubernetes_service_env(
-    service: str, ip: str, port: int, port_name: str = "http"
-) -> dict[str, str]:
-    """The Docker-links-style variables the kubelet injects for one Service
-    (pkg/kubelet/envvars)."""
-    name = service.upper().replace("-", "_")
-    proto = "TCP"
-    return {
-        f"{name}_SERVICE_HOST": ip,
-        f"{name}_SERVICE_PORT": str(port),
-        f"{name}_SERVICE_PORT_{port_name.upper().replace('-', '_')}": str(port),
-        f"{name}_PORT": f"tcp://{ip}:{port}",
-        f"{name}_PORT_{port}_{proto}": f"tcp://{ip}:{port}",
-        f"{name}_PORT_{port}_{proto}_PROTO": proto.lower(),
-        f"{name}_PORT_{port}_{proto}_PORT": str(port),
-        f"{name}_PORT_{port}_{proto}_ADDR": ip,
-    }
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,2 @@
+"""The docker-compose lab: images (build), the driver (Compose CLI + docker SDK) and host
+actions (Ansible playbooks via ansible-runner)."""

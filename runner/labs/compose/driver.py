@@ -1,0 +1,1012 @@
+"""The docker-compose lab's driver. Implements runner.labs.base.LabDriver.
+
+Bring-up, re-apply and tear-down go through the Compose CLI (v2 `docker compose` when present,
+else v1 `docker-compose`), as an operator would; everything else through the docker SDK:
+container state (exit code and Docker's recorded exit time, restart count), logs with Docker's
+timestamps, a streamed Docker event feed (not polling), exec, restart of one container or a whole
+group at once. Host-level changes (a stray GPU program, a moved address) run as Ansible playbooks
+(runner.labs.compose.hostactions), so the same playbooks work on real nodes over SSH.
+
+Each node is an engine container (the compose service named like the inventory host) and, for
+the multi-node group, a host container `<node>-host` that holds the node's addresses, its
+node-exporter and its shell; the engine joins the host container's network namespace.
+
+Incarnations: Docker keeps one log per container across restarts; the driver splits it by the
+start and exit times it sees on the event feed (each start of a node's engine container is a new
+incarnation), so `previous` logs are the last finished incarnation's, like `kubectl logs
+--previous`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from runner.errors import LabError, LabNotUp
+from runner.inventory import ComposeSpec, Inventory, Node, Role
+from runner.labs.base import (
+    Change,
+    ChangeKind,
+    EventType,
+    LabEvent,
+    LogLine,
+    NodeConfig,
+    NodeState,
+    ProcessState,
+    Value,
+)
+from runner.labs.compose import hostactions
+from runner.labs.compose.build import docker_client
+from runner.labs.local.driver import default_state_root
+from runner.labs.monitoring import expected_scrape_urls, scraped, write_prometheus
+from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
+from runner.scenario import LabKind, LogSource, NodeStatus
+
+LABEL = "gameday.lab"
+PROBE_PERIOD_S = 10.0  # real-world seconds between readiness probes (kubelet's default)
+STOP_TIMEOUT_S = 3
+BACKOFF_FIRST_S = 0.1  # Docker's restart delay starts at 100 ms and doubles
+PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
+
+
+def compose_command() -> list[str]:
+    """Compose v2 (`docker compose`) when the docker CLI has it, else v1 (`docker-compose`)."""
+    docker = shutil.which("docker")
+    if docker:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            v2 = subprocess.run(
+                [docker, "compose", "version"], capture_output=True, timeout=20, check=False
+            )
+            if v2.returncode == 0:
+                return [docker, "compose"]
+    v1 = shutil.which("docker-compose")
+    if v1:
+        return [v1]
+    raise LabError(
+        "neither Compose v2 (`docker compose`) nor v1 (`docker-compose`) is installed",
+        hint="apt-get install -y docker-compose, or install the Docker Compose plugin",
+    )
+
+
+def parse_ts(text: str) -> datetime:
+    """Docker's RFC 3339 timestamps, nanoseconds cut to microseconds."""
+    text = text.rstrip("Z")
+    if "." in text:
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]:0<6}"
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def _never(ts: str) -> bool:
+    return ts.startswith("0001-01-01")
+
+
+@dataclass
+class Incarnation:
+    number: int
+    container_id: str
+    started_at: datetime
+    first_output_at: datetime | None = None
+    finished_at: datetime | None = None
+    code: int | None = None
+    stopped: bool = False
+
+
+class ComposeLab:
+    kind = LabKind.COMPOSE
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        lab = inventory.lab
+        self.spec: ComposeSpec = lab.compose or ComposeSpec()
+        self.compose_file = (inventory.path.parent / self.spec.file).resolve()
+        self.playbooks = (inventory.path.parent / self.spec.playbooks).resolve()
+        self._state_dir = Path(lab.state_dir) if lab.state_dir else default_state_root() / lab.name
+        self.artifacts_dir: Path | None = None  # where host actions keep their Ansible events
+        self._client: Any = None
+        self._cond = threading.Condition()
+        self._events: list[LabEvent] = []
+        self._incs: dict[str, list[Incarnation]] = {}
+        self._ready: dict[str, bool] = {}
+        self._expect_stop: dict[str, int] = {}  # node -> highest incarnation the lab stops
+        self._feed: Any = None
+        self._synced = False
+
+    @property
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    @property
+    def project(self) -> str:
+        return self.spec.project
+
+    # ---- Docker and Compose -----------------------------------------------------------------
+
+    @property
+    def docker(self) -> Any:
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    def _compose_env(self) -> dict[str, str]:
+        return os.environ | {
+            "GAMEDAY_PROJECT": self.project,
+            "GAMEDAY_LAB": self.inventory.lab.name,
+            "GAMEDAY_IMAGE": self.spec.image,
+            "GAMEDAY_TIME_SCALE": f"{self.inventory.lab.time_scale:g}",
+            "GAMEDAY_PROMETHEUS_DIR": str(self._state_dir / "prometheus"),
+        }
+
+    def compose(self, *args: str, timeout: float = 300) -> str:
+        files = ["-f", str(self.compose_file)]
+        if self._override_path.exists():
+            files += ["-f", str(self._override_path)]
+        cmd = [*compose_command(), "-p", self.project, *files, *args]
+        try:
+            proc = subprocess.run(
+                cmd,
+                env=self._compose_env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise LabError(f"`{' '.join(cmd[-len(args) :])}` took over {timeout:.0f} s") from exc
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+            lines = [ln for ln in lines if ln.lower().startswith("error")] or lines
+            raise LabError(
+                f"compose {' '.join(args)} failed: " + (lines[-1] if lines else "(no output)"),
+                hint=f"compose file {self.compose_file}; project {self.project}",
+            )
+        return proc.stdout
+
+    def _containers(self, role: str | None = None, node: str | None = None) -> list[Any]:
+        labels = [
+            f"{LABEL}={self.inventory.lab.name}",
+            f"com.docker.compose.project={self.project}",
+        ]
+        if role:
+            labels.append(f"gameday.role={role}")
+        if node:
+            labels.append(f"gameday.node={node}")
+        return list(self.docker.containers.list(all=True, filters={"label": labels}))
+
+    def engine(self, node: str) -> Any:
+        found = self._containers("engine", node)
+        if not found:
+            raise LabNotUp(
+                f"compose lab {self.inventory.lab.name!r} has no container for node {node}",
+                hint=f"gameday lab up --lab {self.inventory.path}",
+            )
+        return max(found, key=lambda c: c.attrs["Created"])
+
+    def host(self, node: str) -> Any:
+        """The node's machine: its host container, or the engine container of a one-container
+        node."""
+        found = self._containers("host", node)
+        return found[0] if found else self.engine(node)
+
+    def _exec(self, container: Any, cmd: list[str]) -> tuple[int, str]:
+        res = container.exec_run(cmd, demux=False)
+        return int(res.exit_code), (res.output or b"").decode(errors="replace")
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def is_up(self) -> bool:
+        try:
+            engines = self._containers("engine")
+        except LabError:
+            return False
+        return bool(engines) and len(engines) >= len(self.inventory.nodes)
+
+    def preflight(self) -> None:
+        """Refuse, before creating anything, a lab that cannot come up."""
+        import docker
+
+        self.docker  # noqa: B018 - Docker reachable, or one clear message
+        compose_command()
+        if not self.compose_file.exists():
+            raise LabError(
+                f"{self.inventory.path}: compose file {self.compose_file} "
+                "(gameday_lab.compose.file) does not exist"
+            )
+        try:
+            self.docker.images.get(self.spec.image)
+        except docker.errors.ImageNotFound:
+            raise LabError(
+                f"the lab image {self.spec.image} is not built",
+                hint=f"gameday lab build --lab {self.inventory.path}",
+            ) from None
+        clash = [
+            c.name
+            for c in self.docker.containers.list(
+                all=True, filters={"label": f"com.docker.compose.project={self.project}"}
+            )
+            if c.labels.get(LABEL) != self.inventory.lab.name
+        ]
+        if clash:
+            raise LabError(
+                f"compose project {self.project!r} already exists and is not this lab's "
+                f"(containers {', '.join(sorted(clash)[:4])})",
+                hint="set gameday_lab.compose.project to another name, or remove that project",
+            )
+        self._check_compose_file()
+
+    def _resolved(self) -> dict[str, Any]:
+        return dict(yaml.safe_load(self.compose("config")))
+
+    def _check_compose_file(self) -> None:
+        """The compose file and the inventory describe the same engines; ports are free."""
+        services = self._resolved().get("services", {})
+        for n in self.inventory.nodes:
+            svc = services.get(n.name)
+            if svc is None:
+                raise LabError(
+                    f"{self.compose_file}: no service {n.name!r} for inventory host {n.name}",
+                    hint="inventory hosts are the compose file's engine services",
+                )
+            want = [*self.inventory.lab.engine_command, *n.rendered_args()]
+            if list(svc.get("command") or []) != want:
+                raise LabError(
+                    f"{self.compose_file}: service {n.name}'s command differs from "
+                    f"{self.inventory.path} ({n.name}.gameday_engine_args)",
+                    hint=f"compose: {svc.get('command')}; inventory: {want}",
+                )
+        for svc_name, svc in services.items():
+            for port in svc.get("ports") or []:
+                host_ip, host_port = _published(port)
+                if host_port is None:
+                    continue
+                with socket.socket() as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    try:
+                        s.bind((host_ip, host_port))
+                    except OSError as exc:
+                        raise LabError(
+                            f"{self.compose_file}: {svc_name} publishes {host_ip}:{host_port}, "
+                            f"which is taken ({exc.strerror})",
+                            hint="stop whatever listens there (another lab?), or change the port",
+                        ) from exc
+
+    def up(self) -> None:
+        if self.is_up():
+            return
+        self.preflight()
+        self._state_dir.mkdir(parents=True, exist_ok=True)
+        self._override_path.unlink(missing_ok=True)
+        self._configs_path.unlink(missing_ok=True)
+        if self.inventory.lab.monitoring is not None:
+            self._write_prometheus("management")
+        try:
+            self.compose("up", "-d", "--remove-orphans")
+            self._sync()
+            if self.inventory.lab.monitoring is not None:
+                self._wait_scraped(60)
+        except BaseException:
+            with contextlib.suppress(LabError):
+                self.down()  # nothing half-created
+            raise
+
+    def down(self) -> None:
+        """Remove every container, network and volume of this lab, and nothing else."""
+        self._close_feed()
+        with contextlib.suppress(LabError):
+            self.compose("down", "--volumes", "--remove-orphans", "--timeout", "2")
+        labels = {"label": [f"{LABEL}={self.inventory.lab.name}"]}
+        for c in self.docker.containers.list(all=True, filters=labels):
+            if c.labels.get("com.docker.compose.project") == self.project:
+                with contextlib.suppress(Exception):
+                    c.remove(force=True, v=True)
+        for net in self.docker.networks.list(filters=labels):
+            if net.name.startswith(self.project):
+                with contextlib.suppress(Exception):
+                    net.remove()
+        for vol in self.docker.volumes.list(filters=labels):
+            if vol.name.startswith(self.project.replace("-", "")) or vol.name.startswith(
+                self.project
+            ):
+                with contextlib.suppress(Exception):
+                    vol.remove(force=True)
+        self._override_path.unlink(missing_ok=True)
+        self._configs_path.unlink(missing_ok=True)
+        self._generations_path.unlink(missing_ok=True)
+
+    def leftover_objects(self) -> list[str]:
+        """Containers, networks and volumes of this lab that exist now."""
+        labels = {"label": [f"{LABEL}={self.inventory.lab.name}"]}
+        return (
+            [f"container {c.name}" for c in self.docker.containers.list(all=True, filters=labels)]
+            + [f"network {n.name}" for n in self.docker.networks.list(filters=labels)]
+            + [f"volume {v.name}" for v in self.docker.volumes.list(filters=labels)]
+        )
+
+    # ---- the event feed ---------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        """Open the Docker event feed, then take each node's current state; start readiness
+        probes for running engines (a first probe before returning)."""
+        if self._synced:
+            return
+        self._synced = True
+        since = time.time()
+        self._feed = self.docker.api.events(
+            since=since - 1,
+            decode=True,
+            filters={"type": "container", "label": f"{LABEL}={self.inventory.lab.name}"},
+        )
+        threading.Thread(target=self._watch, name="docker-events", daemon=True).start()
+        for n in self.inventory.nodes:
+            with contextlib.suppress(LabNotUp):
+                c = self.engine(n.name)
+                st = c.attrs["State"]
+                if not _never(st["StartedAt"]):
+                    inc = self._new_incarnation(n.name, c.id, parse_ts(st["StartedAt"]))
+                    if not st["Running"] and not _never(st["FinishedAt"]):
+                        inc.finished_at = parse_ts(st["FinishedAt"])
+                        inc.code = int(st["ExitCode"])
+                    elif st["Running"]:
+                        self._ready[n.name] = self._probe_once(n, c)
+                        self._watch_incarnation(n, inc, c)
+
+    def _close_feed(self) -> None:
+        if self._feed is not None:
+            with contextlib.suppress(Exception):
+                self._feed.close()
+            self._feed = None
+        self._synced = False
+
+    def _node_of(self, attrs: dict[str, str]) -> Node | None:
+        if attrs.get("gameday.role") != "engine":
+            return None
+        name = attrs.get("gameday.node", "")
+        try:
+            return self.inventory.node(name)
+        except KeyError:
+            return None
+
+    def _watch(self) -> None:
+        feed = self._feed
+        with contextlib.suppress(Exception):
+            for ev in feed:
+                action = ev.get("Action") or ev.get("status", "")
+                node = self._node_of(ev.get("Actor", {}).get("Attributes", {}))
+                if node is None or action not in ("start", "die"):
+                    continue
+                cid = ev.get("id") or ev["Actor"]["ID"]
+                ts = datetime.fromtimestamp(ev["timeNano"] / 1e9, UTC)
+                if action == "start":
+                    self._on_start(node, cid, ts)
+                else:
+                    self._on_die(node, cid, ev["Actor"]["Attributes"], ts)
+
+    def _new_incarnation(self, node: str, cid: str, started: datetime) -> Incarnation:
+        incs = self._incs.setdefault(node, [])
+        inc = Incarnation(len(incs) + 1, cid, started)
+        incs.append(inc)
+        return inc
+
+    def _current(self, node: str) -> Incarnation | None:
+        incs = self._incs.get(node)
+        return incs[-1] if incs else None
+
+    def _on_start(self, node: Node, cid: str, ts: datetime) -> None:
+        try:
+            c = self.docker.containers.get(cid)
+            started = parse_ts(c.attrs["State"]["StartedAt"])
+        except Exception:
+            return
+        cur = self._current(node.name)
+        if cur is not None and cur.container_id == cid and cur.started_at == started:
+            return  # seen at sync
+        inc = self._new_incarnation(node.name, cid, started)
+        self._ready[node.name] = False
+        self.emit(
+            node.name,
+            EventType.STARTED,
+            started,
+            incarnation=inc.number,
+            pid=c.attrs["State"].get("Pid"),
+            generation=self._generation(node.name),
+        )
+        self._watch_incarnation(node, inc, c)
+
+    def _on_die(self, node: Node, cid: str, attrs: dict[str, str], ts: datetime) -> None:
+        inc = self._current(node.name)
+        if inc is None or inc.container_id != cid or inc.finished_at is not None:
+            return
+        finished, status, restarts = ts, "", 0
+        with contextlib.suppress(Exception):
+            st = self.docker.containers.get(cid).attrs
+            if not _never(st["State"]["FinishedAt"]):
+                finished = parse_ts(st["State"]["FinishedAt"])  # Docker's recorded exit time
+            status = st["State"]["Status"]
+            restarts = int(st.get("RestartCount", 0))
+        inc.finished_at = finished
+        inc.code = int(attrs.get("exitCode", "0"))
+        inc.stopped = inc.number <= self._expect_stop.get(node.name, 0)
+        self._ready[node.name] = False
+        self.emit(
+            node.name,
+            EventType.EXITED,
+            finished,
+            incarnation=inc.number,
+            code=inc.code,
+            started_at=inc.started_at.isoformat(),
+            first_output_at=inc.first_output_at.isoformat() if inc.first_output_at else None,
+            finished_at=finished.isoformat(),
+            stopped=inc.stopped,
+        )
+        if status == "restarting":
+            self.emit(
+                node.name,
+                EventType.BACKOFF,
+                finished,
+                delay_s=BACKOFF_FIRST_S * 2 ** max(restarts - 1, 0),
+                restarts=restarts,
+            )
+
+    def _watch_incarnation(self, node: Node, inc: Incarnation, container: Any) -> None:
+        threading.Thread(
+            target=self._follow_first_output, args=(node, inc, container), daemon=True
+        ).start()
+        if node.role is not Role.WORKER:
+            threading.Thread(target=self._probe_loop, args=(node, inc), daemon=True).start()
+
+    def _follow_first_output(self, node: Node, inc: Incarnation, container: Any) -> None:
+        """Follow the incarnation's log until its first line (a headless worker is ready then)."""
+        with contextlib.suppress(Exception):
+            stream = container.logs(
+                stream=True, follow=True, timestamps=True, since=int(inc.started_at.timestamp())
+            )
+            try:
+                for raw in stream:
+                    ts_text, _, _ = raw.decode(errors="replace").partition(" ")
+                    ts = parse_ts(ts_text)
+                    if ts < inc.started_at:
+                        continue
+                    inc.first_output_at = ts
+                    self.emit(node.name, EventType.FIRST_OUTPUT, ts, incarnation=inc.number)
+                    if node.role is Role.WORKER and inc.finished_at is None:
+                        self._ready[node.name] = True
+                        self.emit(node.name, EventType.READY, ts, incarnation=inc.number)
+                    return
+            finally:
+                with contextlib.suppress(Exception):
+                    stream.close()
+
+    def _probe_loop(self, node: Node, inc: Incarnation) -> None:
+        period = max(PROBE_PERIOD_S / self.inventory.lab.time_scale, 0.02)
+        with httpx.Client(timeout=max(period, 0.5)) as http:
+            while inc.finished_at is None and self._synced:
+                try:
+                    ok = http.get(node.url + "/health").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                cur = self._current(node.name)
+                if cur is not inc or inc.finished_at is not None:
+                    return
+                if ok != self._ready.get(node.name, False):
+                    self._ready[node.name] = ok
+                    ev = EventType.READY if ok else EventType.UNREADY
+                    self.emit(node.name, ev, datetime.now(UTC), incarnation=inc.number)
+                time.sleep(period)
+
+    def _probe_once(self, node: Node, container: Any) -> bool:
+        if node.role is Role.WORKER:
+            return bool(container.logs(tail=1))
+        try:
+            return httpx.get(node.url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def emit(self, node: str, type_: EventType, ts: datetime, **data: Any) -> None:
+        with self._cond:
+            self._events.append(
+                LabEvent(seq=len(self._events) + 1, ts=ts, node=node, type=type_, data=data)
+            )
+            self._cond.notify_all()
+
+    def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
+        self._sync()
+        with self._cond:
+            if len(self._events) <= since and timeout > 0:
+                self._cond.wait_for(lambda: len(self._events) > since, timeout)
+            return self._events[since:]
+
+    def last_event_seq(self) -> int:
+        self._sync()
+        with self._cond:
+            return len(self._events)
+
+    # ---- observation ------------------------------------------------------------------------
+
+    def states(self) -> dict[str, NodeState]:
+        self._sync()
+        return {n.name: self._state(n) for n in self.inventory.nodes}
+
+    def _state(self, n: Node) -> NodeState:
+        try:
+            c = self.engine(n.name)
+        except LabNotUp:
+            return NodeState(
+                name=n.name, status=NodeStatus.PENDING, generation=0, incarnation=0, restarts=0,
+                ready=False, reason="no container",
+            )  # fmt: skip
+        st = c.attrs["State"]
+        status = {
+            "running": NodeStatus.RUNNING,
+            "paused": NodeStatus.RUNNING,
+            "restarting": NodeStatus.CRASH_LOOPING,
+            "exited": NodeStatus.EXITED,
+            "dead": NodeStatus.EXITED,
+        }.get(st["Status"], NodeStatus.PENDING)
+        incs = self._incs.get(n.name, [])
+        cur = incs[-1] if incs else None
+        last = next((i for i in reversed(incs) if i.finished_at is not None), None)
+        reason = {
+            NodeStatus.CRASH_LOOPING: "CrashLoopBackOff",
+            NodeStatus.EXITED: "Completed" if st.get("ExitCode") == 0 else "Error",
+        }.get(status, "")
+        return NodeState.model_validate(
+            {
+                "name": n.name,
+                "status": status,
+                "generation": self._generation(n.name),
+                "incarnation": cur.number if cur else 0,
+                "restarts": int(c.attrs.get("RestartCount", 0)),
+                "ready": status is NodeStatus.RUNNING and self._ready.get(n.name, False),
+                "pid": st.get("Pid") or None,
+                "started_at": cur.started_at if cur else None,
+                "first_output_at": cur.first_output_at if cur else None,
+                "reason": reason,
+                "last_exit": None
+                if last is None or last.code is None
+                else {
+                    "incarnation": last.number,
+                    "code": last.code,
+                    "started_at": last.started_at,
+                    "first_output_at": last.first_output_at,
+                    "finished_at": last.finished_at,
+                },
+            }
+        )
+
+    def logs(self, node: str, source: LogSource) -> list[LogLine]:
+        st = self.states()[node]
+        if source is LogSource.PREVIOUS:
+            if st.last_exit is None:
+                return []
+            return self.logs_of(node, st.last_exit.incarnation)
+        return self.logs_of(node, st.incarnation)
+
+    def _container_lines(self, cid: str) -> Iterator[LogLine]:
+        import docker
+
+        try:
+            raw = self.docker.containers.get(cid).logs(timestamps=True)
+        except docker.errors.NotFound:
+            return
+        for line in raw.decode(errors="replace").splitlines():
+            ts, _, text = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                yield LogLine(ts=parse_ts(ts), text=text)
+
+    def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
+        self._sync()
+        incs = self._incs.get(node, [])
+        if not 1 <= incarnation <= len(incs):
+            return []
+        inc = incs[incarnation - 1]
+        nxt = incs[incarnation] if incarnation < len(incs) else None
+        end = nxt.started_at if nxt is not None and nxt.container_id == inc.container_id else None
+        return [
+            ln
+            for ln in self._container_lines(inc.container_id)
+            if ln.ts >= inc.started_at and (end is None or ln.ts < end)
+        ]
+
+    def logs_since(self, node: str, since: datetime | None) -> list[LogLine]:
+        self._sync()
+        seen: list[str] = []
+        out: list[LogLine] = []
+        for inc in self._incs.get(node, []):
+            if inc.container_id not in seen:
+                seen.append(inc.container_id)
+                out += [
+                    ln
+                    for ln in self._container_lines(inc.container_id)
+                    if since is None or ln.ts >= since
+                ]
+        return sorted(out, key=lambda ln: ln.ts)
+
+    def url(self, node: str) -> str:
+        return self.inventory.node(node).url
+
+    # ---- node configs: re-applied through Compose (an override file) ------------------------
+
+    @property
+    def _override_path(self) -> Path:
+        return self._state_dir / "compose.override.yaml"
+
+    @property
+    def _configs_path(self) -> Path:
+        return self._state_dir / "configs.json"
+
+    @property
+    def _generations_path(self) -> Path:
+        return self._state_dir / "generations.json"
+
+    def _generation(self, node: str) -> int:
+        if not self._generations_path.exists():
+            return 1
+        return int(json.loads(self._generations_path.read_text()).get(node, 1))
+
+    def _bump_generation(self, nodes: Sequence[str]) -> None:
+        gens = (
+            json.loads(self._generations_path.read_text())
+            if self._generations_path.exists()
+            else {}
+        )
+        for n in nodes:
+            gens[n] = int(gens.get(n, 1)) + 1
+        self._generations_path.write_text(json.dumps(gens))
+
+    def _image_env(self) -> dict[str, str]:
+        env = self.docker.images.get(self.spec.image).attrs["Config"].get("Env") or []
+        return dict(e.split("=", 1) for e in env)
+
+    def config(self, node: str) -> NodeConfig:
+        """The engine container's actual command and environment (the lab's own GAMEDAY_*
+        variables and the image's defaults left out)."""
+        c = self.engine(node)
+        cmd = list(c.attrs["Config"]["Cmd"] or [])
+        prefix = list(self.inventory.lab.engine_command)
+        args = cmd[len(prefix) :] if cmd[: len(prefix)] == prefix else cmd
+        image_env = self._image_env()
+        env = {}
+        for item in c.attrs["Config"].get("Env") or []:
+            k, _, v = item.partition("=")
+            if k.startswith("GAMEDAY_") or image_env.get(k) == v:
+                continue
+            env[k] = v
+        return NodeConfig(args=tuple(args), env=env)
+
+    def baseline_config(self, node: str) -> NodeConfig:
+        n = self.inventory.node(node)
+        return NodeConfig(args=tuple(n.rendered_args()), env=dict(n.env))
+
+    def _write_override(self, configs: dict[str, NodeConfig]) -> None:
+        if not configs:
+            self._override_path.unlink(missing_ok=True)
+            return
+        services = {}
+        for node, cfg in configs.items():
+            base = self.baseline_config(node)
+            missing = sorted(set(base.env) - set(cfg.env))
+            if missing:
+                raise LabError(
+                    f"the compose lab cannot unset {node}'s baseline variables {missing} "
+                    "(Compose merges environments)"
+                )
+            services[node] = {
+                "command": [*self.inventory.lab.engine_command, *cfg.args],
+                "environment": dict(cfg.env),
+            }
+        doc = {"version": "2.4", "services": services}
+        tmp = self._override_path.with_suffix(".tmp")
+        tmp.write_text(
+            "# written by gameday: the nodes whose config a scenario changed\n"
+            + yaml.safe_dump(doc, sort_keys=False)
+        )
+        tmp.replace(self._override_path)
+
+    def _reapply(self, node: str, cfg: NodeConfig) -> None:
+        configs = {
+            k: NodeConfig.model_validate(v)
+            for k, v in (
+                json.loads(self._configs_path.read_text()) if self._configs_path.exists() else {}
+            ).items()
+        }
+        if cfg == self.baseline_config(node):
+            configs.pop(node, None)
+        else:
+            configs[node] = cfg
+        self._write_override(configs)
+        self._configs_path.write_text(
+            json.dumps({k: v.model_dump(mode="json") for k, v in configs.items()})
+        )
+        self._expect_stop_now([node])
+        self._bump_generation([node])
+        # stop the old container first (a stop also ends its restart policy), so that it cannot
+        # crash-loop on the old config while Compose replaces it
+        with contextlib.suppress(LabNotUp):
+            self.engine(node).stop(timeout=STOP_TIMEOUT_S)
+        self.compose("up", "-d", "--no-deps", "--force-recreate", node)
+
+    def _expect_stop_now(self, nodes: Sequence[str]) -> None:
+        for n in nodes:
+            cur = self._current(n)
+            self._expect_stop[n] = cur.number if cur else 0
+
+    # ---- changes ----------------------------------------------------------------------------
+
+    def current(self, change: Change) -> NodeConfig | ProcessState | Value:
+        if change.kind is ChangeKind.NODE_CONFIG:
+            return self.config(change.node)
+        if change.kind is ChangeKind.PROCESS:
+            return self._process(change.node, change.subject)
+        if change.kind is ChangeKind.ADDRESS:
+            addr = self._addresses().get(change.node, {}).get(change.subject)
+            if addr is None:
+                raise LabError(f"node {change.node} has no address on the {change.subject} network")
+            return Value(value=addr)
+        return Value(value=self._scrape_network())
+
+    def _scrape_network(self) -> str:
+        f = self._state_dir / "prometheus" / "scrape_network"
+        return f.read_text() if f.exists() else "management"
+
+    def _process(self, node: str, name: str) -> ProcessState:
+        host = self.host(node)
+        pidfile = f"{hostactions.RUN_DIR}/{name}.pid"
+        rc, _ = self._exec(host, ["start-stop-daemon", "--status", "--pidfile", pidfile])
+        rc_cmd, out = self._exec(host, ["cat", f"{hostactions.RUN_DIR}/{name}.cmd"])
+        command: tuple[str, ...] = ()
+        if rc_cmd == 0:
+            with contextlib.suppress(ValueError):
+                command = tuple(json.loads(out))
+        return ProcessState(running=rc == 0, command=command)
+
+    def apply(self, change: Change) -> None:
+        after = change.after
+        if change.kind is ChangeKind.NODE_CONFIG and isinstance(after, NodeConfig):
+            self._reapply(change.node, after)
+        elif change.kind is ChangeKind.PROCESS and isinstance(after, ProcessState):
+            self._host_action(
+                "process.yaml",
+                change.node,
+                {
+                    "gameday_process": change.subject,
+                    "gameday_state": "started" if after.running else "stopped",
+                    "gameday_command": list(after.command),
+                },
+            )
+        elif change.kind is ChangeKind.ADDRESS and isinstance(after, Value):
+            self._host_action(
+                "change-address.yaml",
+                change.node,
+                {
+                    "gameday_network": self._network_name(change.subject),
+                    "gameday_new_address": after.value,
+                },
+            )
+        elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
+            self._write_prometheus(after.value)
+            self._reload_prometheus()
+            self._wait_scraped(30)
+        else:
+            raise LabError(f"the compose lab cannot apply a {change.kind.value} change")
+
+    def _host_action(self, playbook: str, node: str, extravars: dict[str, Any]) -> None:
+        out = self.artifacts_dir or (self._state_dir / "ansible")
+        hostactions.run_playbook(
+            self.inventory.path,
+            self.playbooks / playbook,
+            node,
+            {"gameday_node": node, **extravars},
+            out,
+        )
+
+    def _network_name(self, role: str) -> str:
+        key = self.spec.networks.get(role)
+        if key is None:
+            raise LabError(f"the compose lab has no {role} network (gameday_lab.compose.networks)")
+        return f"{self.project}-{key}"
+
+    def _addresses(self) -> dict[str, dict[str, str]]:
+        """Each node's current address on each network, as Docker has it."""
+        out: dict[str, dict[str, str]] = {}
+        for n in self.inventory.nodes:
+            try:
+                nets = self.host(n.name).attrs["NetworkSettings"]["Networks"] or {}
+            except LabNotUp:
+                continue
+            for role in self.spec.networks:
+                info = nets.get(self._network_name(role))
+                if info and info.get("IPAddress"):
+                    out.setdefault(n.name, {})[role] = info["IPAddress"]
+        return out
+
+    def _configured_addresses(self) -> dict[str, dict[str, str]]:
+        return {
+            n.name: {
+                k: v
+                for k, v in (("management", n.management_address), ("overlay", n.overlay_address))
+                if v
+            }
+            for n in self.inventory.nodes
+        }
+
+    def _write_prometheus(self, network: str) -> None:
+        write_prometheus(
+            self._state_dir / "prometheus",
+            self.inventory,
+            network,
+            self._configured_addresses(),
+            # an engine on the overlay network is scraped there, else by its service name
+            vllm_hosts={n.name: n.overlay_address or n.name for n in self.inventory.nodes},
+            rules_path=f"{PROMETHEUS_DIR_IN_CONTAINER}/rules.yml",
+        )
+
+    def _reload_prometheus(self) -> None:
+        url = self.inventory.lab.prometheus
+        if url is None:
+            raise LabError("this lab has no Prometheus to reload")
+        try:
+            httpx.post(url + "/-/reload", timeout=10).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise LabError(f"Prometheus did not reload its configuration: {exc}") from exc
+
+    def _wait_scraped(self, timeout: float) -> None:
+        url = self.inventory.lab.prometheus
+        assert url is not None
+        want = expected_scrape_urls(self._state_dir / "prometheus")
+        deadline = time.monotonic() + timeout
+        while not scraped(url, want):
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"Prometheus at {url} did not scrape its targets within {timeout:.0f} s",
+                    hint=f"docker logs {self.project}-prometheus",
+                )
+            time.sleep(0.05)  # Prometheus has no push API; its discovery is on a 5 s clock
+
+    def signal(self, node: str, process: str, signal: str) -> None:
+        c = self.engine(node)
+        if process == "engine_core":
+            # the engine is the container's PID 1; its engine core is its child
+            rc, out = self._exec(c, ["pkill", "--signal", signal, "--parent", "1"])
+            if rc != 0:
+                raise LabError(f"{node}: no engine-core process to signal ({out.strip()})")
+        else:
+            c.kill(signal=f"SIG{signal}")
+
+    def start_process(self, node: str, name: str, command: Sequence[str]) -> Change:
+        probe = _subject(ChangeKind.PROCESS, node, name)
+        return probe.towards(
+            ProcessState(running=True, command=tuple(command)),
+            self.current(probe),
+            f"start {name} on {node} (Ansible: playbooks/process.yaml)",
+        )
+
+    def stop_process(self, node: str, name: str) -> Change:
+        probe = _subject(ChangeKind.PROCESS, node, name)
+        cur = self.current(probe)
+        cmd = cur.command if isinstance(cur, ProcessState) else ()
+        return probe.towards(
+            ProcessState(running=False, command=cmd),
+            cur,
+            f"stop {name} on {node} (Ansible: playbooks/process.yaml)",
+        )
+
+    def set_address(self, node: str, network: str, address: str) -> Change:
+        probe = _subject(ChangeKind.ADDRESS, node, network)
+        return probe.towards(
+            Value(value=address),
+            self.current(probe),
+            f"{node} gets a new {network} address {address} (Ansible: "
+            "playbooks/change-address.yaml)",
+        )
+
+    def scrape_on(self, job: str, network: str) -> Change:
+        if self.inventory.lab.monitoring is None:
+            raise LabError("this lab has no monitoring (gameday_lab.monitoring)")
+        probe = _subject(ChangeKind.SCRAPE_TARGETS, "lab", job)
+        return probe.towards(
+            Value(value=network),
+            self.current(probe),
+            f"Prometheus scrapes {job} on the {network} network",
+        )
+
+    def gpu_processes(self, node: str) -> list[dict[str, Any]]:
+        rc, out = self._exec(self.host(node), ["vllm-lab", "smi", "--json"])
+        if rc != 0:
+            raise LabError(f"{node}: `vllm-lab smi` failed: {out.strip()[:200]}")
+        return list(json.loads(out)["processes"])
+
+    def restart(self, nodes: Sequence[str]) -> None:
+        """Restart the nodes' engine containers all at once (a group comes back together)."""
+        self._sync()
+        containers = [self.engine(n) for n in nodes]
+        self._expect_stop_now(nodes)
+        self._bump_generation(nodes)
+        errors: list[BaseException] = []
+
+        def one(c: Any) -> None:
+            try:
+                c.restart(timeout=STOP_TIMEOUT_S)
+            except Exception as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(c,)) for c in containers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise LabError(f"docker could not restart {', '.join(nodes)}: {errors[0]}")
+
+    def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change:
+        before = self.config(node)
+        injected = kubernetes_service_env(service, cluster_ip(service), port)
+        env = {k: v for k, v in before.env.items() if k not in injected}
+        if enabled:
+            env |= injected
+        verb = "injected" if enabled else "removed"
+        note = (
+            f"compose lab emulation: no Kubernetes here, so the lab {verb} the "
+            f"{len(injected)} variables the kubelet injects for a Service named {service!r} "
+            f"with enableServiceLinks: true ({', '.join(sorted(injected))})"
+        )
+        return Change(
+            kind=ChangeKind.NODE_CONFIG,
+            node=node,
+            before=before,
+            after=NodeConfig(args=before.args, env=env),
+            note=note,
+        )
+
+    def leftovers(self) -> list[str]:
+        """Everything that differs from the lab's baseline (empty when clean)."""
+        problems = []
+        for n in self.inventory.nodes:
+            if self.config(n.name) != self.baseline_config(n.name):
+                problems.append(f"{n.name}: engine config differs from the baseline")
+            rc, out = self._exec(self.host(n.name), ["ls", hostactions.RUN_DIR])
+            for f in out.split() if rc == 0 else []:
+                if f.endswith(".pid") and self._process(n.name, f[:-4]).running:
+                    problems.append(f"{n.name}: process {f[:-4]} the lab did not start")
+        configured = self._configured_addresses()
+        for name, nets in self._addresses().items():
+            for net, addr in nets.items():
+                if configured.get(name, {}).get(net) != addr:
+                    problems.append(f"{name}: {net} address moved to {addr}")
+        if self.inventory.lab.monitoring is not None and self._scrape_network() != "management":
+            problems.append(f"Prometheus scrapes the {self._scrape_network()} network")
+        problems += [
+            f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
+        ]
+        return problems
+
+
+def _published(port: Any) -> tuple[str, int | None]:
+    """(host ip, host port) of a compose `ports` entry in either syntax."""
+    if isinstance(port, dict):
+        published = port.get("published")
+        return str(port.get("host_ip") or "0.0.0.0"), int(published) if published else None
+    parts = str(port).split(":")
+    if len(parts) == 3:
+        return parts[0], int(parts[1])
+    if len(parts) == 2:
+        return "0.0.0.0", int(parts[0])
+    return "0.0.0.0", None
+
+
+def _subject(kind: ChangeKind, node: str, subject: str) -> Change:
+    blank = Value(value="")
+    return Change(kind=kind, node=node, subject=subject, before=blank, after=blank)

@@ -1,0 +1,69 @@
+"""Host-level actions as Ansible playbooks (playbooks/), run through ansible-runner against the
+lab's own Ansible inventory: inside the compose lab's containers (community.docker.docker_api
+connection), or on real nodes over SSH (inventories/example-ssh.yaml). Each run keeps Ansible's
+events (job_events/*.json, stdout) in its own directory under `artifacts`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from runner.errors import LabError
+
+RUN_DIR = "/run/gameday"  # where playbooks/process.yaml keeps pid files and command lines
+
+
+def ansible_bin() -> str:
+    """The directory holding ansible-playbook: on PATH, or beside this interpreter."""
+    found = shutil.which("ansible-playbook")
+    if found:
+        return str(Path(found).parent)
+    beside = Path(sys.executable).parent
+    if (beside / "ansible-playbook").exists():
+        return str(beside)
+    raise LabError(
+        "ansible-playbook is not installed (host actions run as Ansible playbooks)",
+        hint="pip install ansible ansible-runner (make test and make run install them)",
+    )
+
+
+def run_playbook(
+    inventory: Path, playbook: Path, limit: str, extravars: dict[str, Any], artifacts: Path
+) -> None:
+    import ansible_runner
+
+    if not playbook.exists():
+        raise LabError(f"playbook {playbook} does not exist (gameday_lab.compose.playbooks)")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    bin_dir = ansible_bin()
+    result = ansible_runner.run(
+        private_data_dir=str(artifacts),
+        playbook=str(playbook),
+        inventory=str(inventory.resolve()),
+        limit=limit,
+        extravars=extravars,
+        quiet=True,
+        envvars={
+            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+            "ANSIBLE_HOST_KEY_CHECKING": "False",
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_NOCOLOR": "1",
+        },
+    )
+    if result.status == "successful" and result.rc == 0:
+        return
+    failed = [
+        e for e in result.events if e.get("event") in ("runner_on_failed", "runner_on_unreachable")
+    ]
+    detail = ""
+    if failed:
+        res = failed[-1].get("event_data", {}).get("res", {})
+        detail = str(res.get("msg") or res.get("stderr") or "")[:300]
+    raise LabError(
+        f"Ansible playbook {playbook.name} failed on {limit} ({result.status}, rc {result.rc})"
+        + (f": {detail}" if detail else ""),
+        hint=f"Ansible's events are in {result.config.artifact_dir}",
+    )

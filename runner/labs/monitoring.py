@@ -1,0 +1,110 @@
+"""The lab's Prometheus configuration, the same for every lab kind: scrape every engine's
+/metrics (job `vllm`) and every node's node-exporter by its address on one network (job
+`node-exporter`), with the seeds' alert rules; intervals and `for:` scaled by the time scale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from runner.inventory import Inventory, Role
+
+
+def write_prometheus(
+    pdir: Path,
+    inventory: Inventory,
+    exporter_network: str,
+    addresses: dict[str, dict[str, str]],
+    *,
+    vllm_hosts: dict[str, str] | None = None,
+    rules_path: str | None = None,
+) -> None:
+    """Write prometheus.yml, rules.yml and the `scrape_network` marker into `pdir`.
+
+    `addresses`: each node's address by network (what a static config names). `vllm_hosts`:
+    the host to scrape each engine at (default: the node's own address). `rules_path`: where
+    Prometheus sees rules.yml (a container mounts `pdir` elsewhere)."""
+    mon = inventory.lab.monitoring
+    assert mon is not None
+    scale = inventory.lab.time_scale
+    pdir.mkdir(parents=True, exist_ok=True)
+    interval = f"{max(int(mon.scrape_interval_s / scale * 1000), 50)}ms"
+
+    def engine_target(name: str, address: str, port: int) -> str:
+        address = (vllm_hosts or {}).get(name, address)
+        return f"{address}:{port}"
+
+    vllm = [
+        {"targets": [engine_target(n.name, n.address, n.port)], "labels": {"node": n.name}}
+        for n in inventory.nodes
+        if n.role in (Role.SERVING, Role.HEAD)
+    ]
+    exporters = [
+        {
+            "targets": [f"{addresses[n.name][exporter_network]}:{mon.exporter_port}"],
+            "labels": {"node": n.name},
+        }
+        for n in inventory.nodes
+        if addresses.get(n.name, {}).get(exporter_network)
+    ]
+    config = {
+        "global": {
+            "scrape_interval": interval,
+            "evaluation_interval": interval,
+            "scrape_timeout": interval,
+        },
+        "rule_files": [rules_path or str(pdir / "rules.yml")],
+        "scrape_configs": [
+            {"job_name": "vllm", "static_configs": vllm},
+            {"job_name": "node-exporter", "static_configs": exporters},
+        ],
+    }
+    rules = {
+        "groups": [
+            {
+                "name": "gameday-seed-rules",
+                "rules": [
+                    {
+                        "alert": r.name,
+                        "expr": r.expr,
+                        "for": f"{max(int(r.for_s / scale * 1000), 1)}ms",
+                        "labels": {"severity": r.severity},
+                        "annotations": {
+                            "summary": r.summary,
+                            "runbook": r.runbook,
+                            "for_real_world": f"{r.for_s:g}s",
+                        },
+                    }
+                    for r in mon.rules
+                ],
+            }
+        ]
+    }
+    (pdir / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    tmp = pdir / "prometheus.yml.tmp"
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.replace(pdir / "prometheus.yml")
+    (pdir / "scrape_network").write_text(exporter_network)
+
+
+def expected_scrape_urls(pdir: Path) -> set[str]:
+    config = yaml.safe_load((pdir / "prometheus.yml").read_text())
+    return {
+        f"http://{t}/metrics"
+        for job in config["scrape_configs"]
+        for sc in job["static_configs"]
+        for t in sc["targets"]
+    }
+
+
+def scraped(url: str, want: set[str]) -> bool:
+    """Prometheus has scraped exactly the targets `want`, each at least once."""
+    try:
+        data: Any = httpx.get(url + "/api/v1/targets?state=active", timeout=1).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    got = {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
+    return set(got) == want and all(h != "unknown" for h in got.values())
