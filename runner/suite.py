@@ -72,6 +72,8 @@ def run_suite(
         lab.up()
         started_here = True
     run_id = new_run_id()
+    report_dir = reports_root / run_id
+    lab.artifacts_dir = report_dir / "ansible"  # host actions' Ansible events
     jr = journal.Journal(lab.state_dir, run_id)
     started = datetime.now(UTC)
     results: list[ScenarioResult] = []
@@ -110,6 +112,5 @@ def run_suite(
         verdict=combine([r.verdict for r in results]),
         scenarios=results,
     )
-    report_dir = reports_root / run_id
     write_reports(result, report_dir)
     return SuiteOutcome(result, report_dir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -134,6 +135,7 @@ class Change(Frozen):
 class LabDriver(Protocol):
     kind: LabKind
     inventory: Inventory
+    artifacts_dir: Path | None  # where a run wants the lab's own records (Ansible events)
 
     def is_up(self) -> bool: ...
     def up(self) -> None: ...

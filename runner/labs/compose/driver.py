@@ -828,6 +828,8 @@ class ComposeLab:
             except LabNotUp:
                 continue
             for role in self.spec.networks:
+                if n.network_address(role) is None:
+                    continue  # an address the inventory does not manage
                 info = nets.get(self._network_name(role))
                 if info and info.get("IPAddress"):
                     out.setdefault(n.name, {})[role] = info["IPAddress"]

@@ -78,6 +78,7 @@ class LocalLab:
         lab = inventory.lab
         self._state_dir = Path(lab.state_dir) if lab.state_dir else default_state_root() / lab.name
         self._client: httpx.Client | None = None
+        self.artifacts_dir: Path | None = None  # the local lab keeps no records of its own
 
     @property
     def state_dir(self) -> Path:

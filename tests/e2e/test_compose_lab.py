@@ -1,0 +1,212 @@
+"""The docker-compose lab on a real Docker Engine: image build (cached), all seven scenarios
+unchanged, host actions through Ansible, SIGKILL then cleanup, `lab down` removing exactly the
+lab's objects, and bad input refused before anything is created.
+
+Needs Docker. In CI (`GAMEDAY_REQUIRE_DOCKER=1`, set by .ci/run after it starts dockerd) a missing
+Docker fails these tests; elsewhere it skips them with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import journal
+from runner.inventory import load_inventory
+from runner.labs.compose.driver import ComposeLab
+from tests.e2e.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+INVENTORY = ROOT / "inventories" / "compose.yaml"
+
+
+def docker_or_skip() -> Any:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        return client
+    except Exception as exc:
+        if os.environ.get("GAMEDAY_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"Docker is required here (GAMEDAY_REQUIRE_DOCKER=1) but: {exc}")
+        pytest.skip(f"no Docker engine: {exc}")
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("compose-state")
+
+
+def gd(
+    state: Path, *args: str, timeout: float = 900, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ | {"GAMEDAY_STATE_DIR": str(state)} | env,
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(state: Path) -> Iterator[ComposeLab]:
+    docker_or_skip()
+    p = gd(state, "lab", "build", "--lab", str(INVENTORY))
+    assert p.returncode == 0, p.stderr
+    p = gd(state, "lab", "up", "--lab", str(INVENTORY))
+    assert p.returncode == 0, p.stderr
+    os.environ["GAMEDAY_STATE_DIR"] = str(state)  # the driver below reads the same state
+    driver = ComposeLab(load_inventory(INVENTORY))
+    yield driver
+    gd(state, "lab", "down", "--lab", str(INVENTORY))
+
+
+def at_baseline(lab: ComposeLab) -> list[str]:
+    return lab.leftovers() + [
+        f"open journal entry {c.seq}" for c in journal.open_changes(lab.state_dir)
+    ]
+
+
+def test_build_is_cached(lab: ComposeLab, state: Path) -> None:
+    p = gd(state, "lab", "build", "--lab", str(INVENTORY))
+    assert p.returncode == 0, p.stderr
+    assert "cached (inputs unchanged)" in p.stderr
+
+
+def test_all_seven_scenarios_pass_unchanged(lab: ComposeLab, state: Path, tmp_path: Path) -> None:
+    p = gd(state, "run", "--lab", str(INVENTORY), "--reports", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    (run,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    result = json.loads((run / "result.json").read_text())
+    assert {s["id"]: s["verdict"] for s in result["scenarios"]} == {
+        sid: "passed"
+        for sid in (
+            "context-window-overflow",
+            "kv-cache-shortage",
+            "tp-mismatch",
+            "service-name-collision",
+            "head-only-restart",
+            "stray-gpu-process",
+            "dhcp-address-change",
+        )
+    }
+    # host actions ran as Ansible playbooks, their events kept beside the report
+    events = list((run / "ansible" / "artifacts").glob("*/job_events/*.json"))
+    assert events, "no Ansible job events in the report directory"
+    plays = {json.loads(e.read_text()).get("event_data", {}).get("playbook") for e in events}
+    assert {"process.yaml", "change-address.yaml"} <= {Path(p).name for p in plays if p}
+    # the service-link emulation says what it did
+    sc = next(s for s in result["scenarios"] if s["id"] == "service-name-collision")
+    text = json.dumps(sc)
+    assert "compose lab emulation" in text and "VLLM_PORT" in text
+    assert at_baseline(lab) == []
+
+
+@pytest.mark.parametrize("scenario", ["stray-gpu-process", "dhcp-address-change"])
+def test_sigkill_then_cleanup(lab: ComposeLab, state: Path, scenario: str, tmp_path: Path) -> None:
+    rnd = random.Random(scenario)
+    for delay in sorted(rnd.uniform(1.0, 9.0) for _ in range(2)):
+        argv = ["run", f"scenarios/{scenario}.yaml", "--lab", str(INVENTORY)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", *argv, "--reports", str(tmp_path)],
+            cwd=ROOT,
+            env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        p = gd(state, "cleanup", "--lab", str(INVENTORY))
+        assert p.returncode == 0, p.stderr
+        assert at_baseline(ComposeLab(lab.inventory)) == [], f"after a kill at {delay:.2f} s"
+
+
+def test_lab_down_removes_the_lab_and_nothing_else(lab: ComposeLab, state: Path) -> None:
+    client = docker_or_skip()
+    foreign = client.containers.create(
+        "gameday-lab:latest", ["sleep", "60"], name="gameday-compose-not-the-lab"
+    )
+    try:
+        p = gd(state, "lab", "down", "--lab", str(INVENTORY))
+        assert p.returncode == 0, p.stderr
+        assert ComposeLab(lab.inventory).leftover_objects() == []
+        foreign.reload()  # still there
+    finally:
+        foreign.remove(force=True)
+
+
+def _no_lab_objects(state: Path) -> list[str]:
+    os.environ["GAMEDAY_STATE_DIR"] = str(state)
+    return ComposeLab(load_inventory(INVENTORY)).leftover_objects()
+
+
+def _variant(tmp_path: Path, **replace: str) -> Path:
+    text = INVENTORY.read_text()
+    text = text.replace("../compose/compose.yaml", str(ROOT / "compose" / "compose.yaml"))
+    text = text.replace("../playbooks", str(ROOT / "playbooks"))
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    inv = tmp_path / "compose.yaml"
+    inv.write_text(text)
+    return inv
+
+
+def test_missing_image_is_one_message_and_nothing_created(state: Path, tmp_path: Path) -> None:
+    docker_or_skip()
+    inv = _variant(tmp_path, **{"image: gameday-lab:latest": "image: gameday-lab:not-built"})
+    p = gd(state, "lab", "up", "--lab", str(inv))
+    assert p.returncode == 3, p.stderr
+    assert "gameday-lab:not-built is not built" in p.stderr and "gameday lab build" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert _no_lab_objects(state) == []
+
+
+def test_port_taken_is_one_message_and_nothing_created(state: Path) -> None:
+    docker_or_skip()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 19090))
+        s.listen()
+        p = gd(state, "lab", "up", "--lab", str(INVENTORY))
+    assert p.returncode == 3, p.stderr
+    assert "127.0.0.1:19090" in p.stderr and "taken" in p.stderr
+    assert _no_lab_objects(state) == []
+
+
+def test_project_name_clash_is_refused(state: Path) -> None:
+    client = docker_or_skip()
+    other = client.containers.create(
+        "gameday-lab:latest",
+        ["sleep", "60"],
+        name="someone-elses",
+        labels={"com.docker.compose.project": "gameday-compose"},
+    )
+    try:
+        p = gd(state, "lab", "up", "--lab", str(INVENTORY))
+        assert p.returncode == 3, p.stderr
+        assert "compose project 'gameday-compose' already exists" in p.stderr
+        assert _no_lab_objects(state) == []
+    finally:
+        other.remove(force=True)
+
+
+def test_docker_not_running_is_one_message(state: Path) -> None:
+    p = gd(
+        state, "lab", "up", "--lab", str(INVENTORY), DOCKER_HOST="unix:///nonexistent/docker.sock"
+    )
+    assert p.returncode == 3, p.stderr
+    assert "Docker is not running" in p.stderr and "Traceback" not in p.stderr
