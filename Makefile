@@ -1,10 +1,11 @@
 # Quick start (README.md): `make run` sets up and runs the scenario suite on the embedded local
-# lab; `make test` sets up and runs the tests (lint, types, unit and end-to-end).
+# lab; `make test` sets up and runs the tests (lint, types, unit and end-to-end, the compose lab's
+# included: it installs and starts Docker when missing).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench clean lab-deps
+.PHONY: run test bench clean lab-deps docker
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,10 +16,13 @@ $(VENV)/.installed: pyproject.toml
 lab-deps:
 	scripts/install-lab-deps
 
+docker:
+	scripts/start-docker
+
 run: $(VENV)/.installed lab-deps
 	$(BIN)/gameday run --lab inventories/local.yaml
 
-test: $(VENV)/.installed lab-deps
+test: $(VENV)/.installed lab-deps docker
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy runner
