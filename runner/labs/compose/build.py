@@ -151,7 +151,9 @@ def _wheels(dest: Path) -> None:
             )
 
 
-def build(spec: ComposeSpec, progress: Progress, *, force: bool = False) -> BuildResult:
+def build(
+    spec: ComposeSpec, progress: Progress, *, force: bool = False, no_cache: bool = False
+) -> BuildResult:
     import docker
 
     t0 = time.monotonic()
@@ -166,7 +168,7 @@ def build(spec: ComposeSpec, progress: Progress, *, force: bool = False) -> Buil
     digest = inputs_hash(base_id)
     repo = spec.image.rsplit(":", 1)[0]
     tag = f"{repo}:{digest}"
-    if not force:
+    if not (force or no_cache):
         try:
             client.images.get(tag).tag(spec.image)
             return BuildResult(spec.image, tag, False, base, time.monotonic() - t0)
@@ -189,6 +191,7 @@ def build(spec: ComposeSpec, progress: Progress, *, force: bool = False) -> Buil
                 labels={"gameday.image": "lab", "gameday.inputs": digest},
                 rm=True,
                 forcerm=True,
+                nocache=no_cache,
             )
         except docker.errors.BuildError as exc:
             tail = [str(c.get("stream", c.get("error", ""))).strip() for c in exc.build_log]
