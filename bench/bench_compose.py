@@ -28,18 +28,8 @@ from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, EventType, NodeConfig  # noqa: E402
 from runner.labs.compose.build import build  # noqa: E402
 from runner.labs.compose.driver import ComposeLab  # noqa: E402
-from runner.scenario import load_scenario  # noqa: E402
+from runner.scenario import discover, load_scenario  # noqa: E402
 from runner.suite import run_suite  # noqa: E402
-
-SEVEN = [
-    "context-window-overflow",
-    "kv-cache-shortage",
-    "tp-mismatch",
-    "service-name-collision",
-    "head-only-restart",
-    "stray-gpu-process",
-    "dhcp-address-change",
-]
 
 
 def quiet(_: str) -> None:
@@ -69,8 +59,9 @@ def main() -> None:
     print(f"lab up to healthy (10 containers, Prometheus scraping): {time.monotonic() - t0:.1f} s")
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for sid in SEVEN:
-                ls = load_scenario(ROOT / "scenarios" / f"{sid}.yaml")
+            for path in discover([ROOT / "scenarios"]):
+                ls = load_scenario(path)
+                sid = ls.scenario.metadata.id
                 t = time.monotonic()
                 out = run_suite([ls], inv, Path(tmp), quiet)
                 wall = time.monotonic() - t

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
+from runner.errors import LabError
 from runner.inventory import Inventory, Role
 
 
@@ -108,3 +110,27 @@ def scraped(url: str, want: set[str]) -> bool:
         return False
     got = {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
     return set(got) == want and all(h != "unknown" for h in got.values())
+
+
+def wait_scraped(url: str, pdir: Path, timeout: float, hint: str) -> None:
+    """Block until Prometheus has scraped every target of the config in `pdir` once. It has no
+    push API, and its discovery hands new targets over only every 5 s (a cost that does not
+    scale), so this looks every 50 ms; it runs at bring-up and after a scrape-config change."""
+    want = expected_scrape_urls(pdir)
+    deadline = time.monotonic() + timeout
+    while not scraped(url, want):
+        if time.monotonic() > deadline:
+            raise LabError(
+                f"Prometheus at {url} did not scrape its targets within {timeout:.0f} s",
+                hint=hint,
+            )
+        time.sleep(0.05)
+
+
+def reload(url: str | None) -> None:
+    if url is None:
+        raise LabError("this lab has no Prometheus to reload")
+    try:
+        httpx.post(url + "/-/reload", timeout=10).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise LabError(f"Prometheus did not reload its configuration: {exc}") from exc

@@ -11,14 +11,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def gameday(*args: str, timeout: float = 600, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def gameday(
+    *args: str, timeout: float = 600, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process; `env` adds to (or overrides) this process's environment."""
     return subprocess.run(
         [sys.executable, "-m", "runner.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ),
+        env=os.environ | (env or {}),
     )
 
 

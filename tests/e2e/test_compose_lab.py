@@ -24,7 +24,7 @@ import pytest
 from runner import journal
 from runner.inventory import load_inventory
 from runner.labs.compose.driver import ComposeLab
-from tests.e2e.conftest import ROOT
+from tests.e2e.conftest import ROOT, gameday
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "compose.yaml"
@@ -51,14 +51,8 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gd(
     state: Path, *args: str, timeout: float = 900, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=os.environ | {"GAMEDAY_STATE_DIR": str(state)} | env,
-    )
+    """The CLI on this module's lab state (the compose lab outlives one test's state dir)."""
+    return gameday(*args, timeout=timeout, env={"GAMEDAY_STATE_DIR": str(state), **env})
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ incarnation), so `previous` logs are the last finished incarnation's, like `kube
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -49,11 +49,11 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
+from runner.labs.changes import ChangePlanning, configured_addresses, ensure_free
 from runner.labs.compose import hostactions
 from runner.labs.compose.build import docker_client
 from runner.labs.local.driver import default_state_root
-from runner.labs.monitoring import expected_scrape_urls, scraped, write_prometheus
-from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
+from runner.labs.monitoring import reload, wait_scraped, write_prometheus
 from runner.scenario import LabKind, LogSource, NodeStatus
 
 LABEL = "gameday.lab"
@@ -106,8 +106,9 @@ class Incarnation:
     stopped: bool = False
 
 
-class ComposeLab:
+class ComposeLab(ChangePlanning):
     kind = LabKind.COMPOSE
+    label = "compose lab"
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
@@ -186,6 +187,15 @@ class ComposeLab:
         if node:
             labels.append(f"gameday.node={node}")
         return list(self.docker.containers.list(all=True, filters={"label": labels}))
+
+    def _engines(self) -> dict[str, Any]:
+        """Each node's engine container (the newest, while Compose replaces one), in one call."""
+        out: dict[str, Any] = {}
+        for c in self._containers("engine"):
+            node = c.labels.get("gameday.node", "")
+            if node not in out or c.attrs["Created"] > out[node].attrs["Created"]:
+                out[node] = c
+        return out
 
     def engine(self, node: str) -> Any:
         found = self._containers("engine", node)
@@ -273,16 +283,7 @@ class ComposeLab:
                 host_ip, host_port = _published(port)
                 if host_port is None:
                     continue
-                with socket.socket() as s:
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    try:
-                        s.bind((host_ip, host_port))
-                    except OSError as exc:
-                        raise LabError(
-                            f"{self.compose_file}: {svc_name} publishes {host_ip}:{host_port}, "
-                            f"which is taken ({exc.strerror})",
-                            hint="stop whatever listens there (another lab?), or change the port",
-                        ) from exc
+                ensure_free(host_ip, host_port, f"{self.compose_file}: {svc_name} publishes")
 
     def up(self) -> None:
         if self.is_up():
@@ -538,12 +539,15 @@ class ComposeLab:
 
     def states(self) -> dict[str, NodeState]:
         self._sync()
-        return {n.name: self._state(n) for n in self.inventory.nodes}
+        engines = self._engines()
+        generations = self._generations()
+        return {
+            n.name: self._state(n, engines.get(n.name), generations.get(n.name, 1))
+            for n in self.inventory.nodes
+        }
 
-    def _state(self, n: Node) -> NodeState:
-        try:
-            c = self.engine(n.name)
-        except LabNotUp:
+    def _state(self, n: Node, c: Any, generation: int) -> NodeState:
+        if c is None:
             return NodeState(
                 name=n.name, status=NodeStatus.PENDING, generation=0, incarnation=0, restarts=0,
                 ready=False, reason="no container",
@@ -567,7 +571,7 @@ class ComposeLab:
             {
                 "name": n.name,
                 "status": status,
-                "generation": self._generation(n.name),
+                "generation": generation,
                 "incarnation": cur.number if cur else 0,
                 "restarts": int(c.attrs.get("RestartCount", 0)),
                 "ready": status is NodeStatus.RUNNING and self._ready.get(n.name, False),
@@ -652,21 +656,22 @@ class ComposeLab:
     def _generations_path(self) -> Path:
         return self._state_dir / "generations.json"
 
-    def _generation(self, node: str) -> int:
+    def _generations(self) -> dict[str, int]:
+        """Each node's generation (1 until the lab re-applies or restarts it)."""
         if not self._generations_path.exists():
-            return 1
-        return int(json.loads(self._generations_path.read_text()).get(node, 1))
+            return {}
+        return {k: int(v) for k, v in json.loads(self._generations_path.read_text()).items()}
+
+    def _generation(self, node: str) -> int:
+        return self._generations().get(node, 1)
 
     def _bump_generation(self, nodes: Sequence[str]) -> None:
-        gens = (
-            json.loads(self._generations_path.read_text())
-            if self._generations_path.exists()
-            else {}
-        )
+        gens = self._generations()
         for n in nodes:
             gens[n] = int(gens.get(n, 1)) + 1
         self._generations_path.write_text(json.dumps(gens))
 
+    @functools.cached_property
     def _image_env(self) -> dict[str, str]:
         env = self.docker.images.get(self.spec.image).attrs["Config"].get("Env") or []
         return dict(e.split("=", 1) for e in env)
@@ -678,7 +683,7 @@ class ComposeLab:
         cmd = list(c.attrs["Config"]["Cmd"] or [])
         prefix = list(self.inventory.lab.engine_command)
         args = cmd[len(prefix) :] if cmd[: len(prefix)] == prefix else cmd
-        image_env = self._image_env()
+        image_env = self._image_env
         env = {}
         for item in c.attrs["Config"].get("Env") or []:
             k, _, v = item.partition("=")
@@ -686,10 +691,6 @@ class ComposeLab:
                 continue
             env[k] = v
         return NodeConfig(args=tuple(args), env=env)
-
-    def baseline_config(self, node: str) -> NodeConfig:
-        n = self.inventory.node(node)
-        return NodeConfig(args=tuple(n.rendered_args()), env=dict(n.env))
 
     def _write_override(self, configs: dict[str, NodeConfig]) -> None:
         if not configs:
@@ -798,7 +799,7 @@ class ComposeLab:
             )
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
             self._write_prometheus(after.value)
-            self._reload_prometheus()
+            reload(self.inventory.lab.prometheus)
             self._wait_scraped(30)
         else:
             raise LabError(f"the compose lab cannot apply a {change.kind.value} change")
@@ -835,48 +836,16 @@ class ComposeLab:
                     out.setdefault(n.name, {})[role] = info["IPAddress"]
         return out
 
-    def _configured_addresses(self) -> dict[str, dict[str, str]]:
-        return {
-            n.name: {
-                k: v
-                for k, v in (("management", n.management_address), ("overlay", n.overlay_address))
-                if v
-            }
-            for n in self.inventory.nodes
-        }
-
     def _write_prometheus(self, network: str) -> None:
         write_prometheus(
             self._state_dir / "prometheus",
             self.inventory,
             network,
-            self._configured_addresses(),
+            configured_addresses(self.inventory),
             # an engine on the overlay network is scraped there, else by its service name
             vllm_hosts={n.name: n.overlay_address or n.name for n in self.inventory.nodes},
             rules_path=f"{PROMETHEUS_DIR_IN_CONTAINER}/rules.yml",
         )
-
-    def _reload_prometheus(self) -> None:
-        url = self.inventory.lab.prometheus
-        if url is None:
-            raise LabError("this lab has no Prometheus to reload")
-        try:
-            httpx.post(url + "/-/reload", timeout=10).raise_for_status()
-        except httpx.HTTPError as exc:
-            raise LabError(f"Prometheus did not reload its configuration: {exc}") from exc
-
-    def _wait_scraped(self, timeout: float) -> None:
-        url = self.inventory.lab.prometheus
-        assert url is not None
-        want = expected_scrape_urls(self._state_dir / "prometheus")
-        deadline = time.monotonic() + timeout
-        while not scraped(url, want):
-            if time.monotonic() > deadline:
-                raise LabError(
-                    f"Prometheus at {url} did not scrape its targets within {timeout:.0f} s",
-                    hint=f"docker logs {self.project}-prometheus",
-                )
-            time.sleep(0.05)  # Prometheus has no push API; its discovery is on a 5 s clock
 
     def signal(self, node: str, process: str, signal: str) -> None:
         c = self.engine(node)
@@ -888,42 +857,15 @@ class ComposeLab:
         else:
             c.kill(signal=f"SIG{signal}")
 
-    def start_process(self, node: str, name: str, command: Sequence[str]) -> Change:
-        probe = _subject(ChangeKind.PROCESS, node, name)
-        return probe.towards(
-            ProcessState(running=True, command=tuple(command)),
-            self.current(probe),
-            f"start {name} on {node} (Ansible: playbooks/process.yaml)",
-        )
+    def _wait_scraped(self, timeout: float) -> None:
+        url = self.inventory.lab.prometheus
+        assert url is not None
+        hint = f"docker logs {self.project}-prometheus"
+        wait_scraped(url, self._state_dir / "prometheus", timeout, hint=hint)
 
-    def stop_process(self, node: str, name: str) -> Change:
-        probe = _subject(ChangeKind.PROCESS, node, name)
-        cur = self.current(probe)
-        cmd = cur.command if isinstance(cur, ProcessState) else ()
-        return probe.towards(
-            ProcessState(running=False, command=cmd),
-            cur,
-            f"stop {name} on {node} (Ansible: playbooks/process.yaml)",
-        )
-
-    def set_address(self, node: str, network: str, address: str) -> Change:
-        probe = _subject(ChangeKind.ADDRESS, node, network)
-        return probe.towards(
-            Value(value=address),
-            self.current(probe),
-            f"{node} gets a new {network} address {address} (Ansible: "
-            "playbooks/change-address.yaml)",
-        )
-
-    def scrape_on(self, job: str, network: str) -> Change:
-        if self.inventory.lab.monitoring is None:
-            raise LabError("this lab has no monitoring (gameday_lab.monitoring)")
-        probe = _subject(ChangeKind.SCRAPE_TARGETS, "lab", job)
-        return probe.towards(
-            Value(value=network),
-            self.current(probe),
-            f"Prometheus scrapes {job} on the {network} network",
-        )
+    def _via(self, kind: ChangeKind) -> str:
+        playbook = {ChangeKind.PROCESS: "process", ChangeKind.ADDRESS: "change-address"}
+        return f"Ansible: playbooks/{playbook[kind]}.yaml" if kind in playbook else ""
 
     def gpu_processes(self, node: str) -> list[dict[str, Any]]:
         rc, out = self._exec(self.host(node), ["vllm-lab", "smi", "--json"])
@@ -953,26 +895,6 @@ class ComposeLab:
         if errors:
             raise LabError(f"docker could not restart {', '.join(nodes)}: {errors[0]}")
 
-    def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change:
-        before = self.config(node)
-        injected = kubernetes_service_env(service, cluster_ip(service), port)
-        env = {k: v for k, v in before.env.items() if k not in injected}
-        if enabled:
-            env |= injected
-        verb = "injected" if enabled else "removed"
-        note = (
-            f"compose lab emulation: no Kubernetes here, so the lab {verb} the "
-            f"{len(injected)} variables the kubelet injects for a Service named {service!r} "
-            f"with enableServiceLinks: true ({', '.join(sorted(injected))})"
-        )
-        return Change(
-            kind=ChangeKind.NODE_CONFIG,
-            node=node,
-            before=before,
-            after=NodeConfig(args=before.args, env=env),
-            note=note,
-        )
-
     def leftovers(self) -> list[str]:
         """Everything that differs from the lab's baseline (empty when clean)."""
         problems = []
@@ -983,7 +905,7 @@ class ComposeLab:
             for f in out.split() if rc == 0 else []:
                 if f.endswith(".pid") and self._process(n.name, f[:-4]).running:
                     problems.append(f"{n.name}: process {f[:-4]} the lab did not start")
-        configured = self._configured_addresses()
+        configured = configured_addresses(self.inventory)
         for name, nets in self._addresses().items():
             for net, addr in nets.items():
                 if configured.get(name, {}).get(net) != addr:
@@ -1007,8 +929,3 @@ def _published(port: Any) -> tuple[str, int | None]:
     if len(parts) == 2:
         return "0.0.0.0", int(parts[0])
     return "0.0.0.0", None
-
-
-def _subject(kind: ChangeKind, node: str, subject: str) -> Change:
-    blank = Value(value="")
-    return Change(kind=kind, node=node, subject=subject, before=blank, after=blank)

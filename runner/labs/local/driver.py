@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,8 +30,8 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.labs.monitoring import expected_scrape_urls, scraped, write_prometheus
-from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
+from runner.labs.changes import ChangePlanning, configured_addresses, ensure_free
+from runner.labs.monitoring import reload, wait_scraped, write_prometheus
 from runner.scenario import LabKind, LogSource, NodeStatus
 
 # What a node's process inherits from the supervisor's environment; the rest comes from the
@@ -70,8 +69,9 @@ def default_state_root() -> Path:
     return Path(xdg) / "gameday"
 
 
-class LocalLab:
+class LocalLab(ChangePlanning):
     kind = LabKind.LOCAL
+    label = "local lab"
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
@@ -151,17 +151,7 @@ class LocalLab:
                         hint=f"apt-get install -y {package} (or remove gameday_lab.monitoring)",
                     )
         for host, port, what in self._listeners():
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((host, port))
-                except OSError as exc:
-                    raise LabError(
-                        f"{self.inventory.path}: {what} cannot listen on {host}:{port}: "
-                        f"{exc.strerror}",
-                        hint="another program uses that address: stop it (is another lab up?), "
-                        "or change the address in the inventory",
-                    ) from exc
+            ensure_free(host, port, f"{self.inventory.path}: {what} cannot listen on")
 
     def _listeners(self) -> list[tuple[str, int, str]]:
         out = [(n.address, n.port, f"node {n.name}") for n in self.inventory.nodes]
@@ -188,7 +178,7 @@ class LocalLab:
         }
         (self._state_dir / "addresses.json").write_text(json.dumps(addresses))
         if self.inventory.lab.monitoring is not None:
-            self._write_prometheus("management", self._configured_addresses())
+            self._write_prometheus("management", configured_addresses(self.inventory))
         (self._state_dir / "lab.json").write_text(json.dumps(spec, indent=2))
         log = (self._state_dir / "supervisor.log").open("ab")
         proc = subprocess.Popen(
@@ -211,27 +201,8 @@ class LocalLab:
             time.sleep(0.02)  # start-up only: the socket appears once
         mon = self.inventory.lab.monitoring
         if mon is not None:
-            self._wait_prometheus_ready(mon.url)
-
-    def _wait_prometheus_ready(self, url: str) -> None:
-        """Prometheus answers before it scrapes: wait until every target has been scraped once
-        (its discovery hands targets over only every 5 s, a cost that does not scale)."""
-        want = self._expected_scrape_urls()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self._scraped(url, want):
-                return
-            time.sleep(0.05)  # start-up only
-        raise LabError(
-            f"Prometheus at {url} did not scrape its targets within 30 s; see "
-            f"{self._state_dir / 'services' / 'prometheus.log'}"
-        )
-
-    def _expected_scrape_urls(self) -> set[str]:
-        return expected_scrape_urls(self._state_dir / "prometheus")
-
-    def _scraped(self, url: str, want: set[str]) -> bool:
-        return scraped(url, want)
+            plog = self._state_dir / "services" / "prometheus.log"
+            wait_scraped(mon.url, self._state_dir / "prometheus", 30, hint=f"see {plog}")
 
     def _base_env(self, n: Node) -> dict[str, str]:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
@@ -251,18 +222,7 @@ class LocalLab:
         f = self._state_dir / "addresses.json"
         if f.exists():
             return dict(json.loads(f.read_text()))
-        return self._configured_addresses()
-
-    def _configured_addresses(self) -> dict[str, dict[str, str]]:
-        """The addresses the inventory gives each node on each network."""
-        return {
-            n.name: {
-                k: v
-                for k, v in (("management", n.management_address), ("overlay", n.overlay_address))
-                if v
-            }
-            for n in self.inventory.nodes
-        }
+        return configured_addresses(self.inventory)
 
     def _exporter(self, n: Node, addresses: dict[str, dict[str, str]]) -> dict[str, Any]:
         mon = self.inventory.lab.monitoring
@@ -398,18 +358,13 @@ class LocalLab:
         return int(self._call("GET", "/status")["last_seq"])
 
     def url(self, node: str) -> str:
-        n = self.inventory.node(node)
-        return f"http://{n.address}:{n.port}"
+        return self.inventory.node(node).url
 
     # ---- changes ----------------------------------------------------------------------------
 
     def config(self, node: str) -> NodeConfig:
         raw = self._call("GET", f"/nodes/{node}/config")
         return NodeConfig(args=tuple(raw["args"]), env=raw["env"])
-
-    def baseline_config(self, node: str) -> NodeConfig:
-        n = self.inventory.node(node)
-        return NodeConfig(args=tuple(n.rendered_args()), env=dict(n.env))
 
     def current(self, change: Change) -> NodeConfig | ProcessState | Value:
         """The subject of `change` as it is now."""
@@ -420,7 +375,10 @@ class LocalLab:
             running = bool(aux and aux["running"])
             return ProcessState(running=running, command=tuple(aux["command"]) if aux else ())
         if change.kind is ChangeKind.ADDRESS:
-            return Value(value=self._addresses()[change.node][change.subject])
+            addr = self._addresses().get(change.node, {}).get(change.subject)
+            if addr is None:
+                raise LabError(f"node {change.node} has no address on the {change.subject} network")
+            return Value(value=addr)
         return Value(value=(self._state_dir / "prometheus" / "scrape_network").read_text())
 
     def apply(self, change: Change) -> None:
@@ -448,16 +406,12 @@ class LocalLab:
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
             # a static scrape config names the addresses the operator configured, not the ones
             # DHCP handed out since
-            self._write_prometheus(after.value, self._configured_addresses())
-            self._reload_prometheus()
+            self._write_prometheus(after.value, configured_addresses(self.inventory))
             url = self.inventory.lab.prometheus
+            reload(url)
             assert url is not None
-            want = self._expected_scrape_urls()
-            deadline = time.monotonic() + 30  # discovery hands targets over every 5 s
-            while not self._scraped(url, want):
-                if time.monotonic() > deadline:
-                    raise LabError("Prometheus did not take up its new scrape targets in 30 s")
-                time.sleep(0.05)
+            log = self._state_dir / "services" / "prometheus.log"
+            wait_scraped(url, self._state_dir / "prometheus", 30, hint=f"see {log}")
         else:
             raise LabError(f"the local lab cannot apply a {change.kind.value} change")
 
@@ -471,55 +425,13 @@ class LocalLab:
         if self.inventory.lab.monitoring is not None:
             self._call("POST", f"/nodes/{node}/aux", json=self._exporter(n, addresses))
 
-    def _reload_prometheus(self) -> None:
-        url = self.inventory.lab.prometheus
-        if url is None:
-            raise LabError("this lab has no Prometheus to reload")
-        try:
-            httpx.post(url + "/-/reload", timeout=10).raise_for_status()
-        except httpx.HTTPError as exc:
-            raise LabError(f"Prometheus did not reload its configuration: {exc}") from exc
+    def _command(self, command: Sequence[str]) -> tuple[str, ...]:
+        cmd = list(command)
+        cmd[0] = resolve_command(cmd[0]) or cmd[0]
+        return tuple(cmd)
 
     def signal(self, node: str, process: str, signal: str) -> None:
         self._call("POST", f"/nodes/{node}/signal", json={"process": process, "signal": signal})
-
-    def start_process(self, node: str, name: str, command: Sequence[str]) -> Change:
-        cmd = list(command)
-        cmd[0] = resolve_command(cmd[0]) or cmd[0]
-        probe = _subject(ChangeKind.PROCESS, node, name)
-        return probe.towards(
-            ProcessState(running=True, command=tuple(cmd)),
-            self.current(probe),
-            f"start {name} on {node}",
-        )
-
-    def stop_process(self, node: str, name: str) -> Change:
-        probe = _subject(ChangeKind.PROCESS, node, name)
-        current = self.current(probe)
-        cmd = current.command if isinstance(current, ProcessState) else ()
-        return probe.towards(
-            ProcessState(running=False, command=cmd), current, f"stop {name} on {node}"
-        )
-
-    def set_address(self, node: str, network: str, address: str) -> Change:
-        if network not in self._addresses().get(node, {}):
-            raise LabError(f"node {node} has no address on the {network} network")
-        probe = _subject(ChangeKind.ADDRESS, node, network)
-        return probe.towards(
-            Value(value=address),
-            self.current(probe),
-            f"{node} gets a new {network} address {address}",
-        )
-
-    def scrape_on(self, job: str, network: str) -> Change:
-        if self.inventory.lab.monitoring is None:
-            raise LabError("this lab has no monitoring (gameday_lab.monitoring)")
-        probe = _subject(ChangeKind.SCRAPE_TARGETS, "lab", job)
-        return probe.towards(
-            Value(value=network),
-            self.current(probe),
-            f"Prometheus scrapes {job} on the {network} network",
-        )
 
     def gpu_processes(self, node: str) -> list[dict[str, Any]]:
         from labengine.gpu import SharedGpu, gpu_types
@@ -540,7 +452,7 @@ class LocalLab:
             extra = sorted(set(procs) - {"node-exporter", "prometheus"})
             if extra:
                 problems.append(f"{owner}: processes the lab did not start: {extra}")
-        configured = self._configured_addresses()
+        configured = configured_addresses(self.inventory)
         for name, nets in self._addresses().items():
             for net, addr in nets.items():
                 if configured.get(name, {}).get(net) != addr:
@@ -559,35 +471,6 @@ class LocalLab:
 
     def restart(self, nodes: Sequence[str]) -> None:
         self._call("POST", "/restart", json={"nodes": list(nodes)})
-
-    def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change:
-        """No Kubernetes here: inject (or remove) the variables the kubelet would inject for a
-        Service named `service` when the pod has enableServiceLinks: true."""
-        before = self.config(node)
-        injected = kubernetes_service_env(service, cluster_ip(service), port)
-        env = {k: v for k, v in before.env.items() if k not in injected}
-        if enabled:
-            env |= injected
-        verb = "injected" if enabled else "removed"
-        note = (
-            f"local lab emulation: no Kubernetes here, so the lab {verb} the "
-            f"{len(injected)} variables the kubelet injects for a Service named {service!r} "
-            f"with enableServiceLinks: true ({', '.join(sorted(injected))})"
-        )
-        return Change(
-            kind=ChangeKind.NODE_CONFIG,
-            node=node,
-            before=before,
-            after=NodeConfig(args=before.args, env=env),
-            note=note,
-        )
-
-
-def _subject(kind: ChangeKind, node: str, subject: str) -> Change:
-    """A template naming what a change is about, to read its current state or build a change
-    towards a new one (before/after are placeholders)."""
-    blank = Value(value="")
-    return Change(kind=kind, node=node, subject=subject, before=blank, after=blank)
 
 
 def _alive(pid: int) -> bool:
