@@ -177,11 +177,12 @@ class ComposeLab(ChangePlanning):
             )
         return proc.stdout
 
+    def _labels(self) -> list[str]:
+        """The labels every object of this lab carries: the lab's and its Compose project's."""
+        return [f"{LABEL}={self.inventory.lab.name}", f"com.docker.compose.project={self.project}"]
+
     def _containers(self, role: str | None = None, node: str | None = None) -> list[Any]:
-        labels = [
-            f"{LABEL}={self.inventory.lab.name}",
-            f"com.docker.compose.project={self.project}",
-        ]
+        labels = self._labels()
         if role:
             labels.append(f"gameday.role={role}")
         if node:
@@ -309,21 +310,18 @@ class ComposeLab(ChangePlanning):
         self._close_feed()
         with contextlib.suppress(LabError):
             self.compose("down", "--volumes", "--remove-orphans", "--timeout", "2")
-        labels = {"label": [f"{LABEL}={self.inventory.lab.name}"]}
-        for c in self.docker.containers.list(all=True, filters=labels):
-            if c.labels.get("com.docker.compose.project") == self.project:
-                with contextlib.suppress(Exception):
-                    c.remove(force=True, v=True)
-        for net in self.docker.networks.list(filters=labels):
-            if net.name.startswith(self.project):
-                with contextlib.suppress(Exception):
-                    net.remove()
-        for vol in self.docker.volumes.list(filters=labels):
-            if vol.name.startswith(self.project.replace("-", "")) or vol.name.startswith(
-                self.project
-            ):
-                with contextlib.suppress(Exception):
-                    vol.remove(force=True)
+        # what Compose did not remove (a container it no longer knows): only objects carrying
+        # both the lab's label and the project's
+        mine = {"label": self._labels()}
+        for c in self.docker.containers.list(all=True, filters=mine):
+            with contextlib.suppress(Exception):
+                c.remove(force=True, v=True)
+        for net in self.docker.networks.list(filters=mine):
+            with contextlib.suppress(Exception):
+                net.remove()
+        for vol in self.docker.volumes.list(filters=mine):
+            with contextlib.suppress(Exception):
+                vol.remove(force=True)
         self._override_path.unlink(missing_ok=True)
         self._configs_path.unlink(missing_ok=True)
         self._generations_path.unlink(missing_ok=True)
