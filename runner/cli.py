@@ -357,6 +357,28 @@ def lab_build(lab_path: Path, force: bool) -> None:
     )
 
 
+@lab.command("manifests")
+@lab_option
+@handled
+def lab_manifests(lab_path: Path) -> None:
+    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them)."""
+    import yaml
+
+    from runner.labs.kubernetes.manifests import all_manifests
+    from runner.scenario import LabKind
+
+    inventory = load_inventory(lab_path)
+    if inventory.lab.kind is not LabKind.KUBERNETES:
+        raise InputError(
+            f"lab {inventory.lab.name!r} is a {inventory.lab.kind.value} lab: it has no "
+            "Kubernetes manifests",
+            file=lab_path,
+            hint="gameday lab manifests --lab inventories/eks.yaml",
+        )
+    text = yaml.safe_dump_all(all_manifests(inventory), sort_keys=False)
+    output.out.print(f"# gameday lab manifests --lab {lab_path}\n" + text, markup=False, end="")
+
+
 @lab.command("down")
 @lab_option
 @handled

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -157,6 +157,55 @@ class ComposeSpec(Model):
     playbooks: str = "../playbooks"
 
 
+class GpuScheduling(Model):
+    """How a GPU pod lands on a GPU node: the extended resource it requests (the NVIDIA device
+    plugin's), the node labels it selects (NFD / GPU operator) and the taints it tolerates."""
+
+    resource: str = "nvidia.com/gpu"
+    node_selector: dict[str, str] = {"nvidia.com/gpu.present": "true"}
+    tolerations: tuple[dict[str, str], ...] = (
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    )
+
+
+class ProbeSpec(Model):
+    period_s: Annotated[int, Field(ge=1)] = 10
+    failure_threshold: Annotated[int, Field(ge=1)] = 3
+
+
+class KubernetesSpec(Model):
+    """The Kubernetes lab (seeds/004's EKS workshop): where it runs and what its manifests say.
+    Each inventory host is a workload of that name (the single-node server a Deployment with
+    `strategy: Recreate`); `gameday lab manifests` prints them."""
+
+    kubeconfig: str | None = Field(
+        default=None,
+        description="kubeconfig file, relative to the inventory (default: $KUBECONFIG, "
+        "else ~/.kube/config).",
+    )
+    context: str | None = None
+    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")] = "vllm"
+    image: str = "vllm/vllm-openai:v0.19.1"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    gpu: GpuScheduling | None = GpuScheduling()
+    service: Annotated[str, Field(pattern=r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")] = Field(
+        default="vllm",
+        description="The serving Service (the seed's is named vllm, which is what makes "
+        "enableServiceLinks: true inject VLLM_PORT).",
+    )
+    enable_service_links: bool = Field(
+        default=False, description="The baseline's pod-spec enableServiceLinks (the seed's fix)."
+    )
+    startup_probe: ProbeSpec = ProbeSpec(period_s=10, failure_threshold=60)
+    readiness_probe: ProbeSpec = ProbeSpec(period_s=10, failure_threshold=3)
+    requests: dict[str, str] = {"cpu": "2", "memory": "12Gi", "ephemeral-storage": "20Gi"}
+    limits: dict[str, str] = {"ephemeral-storage": "30Gi"}
+    shm_size: str = "4Gi"
+    hf_cache_size: str = "20Gi"
+    termination_grace_s: Annotated[int, Field(ge=0)] = 30
+    request_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+
+
 class LabSpec(Model):
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
     kind: LabKind
@@ -173,6 +222,7 @@ class LabSpec(Model):
     prometheus_url: str | None = None
     monitoring: Monitoring | None = None
     compose: ComposeSpec | None = None
+    kubernetes: KubernetesSpec | None = None
 
     @property
     def prometheus(self) -> str | None:

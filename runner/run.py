@@ -686,7 +686,8 @@ def scrape_interval_lab(ctx: Context) -> float:
 
 
 def capture_evidence(ctx: Context, ls: LoadedScenario, when: str) -> None:
-    """The GPU process list and Prometheus's target table, as they were at this moment."""
+    """The GPU process list, the runtime's events about the target (Kubernetes Events) and
+    Prometheus's target table, as they were at this moment."""
     now = utcnow()
     gpu_nodes = sorted({p.node for p in _all_probes(ls) if isinstance(p, GpuProcessesProbe)})
     for node in gpu_nodes:
@@ -699,6 +700,17 @@ def capture_evidence(ctx: Context, ls: LoadedScenario, when: str) -> None:
             for p in procs
         ] or [EvidenceLine(ts=now, text="no GPU processes")]
         ctx.rec.evidence.append(Evidence(title=f"GPU processes on {node} {when}", lines=lines))
+    try:
+        title, events = ctx.lab.runtime_events(ctx.target)
+    except GamedayError:
+        title, events = "", []
+    if events:
+        ctx.rec.evidence.append(
+            Evidence(
+                title=f"{title} {when}",
+                lines=[EvidenceLine(ts=e.ts, text=e.text, highlight=e.warning) for e in events],
+            )
+        )
     url = ctx.lab.inventory.lab.prometheus
     jobs = sorted({p.job for p in _all_probes(ls) if isinstance(p, TargetsProbe)})
     if url and jobs:

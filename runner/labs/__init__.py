@@ -2,6 +2,7 @@
 
 - local: engine nodes as local processes under a supervisor daemon (runner.labs.local)
 - compose: engine nodes as containers, Compose CLI + docker SDK + Ansible (runner.labs.compose)
+- kubernetes: engine nodes as pods, the official client (runner.labs.kubernetes)
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def open_lab(inventory: Inventory) -> LabDriver:
         from runner.labs.compose.driver import ComposeLab
 
         return ComposeLab(inventory)
+    if inventory.lab.kind is LabKind.KUBERNETES:
+        from runner.labs.kubernetes.driver import KubernetesLab
+
+        return KubernetesLab(inventory)
     raise LabError(
         f"{inventory.path}: lab kind {inventory.lab.kind.value!r} has no driver in this version",
         hint="use inventories/local.yaml or inventories/compose.yaml",
@@ -65,7 +70,10 @@ def wait_all_ready(lab: LabDriver, timeout_s: float) -> dict[str, NodeState]:
             raise LabError(
                 f"lab {lab.inventory.lab.name!r} is up but not every node is ready after "
                 f"{timeout_s:.1f} s: "
-                + ", ".join(f"{n}={s.status.value}" for n, s in states.items()),
+                + ", ".join(
+                    f"{n}={s.status.value}" + (f" ({s.reason})" if s.reason else "")
+                    for n, s in states.items()
+                ),
                 hint=f"see the node logs under {lab.state_dir}",
             )
         evs = lab.wait_events(seq, min(5.0, remaining))

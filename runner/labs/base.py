@@ -29,6 +29,8 @@ class NodeConfig(Frozen):
     type: Literal["node_config"] = "node_config"
     args: tuple[str, ...]
     env: dict[str, str]
+    # the pod spec's enableServiceLinks on a Kubernetes lab; None where there is no such thing
+    service_links: bool | None = None
 
 
 class ProcessState(Frozen):
@@ -72,6 +74,14 @@ class NodeState(Frozen):
 class LogLine(Frozen):
     ts: datetime
     text: str
+
+
+class RuntimeEvent(Frozen):
+    """An event the lab's runtime recorded about a node (a Kubernetes Event, say)."""
+
+    ts: datetime
+    text: str
+    warning: bool = False
 
 
 class EventType(enum.StrEnum):
@@ -159,5 +169,6 @@ class LabDriver(Protocol):
     def last_event_seq(self) -> int: ...
     def url(self, node: str) -> str: ...
     def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change: ...
+    def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]: ...
     @property
     def state_dir(self) -> Any: ...

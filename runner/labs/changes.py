@@ -10,7 +10,15 @@ from collections.abc import Sequence
 
 from runner.errors import LabError
 from runner.inventory import Inventory
-from runner.labs.base import AnyState, Change, ChangeKind, NodeConfig, ProcessState, Value
+from runner.labs.base import (
+    AnyState,
+    Change,
+    ChangeKind,
+    NodeConfig,
+    ProcessState,
+    RuntimeEvent,
+    Value,
+)
 from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
 
 
@@ -110,6 +118,10 @@ class ChangePlanning:
             self.current(probe),
             f"Prometheus scrapes {job} on the {network} network",
         )
+
+    def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]:
+        """What the runtime recorded about the node, titled (none by default)."""
+        return "", []
 
     def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change:
         """No Kubernetes here: inject (or remove) the variables the kubelet would inject for a

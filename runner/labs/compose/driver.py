@@ -42,7 +42,6 @@ from runner.labs.base import (
     Change,
     ChangeKind,
     EventType,
-    LabEvent,
     LogLine,
     NodeConfig,
     NodeState,
@@ -52,6 +51,7 @@ from runner.labs.base import (
 from runner.labs.changes import ChangePlanning, configured_addresses, ensure_free
 from runner.labs.compose import hostactions
 from runner.labs.compose.build import docker_client
+from runner.labs.events import EventFeed
 from runner.labs.local.driver import default_state_root
 from runner.labs.monitoring import reload, wait_scraped, write_prometheus
 from runner.scenario import LabKind, LogSource, NodeStatus
@@ -106,7 +106,7 @@ class Incarnation:
     stopped: bool = False
 
 
-class ComposeLab(ChangePlanning):
+class ComposeLab(EventFeed, ChangePlanning):
     kind = LabKind.COMPOSE
     label = "compose lab"
 
@@ -119,8 +119,7 @@ class ComposeLab(ChangePlanning):
         self._state_dir = Path(lab.state_dir) if lab.state_dir else default_state_root() / lab.name
         self.artifacts_dir: Path | None = None  # where host actions keep their Ansible events
         self._client: Any = None
-        self._cond = threading.Condition()
-        self._events: list[LabEvent] = []
+        self._init_feed()
         self._incs: dict[str, list[Incarnation]] = {}
         self._ready: dict[str, bool] = {}
         self._expect_stop: dict[str, int] = {}  # node -> highest incarnation the lab stops
@@ -513,25 +512,6 @@ class ComposeLab(ChangePlanning):
             return httpx.get(node.url + "/health", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
-
-    def emit(self, node: str, type_: EventType, ts: datetime, **data: Any) -> None:
-        with self._cond:
-            self._events.append(
-                LabEvent(seq=len(self._events) + 1, ts=ts, node=node, type=type_, data=data)
-            )
-            self._cond.notify_all()
-
-    def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
-        self._sync()
-        with self._cond:
-            if len(self._events) <= since and timeout > 0:
-                self._cond.wait_for(lambda: len(self._events) > since, timeout)
-            return self._events[since:]
-
-    def last_event_seq(self) -> int:
-        self._sync()
-        with self._cond:
-            return len(self._events)
 
     # ---- observation ------------------------------------------------------------------------
 

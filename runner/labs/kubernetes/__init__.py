@@ -1,0 +1,1 @@
+"""The Kubernetes lab: manifests from the inventory, a driver on the official client."""

@@ -1,0 +1,197 @@
+"""The Kubernetes lab's manifests, modelled on seeds/004's baseline (vllm-baseline.yaml):
+Namespace, Service `vllm`, and a Deployment per single-node server with `strategy: Recreate`
+(one GPU cannot be held by two pods at once), the GPU toleration and node selector,
+`nvidia.com/gpu: 1`, startup and readiness probes on /health, a memory-backed /dev/shm, an HF
+cache volume and `enableServiceLinks` stated explicitly.
+
+Everything here is a plain dict in the shape the API server takes: the driver sends exactly these,
+`gameday lab manifests` prints them, and the tests validate them against the Kubernetes schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.errors import InventoryError
+from runner.inventory import Inventory, KubernetesSpec, Node, Role
+from runner.labs.base import NodeConfig
+
+LAB_LABEL = "gameday.io/lab"  # on the namespace: the mark that it is a lab (the blast-radius guard)
+NODE_LABEL = "gameday.io/node"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gameday"}
+CREATED_BY_ANNOTATION = "gameday.io/created-by"  # on a namespace gameday created (and may delete)
+CONTAINER = "vllm"
+HF_HOME_DEFAULT = "/root/.cache/huggingface"
+
+
+def spec_of(inventory: Inventory) -> KubernetesSpec:
+    return inventory.lab.kubernetes or KubernetesSpec()
+
+
+def check_supported(inventory: Inventory) -> None:
+    """This version drives single-node servers (Deployments): say so for anything else."""
+    for n in inventory.nodes:
+        if n.role is not Role.SERVING:
+            raise InventoryError(
+                f"host {n.name} has role {n.role.value}: the kubernetes lab of this version runs "
+                "single-node servers (role serving) only",
+                file=inventory.path,
+                field=f"{n.name}.gameday_role",
+                hint="the 4-node tensor-parallel scenarios run on the local and compose labs",
+            )
+
+
+def labels(inventory: Inventory, node: str | None = None) -> dict[str, str]:
+    out = {LAB_LABEL: inventory.lab.name, **MANAGED_BY}
+    if node is not None:
+        out |= {"app.kubernetes.io/name": node, NODE_LABEL: node}
+    return out
+
+
+def selector(inventory: Inventory, node: str | None = None) -> str:
+    """The label selector of the lab's pods (of one node's, when given)."""
+    sel = f"{LAB_LABEL}={inventory.lab.name}"
+    return sel + (f",{NODE_LABEL}={node}" if node else "")
+
+
+def namespace(inventory: Inventory) -> dict[str, Any]:
+    spec = spec_of(inventory)
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": spec.namespace,
+            "labels": {LAB_LABEL: inventory.lab.name},
+            "annotations": {CREATED_BY_ANNOTATION: "gameday"},
+        },
+    }
+
+
+def service(inventory: Inventory) -> dict[str, Any]:
+    """The seed's Service: named `vllm`, selecting the serving pods, port `http`."""
+    spec = spec_of(inventory)
+    serving = [n for n in inventory.nodes if n.role is Role.SERVING]
+    port = serving[0].port if serving else 8000
+    target = serving[0].name if serving else "serving"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": spec.service,
+            "namespace": spec.namespace,
+            "labels": labels(inventory),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {NODE_LABEL: target, LAB_LABEL: inventory.lab.name},
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def baseline_config(inventory: Inventory, node: Node) -> NodeConfig:
+    return NodeConfig(
+        args=tuple(node.rendered_args()),
+        env=dict(node.env),
+        service_links=spec_of(inventory).enable_service_links,
+    )
+
+
+def lab_env(inventory: Inventory) -> dict[str, str]:
+    """What the lab engine image needs beyond the node's own environment (nothing on real vLLM:
+    the GAMEDAY_ prefix never trips vLLM's unknown-variable warning)."""
+    scale = inventory.lab.time_scale
+    return {"GAMEDAY_TIME_SCALE": f"{scale:g}"} if scale != 1 else {}
+
+
+def _probe(period_s: int, failure_threshold: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period_s,
+        "failureThreshold": failure_threshold,
+    }
+
+
+def deployment(
+    inventory: Inventory, node: Node, config: NodeConfig | None = None
+) -> dict[str, Any]:
+    """The node's Deployment with `config` (default: the baseline) as its container's args, env
+    and the pod's enableServiceLinks."""
+    spec = spec_of(inventory)
+    cfg = config or baseline_config(inventory, node)
+    env = {**cfg.env, **lab_env(inventory)}
+    gpus = node.gpu.count if spec.gpu is not None else 0
+    requests: dict[str, str] = dict(spec.requests)
+    limits: dict[str, str] = dict(spec.limits)
+    if spec.gpu is not None and gpus:
+        requests[spec.gpu.resource] = str(gpus)
+        limits[spec.gpu.resource] = str(gpus)
+    pod: dict[str, Any] = {
+        # stated, never left to the default (true): seeds/004 scenario 0
+        "enableServiceLinks": bool(cfg.service_links),
+        "terminationGracePeriodSeconds": spec.termination_grace_s,
+        "containers": [
+            {
+                "name": CONTAINER,
+                "image": spec.image,
+                "imagePullPolicy": spec.image_pull_policy,
+                "command": list(inventory.lab.engine_command),
+                "args": list(cfg.args),
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+                "ports": [{"name": "http", "containerPort": node.port, "protocol": "TCP"}],
+                "resources": {"requests": requests, "limits": limits},
+                "startupProbe": _probe(
+                    spec.startup_probe.period_s, spec.startup_probe.failure_threshold
+                ),
+                "readinessProbe": _probe(
+                    spec.readiness_probe.period_s, spec.readiness_probe.failure_threshold
+                ),
+                "volumeMounts": [
+                    {"name": "hf-cache", "mountPath": cfg.env.get("HF_HOME", HF_HOME_DEFAULT)},
+                    {"name": "dshm", "mountPath": "/dev/shm"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "hf-cache", "emptyDir": {"sizeLimit": spec.hf_cache_size}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        ],
+    }
+    if spec.gpu is not None:
+        pod["tolerations"] = [dict(t) for t in spec.gpu.tolerations]
+        pod["nodeSelector"] = dict(spec.gpu.node_selector)
+    pod_labels = labels(inventory, node.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": node.name, "namespace": spec.namespace, "labels": pod_labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {LAB_LABEL: inventory.lab.name, NODE_LABEL: node.name}},
+            # one GPU cannot be held by the old and the new pod at once
+            "strategy": {"type": "Recreate"},
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+        },
+    }
+
+
+def config_of(deployment_obj: Any, inventory: Inventory) -> NodeConfig:
+    """A Deployment (the client's model) back to the node's config: its args, its env without
+    the lab's own GAMEDAY_ variables, its pod's enableServiceLinks."""
+    pod = deployment_obj.spec.template.spec
+    c = next(c for c in pod.containers if c.name == CONTAINER)
+    env = {e.name: e.value or "" for e in c.env or [] if not e.name.startswith("GAMEDAY_")}
+    links = pod.enable_service_links
+    return NodeConfig(
+        args=tuple(c.args or ()), env=env, service_links=True if links is None else bool(links)
+    )
+
+
+def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
+    """Everything `lab up` creates, in order."""
+    check_supported(inventory)
+    return [
+        namespace(inventory),
+        service(inventory),
+        *(deployment(inventory, n) for n in inventory.nodes),
+    ]

@@ -1,0 +1,274 @@
+"""The Kubernetes lab: the driver on the official client against tests/kubeapi (the stand-in API
+server and kubelet; no real API server installs here). The four start-up scenarios unchanged,
+previous logs and exit times from the container status, the namespace guard, `lab down`
+deleting only what gameday created, and every manifest checked against the Kubernetes schemas."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from runner.inventory import load_inventory
+from runner.labs.base import ChangeKind, NodeConfig
+from runner.labs.kubernetes import manifests as mf
+from runner.labs.kubernetes.driver import KubernetesLab
+from runner.scenario import LabKind, LogSource, NodeStatus
+from tests.e2e.conftest import ROOT, gameday
+from tests.kubeapi.server import Server
+
+pytestmark = pytest.mark.e2e
+INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
+KUBECONFIG = ROOT / "build" / "kubeapi" / "kubeconfig"
+STARTUP = ["service-name-collision", "kv-cache-shortage", "context-window-overflow", "tp-mismatch"]
+K8S_VERSION = kubernetes_validate.utils.latest_version()
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kube-state")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    srv = Server(0, KUBECONFIG, time_scale=100).start()  # writes the inventory's kubeconfig
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def core(server: Server) -> Any:
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(KUBECONFIG)))
+
+
+def gd(state: Path, *args: str, timeout: float = 600, **env: str) -> Any:
+    return gameday(*args, timeout=timeout, env={"GAMEDAY_STATE_DIR": str(state), **env})
+
+
+def variant(tmp_path: Path, **replace: str) -> Path:
+    text = INVENTORY.read_text().replace("../build/kubeapi/kubeconfig", str(KUBECONFIG))
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    p = tmp_path / "inventory.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_four_startup_scenarios_pass_unchanged(
+    server: Server, state: Path, tmp_path: Path, core: Any
+) -> None:
+    files = [str(ROOT / "scenarios" / f"{s}.yaml") for s in STARTUP]
+    r = gd(state, "run", *files, "--lab", str(INVENTORY), "--reports", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(r.stdout)
+    by_id = {s["id"]: s for s in result["scenarios"]}
+    assert sorted(by_id) == sorted(STARTUP)
+    for sid, s in by_id.items():
+        assert s["verdict"] == "passed", sid
+        titles = [e["title"] for e in s["evidence"]]
+        # the signature was read from the previous container's log, as `kubectl logs --previous`
+        assert any(t.startswith("expect: previous logs") for t in titles), (sid, titles)
+        assert s["time_to_fail_s"] is not None
+    # the kubelet's probe Events are kept as evidence: the seed's misleading second signal
+    events = [
+        ln["text"]
+        for s in by_id.values()
+        for e in s["evidence"]
+        if e["title"].startswith("Kubernetes Events")
+        for ln in e["lines"]
+    ]
+    assert any("Startup probe failed" in t and "connection refused" in t for t in events), events
+    # the suite brought the lab up and took it down: nothing of it is left
+    namespaces = [n.metadata.name for n in core.list_namespace().items]
+    assert "gameday-lab" not in namespaces
+
+
+@pytest.fixture
+def lab(server: Server, state: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesLab]:
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(state))
+    driver = KubernetesLab(load_inventory(INVENTORY))
+    driver.up()
+    yield driver
+    driver.down()
+
+
+def test_exit_time_and_previous_logs_come_from_the_container_status(
+    lab: KubernetesLab, core: Any
+) -> None:
+    # no previous container yet: the kubelet's 400, which the driver reads as "none"
+    pod = lab.states()["serving"]
+    assert pod.status is NodeStatus.RUNNING and pod.last_exit is None
+    name = core.list_namespaced_pod(lab.ns, label_selector=mf.selector(lab.inventory)).items[0]
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_pod_log(name.metadata.name, lab.ns, previous=True)
+    assert err.value.status == 400
+    assert "previous terminated container" in json.loads(err.value.body)["message"]
+    assert lab.logs("serving", LogSource.PREVIOUS) == []
+
+    before = lab.config("serving")
+    args = list(before.args)
+    args[args.index("--max-model-len") + 1] = "131072"
+    change = lab.service_links("serving", "vllm", 8000, False)  # same config: a no-op change
+    assert change.after == before
+    from runner.labs.base import Change
+
+    bad = Change(
+        kind=ChangeKind.NODE_CONFIG,
+        node="serving",
+        before=before,
+        after=NodeConfig(args=tuple(args), env=before.env, service_links=before.service_links),
+    )
+    lab.apply(bad)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = lab.states()["serving"]
+            if st.status is NodeStatus.CRASH_LOOPING and st.restarts >= 1:
+                break
+            lab.wait_events(lab.last_event_seq(), 1)
+        assert st.status is NodeStatus.CRASH_LOOPING, st
+        assert st.last_exit is not None and st.last_exit.code == 1
+        pods = core.list_namespaced_pod(lab.ns, label_selector=mf.selector(lab.inventory)).items
+        live = next(p for p in pods if p.metadata.deletion_timestamp is None)
+        term = live.status.container_statuses[0].last_state.terminated
+        # whole seconds from the kubelet, refined by the last log line inside that second
+        assert term.finished_at.timestamp() <= st.last_exit.finished_at.timestamp()
+        assert st.last_exit.finished_at.timestamp() < term.finished_at.timestamp() + 1
+        logs = lab.logs("serving", LogSource.PREVIOUS)
+        assert any("max_model_len" in ln.text for ln in logs)
+    finally:
+        lab.apply(bad.towards(before, lab.config("serving"), "test undo"))
+    from runner.labs import wait_all_ready
+
+    wait_all_ready(lab, 30)
+    assert lab.leftovers() == []
+
+
+def test_a_namespace_that_is_not_a_lab_is_refused(
+    server: Server, state: Path, tmp_path: Path, core: Any
+) -> None:
+    inv = variant(tmp_path, **{"namespace: gameday-lab": "namespace: default"})
+    r = gd(state, "lab", "up", "--lab", str(inv))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "namespace 'default' is not a lab namespace" in r.stderr
+    assert "gameday.io/lab" in r.stderr and "Traceback" not in r.stderr
+    assert core.list_namespaced_service("default").items == []  # nothing created there
+
+
+def test_an_override_acts_in_it_and_deletes_only_what_it_created(
+    server: Server, state: Path, tmp_path: Path, core: Any
+) -> None:
+    core.create_namespace({"metadata": {"name": "shared-staging"}})
+    core.create_namespaced_service(
+        "shared-staging",
+        {"metadata": {"name": "theirs"}, "spec": {"ports": [{"port": 80}]}},
+    )
+    inv = variant(tmp_path, **{"namespace: gameday-lab": "namespace: shared-staging"})
+    allow = {"GAMEDAY_ALLOW_NAMESPACE": "shared-staging"}
+    up = gd(state, "lab", "up", "--lab", str(inv), **allow)
+    assert up.returncode == 0, up.stderr
+    down = gd(state, "lab", "down", "--lab", str(inv), **allow)
+    assert down.returncode == 0, down.stderr
+    left = [s.metadata.name for s in core.list_namespaced_service("shared-staging").items]
+    assert left == ["theirs"]  # its own Service and Deployment gone, theirs and the namespace kept
+    assert core.read_namespace("shared-staging").metadata.name == "shared-staging"
+
+
+def test_lab_down_leaves_nothing(server: Server, state: Path, core: Any) -> None:
+    assert gd(state, "lab", "up", "--lab", str(INVENTORY)).returncode == 0
+    assert gd(state, "lab", "down", "--lab", str(INVENTORY)).returncode == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if "gameday-lab" not in [n.metadata.name for n in core.list_namespace().items]:
+            break
+        time.sleep(0.1)
+    assert "gameday-lab" not in [n.metadata.name for n in core.list_namespace().items]
+
+
+def test_an_unreachable_api_server_or_missing_kubeconfig_is_one_clear_message(
+    state: Path, tmp_path: Path
+) -> None:
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "gameday-testserver", "context": {"cluster": "c", "user": "u"}}
+                ],
+                "current-context": "gameday-testserver",
+            }
+        )
+    )
+    inv = variant(tmp_path, **{str(KUBECONFIG): str(kc)})
+    r = gd(state, "lab", "up", "--lab", str(inv), timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert "not reachable" in r.stderr and "Traceback" not in r.stderr
+    missing = variant(tmp_path, **{str(KUBECONFIG): str(tmp_path / "nope")})
+    r = gd(state, "lab", "up", "--lab", str(missing))
+    assert r.returncode == 2 and "does not exist" in r.stderr, r.stderr
+
+
+# ---- manifests against the Kubernetes schemas ----------------------------------------------
+
+
+def kubernetes_inventories() -> list[Path]:
+    return [
+        p
+        for p in sorted((ROOT / "inventories").glob("*.yaml"))
+        if load_inventory(p).lab.kind is LabKind.KUBERNETES
+    ]
+
+
+def test_every_shipped_or_generated_manifest_validates() -> None:
+    invs = kubernetes_inventories()
+    assert {p.name for p in invs} >= {"eks.yaml", "kind.yaml", "kube-testserver.yaml"}
+    checked = 0
+    for p in invs:
+        inv = load_inventory(p)
+        docs = mf.all_manifests(inv)
+        # and the variants the driver applies: service links on, other args and env
+        for n in inv.nodes:
+            base = mf.baseline_config(inv, n)
+            docs.append(
+                mf.deployment(
+                    inv,
+                    n,
+                    NodeConfig(args=(*base.args, "--x"), env={"A": "1"}, service_links=True),
+                )
+            )
+        for doc in docs:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            checked += 1
+    for f in sorted((ROOT / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc:
+                kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+                checked += 1
+    assert checked >= 9
+
+
+def test_the_schema_check_can_fail() -> None:
+    doc = mf.deployment(load_inventory(INVENTORY), load_inventory(INVENTORY).nodes[0])
+    doc["spec"]["strategy"] = {"type": "Recreate", "rollingUpdat": {}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_shipped_baseline_is_what_lab_manifests_prints() -> None:
+    r = gameday("lab", "manifests", "--lab", str(ROOT / "inventories" / "eks.yaml"))
+    assert r.returncode == 0, r.stderr
+    shipped = (ROOT / "k8s" / "eks-baseline.yaml").read_text()
+    assert list(yaml.safe_load_all(r.stdout)) == list(yaml.safe_load_all(shipped))

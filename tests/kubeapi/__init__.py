@@ -1,0 +1,1 @@
+"""A stand-in Kubernetes API server (and kubelet) for the Kubernetes lab's tests."""

@@ -1,0 +1,1273 @@
+"""A stand-in Kubernetes API server for the Kubernetes lab's tests (no real one installs here).
+
+It speaks the real REST wire format (paths, JSON objects, Status errors, list resourceVersions,
+chunked watch streams of `{"type", "object"}` lines, `410 Expired`) for exactly the calls
+runner.labs.kubernetes makes, and behind it does what the control plane and a kubelet do for them:
+
+- Deployments (`strategy: Recreate`): old pods are deleted and gone before the new one is
+  created; a deleted pod is replaced at once (as its ReplicaSet would).
+- A scheduler with one GPU node (`nvidia.com/gpu` allocatable, the GPU taint and labels): a pod
+  that asks for a GPU held by a terminating pod stays Pending (FailedScheduling).
+- A kubelet that runs each container as a lab-engine process: env from the container spec plus
+  the Service-link variables of every Service in the namespace when `enableServiceLinks` is true
+  (pkg/kubelet/envvars), `$(VAR)` expansion in args; the pod's own loopback IP (127.0.90.x) as
+  its network namespace (`--host 0.0.0.0` binds the pod IP); startup and readiness probes with
+  `Unhealthy` Events; restart back-off (immediate first restart, then 10 s doubling to 300 s)
+  with `CrashLoopBackOff`; `lastState.terminated`; logs with RFC 3339 nanosecond timestamps,
+  current and `previous`, with the kubelet's 400s.
+- Times in objects have whole seconds, as the API server writes them.
+
+Every period (probe, back-off, grace) is divided by `--time-scale`, like the lab engine's phases.
+Run: `python -m tests.kubeapi --port 16443 --kubeconfig build/kubeapi/kubeconfig`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import itertools
+import json
+import os
+import queue
+import re
+import secrets
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import yaml
+
+from runner.labs.servicelinks import kubernetes_service_env
+
+NODE_NAME = "gameday-testserver-gpu-1"
+NODE_IP = "127.0.90.1"
+GPU_RESOURCE = "nvidia.com/gpu"
+NODE_LABELS = {"nvidia.com/gpu.present": "true", "node.kubernetes.io/instance-type": "g5.xlarge"}
+NODE_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+HISTORY = 20000
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def k8s_time(t: datetime) -> str:
+    """metav1.Time: RFC 3339, whole seconds."""
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def k8s_nano(t: datetime) -> str:
+    """RFC 3339 with nanoseconds, as the kubelet stamps log lines."""
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+
+
+def not_found(kind: str, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{kind} "{name}" not found')
+
+
+# ---- the store: objects, resourceVersions, watch history --------------------------------------
+
+
+@dataclass
+class Watcher:
+    resource: str
+    namespace: str | None
+    match: Callable[[dict[str, Any]], bool]
+    q: queue.Queue[tuple[str, dict[str, Any]] | None] = field(default_factory=queue.Queue)
+
+
+class Store:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rv = itertools.count(1000)
+        self.last_rv = 1000
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.history: list[tuple[int, str, str, str, dict[str, Any]]] = []
+        self.watchers: list[Watcher] = []
+
+    def _record(self, resource: str, ns: str, type_: str, obj: dict[str, Any]) -> None:
+        rv = next(self.rv)
+        self.last_rv = rv
+        obj["metadata"]["resourceVersion"] = str(rv)
+        snap = copy.deepcopy(obj)
+        self.history.append((rv, resource, ns, type_, snap))
+        del self.history[:-HISTORY]
+        for w in list(self.watchers):
+            if w.resource == resource and w.namespace in (None, ns) and w.match(snap):
+                w.q.put((type_, snap))
+        self.changed.notify_all()
+
+    def get(self, resource: str, ns: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.objects.get((resource, ns, name))
+
+    def put(self, resource: str, ns: str, obj: dict[str, Any], type_: str) -> dict[str, Any]:
+        with self.lock:
+            self.objects[(resource, ns, obj["metadata"]["name"])] = obj
+            self._record(resource, ns, type_, obj)
+            return copy.deepcopy(obj)
+
+    def remove(self, resource: str, ns: str, name: str) -> None:
+        with self.lock:
+            obj = self.objects.pop((resource, ns, name), None)
+            if obj is not None:
+                self._record(resource, ns, "DELETED", obj)
+
+    def list(self, resource: str, ns: str | None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [
+                copy.deepcopy(o)
+                for (r, n, _), o in self.objects.items()
+                if r == resource and ns in (None, n)
+            ]
+
+
+# ---- selectors ------------------------------------------------------------------------------
+
+
+def label_matcher(sel: str | None) -> Callable[[dict[str, Any]], bool]:
+    reqs: list[tuple[str, str, str]] = []
+    for part in filter(None, (sel or "").split(",")):
+        m = re.fullmatch(r"\s*([^!=\s]+)\s*(==|=|!=)\s*([^\s]*)\s*", part)
+        if m:
+            reqs.append((m.group(1), m.group(2), m.group(3)))
+        else:
+            key = part.strip().lstrip("!")
+            reqs.append((key, "exists" if not part.strip().startswith("!") else "!exists", ""))
+
+    def match(obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        for k, op, v in reqs:
+            if op in ("=", "==") and labels.get(k) != v:
+                return False
+            if op == "!=" and labels.get(k) == v:
+                return False
+            if op == "exists" and k not in labels:
+                return False
+            if op == "!exists" and k in labels:
+                return False
+        return True
+
+    return match
+
+
+def field_matcher(sel: str | None) -> Callable[[dict[str, Any]], bool]:
+    reqs = [p.split("=", 1) for p in filter(None, (sel or "").split(","))]
+
+    def lookup(obj: Any, path: str) -> Any:
+        for part in path.split("."):
+            obj = obj.get(part) if isinstance(obj, dict) else None
+        return obj
+
+    return lambda obj: all(str(lookup(obj, k.rstrip("="))) == v for k, v in reqs)
+
+
+# ---- the kubelet's containers ----------------------------------------------------------------
+
+
+@dataclass
+class Container:
+    id: str
+    proc: subprocess.Popen[bytes]
+    started_at: datetime
+    log: list[tuple[datetime, str]] = field(default_factory=list)
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    killed_by_probe: bool = False
+
+
+@dataclass
+class PodRuntime:
+    ns: str
+    name: str
+    uid: str
+    ip: str
+    containers: list[Container] = field(default_factory=list)
+    deleting: threading.Event = field(default_factory=threading.Event)
+    gone: threading.Event = field(default_factory=threading.Event)
+
+
+class Cluster:
+    def __init__(self, time_scale: float, state_dir: Path, gpus: int) -> None:
+        self.scale = time_scale
+        self.state_dir = state_dir
+        self.gpus = gpus
+        self.store = Store()
+        self.runtimes: dict[str, PodRuntime] = {}
+        self.ips = itertools.cycle(range(2, 255))
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.ensure_default_namespace()
+        threading.Thread(target=self.controllers, name="controllers", daemon=True).start()
+
+    def seconds(self, real_s: float) -> float:
+        return max(real_s / self.scale, 0.01)
+
+    def ensure_default_namespace(self) -> None:
+        for name in ("default", "kube-system"):
+            self.store.put(
+                "namespaces", "", self.new_meta({"kind": "Namespace"}, name, ""), "ADDED"
+            )
+
+    # ---- object basics ------------------------------------------------------------------------
+
+    def new_meta(self, obj: dict[str, Any], name: str, ns: str) -> dict[str, Any]:
+        meta = obj.setdefault("metadata", {})
+        meta["name"] = name
+        if ns:
+            meta["namespace"] = ns
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = k8s_time(now())
+        return obj
+
+    def require_namespace(self, ns: str) -> dict[str, Any]:
+        obj = self.store.get("namespaces", "", ns)
+        if obj is None:
+            raise not_found("namespaces", ns)
+        return obj
+
+    # ---- events ---------------------------------------------------------------------------------
+
+    def event(
+        self, pod: dict[str, Any], type_: str, reason: str, message: str, source: str
+    ) -> None:
+        meta = pod["metadata"]
+        ns = meta["namespace"]
+        with self.store.lock:
+            for e in self.store.list("events", ns):
+                io = e["involvedObject"]
+                if io["uid"] == meta["uid"] and e["reason"] == reason and e["message"] == message:
+                    e["count"] += 1
+                    e["lastTimestamp"] = k8s_time(now())
+                    self.store.put("events", ns, e, "MODIFIED")
+                    return
+            t = k8s_time(now())
+            e = {
+                "kind": "Event",
+                "apiVersion": "v1",
+                "metadata": {
+                    "name": f"{meta['name']}.{secrets.token_hex(8)}",
+                    "namespace": ns,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": t,
+                },
+                "involvedObject": {
+                    "kind": "Pod",
+                    "namespace": ns,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "apiVersion": "v1",
+                    "fieldPath": "spec.containers{vllm}" if source == "kubelet" else None,
+                },
+                "reason": reason,
+                "message": message,
+                "source": {"component": source, "host": NODE_NAME},
+                "firstTimestamp": t,
+                "lastTimestamp": t,
+                "count": 1,
+                "type": type_,
+                "reportingComponent": source,
+                "reportingInstance": NODE_NAME,
+            }
+            self.store.put("events", ns, e, "ADDED")
+
+    # ---- controllers: Deployment (Recreate) and the scheduler ----------------------------------
+
+    def controllers(self) -> None:
+        while not self.stopping.is_set():
+            self.wake.wait(0.05)
+            self.wake.clear()
+            with contextlib.suppress(Exception), self.store.lock:
+                for d in self.store.list("deployments", None):
+                    self.reconcile(d)
+                self.schedule()
+
+    def template_hash(self, d: dict[str, Any]) -> str:
+        raw = json.dumps(d["spec"]["template"], sort_keys=True).encode()
+        return hashlib.sha256(raw).hexdigest()[:10]
+
+    def owned(self, d: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = d["metadata"]["uid"]
+        return [
+            p
+            for p in self.store.list("pods", d["metadata"]["namespace"])
+            if any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences", []))
+        ]
+
+    def reconcile(self, d: dict[str, Any]) -> None:
+        ns = d["metadata"]["namespace"]
+        want = self.template_hash(d)
+        pods = self.owned(d)
+        old = [p for p in pods if p["metadata"]["labels"].get("pod-template-hash") != want]
+        for p in old:
+            if not p["metadata"].get("deletionTimestamp"):
+                self.delete_pod(ns, p["metadata"]["name"], None)
+        if old:
+            return  # Recreate: the new pod waits until every old one is gone
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        for _ in range(int(d["spec"].get("replicas", 1)) - len(live)):
+            self.create_pod(d, want)
+        ready = sum(1 for p in live if _pod_ready(p))
+        status = {
+            "observedGeneration": d["metadata"].get("generation", 1),
+            "replicas": len(live),
+            "updatedReplicas": len(live),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+        }
+        if d.get("status") != status:
+            d["status"] = status
+            self.store.put("deployments", ns, d, "MODIFIED")
+
+    def create_pod(self, d: dict[str, Any], template_hash: str) -> None:
+        tmpl = copy.deepcopy(d["spec"]["template"])
+        ns = d["metadata"]["namespace"]
+        name = f"{d['metadata']['name']}-{template_hash[:9]}-{secrets.token_hex(3)[:5]}"
+        pod: dict[str, Any] = {"kind": "Pod", "apiVersion": "v1", "metadata": tmpl["metadata"]}
+        self.new_meta(pod, name, ns)
+        pod["metadata"]["labels"] = {
+            **(tmpl["metadata"].get("labels") or {}),
+            "pod-template-hash": template_hash,
+        }
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": f"{d['metadata']['name']}-{template_hash[:9]}",
+                "uid": d["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        spec = tmpl["spec"]
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        pod["spec"] = spec
+        pod["status"] = {
+            "phase": "Pending",
+            "qosClass": "Burstable",
+            "conditions": [],
+        }
+        self.store.put("pods", ns, pod, "ADDED")
+
+    def gpus_in_use(self) -> int:
+        return sum(
+            _gpu_request(p) for p in self.store.list("pods", None) if p["spec"].get("nodeName")
+        )
+
+    def schedule(self) -> None:
+        for p in self.store.list("pods", None):
+            if p["spec"].get("nodeName") or p["metadata"].get("deletionTimestamp"):
+                continue
+            why = self.unschedulable(p)
+            conds = p["status"].setdefault("conditions", [])
+            if why:
+                cond = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": why,
+                    "lastTransitionTime": k8s_time(now()),
+                }
+                if not any(c.get("message") == why for c in conds):
+                    p["status"]["conditions"] = [cond]
+                    self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
+                    self.event(p, "Warning", "FailedScheduling", why, "default-scheduler")
+                continue
+            p["spec"]["nodeName"] = NODE_NAME
+            p["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": k8s_time(now())}
+            ]
+            self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
+            ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
+            self.event(
+                p,
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {ns}/{name} to {NODE_NAME}",
+                "default-scheduler",
+            )
+            rt = PodRuntime(ns, name, p["metadata"]["uid"], f"127.0.90.{next(self.ips)}")
+            self.runtimes[p["metadata"]["uid"]] = rt
+            threading.Thread(target=self.kubelet, args=(rt,), daemon=True).start()
+
+    def unschedulable(self, p: dict[str, Any]) -> str | None:
+        sel = p["spec"].get("nodeSelector") or {}
+        if any(NODE_LABELS.get(k) != v for k, v in sel.items()):
+            return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+        tolerated = all(
+            any(
+                t.get("key") == taint["key"]
+                and t.get("effect") in (None, "", taint["effect"])
+                and (t.get("operator") == "Exists" or t.get("value") == taint["value"])
+                for t in p["spec"].get("tolerations") or []
+            )
+            for taint in NODE_TAINTS
+        )
+        if not tolerated and _gpu_request(p):
+            return (
+                "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: true}."
+            )
+        if _gpu_request(p) and self.gpus_in_use() + _gpu_request(p) > self.gpus:
+            return f"0/1 nodes are available: 1 Insufficient {GPU_RESOURCE}."
+        return None
+
+    # ---- deletion ---------------------------------------------------------------------------
+
+    def delete_pod(self, ns: str, name: str, grace: int | None) -> dict[str, Any]:
+        with self.store.lock:
+            p = self.store.get("pods", ns, name)
+            if p is None:
+                raise not_found("pods", name)
+            if not p["metadata"].get("deletionTimestamp"):
+                g = p["spec"].get("terminationGracePeriodSeconds", 30) if grace is None else grace
+                p["metadata"]["deletionTimestamp"] = k8s_time(now())
+                p["metadata"]["deletionGracePeriodSeconds"] = g
+                out = self.store.put("pods", ns, p, "MODIFIED")
+            else:
+                out = copy.deepcopy(p)
+            rt = self.runtimes.get(p["metadata"]["uid"])
+        if rt is None:
+            self.store.remove("pods", ns, name)
+        else:
+            rt.deleting.set()
+        self.wake.set()
+        return out
+
+    # ---- the kubelet ------------------------------------------------------------------------
+
+    def pod(self, rt: PodRuntime) -> dict[str, Any] | None:
+        return self.store.get("pods", rt.ns, rt.name)
+
+    def update_status(self, rt: PodRuntime, fn: Callable[..., None], *args: Any) -> None:
+        with self.store.lock:
+            p = self.pod(rt)
+            if p is None:
+                return
+            fn(p, *args)
+            self.store.put("pods", rt.ns, p, "MODIFIED")
+        self.wake.set()
+
+    def container_env(self, p: dict[str, Any], c: dict[str, Any], rt: PodRuntime) -> dict[str, str]:
+        ns = rt.ns
+        env: dict[str, str] = {}
+        # the master Service's variables are always there; the namespace's Services' only with
+        # enableServiceLinks (pkg/kubelet/kubelet_pods.go getServiceEnvVarMap)
+        env |= kubernetes_service_env("kubernetes", "10.100.0.1", 443, port_name="https")
+        if p["spec"].get("enableServiceLinks", True):
+            for svc in self.store.list("services", ns):
+                ports = svc["spec"].get("ports") or []
+                ip = svc["spec"].get("clusterIP")
+                if ports and ip and ip != "None":
+                    first = ports[0]
+                    env |= kubernetes_service_env(
+                        svc["metadata"]["name"], ip, int(first["port"]), first.get("name") or ""
+                    )
+        for e in c.get("env") or []:
+            env[e["name"]] = _expand(str(e.get("value", "")), env)
+        gpus = _gpu_request(p)
+        if gpus:  # the device plugin's share of the node
+            env |= {
+                "GAMEDAY_GPU": "a10g",
+                "GAMEDAY_GPU_COUNT": str(gpus),
+                "GAMEDAY_GPU_STATE": str(self.state_dir / "gpu" / NODE_NAME),
+            }
+        env |= {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOSTNAME": rt.name,
+            "HOME": os.environ.get("HOME", "/root"),
+        }
+        return env
+
+    def argv(self, c: dict[str, Any], env: dict[str, str], ip: str) -> list[str]:
+        argv = [_expand(a, env) for a in [*(c.get("command") or []), *(c.get("args") or [])]]
+        # the pod's network namespace: all of its addresses are the pod IP
+        for i, a in enumerate(argv):
+            if a == "0.0.0.0" and i and argv[i - 1] == "--host":
+                argv[i] = ip
+            elif a == "--host=0.0.0.0":
+                argv[i] = f"--host={ip}"
+        if not argv:
+            raise ValueError("no command")
+        return argv
+
+    def kubelet(self, rt: PodRuntime) -> None:
+        p = self.pod(rt)
+        if p is None:
+            return
+        c = p["spec"]["containers"][0]
+        (self.state_dir / "gpu" / NODE_NAME).mkdir(parents=True, exist_ok=True)
+        self.event(
+            p,
+            "Normal",
+            "Pulled",
+            f'Container image "{c["image"]}" already present on machine',
+            "kubelet",
+        )
+        restarts = 0
+        last_terminated: dict[str, Any] | None = None
+        while not rt.deleting.is_set():
+            p = self.pod(rt)
+            if p is None:
+                break
+            env = self.container_env(p, c, rt)
+            cont = self.start(rt, c, env)
+            if cont is None:
+                break
+            self.event(p, "Normal", "Created", f"Created container {c['name']}", "kubelet")
+            self.event(p, "Normal", "Started", f"Started container {c['name']}", "kubelet")
+            self.update_status(rt, self.running_status, rt, c, cont, restarts, last_terminated)
+            prober = threading.Thread(target=self.probe, args=(rt, c, cont), daemon=True)
+            prober.start()
+            self.wait_exit(rt, cont, p)
+            terminated = {
+                "exitCode": cont.exit_code,
+                "reason": "Error" if cont.exit_code else "Completed",
+                "startedAt": k8s_time(cont.started_at),
+                "finishedAt": k8s_time(cont.finished_at or now()),
+                "containerID": cont.id,
+            }
+            self.update_status(rt, self.terminated_status, c, terminated, restarts, last_terminated)
+            if rt.deleting.is_set():
+                break
+            last_terminated = terminated
+            # back-off: the first restart at once, then 10 s doubling up to 300 s
+            delay = 0 if restarts == 0 else min(10 * 2 ** (restarts - 1), 300)
+            if delay:
+                p = self.pod(rt)
+                if p is None:
+                    break
+                msg = (
+                    f"back-off {delay}s restarting failed container={c['name']} "
+                    f"pod={rt.name}_{rt.ns}({rt.uid})"
+                )
+                self.update_status(rt, self.waiting_status, c, msg, restarts, last_terminated)
+                self.event(
+                    p,
+                    "Warning",
+                    "BackOff",
+                    f"Back-off restarting failed container {c['name']} in pod "
+                    f"{rt.name}_{rt.ns}({rt.uid})",
+                    "kubelet",
+                )
+                if rt.deleting.wait(self.seconds(delay)):
+                    break
+            restarts += 1
+        # the pod is gone once its containers are
+        self.runtimes.pop(rt.uid, None)
+        self.store.remove("pods", rt.ns, rt.name)
+        rt.gone.set()
+        self.wake.set()
+
+    def start(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container | None:
+        argv = self.argv(c, env, rt.ip)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=str(self.state_dir),
+        )
+        cont = Container(id=f"containerd://{secrets.token_hex(32)}", proc=proc, started_at=now())
+        rt.containers.append(cont)
+        threading.Thread(target=self.read_log, args=(cont,), daemon=True).start()
+        return cont
+
+    def read_log(self, cont: Container) -> None:
+        assert cont.proc.stdout is not None
+        for raw in cont.proc.stdout:
+            cont.log.append((now(), raw.decode(errors="replace").rstrip("\n")))
+
+    def wait_exit(self, rt: PodRuntime, cont: Container, p: dict[str, Any]) -> None:
+        while cont.proc.poll() is None:
+            if rt.deleting.wait(0.02):
+                self.event(
+                    p,
+                    "Normal",
+                    "Killing",
+                    f"Stopping container {p['spec']['containers'][0]['name']}",
+                    "kubelet",
+                )
+                grace = p["metadata"].get("deletionGracePeriodSeconds")
+                if grace is None:
+                    grace = p["spec"].get("terminationGracePeriodSeconds", 30)
+                self.kill(cont, self.seconds(float(grace)))
+                break
+        rc = cont.proc.wait()
+        cont.finished_at = now()
+        cont.exit_code = 128 - rc if rc < 0 else rc
+        time.sleep(0.01)  # the log reader drains the pipe
+
+    def kill(self, cont: Container, grace_s: float) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cont.proc.pid, signal.SIGTERM)
+        try:
+            cont.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(cont.proc.pid, signal.SIGKILL)
+
+    def probe(self, rt: PodRuntime, c: dict[str, Any], cont: Container) -> None:
+        startup, readiness = c.get("startupProbe"), c.get("readinessProbe")
+        ports = {pt.get("name"): pt["containerPort"] for pt in c.get("ports") or []}
+        with httpx.Client(timeout=1.0) as http:
+
+            def check(spec: dict[str, Any]) -> str | None:
+                get = spec["httpGet"]
+                port = get["port"]
+                port = ports.get(port, port) if isinstance(port, str) else port
+                url = f"http://{rt.ip}:{port}{get.get('path', '/')}"
+                try:
+                    r = http.get(url)
+                except httpx.ConnectError:
+                    return f'Get "{url}": dial tcp {rt.ip}:{port}: connect: connection refused'
+                except httpx.HTTPError as exc:
+                    return f'Get "{url}": {type(exc).__name__}'
+                if 200 <= r.status_code < 400:
+                    return None
+                return f"HTTP probe failed with statuscode: {r.status_code}"
+
+            def alive() -> bool:
+                return cont.proc.poll() is None and not rt.deleting.is_set()
+
+            if startup:
+                fails = 0
+                while alive():
+                    err = check(startup)
+                    if err is None:
+                        break
+                    if not alive():
+                        return
+                    fails += 1
+                    p = self.pod(rt)
+                    if p is not None:
+                        self.event(
+                            p, "Warning", "Unhealthy", f"Startup probe failed: {err}", "kubelet"
+                        )
+                    if fails >= int(startup.get("failureThreshold", 3)):
+                        if p is not None:
+                            self.event(
+                                p,
+                                "Normal",
+                                "Killing",
+                                f"Container {c['name']} failed startup probe, will be restarted",
+                                "kubelet",
+                            )
+                        cont.killed_by_probe = True
+                        self.kill(
+                            cont,
+                            self.seconds(
+                                float(
+                                    p["spec"].get("terminationGracePeriodSeconds", 30) if p else 1
+                                )
+                            ),
+                        )
+                        return
+                    time.sleep(self.seconds(float(startup.get("periodSeconds", 10))))
+            if not readiness:
+                self.set_ready(rt, cont, alive())
+                return
+            fails = 0
+            while alive():
+                err = check(readiness)
+                if not alive():
+                    return
+                if err is None:
+                    fails = 0
+                    self.set_ready(rt, cont, True)
+                else:
+                    fails += 1
+                    p = self.pod(rt)
+                    if p is not None:
+                        self.event(
+                            p, "Warning", "Unhealthy", f"Readiness probe failed: {err}", "kubelet"
+                        )
+                    if fails >= int(readiness.get("failureThreshold", 3)):
+                        self.set_ready(rt, cont, False)
+                time.sleep(self.seconds(float(readiness.get("periodSeconds", 10))))
+
+    def set_ready(self, rt: PodRuntime, cont: Container, ready: bool) -> None:
+        p = self.pod(rt)
+        if p is None or not p["status"].get("containerStatuses"):
+            return
+        cs = p["status"]["containerStatuses"][0]
+        if cs.get("containerID") != cont.id or cs.get("ready") == ready:
+            return
+
+        def upd(p: dict[str, Any]) -> None:
+            p["status"]["containerStatuses"][0]["ready"] = ready
+            p["status"]["conditions"] = _conditions(p, ready)
+
+        self.update_status(rt, upd)
+
+    # ---- pod status shapes ----------------------------------------------------------------------
+
+    def running_status(
+        self,
+        p: dict[str, Any],
+        rt: PodRuntime,
+        c: dict[str, Any],
+        cont: Container,
+        restarts: int,
+        last: dict[str, Any] | None,
+    ) -> None:
+        p["status"].update(
+            phase="Running",
+            hostIP=NODE_IP,
+            podIP=rt.ip,
+            podIPs=[{"ip": rt.ip}],
+            startTime=p["status"].get("startTime") or k8s_time(cont.started_at),
+        )
+        p["status"]["containerStatuses"] = [
+            {
+                "name": c["name"],
+                "image": c["image"],
+                "imageID": "",
+                "containerID": cont.id,
+                "ready": False,
+                "started": False,
+                "restartCount": restarts,
+                "state": {"running": {"startedAt": k8s_time(cont.started_at)}},
+                "lastState": {"terminated": last} if last else {},
+            }
+        ]
+        p["status"]["conditions"] = _conditions(p, False)
+
+    def terminated_status(
+        self,
+        p: dict[str, Any],
+        c: dict[str, Any],
+        term: dict[str, Any],
+        restarts: int,
+        last: dict[str, Any] | None,
+    ) -> None:
+        cs = p["status"]["containerStatuses"][0]
+        cs.update(ready=False, started=False, restartCount=restarts, state={"terminated": term})
+        cs["lastState"] = {"terminated": last} if last else {}
+        p["status"]["conditions"] = _conditions(p, False)
+
+    def waiting_status(
+        self,
+        p: dict[str, Any],
+        c: dict[str, Any],
+        message: str,
+        restarts: int,
+        last: dict[str, Any] | None,
+    ) -> None:
+        cs = p["status"]["containerStatuses"][0]
+        cs.update(
+            ready=False,
+            started=False,
+            restartCount=restarts,
+            state={"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+            lastState={"terminated": last} if last else {},
+        )
+        p["status"]["conditions"] = _conditions(p, False)
+
+    # ---- logs (the kubelet's containerLogs, validateContainerLogStatus) ------------------------
+
+    def logs(self, ns: str, name: str, previous: bool, timestamps: bool) -> str:
+        p = self.store.get("pods", ns, name)
+        if p is None:
+            raise not_found("pods", name)
+        rt = self.runtimes.get(p["metadata"]["uid"])
+        statuses = p["status"].get("containerStatuses") or []
+        cname = p["spec"]["containers"][0]["name"]
+        if rt is None or not statuses:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{cname}" in pod "{name}" is waiting to start: ContainerCreating',
+            )
+        cs = statuses[0]
+        state, last = cs.get("state", {}), (cs.get("lastState") or {}).get("terminated")
+        if previous:
+            if not last:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'previous terminated container "{cname}" in pod "{name}" not found',
+                )
+            cid = last["containerID"]
+        elif "running" in state:
+            cid = cs["containerID"]
+        elif "terminated" in state:
+            cid = state["terminated"]["containerID"]
+        elif last:
+            cid = last["containerID"]
+        else:
+            reason = state.get("waiting", {}).get("reason", "ContainerCreating")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{cname}" in pod "{name}" is waiting to start: {reason}',
+            )
+        cont = next((x for x in rt.containers if x.id == cid), None)
+        if cont is None:
+            return ""
+        lines = list(cont.log)
+        return "".join(
+            (f"{k8s_nano(ts)} {text}\n" if timestamps else f"{text}\n") for ts, text in lines
+        )
+
+
+def _expand(s: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion; $$ escapes."""
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        s,
+    )
+
+
+def _gpu_request(p: dict[str, Any]) -> int:
+    total = 0
+    for c in p["spec"].get("containers") or []:
+        res = c.get("resources") or {}
+        val = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(
+            GPU_RESOURCE
+        )
+        total += int(val or 0)
+    return total
+
+
+def _pod_ready(p: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in p.get("status", {}).get("conditions") or []
+    )
+
+
+def _conditions(p: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
+    t = k8s_time(now())
+    r = "True" if ready else "False"
+    return [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": t},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": t},
+        {"type": "ContainersReady", "status": r, "lastTransitionTime": t},
+        {"type": "Ready", "status": r, "lastTransitionTime": t},
+    ]
+
+
+# ---- the REST front ------------------------------------------------------------------------
+
+CORE = r"/api/v1"
+APPS = r"/apis/apps/v1"
+ROUTES: list[tuple[str, re.Pattern[str]]] = [
+    ("namespaces", re.compile(rf"^{CORE}/namespaces(?:/(?P<name>[^/]+))?$")),
+    (
+        "core",
+        re.compile(
+            rf"^{CORE}/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events)"
+            r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$"
+        ),
+    ),
+    (
+        "apps",
+        re.compile(rf"^{APPS}/namespaces/(?P<ns>[^/]+)/(?P<res>deployments)(?:/(?P<name>[^/]+))?$"),
+    ),
+]
+KINDS = {
+    "pods": ("Pod", "v1"),
+    "services": ("Service", "v1"),
+    "events": ("Event", "v1"),
+    "deployments": ("Deployment", "apps/v1"),
+    "namespaces": ("Namespace", "v1"),
+}
+
+
+class Api:
+    def __init__(self, cluster: Cluster, token: str) -> None:
+        self.c = cluster
+        self.token = token
+
+    # a handler returns (status, body) or a generator of watch events
+    def handle(
+        self, method: str, path: str, query: dict[str, str], body: Any
+    ) -> tuple[int, Any] | Iterator[dict[str, Any]]:
+        for kind, rx in ROUTES:
+            m = rx.match(path)
+            if not m:
+                continue
+            g = m.groupdict()
+            if kind == "namespaces":
+                return self.namespaces(method, g.get("name"), query, body)
+            res, ns, name = g["res"], g["ns"], g.get("name")
+            if g.get("log"):
+                if method != "GET" or name is None:
+                    raise ApiError(405, "MethodNotAllowed", "method not allowed")
+                text = self.c.logs(
+                    ns, name, _true(query.get("previous")), _true(query.get("timestamps"))
+                )
+                return 200, text
+            return self.namespaced(method, res, ns, name, query, body)
+        raise ApiError(
+            404, "NotFound", f"the server could not find the requested resource ({path})"
+        )
+
+    def listing(
+        self, res: str, ns: str | None, query: dict[str, str]
+    ) -> tuple[int, Any] | Iterator[dict[str, Any]]:
+        lm, fm = (
+            label_matcher(query.get("labelSelector")),
+            field_matcher(query.get("fieldSelector")),
+        )
+
+        def match(o: dict[str, Any]) -> bool:
+            return lm(o) and fm(o)
+
+        if _true(query.get("watch")):
+            return self.watch(res, ns, match, query)
+        with self.c.store.lock:
+            items = [o for o in self.c.store.list(res, ns) if match(o)]
+            rv = str(self.c.store.last_rv)
+        kind, api = KINDS[res]
+        return 200, {
+            "kind": f"{kind}List",
+            "apiVersion": api,
+            "metadata": {"resourceVersion": rv},
+            "items": items,
+        }
+
+    def watch(
+        self,
+        res: str,
+        ns: str | None,
+        match: Callable[[dict[str, Any]], bool],
+        query: dict[str, str],
+    ) -> Iterator[dict[str, Any]]:
+        store = self.c.store
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        since = int(query.get("resourceVersion") or 0)
+        w = Watcher(res, ns, match)
+        with store.lock:
+            backlog: list[tuple[str, dict[str, Any]]] = []
+            if since:
+                if store.history and since < store.history[0][0] - 1:
+                    expired = ApiError(410, "Expired", f"too old resource version: {since}")
+                    return iter([{"type": "ERROR", "object": expired.status()}])
+                backlog = [
+                    (t, copy.deepcopy(o))
+                    for rv, r, n, t, o in store.history
+                    if rv > since and r == res and ns in (None, n) and match(o)
+                ]
+            else:
+                backlog = [("ADDED", o) for o in store.list(res, ns) if match(o)]
+            store.watchers.append(w)
+
+        def stream() -> Iterator[dict[str, Any]]:
+            deadline = time.monotonic() + timeout
+            try:
+                for t, o in backlog:
+                    yield {"type": t, "object": o}
+                while not self.c.stopping.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    try:
+                        item = w.q.get(timeout=min(left, 0.5))
+                    except queue.Empty:
+                        continue
+                    if item is None:
+                        return
+                    yield {"type": item[0], "object": item[1]}
+            finally:
+                with store.lock, contextlib.suppress(ValueError):
+                    store.watchers.remove(w)
+
+        return stream()
+
+    def namespaces(
+        self, method: str, name: str | None, query: dict[str, str], body: Any
+    ) -> tuple[int, Any] | Iterator[dict[str, Any]]:
+        store = self.c.store
+        if name is None:
+            if method == "GET":
+                return self.listing("namespaces", "", query)
+            if method == "POST":
+                nm = body["metadata"]["name"]
+                if store.get("namespaces", "", nm):
+                    raise ApiError(409, "AlreadyExists", f'namespaces "{nm}" already exists')
+                obj = self.c.new_meta(copy.deepcopy(body), nm, "")
+                obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+                obj["status"] = {"phase": "Active"}
+                return 201, store.put("namespaces", "", obj, "ADDED")
+        elif method == "GET":
+            obj = store.get("namespaces", "", name)
+            if obj is None:
+                raise not_found("namespaces", name)
+            return 200, copy.deepcopy(obj)
+        elif method == "DELETE":
+            obj = store.get("namespaces", "", name)
+            if obj is None:
+                raise not_found("namespaces", name)
+            obj["status"] = {"phase": "Terminating"}
+            obj["metadata"]["deletionTimestamp"] = k8s_time(now())
+            out = store.put("namespaces", "", obj, "MODIFIED")
+            threading.Thread(target=self.finalize_namespace, args=(name,), daemon=True).start()
+            return 200, out
+        raise ApiError(405, "MethodNotAllowed", f"{method} not allowed on namespaces")
+
+    def finalize_namespace(self, name: str) -> None:
+        store = self.c.store
+        for d in store.list("deployments", name):
+            store.remove("deployments", name, d["metadata"]["name"])
+        for p in store.list("pods", name):
+            with contextlib.suppress(ApiError):
+                self.c.delete_pod(name, p["metadata"]["name"], None)
+        deadline = time.monotonic() + 60
+        while store.list("pods", name) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for res in ("services", "events"):
+            for o in store.list(res, name):
+                store.remove(res, name, o["metadata"]["name"])
+        store.remove("namespaces", "", name)
+
+    def namespaced(
+        self, method: str, res: str, ns: str, name: str | None, query: dict[str, str], body: Any
+    ) -> tuple[int, Any] | Iterator[dict[str, Any]]:
+        store, c = self.c.store, self.c
+        if name is None and method == "GET":
+            return self.listing(res, ns, query)
+        nsobj = c.require_namespace(ns)
+        if name is None and method == "POST":
+            if nsobj["metadata"].get("deletionTimestamp"):
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f"{res} is forbidden: unable to create new content in namespace "
+                    f"{ns} because it is being terminated",
+                )
+            nm = body["metadata"]["name"]
+            if store.get(res, ns, nm):
+                raise ApiError(409, "AlreadyExists", f'{res}{_group(res)} "{nm}" already exists')
+            if res not in ("services", "deployments"):
+                raise ApiError(405, "MethodNotAllowed", f"creating {res} is not served here")
+            obj = c.new_meta(copy.deepcopy(body), nm, ns)
+            self.defaults(res, obj)
+            if res == "deployments":
+                obj["metadata"]["generation"] = 1
+            out = store.put(res, ns, obj, "ADDED")
+            c.wake.set()
+            return 201, out
+        if name is None:
+            raise ApiError(405, "MethodNotAllowed", f"{method} not allowed")
+        obj = store.get(res, ns, name)
+        if obj is None:
+            raise not_found(f"{res}{_group(res)}", name)
+        if method == "GET":
+            return 200, copy.deepcopy(obj)
+        if method == "PUT":
+            if res != "deployments":
+                raise ApiError(405, "MethodNotAllowed", f"replacing {res} is not served here")
+            new = copy.deepcopy(body)
+            if body["metadata"].get("name") != name:
+                raise ApiError(400, "BadRequest", "the name of the object does not match")
+            new["metadata"] = {
+                **obj["metadata"],
+                "labels": body["metadata"].get("labels") or {},
+                "annotations": body["metadata"].get("annotations") or {},
+            }
+            self.defaults(res, new)
+            if new["spec"] != obj["spec"]:
+                new["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+            new["status"] = obj.get("status", {})
+            out = store.put(res, ns, new, "MODIFIED")
+            c.wake.set()
+            return 200, out
+        if method == "DELETE":
+            if res == "pods":
+                grace = (body or {}).get("gracePeriodSeconds")
+                return 200, c.delete_pod(ns, name, grace)
+            store.remove(res, ns, name)
+            if res == "services":  # a Service's DELETE answers with the Service
+                return 200, copy.deepcopy(obj)
+            if res == "deployments":
+                for p in c.owned(obj):
+                    with contextlib.suppress(ApiError):
+                        c.delete_pod(ns, p["metadata"]["name"], None)
+            c.wake.set()
+            return 200, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "kind": res, "uid": obj["metadata"]["uid"]},
+            }
+        raise ApiError(405, "MethodNotAllowed", f"{method} not allowed")
+
+    def defaults(self, res: str, obj: dict[str, Any]) -> None:
+        kind, api = KINDS[res]
+        obj.setdefault("kind", kind)
+        obj.setdefault("apiVersion", api)
+        if res == "services":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("type", "ClusterIP")
+            name = obj["metadata"]["name"]
+            h = hashlib.sha256(f"{obj['metadata']['namespace']}/{name}".encode()).digest()
+            spec.setdefault("clusterIP", f"10.100.{h[0]}.{max(h[1], 2)}")
+            spec["clusterIPs"] = [spec["clusterIP"]]
+            for pt in spec.get("ports") or []:
+                pt.setdefault("protocol", "TCP")
+                pt.setdefault("targetPort", pt["port"])
+        if res == "deployments":
+            spec = obj["spec"]
+            spec.setdefault("replicas", 1)
+            spec.setdefault("revisionHistoryLimit", 10)
+            spec.setdefault("progressDeadlineSeconds", 600)
+            spec.setdefault("strategy", {"type": "RollingUpdate"})
+
+
+def _group(res: str) -> str:
+    return ".apps" if res == "deployments" else ""
+
+
+def _true(v: str | None) -> bool:
+    return (v or "").lower() in ("true", "1")
+
+
+def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send(self, code: int, body: Any) -> None:
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            ctype = "text/plain" if isinstance(body, str) else "application/json"
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _do(self) -> None:
+            url = urlparse(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if self.headers.get("Authorization") != f"Bearer {api.token}":
+                self._send(401, ApiError(401, "Unauthorized", "Unauthorized").status())
+                return
+            try:
+                body = json.loads(raw) if raw else None
+                out = api.handle(self.command, url.path, query, body)
+            except ApiError as exc:
+                self._send(exc.code, exc.status())
+                return
+            except (KeyError, TypeError, ValueError) as exc:
+                self._send(400, ApiError(400, "BadRequest", f"bad request: {exc}").status())
+                return
+            if isinstance(out, tuple):
+                self._send(*out)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for ev in out:
+                    chunk = (json.dumps(ev) + "\n").encode()
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                with contextlib.suppress(Exception):
+                    out.close()  # type: ignore[attr-defined]
+            self.close_connection = True
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _do
+
+    return Handler
+
+
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up (a watch closed, a test torn down) is not news
+
+
+class Server:
+    def __init__(
+        self, port: int, kubeconfig: Path, time_scale: float, gpus: int = 1, host: str = "127.0.0.1"
+    ) -> None:
+        state = kubeconfig.parent / "state"
+        state.mkdir(parents=True, exist_ok=True)
+        self.cluster = Cluster(time_scale, state, gpus)
+        self.token = secrets.token_urlsafe(24)
+        self.api = Api(self.cluster, self.token)
+        self.httpd = QuietServer((host, port), make_handler(self.api))
+        self.httpd.daemon_threads = True
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
+        kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        kubeconfig.write_text(yaml.safe_dump(self.kubeconfig()))
+        kubeconfig.chmod(0o600)
+
+    def kubeconfig(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "gameday-testserver", "cluster": {"server": self.url}}],
+            "users": [{"name": "gameday", "user": {"token": self.token}}],
+            "contexts": [
+                {
+                    "name": "gameday-testserver",
+                    "context": {"cluster": "gameday-testserver", "user": "gameday"},
+                }
+            ],
+            "current-context": "gameday-testserver",
+        }
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.1)
+
+    def start(self) -> Server:
+        threading.Thread(target=self.serve_forever, name="kubeapi", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; kill every container still running."""
+        self.cluster.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        for rt in list(self.cluster.runtimes.values()):
+            for cont in rt.containers:
+                if cont.proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(cont.proc.pid, signal.SIGKILL)
+                    cont.proc.wait()
