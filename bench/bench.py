@@ -3,6 +3,8 @@
     python bench/bench.py [--rounds N] [--latency-samples N]
 
 Measures, in one run:
+- wall time of the seven scenarios on the local lab, serial and with `--parallel 2` (two isolated
+  instances of the lab), and the ratio;
 - wall time of the four start-up scenarios together on the local lab (N rounds; median, min);
 - how much of that wall time the scenarios inherently wait (the engine's scaled phases);
 - detection latency: the engine's own clock at its exit vs the moment the runner's event wait
@@ -56,14 +58,16 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def suite_wall(inv_path: Path, rounds: int, names: list[str]) -> tuple[list[float], list[Any]]:
+def suite_wall(
+    inv_path: Path, rounds: int, names: list[str], parallel: int = 1
+) -> tuple[list[float], list[Any]]:
     inv = load_inventory(inv_path)
     scenarios = [load_scenario(ROOT / "scenarios" / f"{s}.yaml") for s in names]
     walls, results = [], []
     with tempfile.TemporaryDirectory() as reports:
         for _ in range(rounds):
             t0 = time.monotonic()
-            out = run_suite(scenarios, inv, Path(reports), lambda _m: None)
+            out = run_suite(scenarios, inv, Path(reports), lambda _m: None, parallel=parallel)
             walls.append(time.monotonic() - t0)
             assert out.result.verdict.value == "passed", out.result.verdict
             results.append(out.result)
@@ -103,6 +107,18 @@ def main() -> None:
     print(
         f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, "
         f"{len(__import__('os').sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    )
+
+    # the seven, serial and on --parallel 2 isolated instances, side by side in this run
+    seven = sorted([*FOUR, *THREE])
+    serial, _ = suite_wall(inv_path, args.rounds, seven)
+    par, par_results = suite_wall(inv_path, args.rounds, seven, parallel=2)
+    same = all(s.verdict.value == "passed" for r in par_results for s in r.scenarios)
+    print(
+        f"seven scenarios, {args.rounds} rounds: serial median {statistics.median(serial):.1f} s, "
+        f"--parallel 2 median {statistics.median(par):.1f} s, ratio "
+        f"{statistics.median(serial) / statistics.median(par):.2f}x "
+        f"(verdicts the same as serial: {'yes' if same else 'NO'})"
     )
 
     walls, _ = suite_wall(inv_path, args.rounds, FOUR)

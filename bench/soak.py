@@ -1,10 +1,12 @@
 """gameday soak: the safety figures issue 6 asks for. Prints, asserts nothing.
 
-    python bench/soak.py [--kills 50] [--runs 20] [--fuzz 5000] [--seed 1]
+    python bench/soak.py [--kills 50] [--labs local,compose] [--runs 20] [--fuzz 5000] [--seed 1]
 
-- kills: a scenario run SIGKILLed at a random moment, then `gameday cleanup`; counts the
-  leftovers found afterwards (engine configs, stray processes, moved addresses, scrape config,
-  nodes not serving, open journal entries). Goal 0.
+- kills: on each lab, a scenario run SIGKILLed at a random moment, then `gameday cleanup`;
+  counts the leftovers found afterwards (engine configs, stray processes, moved addresses,
+  scrape config, nodes not serving, open journal entries; on the compose lab also containers,
+  networks and volumes beyond the lab's own). Goal 0. The compose lab needs Docker and builds its
+  image when it is missing (cached).
 - fuzz: mutated scenario and inventory files thrown at the loaders; counts tracebacks (any
   exception that is not gameday's InputError). Goal 0.
 - runs: every scenario run N times on the local lab; counts verdict changes. Goal 0.
@@ -31,23 +33,38 @@ sys.path.insert(0, str(ROOT))
 from runner import journal  # noqa: E402
 from runner.errors import InputError  # noqa: E402
 from runner.inventory import load_inventory  # noqa: E402
-from runner.labs.local.driver import LocalLab  # noqa: E402
-from runner.scenario import load_scenario  # noqa: E402
+from runner.labs import LabDriver, open_lab  # noqa: E402
+from runner.scenario import LabKind, load_scenario  # noqa: E402
 from runner.suite import run_suite  # noqa: E402
 from runner.undo import cleanup_lab  # noqa: E402
 
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 INVENTORY = ROOT / "inventories" / "local.yaml"
+LAB_INVENTORIES = {"local": INVENTORY, "compose": ROOT / "inventories" / "compose.yaml"}
+# a scenario on the compose lab takes 8-35 s of wall time, on the local lab 3-20 s
+KILL_WINDOW_S = {"local": 10.0, "compose": 25.0}
 
 
-def kills(n: int, rnd: random.Random, lab: LocalLab) -> tuple[int, list[str]]:
+def kills(n: int, rnd: random.Random, lab: LabDriver, name: str) -> tuple[int, list[str]]:
+    inv_path = LAB_INVENTORIES[name]
+    applicable = [s for s in SCENARIOS if lab.kind in load_scenario(s).scenario.labs]
     leftovers: list[str] = []
     with tempfile.TemporaryDirectory() as reports:
         for i in range(n):
-            scenario = rnd.choice(SCENARIOS)
-            delay = rnd.uniform(0.2, 10.0)
+            scenario = rnd.choice(applicable)
+            delay = rnd.uniform(0.2, KILL_WINDOW_S[name])
             proc = subprocess.Popen(
-                [sys.executable, "-m", "runner.cli", "run", str(scenario), "--reports", reports],
+                [
+                    sys.executable,
+                    "-m",
+                    "runner.cli",
+                    "run",
+                    str(scenario),
+                    "--lab",
+                    str(inv_path),
+                    "--reports",
+                    reports,
+                ],
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -56,7 +73,7 @@ def kills(n: int, rnd: random.Random, lab: LocalLab) -> tuple[int, list[str]]:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             cleanup_lab(lab)
-            found = lab.leftovers() + [
+            found = lab.leftovers() + [  # type: ignore[attr-defined]
                 f"open journal {c.seq}" for c in journal.open_changes(lab.state_dir)
             ]
             leftovers += [f"kill {i} ({scenario.stem} at {delay:.1f} s): {p}" for p in found]
@@ -131,7 +148,8 @@ def runs(n: int) -> tuple[int, dict[str, Counter[str]]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kills", type=int, default=50)
+    ap.add_argument("--kills", type=int, default=50, help="per lab")
+    ap.add_argument("--labs", default="local,compose", help="labs to kill on: local, compose")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--fuzz", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=1)
@@ -144,15 +162,28 @@ def main() -> None:
     for t in tracebacks[:10]:
         print(f"  {t}")
 
-    lab = LocalLab(load_inventory(INVENTORY))
-    lab.up()
-    try:
-        n_kills, leftovers = kills(args.kills, rnd, lab)
-    finally:
-        lab.down()
-    print(f"kills tried: {n_kills} (local lab), leftovers after cleanup: {len(leftovers)}")
-    for item in leftovers[:10]:
-        print(f"  {item}")
+    for name in filter(None, args.labs.split(",")):
+        inventory = load_inventory(LAB_INVENTORIES[name])
+        if inventory.lab.kind is LabKind.COMPOSE and inventory.lab.compose is not None:
+            from runner.labs.compose.build import build
+
+            build(inventory.lab.compose, lambda _m: None)
+        lab = open_lab(inventory)
+        lab.up()
+        started = time.monotonic()
+        try:
+            n_kills, leftovers = kills(args.kills, rnd, lab, name)
+            if inventory.lab.kind is LabKind.COMPOSE:
+                lab.down()
+                leftovers += [f"after lab down: {o}" for o in lab.leftover_objects()]  # type: ignore[attr-defined]
+        finally:
+            lab.down()
+        print(
+            f"kills tried: {n_kills} ({name} lab, {time.monotonic() - started:.0f} s), "
+            f"leftovers after cleanup: {len(leftovers)}"
+        )
+        for item in leftovers[:10]:
+            print(f"  {item}")
 
     n_runs, verdicts = runs(args.runs)
     changes = sum(len(c) - 1 for c in verdicts.values())

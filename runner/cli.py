@@ -55,6 +55,13 @@ def handled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+parallel_option = click.option(
+    "--parallel",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Run the scenarios on N isolated instances of the (local) lab at once.",
+)
 reports_option = click.option(
     "--reports",
     "reports_dir",
@@ -107,16 +114,19 @@ def load_all(paths: tuple[Path, ...]) -> list[LoadedScenario]:
 @click.argument("scenarios", nargs=-1, type=click.Path(path_type=Path))
 @lab_option
 @reports_option
+@parallel_option
 @click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
 @handled
-def run(scenarios: tuple[Path, ...], lab_path: Path, reports_dir: Path, as_json: bool) -> None:
+def run(
+    scenarios: tuple[Path, ...], lab_path: Path, reports_dir: Path, parallel: int, as_json: bool
+) -> None:
     """Run scenarios (default: every one in scenarios/ that applies to the lab)."""
     from runner.suite import run_suite
 
     loaded = load_all(scenarios)
     inventory = load_inventory(lab_path)
     with output.ProgressLine() as progress:
-        outcome = run_suite(loaded, inventory, reports_dir, progress)
+        outcome = run_suite(loaded, inventory, reports_dir, progress, parallel=parallel)
     if as_json:
         output.json_out(json.loads(outcome.result.model_dump_json()))
     else:
@@ -436,25 +446,32 @@ def report(run: Path | None, reports_dir: Path) -> None:
 
 @main.command()
 @lab_option
+@parallel_option
 @handled
-def cleanup(lab_path: Path) -> None:
-    """Undo whatever an interrupted run left on the lab (idempotent)."""
+def cleanup(lab_path: Path, parallel: int) -> None:
+    """Undo whatever an interrupted run left on the lab (idempotent); with --parallel N, on
+    each of the N instances a `run --parallel N` used."""
+    from runner.parallel import check_parallel, instance
+
     inventory = load_inventory(lab_path)
-    outcome = cleanup_lab(open_lab(inventory))
-    name = inventory.lab.name
-    if not outcome.open_changes and not outcome.restarted:
-        output.message(f"lab {name!r}: nothing to undo")
-    elif outcome.lab_was_down:
-        output.message(
-            f"lab {name!r} is down: {outcome.open_changes} journalled change(s) need no undo "
-            "(it starts from its baseline)"
-        )
-    else:
-        for c in outcome.applied:
-            output.message(f"restored {c.node}: {c.kind.value} {c.subject}".rstrip())
-        output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")
-    for group in outcome.restarted:
-        output.message(f"restarted {', '.join(group)} together: they were not serving")
+    check_parallel(inventory, parallel)
+    for k in range(parallel):
+        inst = instance(inventory, k)
+        outcome = cleanup_lab(open_lab(inst))
+        name = inst.lab.name
+        if not outcome.open_changes and not outcome.restarted:
+            output.message(f"lab {name!r}: nothing to undo")
+        elif outcome.lab_was_down:
+            output.message(
+                f"lab {name!r} is down: {outcome.open_changes} journalled change(s) need no "
+                "undo (it starts from its baseline)"
+            )
+        else:
+            for c in outcome.applied:
+                output.message(f"restored {c.node}: {c.kind.value} {c.subject}".rstrip())
+            output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")
+        for group in outcome.restarted:
+            output.message(f"restarted {', '.join(group)} together: they were not serving")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -34,6 +35,7 @@ class ProgressLine:
     def __init__(self) -> None:
         self._status: Any = None
         self._t0 = time.monotonic()
+        self._lock = threading.Lock()
 
     def __enter__(self) -> ProgressLine:
         if err.is_terminal:
@@ -42,6 +44,10 @@ class ProgressLine:
         return self
 
     def __call__(self, message: str) -> None:
+        with self._lock:  # `--parallel` workers report from their threads
+            self._show(message)
+
+    def _show(self, message: str) -> None:
         stamp = f"{time.monotonic() - self._t0:7.2f}s"
         if self._status is not None:
             self._status.update(f"{stamp} {escape(message)}")

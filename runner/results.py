@@ -85,6 +85,7 @@ class LabInfo(Frozen):
     inventory: str
     time_scale: float
     timing_allowance_s: float
+    instances: int = 1  # `--parallel N`: isolated instances of the lab the scenarios ran on
 
 
 class RunResult(Frozen):

@@ -1062,11 +1062,20 @@ def cleanup(ctx: Context) -> None:
         )
 
 
+CLEANING: set[int] = set()  # threads in cleanup: an interrupt must not reach them
+
+
 @contextlib.contextmanager
 def shielded_from_sigint() -> Iterator[None]:
-    """Cleanup must finish: a Ctrl-C or SIGTERM during it is ignored, not obeyed."""
+    """Cleanup must finish: a Ctrl-C or SIGTERM during it is ignored, not obeyed. (Signals reach
+    the main thread only; a worker thread of `--parallel` is marked as cleaning, so that the
+    main thread does not interrupt it: runner.parallel.)"""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        CLEANING.add(threading.get_ident())
+        try:
+            yield
+        finally:
+            CLEANING.discard(threading.get_ident())
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in previous:

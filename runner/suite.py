@@ -12,6 +12,7 @@ from runner import __version__, journal
 from runner.errors import LeftoversError
 from runner.inventory import Inventory
 from runner.labs import LabDriver, open_lab
+from runner.parallel import check_parallel, instance, run_workers
 from runner.report import write_reports
 from runner.results import LabInfo, RunResult, ScenarioResult, Verdict, combine
 from runner.run import Progress, run_scenario
@@ -44,7 +45,8 @@ def skipped(ls: LoadedScenario, lab: LabDriver) -> ScenarioResult:
         assertions=[],
         timeline=[],
         evidence=[],
-        notes=[f"applies to {kinds}, not to a {lab.kind.value} lab"],
+        notes=[f"applies to {kinds}, not to a {lab.kind.value} lab"]
+        + ([f"why: {why}"] if (why := ls.scenario.lab_notes.get(lab.kind)) else []),
     )
 
 
@@ -55,47 +57,71 @@ def run_suite(
     progress: Progress,
     *,
     bring_up: bool = True,
+    parallel: int = 1,
 ) -> SuiteOutcome:
-    lab = open_lab(inventory)
-    leftovers = journal.open_changes(lab.state_dir)
-    if leftovers:
-        raise LeftoversError(
-            f"lab {inventory.lab.name!r} has {len(leftovers)} change(s) left by an interrupted "
-            f"run (journal {leftovers[0].journal})",
-            hint=f"gameday cleanup --lab {inventory.path}",
-        )
-    started_here = False
-    if not lab.is_up():
-        if not bring_up:
-            lab.up()  # raises LabNotUp-style errors with a hint
-        progress(f"bringing up lab {inventory.lab.name!r}")
-        lab.up()
-        started_here = True
+    """Run the scenarios that apply to the lab, on `parallel` isolated instances of it (one:
+    in this thread, in order), and write one report."""
+    check_parallel(inventory, parallel)
+    labs = [open_lab(instance(inventory, k)) for k in range(parallel)]
+    for lab in labs:
+        leftovers = journal.open_changes(lab.state_dir)
+        if leftovers:
+            raise LeftoversError(
+                f"lab {lab.inventory.lab.name!r} has {len(leftovers)} change(s) left by an "
+                f"interrupted run (journal {leftovers[0].journal})",
+                hint=f"gameday cleanup --lab {inventory.path}"
+                + (f" --parallel {parallel}" if parallel > 1 else ""),
+            )
     run_id = new_run_id()
     report_dir = reports_root / run_id
-    lab.artifacts_dir = report_dir / "ansible"  # host actions' Ansible events
-    jr = journal.Journal(lab.state_dir, run_id)
     started = datetime.now(UTC)
-    results: list[ScenarioResult] = []
-    try:
-        for ls in scenarios:
-            if lab.kind not in ls.scenario.labs:
-                results.append(skipped(ls, lab))
-                continue
-            progress(f"[{ls.scenario.metadata.id}] starting")
-            sid = ls.scenario.metadata.id
+    todo = [ls for ls in scenarios if labs[0].kind in ls.scenario.labs]
+    journals: dict[int, journal.Journal] = {}
+    started_here: set[int] = set()
 
-            def scoped(message: str, sid: str = sid) -> None:
-                progress(f"[{sid}] {message}")
+    def setup(k: int) -> None:
+        lab = labs[k]
+        if not lab.is_up():
+            if not bring_up:
+                lab.up()  # raises LabNotUp-style errors with a hint
+            progress(f"bringing up lab {lab.inventory.lab.name!r}")
+            lab.up()
+            started_here.add(k)
+        lab.artifacts_dir = report_dir / "ansible"  # host actions' Ansible events
+        journals[k] = journal.Journal(lab.state_dir, run_id)
 
-            results.append(run_scenario(ls, lab, jr, scoped))
-            progress(f"[{ls.scenario.metadata.id}] {results[-1].verdict.value}")
-    finally:
-        if not journal.open_changes(lab.state_dir):
-            jr.close()
-        if started_here:
-            progress(f"taking lab {inventory.lab.name!r} down")
+    def work(k: int, ls: LoadedScenario) -> ScenarioResult:
+        sid = ls.scenario.metadata.id
+        tag = f"{sid}@{labs[k].inventory.lab.name}" if parallel > 1 else sid
+
+        def scoped(message: str) -> None:
+            progress(f"[{tag}] {message}")
+
+        scoped("starting")
+        result = run_scenario(ls, labs[k], journals[k], scoped)
+        scoped(result.verdict.value)
+        return result
+
+    def teardown(k: int) -> None:
+        lab = labs[k]
+        if k in journals and not journal.open_changes(lab.state_dir):
+            journals[k].close()
+        if k in started_here:
+            progress(f"taking lab {lab.inventory.lab.name!r} down")
             lab.down()
+
+    if parallel == 1:
+        try:
+            setup(0)
+            ran = [work(0, ls) for ls in todo]
+        finally:
+            teardown(0)
+    else:
+        ran, errors = run_workers(todo, parallel, work, setup, teardown)
+        if errors:
+            raise errors[0]
+    by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
+    results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
     spec = inventory.lab
     result = RunResult(
         run_id=run_id,
@@ -108,6 +134,7 @@ def run_suite(
             inventory=str(inventory.path),
             time_scale=spec.time_scale,
             timing_allowance_s=spec.timing_allowance_s,
+            instances=parallel,
         ),
         verdict=combine([r.verdict for r in results]),
         scenarios=results,

@@ -51,6 +51,7 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
     down = not lab.is_up()
     # A local lab that is down holds no changes: its nodes start from the inventory's baseline.
     if not down:
+        lab.settle()
         if items:
             applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
         spec = lab.inventory.lab

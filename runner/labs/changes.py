@@ -119,6 +119,9 @@ class ChangePlanning:
             f"Prometheus scrapes {job} on the {network} network",
         )
 
+    def settle(self) -> None:
+        """Before an undo: let what an interrupted run left in flight finish (none by default)."""
+
     def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]:
         """What the runtime recorded about the node, titled (none by default)."""
         return "", []

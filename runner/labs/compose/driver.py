@@ -731,10 +731,8 @@ class ComposeLab(EventFeed, ChangePlanning):
         if change.kind is ChangeKind.PROCESS:
             return self._process(change.node, change.subject)
         if change.kind is ChangeKind.ADDRESS:
-            addr = self._addresses().get(change.node, {}).get(change.subject)
-            if addr is None:
-                raise LabError(f"node {change.node} has no address on the {change.subject} network")
-            return Value(value=addr)
+            # "": not on that network (an address move interrupted between its two steps)
+            return Value(value=self._addresses().get(change.node, {}).get(change.subject, ""))
         return Value(value=self._scrape_network())
 
     def _scrape_network(self) -> str:
@@ -790,7 +788,17 @@ class ComposeLab(EventFeed, ChangePlanning):
             node,
             {"gameday_node": node, **extravars},
             out,
+            self.inventory.lab.name,
         )
+
+    def settle(self) -> None:
+        """Before undoing: wait for host actions an interrupted run left running."""
+        left = hostactions.wait_in_flight(self.inventory.lab.name, 60)
+        if left:
+            raise LabError(
+                f"host actions of an earlier run are still running after 60 s (pids {left})",
+                hint="wait for them, or stop them, then run gameday cleanup again",
+            )
 
     def _network_name(self, role: str) -> str:
         key = self.spec.networks.get(role)
@@ -884,9 +892,13 @@ class ComposeLab(EventFeed, ChangePlanning):
                 if f.endswith(".pid") and self._process(n.name, f[:-4]).running:
                     problems.append(f"{n.name}: process {f[:-4]} the lab did not start")
         configured = configured_addresses(self.inventory)
-        for name, nets in self._addresses().items():
-            for net, addr in nets.items():
-                if configured.get(name, {}).get(net) != addr:
+        actual = self._addresses()
+        for name, nets in configured.items():
+            for net, want in nets.items():
+                addr = actual.get(name, {}).get(net)
+                if addr is None:
+                    problems.append(f"{name}: not on the {net} network")
+                elif addr != want:
                     problems.append(f"{name}: {net} address moved to {addr}")
         if self.inventory.lab.monitoring is not None and self._scrape_network() != "management":
             problems.append(f"Prometheus scrapes the {self._scrape_network()} network")

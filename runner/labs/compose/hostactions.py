@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,39 @@ def ansible_bin() -> str:
     )
 
 
+MARK = "GAMEDAY_HOST_ACTION"  # in each playbook process's environment: the lab's name
+
+
+def in_flight(lab: str) -> list[int]:
+    """Playbook processes of this lab still running (one a killed runner left behind keeps
+    going: ansible-runner starts it in a session of its own)."""
+    want = f"{MARK}={lab}".encode()
+    pids = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if want in (d / "environ").read_bytes().split(b"\0"):
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def wait_in_flight(lab: str, timeout: float) -> list[int]:
+    """Wait for them to finish (a half-done address move is worse than a finished one); return
+    the ones still running after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while (left := in_flight(lab)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # a foreign process's exit has no event to wait on
+    return left
+
+
 def run_playbook(
-    inventory: Path, playbook: Path, limit: str, extravars: dict[str, Any], artifacts: Path
+    inventory: Path,
+    playbook: Path,
+    limit: str,
+    extravars: dict[str, Any],
+    artifacts: Path,
+    lab: str,
 ) -> None:
     import ansible_runner
 
@@ -51,6 +83,7 @@ def run_playbook(
             "ANSIBLE_HOST_KEY_CHECKING": "False",
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_NOCOLOR": "1",
+            MARK: lab,
         },
     )
     if result.status == "successful" and result.rc == 0:

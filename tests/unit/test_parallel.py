@@ -1,0 +1,74 @@
+"""`--parallel N`: instance k of the local lab is the same lab on 127.k.x.y under its own name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.errors import InputError
+from runner.inventory import load_inventory
+from runner.parallel import check_parallel, instance, run_workers
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "inventories" / "local.yaml"
+
+
+def test_instance_zero_is_the_inventory_itself() -> None:
+    inv = load_inventory(LOCAL)
+    assert instance(inv, 0) is inv
+
+
+def test_instance_k_moves_every_loopback_address_and_renames_the_lab() -> None:
+    inv = load_inventory(LOCAL)
+    two = instance(inv, 2)
+    assert two.lab.name == "local-p2"
+    assert two.lab.monitoring is not None and inv.lab.monitoring is not None
+    assert two.lab.monitoring.prometheus_listen == "127.2.79.1:9090"
+    for a, b in zip(inv.nodes, two.nodes, strict=True):
+        assert b.address == a.address.replace("127.0.", "127.2.", 1)
+        assert b.port == a.port
+        if a.management_address:
+            assert b.management_address == a.management_address.replace("127.0.", "127.2.", 1)
+        # the group's rendezvous moves with it: --master-addr 127.0.81.1 -> 127.2.81.1
+        assert [x.replace("127.0.", "127.2.") for x in a.args] == list(b.args)
+    assert "127.0." not in two.model_dump_json()
+
+
+def test_parallel_is_refused_where_it_cannot_isolate() -> None:
+    with pytest.raises(InputError, match="local lab"):
+        check_parallel(load_inventory(ROOT / "inventories" / "compose.yaml"), 2)
+    with pytest.raises(InputError, match=r"1\.\.64"):
+        check_parallel(load_inventory(LOCAL), 0)
+    check_parallel(load_inventory(ROOT / "inventories" / "compose.yaml"), 1)
+
+
+def test_workers_share_one_queue_and_keep_the_order() -> None:
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    events: list[str] = []
+
+    def work(k: int, item: object) -> int:
+        seen[k].append(int(item))  # type: ignore[call-overload]
+        return int(item) * 10  # type: ignore[call-overload]
+
+    results, errors = run_workers(
+        list(range(7)),  # type: ignore[arg-type]
+        2,
+        work,
+        lambda k: events.append(f"up {k}"),
+        lambda k: events.append(f"down {k}"),
+    )
+    assert errors == []
+    assert results == [0, 10, 20, 30, 40, 50, 60]
+    assert sorted(seen[0] + seen[1]) == list(range(7))
+    assert sorted(events) == ["down 0", "down 1", "up 0", "up 1"]
+
+
+def test_a_failing_worker_still_tears_its_lab_down() -> None:
+    events: list[str] = []
+
+    def work(k: int, item: object) -> None:
+        raise RuntimeError("lab broke")
+
+    _, errors = run_workers([1], 1, work, lambda k: None, lambda k: events.append("down"))  # type: ignore[list-item]
+    assert [str(e) for e in errors] == ["lab broke"] and events == ["down"]
