@@ -9,7 +9,9 @@ Measures, in one run:
 - how much of that wall time the scenarios inherently wait (the engine's scaled phases);
 - detection latency: the engine's own clock at its exit vs the moment the runner's event wait
   returned with that exit (median, max);
-- resident memory of one engine node (API server + engine-core process) and of the runner.
+- resident memory of one engine node (API server + engine-core process) and of the runner;
+- the group size sweep: a tensor-parallel group of 2, 4, 8 and 16 nodes, its bring-up time and
+  resident memory per node.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -92,6 +96,70 @@ def detection_latency(lab: LocalLab, samples: int, stamp: Path) -> list[float]:
                 lat.append((seen - engine_exit) * 1000)
     lab.apply(Change(kind=ChangeKind.NODE_CONFIG, node="serving", before=broken, after=base))
     return lat
+
+
+def group_inventory(size: int, base: Path) -> Path:
+    """A local lab of one tensor-parallel group of `size` nodes (Llama-3.1-8B: 32 heads, so TP
+    2..32 divides them), on 127.50.x.y, apart from the other labs."""
+    common = ["meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", str(size),
+              "--nnodes", str(size), "--master-addr", "127.50.81.1", "--master-port", "29501",
+              "--max-model-len", "4096"]  # fmt: skip
+    hosts: dict[str, Any] = {}
+    for rank in range(size):
+        args = [*common, "--node-rank", str(rank)]
+        args += ["--host", "{address}", "--port", "{port}"] if rank == 0 else ["--headless"]
+        hosts[f"node{rank + 1}"] = {
+            "ansible_connection": "local",
+            "gameday_role": "head" if rank == 0 else "worker",
+            "gameday_address": f"127.50.81.{rank + 1}",
+            "gameday_port": 8000,
+            "gameday_restart": "on-failure",
+            "gameday_gpu": {"type": "a10g", "count": 1},
+            "gameday_engine_args": args,
+        }
+    doc = {
+        "all": {
+            "vars": {
+                "gameday_lab": {
+                    "name": f"sweep-{size}",
+                    "kind": "local",
+                    "time_scale": 100,
+                    "boot_timeout_s": 3600,
+                }
+            },
+            "children": {"tp_group": {"hosts": hosts}},
+        }
+    }
+    path = base / f"group-{size}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def group_sweep(sizes: list[int]) -> None:
+    """Bring-up time and resident memory of a group of each size."""
+    with tempfile.TemporaryDirectory() as d:
+        for size in sizes:
+            inv = load_inventory(group_inventory(size, Path(d)))
+            lab = LocalLab(inv)
+            t0 = time.monotonic()
+            try:
+                lab.up()
+                states = wait_all_ready(lab, 3600 / inv.lab.time_scale + 60)
+                up_s = time.monotonic() - t0
+                rss = [
+                    rss_kib(st.pid) + sum(rss_kib(c) for c in children(st.pid))
+                    for st in states.values()
+                    if st.pid is not None
+                ]
+                print(
+                    f"  {size:>2} nodes: up and ready in {up_s:.1f} s; resident memory per node "
+                    f"median {statistics.median(rss) / 1024:.1f} MiB, max {max(rss) / 1024:.1f} "
+                    f"MiB, all nodes {sum(rss) / 1024:.0f} MiB"
+                )
+            except Exception as exc:  # a size that does not come up is a figure too
+                print(f"  {size:>2} nodes: did not come up: {exc}")
+            finally:
+                lab.down()
 
 
 def main() -> None:
@@ -178,6 +246,8 @@ def main() -> None:
         )
     finally:
         lab.down()
+    print("group size sweep (one tensor-parallel group, Llama-3.1-8B, x100):")
+    group_sweep([2, 4, 8, 16])
     runner_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"runner resident memory (peak of this process): {runner_rss:.1f} MiB")
 

@@ -272,3 +272,16 @@ def test_the_shipped_baseline_is_what_lab_manifests_prints() -> None:
     assert r.returncode == 0, r.stderr
     shipped = (ROOT / "k8s" / "eks-baseline.yaml").read_text()
     assert list(yaml.safe_load_all(r.stdout)) == list(yaml.safe_load_all(shipped))
+
+
+def test_the_cli_exits_cleanly_with_the_watch_open(server: Server, state: Path) -> None:
+    # the watch thread is stopped before the interpreter exits (it used to abort, exit 134,
+    # now and then, when a read was in flight during finalisation)
+    assert gd(state, "lab", "up", "--lab", str(INVENTORY)).returncode == 0
+    try:
+        for _ in range(8):
+            r = gd(state, "lab", "status", "--lab", str(INVENTORY))
+            assert r.returncode == 0, (r.returncode, r.stderr)
+            assert "serving" in r.stdout and "ready=True" in r.stdout
+    finally:
+        gd(state, "lab", "down", "--lab", str(INVENTORY))

@@ -22,6 +22,7 @@ only objects carrying its labels, and the namespace only if it created it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -122,6 +123,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
         self._synced = False
         self._stop = threading.Event()
         self._watch_obj: Any = None
+        self._watch_thread: threading.Thread | None = None
         self._guarded = False
 
     @property
@@ -366,18 +368,30 @@ class KubernetesLab(EventFeed, ChangePlanning):
             self._on_pod("ADDED", p, initial=True)
         self._synced = True
         self._stop.clear()
-        threading.Thread(
+        self._watch_thread = threading.Thread(
             target=self._watch_loop,
             args=(pods.metadata.resource_version,),
             name="kube-watch",
             daemon=True,
-        ).start()
+        )
+        self._watch_thread.start()
+        atexit.register(self._close_watch)
 
     def _close_watch(self) -> None:
+        """Stop the watch thread and wait for it: one still reading when the interpreter exits
+        can take the process down with it (the client's models are Rust-backed)."""
         self._stop.set()
-        if self._watch_obj is not None:
+        w = self._watch_obj
+        if w is not None:
             with contextlib.suppress(Exception):
-                self._watch_obj.stop()
+                w.stop()
+            resp: Any = getattr(w, "_resp", None)  # the open watch response: unblock its read
+            with contextlib.suppress(Exception):
+                resp.shutdown()
+        thread = self._watch_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self._watch_thread = None
         self._synced = False
 
     def _watch_loop(self, rv: str) -> None:
