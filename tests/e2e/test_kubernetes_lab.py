@@ -285,3 +285,72 @@ def test_the_cli_exits_cleanly_with_the_watch_open(server: Server, state: Path) 
             assert "serving" in r.stdout and "ready=True" in r.stdout
     finally:
         gd(state, "lab", "down", "--lab", str(INVENTORY))
+
+
+GROUP = """
+    tp_group:
+      vars:
+        gameday_gpu: {type: a10g, count: 1}
+        gameday_restart: always
+        gameday_port: 8000
+        gameday_engine_env: {VLLM_WORKER_MULTIPROC_METHOD: spawn}
+      children:
+        head:
+          hosts:
+            node1:
+              gameday_role: head
+              gameday_address: 0.0.0.0
+              gameday_engine_args: [Qwen/Qwen2.5-14B-Instruct-AWQ, --tensor-parallel-size, "4",
+                --nnodes, "4", --node-rank, "0",
+                --master-addr, node1-0.tp-group.gameday-lab.svc.cluster.local,
+                --master-port, "29501", --gpu-memory-utilization, "0.92", --max-model-len, "4096",
+                --host, "{address}", --port, "{port}"]
+        worker:
+          hosts:
+""" + "".join(
+    f"""            node{r + 1}:
+              gameday_role: worker
+              gameday_address: 0.0.0.0
+              gameday_engine_args: [Qwen/Qwen2.5-14B-Instruct-AWQ, --tensor-parallel-size, "4",
+                --nnodes, "4", --node-rank, "{r}",
+                --master-addr, node1-0.tp-group.gameday-lab.svc.cluster.local,
+                --master-port, "29501", --gpu-memory-utilization, "0.92", --max-model-len, "4096",
+                --headless]
+"""
+    for r in (1, 2, 3)
+)
+
+
+def group_inventory(tmp_path: Path) -> Path:
+    inv = variant(tmp_path)
+    inv.write_text(inv.read_text() + GROUP)
+    return inv
+
+
+def test_a_tensor_parallel_group_runs_as_statefulsets(
+    server: Server, state: Path, tmp_path: Path, core: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(state))
+    inv = load_inventory(group_inventory(tmp_path))
+    for doc in mf.all_manifests(inv):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    lab = KubernetesLab(inv)
+    lab.up()  # all five ready: the group formed over the head's stable DNS name
+    try:
+        pods = core.list_namespaced_pod(lab.ns, label_selector=mf.selector(inv)).items
+        names = sorted(p.metadata.name for p in pods)
+        assert names[:4] == ["node1-0", "node2-0", "node3-0", "node4-0"], names
+        import httpx
+
+        health = httpx.get(lab.url("node1") + "/health", timeout=5)
+        assert health.status_code == 200
+        # the runbook's fix: restart the whole group at once; the same pod names come back
+        from runner.labs import wait_all_ready
+
+        lab.restart(["node1", "node2", "node3", "node4"])
+        states = wait_all_ready(lab, 60)
+        assert all(s.ready for s in states.values())
+        assert {s.generation for n, s in states.items() if n != "serving"} == {2}
+    finally:
+        lab.down()
+    assert lab.leftover_objects() == []

@@ -6,8 +6,13 @@ runner.labs.kubernetes makes, and behind it does what the control plane and a ku
 
 - Deployments (`strategy: Recreate`): old pods are deleted and gone before the new one is
   created; a deleted pod is replaced at once (as its ReplicaSet would).
-- A scheduler with one GPU node (`nvidia.com/gpu` allocatable, the GPU taint and labels): a pod
-  that asks for a GPU held by a terminating pod stays Pending (FailedScheduling).
+- StatefulSets: pods `<name>-<ordinal>`, a replacement created only once the pod of that name is
+  gone, `hostname`/`subdomain` set; cluster DNS for them (`<pod>.<service>.<ns>.svc...`) is
+  resolved in the container's args and env at start to the pod's IP, which is stable per pod name
+  (127.0.91.x): a lab-engine process cannot ask a cluster's DNS.
+- A scheduler over `--nodes` GPU nodes (`nvidia.com/gpu` allocatable, one each by default, the
+  GPU taint and labels): a pod that finds no free GPU stays Pending (FailedScheduling), a GPU held
+  by a terminating pod included.
 - A kubelet that runs each container as a lab-engine process: env from the container spec plus
   the Service-link variables of every Service in the namespace when `enableServiceLinks` is true
   (pkg/kubelet/envvars), `$(VAR)` expansion in args; the pod's own loopback IP (127.0.90.x) as
@@ -50,8 +55,7 @@ import yaml
 
 from runner.labs.servicelinks import kubernetes_service_env
 
-NODE_NAME = "gameday-testserver-gpu-1"
-NODE_IP = "127.0.90.1"
+NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_LABELS = {"nvidia.com/gpu.present": "true", "node.kubernetes.io/instance-type": "g5.xlarge"}
 NODE_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
@@ -212,15 +216,17 @@ class PodRuntime:
     uid: str
     ip: str
     containers: list[Container] = field(default_factory=list)
+    node: str = ""
     deleting: threading.Event = field(default_factory=threading.Event)
     gone: threading.Event = field(default_factory=threading.Event)
 
 
 class Cluster:
-    def __init__(self, time_scale: float, state_dir: Path, gpus: int) -> None:
+    def __init__(self, time_scale: float, state_dir: Path, gpus: int, nodes: int = 1) -> None:
         self.scale = time_scale
         self.state_dir = state_dir
-        self.gpus = gpus
+        self.gpus = gpus  # per node
+        self.nodes = [f"{NODE_PREFIX}{i + 1}" for i in range(nodes)]
         self.store = Store()
         self.runtimes: dict[str, PodRuntime] = {}
         self.ips = itertools.cycle(range(2, 255))
@@ -290,17 +296,17 @@ class Cluster:
                 },
                 "reason": reason,
                 "message": message,
-                "source": {"component": source, "host": NODE_NAME},
+                "source": {"component": source, "host": pod["spec"].get("nodeName", "")},
                 "firstTimestamp": t,
                 "lastTimestamp": t,
                 "count": 1,
                 "type": type_,
                 "reportingComponent": source,
-                "reportingInstance": NODE_NAME,
+                "reportingInstance": pod["spec"].get("nodeName", ""),
             }
             self.store.put("events", ns, e, "ADDED")
 
-    # ---- controllers: Deployment (Recreate) and the scheduler ----------------------------------
+    # ---- controllers: Deployment (Recreate), StatefulSet, and the scheduler --------------------
 
     def controllers(self) -> None:
         while not self.stopping.is_set():
@@ -309,6 +315,8 @@ class Cluster:
             with contextlib.suppress(Exception), self.store.lock:
                 for d in self.store.list("deployments", None):
                     self.reconcile(d)
+                for sts in self.store.list("statefulsets", None):
+                    self.reconcile_sts(sts)
                 self.schedule()
 
     def template_hash(self, d: dict[str, Any]) -> str:
@@ -348,21 +356,62 @@ class Cluster:
             d["status"] = status
             self.store.put("deployments", ns, d, "MODIFIED")
 
-    def create_pod(self, d: dict[str, Any], template_hash: str) -> None:
+    def reconcile_sts(self, sts: dict[str, Any]) -> None:
+        """Pods `<name>-<ordinal>`, each created only once its predecessor of the same name is
+        gone; a changed template replaces them (RollingUpdate)."""
+        ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+        want = self.template_hash(sts)
+        pods = {p["metadata"]["name"]: p for p in self.owned(sts)}
+        ready = 0
+        for i in range(int(sts["spec"].get("replicas", 1))):
+            pod = pods.get(f"{name}-{i}")
+            if pod is None:
+                if self.store.get("pods", ns, f"{name}-{i}") is None:
+                    self.create_pod(sts, want, ordinal=i)
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            if pod["metadata"]["labels"].get("controller-revision-hash") != want:
+                self.delete_pod(ns, pod["metadata"]["name"], None)
+            elif _pod_ready(pod):
+                ready += 1
+        status = {
+            "observedGeneration": sts["metadata"].get("generation", 1),
+            "replicas": int(sts["spec"].get("replicas", 1)),
+            "readyReplicas": ready,
+            "currentRevision": f"{name}-{want}",
+            "updateRevision": f"{name}-{want}",
+        }
+        if sts.get("status") != status:
+            sts["status"] = status
+            self.store.put("statefulsets", ns, sts, "MODIFIED")
+
+    def create_pod(self, d: dict[str, Any], template_hash: str, ordinal: int | None = None) -> None:
         tmpl = copy.deepcopy(d["spec"]["template"])
         ns = d["metadata"]["namespace"]
-        name = f"{d['metadata']['name']}-{template_hash[:9]}-{secrets.token_hex(3)[:5]}"
+        owner = d["metadata"]["name"]
         pod: dict[str, Any] = {"kind": "Pod", "apiVersion": "v1", "metadata": tmpl["metadata"]}
+        labels = dict(tmpl["metadata"].get("labels") or {})
+        if ordinal is None:  # a Deployment's, through its ReplicaSet
+            name = f"{owner}-{template_hash[:9]}-{secrets.token_hex(3)[:5]}"
+            labels["pod-template-hash"] = template_hash
+            ref = {"kind": "ReplicaSet", "name": f"{owner}-{template_hash[:9]}"}
+        else:  # a StatefulSet's: a stable name, and a DNS name under its headless Service
+            name = f"{owner}-{ordinal}"
+            labels |= {
+                "controller-revision-hash": template_hash,
+                "statefulset.kubernetes.io/pod-name": name,
+                "apps.kubernetes.io/pod-index": str(ordinal),
+            }
+            ref = {"kind": "StatefulSet", "name": owner}
+            tmpl["spec"]["hostname"] = name
+            tmpl["spec"]["subdomain"] = d["spec"]["serviceName"]
         self.new_meta(pod, name, ns)
-        pod["metadata"]["labels"] = {
-            **(tmpl["metadata"].get("labels") or {}),
-            "pod-template-hash": template_hash,
-        }
+        pod["metadata"]["labels"] = labels
         pod["metadata"]["ownerReferences"] = [
             {
                 "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "name": f"{d['metadata']['name']}-{template_hash[:9]}",
+                **ref,
                 "uid": d["metadata"]["uid"],
                 "controller": True,
                 "blockOwnerDeletion": True,
@@ -380,16 +429,18 @@ class Cluster:
         }
         self.store.put("pods", ns, pod, "ADDED")
 
-    def gpus_in_use(self) -> int:
+    def gpus_in_use(self, node: str) -> int:
         return sum(
-            _gpu_request(p) for p in self.store.list("pods", None) if p["spec"].get("nodeName")
+            _gpu_request(p)
+            for p in self.store.list("pods", None)
+            if p["spec"].get("nodeName") == node
         )
 
     def schedule(self) -> None:
         for p in self.store.list("pods", None):
             if p["spec"].get("nodeName") or p["metadata"].get("deletionTimestamp"):
                 continue
-            why = self.unschedulable(p)
+            why, node = self.unschedulable(p)
             conds = p["status"].setdefault("conditions", [])
             if why:
                 cond = {
@@ -404,7 +455,7 @@ class Cluster:
                     self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
                     self.event(p, "Warning", "FailedScheduling", why, "default-scheduler")
                 continue
-            p["spec"]["nodeName"] = NODE_NAME
+            p["spec"]["nodeName"] = node
             p["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": k8s_time(now())}
             ]
@@ -414,17 +465,29 @@ class Cluster:
                 p,
                 "Normal",
                 "Scheduled",
-                f"Successfully assigned {ns}/{name} to {NODE_NAME}",
+                f"Successfully assigned {ns}/{name} to {node}",
                 "default-scheduler",
             )
-            rt = PodRuntime(ns, name, p["metadata"]["uid"], f"127.0.90.{next(self.ips)}")
+            rt = PodRuntime(ns, name, p["metadata"]["uid"], self.pod_ip(p), node=node)
             self.runtimes[p["metadata"]["uid"]] = rt
             threading.Thread(target=self.kubelet, args=(rt,), daemon=True).start()
 
-    def unschedulable(self, p: dict[str, Any]) -> str | None:
+    def pod_ip(self, p: dict[str, Any]) -> str:
+        """A StatefulSet pod's IP is the one its stable DNS name resolves to (see `resolve`);
+        any other pod's is the next free one."""
+        if p["spec"].get("subdomain"):
+            return stable_ip(p["metadata"]["namespace"], p["metadata"]["name"])
+        return f"127.0.90.{next(self.ips)}"
+
+    def unschedulable(self, p: dict[str, Any]) -> tuple[str | None, str]:
+        """(why not, "") or (None, the node)."""
+        n = len(self.nodes)
         sel = p["spec"].get("nodeSelector") or {}
         if any(NODE_LABELS.get(k) != v for k, v in sel.items()):
-            return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+            why = (
+                f"0/{n} nodes are available: {n} node(s) didn't match Pod's node affinity/selector."
+            )
+            return why, ""
         tolerated = all(
             any(
                 t.get("key") == taint["key"]
@@ -436,11 +499,13 @@ class Cluster:
         )
         if not tolerated and _gpu_request(p):
             return (
-                "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: true}."
-            )
-        if _gpu_request(p) and self.gpus_in_use() + _gpu_request(p) > self.gpus:
-            return f"0/1 nodes are available: 1 Insufficient {GPU_RESOURCE}."
-        return None
+                f"0/{n} nodes are available: {n} node(s) had untolerated taint "
+                "{nvidia.com/gpu: true}."
+            ), ""
+        for node in self.nodes:
+            if self.gpus_in_use(node) + _gpu_request(p) <= self.gpus:
+                return None, node
+        return f"0/{n} nodes are available: {n} Insufficient {GPU_RESOURCE}.", ""
 
     # ---- deletion ---------------------------------------------------------------------------
 
@@ -494,13 +559,13 @@ class Cluster:
                         svc["metadata"]["name"], ip, int(first["port"]), first.get("name") or ""
                     )
         for e in c.get("env") or []:
-            env[e["name"]] = _expand(str(e.get("value", "")), env)
+            env[e["name"]] = resolve(_expand(str(e.get("value", "")), env))
         gpus = _gpu_request(p)
         if gpus:  # the device plugin's share of the node
             env |= {
                 "GAMEDAY_GPU": "a10g",
                 "GAMEDAY_GPU_COUNT": str(gpus),
-                "GAMEDAY_GPU_STATE": str(self.state_dir / "gpu" / NODE_NAME),
+                "GAMEDAY_GPU_STATE": str(self.state_dir / "gpu" / rt.node),
             }
         env |= {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -510,7 +575,9 @@ class Cluster:
         return env
 
     def argv(self, c: dict[str, Any], env: dict[str, str], ip: str) -> list[str]:
-        argv = [_expand(a, env) for a in [*(c.get("command") or []), *(c.get("args") or [])]]
+        argv = [
+            resolve(_expand(a, env)) for a in [*(c.get("command") or []), *(c.get("args") or [])]
+        ]
         # the pod's network namespace: all of its addresses are the pod IP
         for i, a in enumerate(argv):
             if a == "0.0.0.0" and i and argv[i - 1] == "--host":
@@ -526,7 +593,7 @@ class Cluster:
         if p is None:
             return
         c = p["spec"]["containers"][0]
-        (self.state_dir / "gpu" / NODE_NAME).mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "gpu" / rt.node).mkdir(parents=True, exist_ok=True)
         self.event(
             p,
             "Normal",
@@ -745,7 +812,7 @@ class Cluster:
     ) -> None:
         p["status"].update(
             phase="Running",
-            hostIP=NODE_IP,
+            hostIP=f"127.0.89.{self.nodes.index(rt.node) + 1}",
             podIP=rt.ip,
             podIPs=[{"ip": rt.ip}],
             startTime=p["status"].get("startTime") or k8s_time(cont.started_at),
@@ -843,6 +910,24 @@ class Cluster:
         )
 
 
+_POD_DNS = re.compile(
+    r"\b(?P<pod>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.(?P<svc>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
+    r"\.(?P<ns>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.svc(\.cluster\.local)?\b"
+)
+
+
+def stable_ip(ns: str, pod: str) -> str:
+    h = hashlib.sha256(f"{ns}/{pod}".encode()).digest()
+    return f"127.0.91.{2 + h[0] % 250}"
+
+
+def resolve(value: str) -> str:
+    """Cluster DNS for a process that cannot use it: a StatefulSet pod's name
+    (`<pod>.<service>.<namespace>.svc[.cluster.local]`) becomes the pod's IP, which is stable
+    (`stable_ip`), as the name is on a cluster."""
+    return _POD_DNS.sub(lambda m: stable_ip(m.group("ns"), m.group("pod")), value)
+
+
 def _expand(s: str, env: dict[str, str]) -> str:
     """Kubernetes' $(VAR) expansion; $$ escapes."""
     return re.sub(
@@ -896,14 +981,19 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "apps",
-        re.compile(rf"^{APPS}/namespaces/(?P<ns>[^/]+)/(?P<res>deployments)(?:/(?P<name>[^/]+))?$"),
+        re.compile(
+            rf"^{APPS}/namespaces/(?P<ns>[^/]+)/(?P<res>deployments|statefulsets)"
+            r"(?:/(?P<name>[^/]+))?$"
+        ),
     ),
 ]
+WORKLOADS = ("deployments", "statefulsets")
 KINDS = {
     "pods": ("Pod", "v1"),
     "services": ("Service", "v1"),
     "events": ("Event", "v1"),
     "deployments": ("Deployment", "apps/v1"),
+    "statefulsets": ("StatefulSet", "apps/v1"),
     "namespaces": ("Namespace", "v1"),
 }
 
@@ -1042,8 +1132,9 @@ class Api:
 
     def finalize_namespace(self, name: str) -> None:
         store = self.c.store
-        for d in store.list("deployments", name):
-            store.remove("deployments", name, d["metadata"]["name"])
+        for res in ("deployments", "statefulsets"):
+            for d in store.list(res, name):
+                store.remove(res, name, d["metadata"]["name"])
         for p in store.list("pods", name):
             with contextlib.suppress(ApiError):
                 self.c.delete_pod(name, p["metadata"]["name"], None)
@@ -1073,11 +1164,11 @@ class Api:
             nm = body["metadata"]["name"]
             if store.get(res, ns, nm):
                 raise ApiError(409, "AlreadyExists", f'{res}{_group(res)} "{nm}" already exists')
-            if res not in ("services", "deployments"):
+            if res not in ("services", "deployments", "statefulsets"):
                 raise ApiError(405, "MethodNotAllowed", f"creating {res} is not served here")
             obj = c.new_meta(copy.deepcopy(body), nm, ns)
             self.defaults(res, obj)
-            if res == "deployments":
+            if res in WORKLOADS:
                 obj["metadata"]["generation"] = 1
             out = store.put(res, ns, obj, "ADDED")
             c.wake.set()
@@ -1090,7 +1181,7 @@ class Api:
         if method == "GET":
             return 200, copy.deepcopy(obj)
         if method == "PUT":
-            if res != "deployments":
+            if res not in WORKLOADS:
                 raise ApiError(405, "MethodNotAllowed", f"replacing {res} is not served here")
             new = copy.deepcopy(body)
             if body["metadata"].get("name") != name:
@@ -1114,7 +1205,7 @@ class Api:
             store.remove(res, ns, name)
             if res == "services":  # a Service's DELETE answers with the Service
                 return 200, copy.deepcopy(obj)
-            if res == "deployments":
+            if res in WORKLOADS:
                 for p in c.owned(obj):
                     with contextlib.suppress(ApiError):
                         c.delete_pod(ns, p["metadata"]["name"], None)
@@ -1148,10 +1239,15 @@ class Api:
             spec.setdefault("revisionHistoryLimit", 10)
             spec.setdefault("progressDeadlineSeconds", 600)
             spec.setdefault("strategy", {"type": "RollingUpdate"})
+        if res == "statefulsets":
+            spec = obj["spec"]
+            spec.setdefault("replicas", 1)
+            spec.setdefault("podManagementPolicy", "OrderedReady")
+            spec.setdefault("updateStrategy", {"type": "RollingUpdate"})
 
 
 def _group(res: str) -> str:
-    return ".apps" if res == "deployments" else ""
+    return ".apps" if res in WORKLOADS else ""
 
 
 def _true(v: str | None) -> bool:
@@ -1224,11 +1320,17 @@ class QuietServer(ThreadingHTTPServer):
 
 class Server:
     def __init__(
-        self, port: int, kubeconfig: Path, time_scale: float, gpus: int = 1, host: str = "127.0.0.1"
+        self,
+        port: int,
+        kubeconfig: Path,
+        time_scale: float,
+        gpus: int = 1,
+        nodes: int = 5,
+        host: str = "127.0.0.1",
     ) -> None:
         state = kubeconfig.parent / "state"
         state.mkdir(parents=True, exist_ok=True)
-        self.cluster = Cluster(time_scale, state, gpus)
+        self.cluster = Cluster(time_scale, state, gpus, nodes)
         self.token = secrets.token_urlsafe(24)
         self.api = Api(self.cluster, self.token)
         self.httpd = QuietServer((host, port), make_handler(self.api))

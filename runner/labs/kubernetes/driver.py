@@ -2,8 +2,8 @@
 runner.labs.base.LabDriver.
 
 Plain API use, so that what the tests exercise (against tests/kubeapi, a stand-in API server)
-is what a real cluster receives: create / replace / delete of the lab's Namespace, Service and
-Deployments; one list of the lab's pods, then a watch from its resourceVersion (an informer's
+is what a real cluster receives: create / replace / delete of the lab's Namespace, Services,
+Deployments (single-node servers) and StatefulSets (the ranks of a tensor-parallel group); one list of the lab's pods, then a watch from its resourceVersion (an informer's
 cache: `states()` reads it, no polling); pod logs with `timestamps=true`, current and
 `previous`; Events of a pod.
 
@@ -77,6 +77,14 @@ def _utc(dt: datetime | None) -> datetime | None:
     return dt.astimezone(UTC) if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
+@dataclass(frozen=True)
+class Calls:
+    kind: str
+    read: Callable[..., Any]
+    create: Callable[..., Any]
+    replace: Callable[..., Any]
+
+
 @dataclass
 class Incarnation:
     """One container of a node's pod: (pod, restartCount)."""
@@ -97,7 +105,9 @@ class Incarnation:
 
 @dataclass
 class NodeView:
-    pod: Any = None  # the newest pod of the node (the client's V1Pod)
+    pod: Any = None  # the node's pod (the client's V1Pod): the newest not being deleted
+    pods: dict[str, Any] = field(default_factory=dict)  # every pod of the node there is, by uid
+    first_seen: dict[str, int] = field(default_factory=dict)
     pods_seen: int = 0
     incs: list[Incarnation] = field(default_factory=list)
     backoff_for: int = -1  # restartCount a BACKOFF event was emitted for
@@ -109,7 +119,6 @@ class KubernetesLab(EventFeed, ChangePlanning):
     label = "kubernetes lab"
 
     def __init__(self, inventory: Inventory) -> None:
-        mf.check_supported(inventory)
         self.inventory = inventory
         self.spec = mf.spec_of(inventory)
         self.ns = self.spec.namespace
@@ -256,10 +265,27 @@ class KubernetesLab(EventFeed, ChangePlanning):
             return False
         self.guard(ns)
         for n in self.inventory.nodes:
-            status, _ = self._status_of(self.apps.read_namespaced_deployment, n.name, self.ns)
+            status, _ = self._status_of(self._calls(n).read, n.name, self.ns)
             if status != 200:
                 return False
         return True
+
+    def _calls(self, node: Node) -> Calls:
+        """The API calls of the node's workload: a Deployment, or a group rank's StatefulSet."""
+        a = self.apps
+        if mf.is_grouped(node):
+            return Calls(
+                "statefulset",
+                a.read_namespaced_stateful_set,
+                a.create_namespaced_stateful_set,
+                a.replace_namespaced_stateful_set,
+            )
+        return Calls(
+            "deployment",
+            a.read_namespaced_deployment,
+            a.create_namespaced_deployment,
+            a.replace_namespaced_deployment,
+        )
 
     def up(self) -> None:
         ns = self._namespace()
@@ -281,8 +307,17 @@ class KubernetesLab(EventFeed, ChangePlanning):
             )
             if status == 404:
                 self.call("create service", self.core.create_namespaced_service, self.ns, svc)
+            for group in mf.groups(self.inventory):
+                status, _ = self._status_of(self.core.read_namespaced_service, group, self.ns)
+                if status == 404:
+                    self.call(
+                        f"create headless service {group}",
+                        self.core.create_namespaced_service,
+                        self.ns,
+                        mf.headless_service(self.inventory, group),
+                    )
             for n in self.inventory.nodes:
-                self._apply_deployment(n, None)
+                self._apply_workload(n, None)
             self._sync()
             from runner.labs import wait_all_ready
 
@@ -294,7 +329,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
             raise
 
     def down(self) -> None:
-        """Delete what gameday created: its Deployments and Services (by its labels), then its
+        """Delete what gameday created: its workloads and Services (by its labels), then its
         namespace if it created that; wait until the lab's pods are gone."""
         self._close_watch()
         ns = self._namespace()
@@ -306,6 +341,10 @@ class KubernetesLab(EventFeed, ChangePlanning):
             "list deployments", self.apps.list_namespaced_deployment, self.ns, label_selector=sel
         ).items:
             self._delete(self.apps.delete_namespaced_deployment, d.metadata.name)
+        for st in self.call(
+            "list statefulsets", self.apps.list_namespaced_stateful_set, self.ns, label_selector=sel
+        ).items:
+            self._delete(self.apps.delete_namespaced_stateful_set, st.metadata.name)
         for s in self.call(
             "list services", self.core.list_namespaced_service, self.ns, label_selector=sel
         ).items:
@@ -342,6 +381,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
         )
         for what, fn in (
             ("deployment", self.apps.list_namespaced_deployment),
+            ("statefulset", self.apps.list_namespaced_stateful_set),
             ("service", self.core.list_namespaced_service),
             ("pod", self.core.list_namespaced_pod),
         ):
@@ -438,19 +478,24 @@ class KubernetesLab(EventFeed, ChangePlanning):
             return
         with self._cond:
             v = self._views[node]
-            newest = v.pod is None or (
-                pod.metadata.creation_timestamp >= v.pod.metadata.creation_timestamp
-            )
+            uid = pod.metadata.uid
             if type_ == "DELETED":
                 self._pod_gone(node, pod)
-                if v.pod is not None and v.pod.metadata.uid == pod.metadata.uid:
-                    v.pod = None
-                return
-            if newest:
-                if v.pod is None or v.pod.metadata.uid != pod.metadata.uid:
+                v.pods.pop(uid, None)
+            else:
+                if uid not in v.first_seen:
                     v.pods_seen += 1
-                v.pod = pod
-        self._container_changes(node, pod, initial)
+                    v.first_seen[uid] = v.pods_seen
+                v.pods[uid] = pod
+            # the node's pod: one not being deleted before one that is, then the newest
+            v.pod = max(
+                v.pods.values(),
+                key=lambda p: (p.metadata.deletion_timestamp is None, v.first_seen[p.metadata.uid]),
+                default=None,
+            )
+            self._cond.notify_all()
+        if type_ != "DELETED":
+            self._container_changes(node, pod, initial)
 
     def _container_status(self, pod: Any) -> Any | None:
         for cs in pod.status.container_statuses or [] if pod.status else []:
@@ -493,7 +538,8 @@ class KubernetesLab(EventFeed, ChangePlanning):
                     pod=name,
                     generation=v.pods_seen,
                 )
-            if bool(cs.ready) != v.ready:
+            current = v.pod is not None and v.pod.metadata.uid == pod.metadata.uid
+            if current and bool(cs.ready) != v.ready:
                 v.ready = bool(cs.ready)
                 if v.ready and inc.first_output_at is None:
                     # ready means it has logged: its first line is the incarnation's first output
@@ -661,8 +707,9 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 reason=reason or "",
             )
         state = cs.state
+        terminating = pod.metadata.deletion_timestamp is not None
         if state.running is not None:
-            status, reason = NodeStatus.RUNNING, "Running"
+            status, reason = NodeStatus.RUNNING, "Terminating" if terminating else "Running"
         elif state.terminated is not None:
             status, reason = NodeStatus.EXITED, state.terminated.reason or "Terminated"
         elif state.waiting is not None and state.waiting.reason == "CrashLoopBackOff":
@@ -679,7 +726,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 "generation": v.pods_seen,
                 "incarnation": cur.number if cur else (v.incs[-1].number if v.incs else 0),
                 "restarts": int(cs.restart_count),
-                "ready": status is NodeStatus.RUNNING and bool(cs.ready),
+                "ready": status is NodeStatus.RUNNING and bool(cs.ready) and not terminating,
                 "started_at": cur.started_at if cur else None,
                 "first_output_at": cur.first_output_at if cur else None,
                 "reason": reason or "",
@@ -763,9 +810,8 @@ class KubernetesLab(EventFeed, ChangePlanning):
 
     def config(self, node: str) -> NodeConfig:
         self._guarded_namespace()
-        d = self.call(
-            f"read deployment {node}", self.apps.read_namespaced_deployment, node, self.ns
-        )
+        calls = self._calls(self.inventory.node(node))
+        d = self.call(f"read {calls.kind} {node}", calls.read, node, self.ns)
         return mf.config_of(d, self.inventory)
 
     def current(self, change: Change) -> NodeConfig | ProcessState | Value:
@@ -806,28 +852,44 @@ class KubernetesLab(EventFeed, ChangePlanning):
         if change.kind is ChangeKind.NODE_CONFIG and isinstance(change.after, NodeConfig):
             self._sync()
             self._expect_stop_now([change.node])
-            self._apply_deployment(self.inventory.node(change.node), change.after)
+            pod = self._views[change.node].pod
+            self._apply_workload(self.inventory.node(change.node), change.after)
+            if pod is not None and change.after != change.before:
+                self._wait_replacing({change.node: pod.metadata.uid})
             return
         self.current(change)  # raises: not a change this lab makes
 
-    def _apply_deployment(self, node: Node, cfg: NodeConfig | None) -> None:
-        body = mf.deployment(self.inventory, node, cfg)
-        status, _ = self._status_of(self.apps.read_namespaced_deployment, node.name, self.ns)
+    def _apply_workload(self, node: Node, cfg: NodeConfig | None) -> None:
+        body = mf.workload(self.inventory, node, cfg)
+        calls = self._calls(node)
+        status, _ = self._status_of(calls.read, node.name, self.ns)
         if status == 404:
-            self.call(
-                f"create deployment {node.name}",
-                self.apps.create_namespaced_deployment,
-                self.ns,
-                body,
-            )
+            self.call(f"create {calls.kind} {node.name}", calls.create, self.ns, body)
         else:
-            self.call(
-                f"replace deployment {node.name}",
-                self.apps.replace_namespaced_deployment,
-                node.name,
-                self.ns,
-                body,
-            )
+            self.call(f"replace {calls.kind} {node.name}", calls.replace, node.name, self.ns, body)
+
+    def _wait_replacing(self, old: dict[str, str], timeout: float = 60) -> None:
+        """Until the watch shows each node's old pod terminating or gone: from then on, the
+        node's state is the new pod's, not the old one's last word."""
+
+        def replacing() -> bool:
+            for node, uid in old.items():
+                pod = self._views[node].pod
+                if (
+                    pod is not None
+                    and pod.metadata.uid == uid
+                    and pod.metadata.deletion_timestamp is None
+                ):
+                    return False
+            return True
+
+        with self._cond:
+            if not self._cond.wait_for(replacing, timeout):
+                raise LabError(
+                    f"{', '.join(old)}: the old pod is neither terminating nor replaced after "
+                    f"{timeout:.0f} s",
+                    hint=f"kubectl -n {self.ns} get pods",
+                )
 
     def _expect_stop_now(self, nodes: Sequence[str]) -> None:
         with self._cond:
@@ -840,11 +902,14 @@ class KubernetesLab(EventFeed, ChangePlanning):
         ones, which is how a pod is restarted on Kubernetes."""
         self._sync()
         self._expect_stop_now(nodes)
+        old = {}
         for n in nodes:
             pod = self._views[n].pod
             if pod is None:
                 raise LabNotUp(f"{n} has no pod to restart")
+            old[n] = pod.metadata.uid
             self._delete(self.core.delete_namespaced_pod, pod.metadata.name)
+        self._wait_replacing(old)
 
     def signal(self, node: str, process: str, signal: str) -> None:
         raise LabError(

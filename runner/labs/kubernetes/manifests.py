@@ -4,12 +4,19 @@ Namespace, Service `vllm`, and a Deployment per single-node server with `strateg
 `nvidia.com/gpu: 1`, startup and readiness probes on /health, a memory-backed /dev/shm, an HF
 cache volume and `enableServiceLinks` stated explicitly.
 
+A tensor-parallel group (head and workers) is a StatefulSet per node (a stable pod name
+`<node>-0`, each rank with its own args) under one headless Service named after the group, so the
+head has a stable DNS name for `--master-addr` (`node1-0.tp-group.<namespace>.svc.cluster.local`);
+`podManagementPolicy: Parallel`, since the head is not ready until its workers join. Workers are
+headless (no HTTP): no probes.
+
 Everything here is a plain dict in the shape the API server takes: the driver sends exactly these,
 `gameday lab manifests` prints them, and the tests validate them against the Kubernetes schemas.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from runner.errors import InventoryError
@@ -18,6 +25,7 @@ from runner.labs.base import NodeConfig
 
 LAB_LABEL = "gameday.io/lab"  # on the namespace: the mark that it is a lab (the blast-radius guard)
 NODE_LABEL = "gameday.io/node"
+GROUP_LABEL = "gameday.io/group"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gameday"}
 CREATED_BY_ANNOTATION = "gameday.io/created-by"  # on a namespace gameday created (and may delete)
 CONTAINER = "vllm"
@@ -28,17 +36,24 @@ def spec_of(inventory: Inventory) -> KubernetesSpec:
     return inventory.lab.kubernetes or KubernetesSpec()
 
 
-def check_supported(inventory: Inventory) -> None:
-    """This version drives single-node servers (Deployments): say so for anything else."""
-    for n in inventory.nodes:
-        if n.role is not Role.SERVING:
-            raise InventoryError(
-                f"host {n.name} has role {n.role.value}: the kubernetes lab of this version runs "
-                "single-node servers (role serving) only",
-                file=inventory.path,
-                field=f"{n.name}.gameday_role",
-                hint="the 4-node tensor-parallel scenarios run on the local and compose labs",
-            )
+def group_of(inventory: Inventory, node: Node) -> str:
+    """The DNS name of a head's or worker's group: its largest inventory group."""
+    groups = [g for g in node.groups if g not in ("all", "head", "worker")]
+    best = max(groups, key=lambda g: len(inventory.resolve(g)), default="")
+    name = best.replace("_", "-").lower()
+    if not re.fullmatch(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?", name):
+        raise InventoryError(
+            f"host {node.name} ({node.role.value}) needs a group whose name can be a Service "
+            f"name (its headless Service), not {best!r}",
+            file=inventory.path,
+            field=f"{node.name}.groups",
+            hint="put the group's hosts under a group such as tp_group",
+        )
+    return name
+
+
+def is_grouped(node: Node) -> bool:
+    return node.role is not Role.SERVING
 
 
 def labels(inventory: Inventory, node: str | None = None) -> dict[str, str]:
@@ -65,6 +80,31 @@ def namespace(inventory: Inventory) -> dict[str, Any]:
             "annotations": {CREATED_BY_ANNOTATION: "gameday"},
         },
     }
+
+
+def headless_service(inventory: Inventory, group: str) -> dict[str, Any]:
+    """The group's headless Service: DNS names for its pods, ready or not."""
+    spec = spec_of(inventory)
+    head = next(
+        (n for n in inventory.nodes if n.role is Role.HEAD and group_of(inventory, n) == group),
+        None,
+    )
+    port = _flag(head.rendered_args(), "--master-port", "29501") if head else "29501"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": group, "namespace": spec.namespace, "labels": labels(inventory)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LAB_LABEL: inventory.lab.name, GROUP_LABEL: group},
+            "ports": [{"name": "rendezvous", "port": int(port), "protocol": "TCP"}],
+        },
+    }
+
+
+def _flag(args: list[str], flag: str, default: str) -> str:
+    return args[args.index(flag) + 1] if flag in args[:-1] else default
 
 
 def service(inventory: Inventory) -> dict[str, Any]:
@@ -112,11 +152,7 @@ def _probe(period_s: int, failure_threshold: int) -> dict[str, Any]:
     }
 
 
-def deployment(
-    inventory: Inventory, node: Node, config: NodeConfig | None = None
-) -> dict[str, Any]:
-    """The node's Deployment with `config` (default: the baseline) as its container's args, env
-    and the pod's enableServiceLinks."""
+def _pod_spec(inventory: Inventory, node: Node, config: NodeConfig | None) -> dict[str, Any]:
     spec = spec_of(inventory)
     cfg = config or baseline_config(inventory, node)
     env = {**cfg.env, **lab_env(inventory)}
@@ -140,12 +176,6 @@ def deployment(
                 "env": [{"name": k, "value": v} for k, v in env.items()],
                 "ports": [{"name": "http", "containerPort": node.port, "protocol": "TCP"}],
                 "resources": {"requests": requests, "limits": limits},
-                "startupProbe": _probe(
-                    spec.startup_probe.period_s, spec.startup_probe.failure_threshold
-                ),
-                "readinessProbe": _probe(
-                    spec.readiness_probe.period_s, spec.readiness_probe.failure_threshold
-                ),
                 "volumeMounts": [
                     {"name": "hf-cache", "mountPath": cfg.env.get("HF_HOME", HF_HOME_DEFAULT)},
                     {"name": "dshm", "mountPath": "/dev/shm"},
@@ -157,9 +187,55 @@ def deployment(
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
         ],
     }
+    if node.role is not Role.WORKER:  # a headless worker has no HTTP to probe
+        pod["containers"][0]["startupProbe"] = _probe(
+            spec.startup_probe.period_s, spec.startup_probe.failure_threshold
+        )
+        pod["containers"][0]["readinessProbe"] = _probe(
+            spec.readiness_probe.period_s, spec.readiness_probe.failure_threshold
+        )
     if spec.gpu is not None:
         pod["tolerations"] = [dict(t) for t in spec.gpu.tolerations]
         pod["nodeSelector"] = dict(spec.gpu.node_selector)
+    return pod
+
+
+def workload(inventory: Inventory, node: Node, config: NodeConfig | None = None) -> dict[str, Any]:
+    """The node's workload with `config` (default: the baseline) as its container's args, env
+    and the pod's enableServiceLinks: a Deployment for a single-node server, a StatefulSet for
+    a rank of a group."""
+    if is_grouped(node):
+        return statefulset(inventory, node, config)
+    return deployment(inventory, node, config)
+
+
+def statefulset(
+    inventory: Inventory, node: Node, config: NodeConfig | None = None
+) -> dict[str, Any]:
+    spec = spec_of(inventory)
+    group = group_of(inventory, node)
+    pod = _pod_spec(inventory, node, config)
+    pod_labels = labels(inventory, node.name) | {GROUP_LABEL: group}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": node.name, "namespace": spec.namespace, "labels": pod_labels},
+        "spec": {
+            "replicas": 1,
+            "serviceName": group,
+            # all ranks start together: the head is not ready until its workers have joined
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {LAB_LABEL: inventory.lab.name, NODE_LABEL: node.name}},
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+        },
+    }
+
+
+def deployment(
+    inventory: Inventory, node: Node, config: NodeConfig | None = None
+) -> dict[str, Any]:
+    spec = spec_of(inventory)
+    pod = _pod_spec(inventory, node, config)
     pod_labels = labels(inventory, node.name)
     return {
         "apiVersion": "apps/v1",
@@ -187,11 +263,15 @@ def config_of(deployment_obj: Any, inventory: Inventory) -> NodeConfig:
     )
 
 
+def groups(inventory: Inventory) -> list[str]:
+    return sorted({group_of(inventory, n) for n in inventory.nodes if is_grouped(n)})
+
+
 def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
     """Everything `lab up` creates, in order."""
-    check_supported(inventory)
     return [
         namespace(inventory),
         service(inventory),
-        *(deployment(inventory, n) for n in inventory.nodes),
+        *(headless_service(inventory, g) for g in groups(inventory)),
+        *(workload(inventory, n) for n in inventory.nodes),
     ]
