@@ -110,14 +110,15 @@ def run_suite(
             progress(f"taking lab {lab.inventory.lab.name!r} down")
             lab.down()
 
-    if parallel == 1:
+    workers = max(1, min(parallel, len(todo)))  # no lab instance without a scenario for it
+    if workers == 1:
         try:
             setup(0)
             ran = [work(0, ls) for ls in todo]
         finally:
             teardown(0)
     else:
-        ran, errors = run_workers(todo, parallel, work, setup, teardown)
+        ran, errors = run_workers(todo, workers, work, setup, teardown)
         if errors:
             raise errors[0]
     by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
@@ -134,7 +135,7 @@ def run_suite(
             inventory=str(inventory.path),
             time_scale=spec.time_scale,
             timing_allowance_s=spec.timing_allowance_s,
-            instances=parallel,
+            instances=workers,
         ),
         verdict=combine([r.verdict for r in results]),
         scenarios=results,

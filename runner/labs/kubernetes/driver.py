@@ -3,8 +3,9 @@ runner.labs.base.LabDriver.
 
 Plain API use, so that what the tests exercise (against tests/kubeapi, a stand-in API server)
 is what a real cluster receives: create / replace / delete of the lab's Namespace, Services,
-Deployments (single-node servers) and StatefulSets (the ranks of a tensor-parallel group); one list of the lab's pods, then a watch from its resourceVersion (an informer's
-cache: `states()` reads it, no polling); pod logs with `timestamps=true`, current and
+Deployments (single-node servers) and StatefulSets (the ranks of a tensor-parallel group); one
+list of the lab's pods, then a watch from its resourceVersion (an informer's cache: `states()`
+reads it, no polling); pod logs with `timestamps=true`, current and
 `previous`; Events of a pod.
 
 Incarnations are containers: each (pod, restartCount) the watch shows running is one. Its exit
