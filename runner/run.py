@@ -144,6 +144,8 @@ class Context:
     # the injected fault is in place: its last change applied (a playbook or a container
     # re-create takes seconds of wall time that the failure must not be charged with)
     fault_at: datetime | None = None
+    # its first change in place: an alert may fire on that alone (one node of two moved)
+    fault_began_at: datetime | None = None
     inject_seq: int = 0
     time_to_detect: float | None = None
 
@@ -331,6 +333,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
                 wait_started(ctx, action)
         if why == "inject" and not isinstance(action, Traffic):
             ctx.fault_at = utcnow()
+            ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
 
 
 def wait_started(ctx: Context, action: StartProcess) -> None:
@@ -812,14 +815,15 @@ def _checks(p: Pattern) -> str:
 
 
 def detect(ctx: Context, ls: LoadedScenario) -> None:
-    """Each expected alert must be firing in Prometheus within its window from the injection."""
+    """Each expected alert must be firing in Prometheus within its window from the injection
+    (the moment its first change was in place)."""
     alerts = ls.scenario.detect.alerts
     if not alerts:
         return
     ctx.progress("detect: waiting for alerts")
     ctx.rec.event("phase detect")
     prom = ctx.lab.inventory.lab.prometheus
-    since = ctx.fault_at or ctx.injected_at or utcnow()
+    since = ctx.fault_began_at or ctx.injected_at or utcnow()
     for a in alerts:
         name = f"detect: alert {a.name} fires"
         expected = f"firing within {a.within_s:g} s real of the injection"
