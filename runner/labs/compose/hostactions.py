@@ -6,6 +6,7 @@ events (job_events/*.json, stdout) in its own directory under `artifacts`."""
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import sys
 import time
@@ -50,11 +51,18 @@ def in_flight(lab: str) -> list[int]:
 
 def wait_in_flight(lab: str, timeout: float) -> list[int]:
     """Wait for them to finish (a half-done address move is worse than a finished one); return
-    the ones still running after `timeout`."""
+    the ones still running after `timeout`. Each exit is awaited on a pidfd (no polling)."""
     deadline = time.monotonic() + timeout
-    while (left := in_flight(lab)) and time.monotonic() < deadline:
-        time.sleep(0.2)  # a foreign process's exit has no event to wait on
-    return left
+    for pid in in_flight(lab):
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue  # gone already
+        try:
+            select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        finally:
+            os.close(fd)
+    return in_flight(lab)
 
 
 def run_playbook(

@@ -350,16 +350,38 @@ class KubernetesLab(EventFeed, ChangePlanning):
             "list services", self.core.list_namespaced_service, self.ns, label_selector=sel
         ).items:
             self._delete(self.core.delete_namespaced_service, s.metadata.name)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            pods = self.call(
-                "list pods", self.core.list_namespaced_pod, self.ns, label_selector=sel
-            )
-            if not pods.items:
-                break
-            time.sleep(0.1)  # deletion has no event of its own to wait on without a watch
+        self._wait_pods_gone(sel, 60)
         if (ns.metadata.annotations or {}).get(mf.CREATED_BY_ANNOTATION) == "gameday":
             self._delete(self.core.delete_namespace, self.ns, namespaced=False)
+
+    def _wait_pods_gone(self, sel: str, timeout: int) -> None:
+        """Until no pod matches `sel`: a list, then a watch of its deletions (no polling)."""
+        from kubernetes import watch
+
+        pods = self.call("list pods", self.core.list_namespaced_pod, self.ns, label_selector=sel)
+        left = {p.metadata.uid for p in pods.items}
+        if not left:
+            return
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        with contextlib.suppress(Exception):  # a dropped watch: the check below says
+            for ev in w.stream(  # type: ignore[no-untyped-call]
+                self.core.list_namespaced_pod,
+                self.ns,
+                label_selector=sel,
+                resource_version=pods.metadata.resource_version,
+                timeout_seconds=timeout,
+            ):
+                if ev["type"] == "DELETED":
+                    left.discard(ev["object"].metadata.uid)
+                if not left:
+                    w.stop()  # type: ignore[no-untyped-call]
+        pods = self.call("list pods", self.core.list_namespaced_pod, self.ns, label_selector=sel)
+        if pods.items:
+            raise LabError(
+                f"pods of the lab are still there after {timeout} s: "
+                + ", ".join(p.metadata.name for p in pods.items[:5]),
+                hint=f"kubectl -n {self.ns} get pods -l {sel}",
+            )
 
     def _delete(self, fn: Callable[..., Any], name: str, namespaced: bool = True) -> None:
         args = (name, self.ns) if namespaced else (name,)
