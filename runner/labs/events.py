@@ -1,13 +1,52 @@
-"""The lab-event feed the drivers that watch a runtime share (compose: Docker's events;
-kubernetes: a pod watch): events appended by the watching threads, waited on by the runner."""
+"""What the drivers that watch a runtime share (compose: Docker's events; kubernetes: a pod
+watch): the lab-event feed, appended by the watching threads and waited on by the runner, and
+the incarnation record each driver keeps per container start."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runner.labs.base import EventType, LabEvent
+from runner.labs.base import EventType, ExitInfo, LabEvent, LogLine, NodeState
+from runner.scenario import LogSource
+
+
+@dataclass
+class Incarnation:
+    """One start of a node's engine, as the runtime reported it."""
+
+    number: int
+    container_id: str
+    started_at: datetime
+    first_output_at: datetime | None = None
+    finished_at: datetime | None = None
+    code: int | None = None
+    stopped: bool = False  # the lab stopped it (re-apply, restart): not a failure
+
+    def exit_info(self) -> ExitInfo | None:
+        if self.finished_at is None or self.code is None:
+            return None
+        return ExitInfo(
+            incarnation=self.number,
+            code=self.code,
+            started_at=self.started_at,
+            first_output_at=self.first_output_at,
+            finished_at=self.finished_at,
+        )
+
+    def exited_data(self) -> dict[str, Any]:
+        """The data of its EXITED event (runner.run.exit_of reads it back)."""
+        assert self.finished_at is not None
+        return {
+            "incarnation": self.number,
+            "code": self.code,
+            "started_at": self.started_at.isoformat(),
+            "first_output_at": self.first_output_at.isoformat() if self.first_output_at else None,
+            "finished_at": self.finished_at.isoformat(),
+            "stopped": self.stopped,
+        }
 
 
 class EventFeed:
@@ -23,6 +62,19 @@ class EventFeed:
 
     def _sync(self) -> None:
         raise NotImplementedError
+
+    def states(self) -> dict[str, NodeState]:
+        raise NotImplementedError
+
+    def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
+        raise NotImplementedError
+
+    def logs(self, node: str, source: LogSource) -> list[LogLine]:
+        """The current incarnation's log, or the last exited one's (`kubectl logs --previous`)."""
+        st = self.states()[node]
+        if source is LogSource.PREVIOUS:
+            return [] if st.last_exit is None else self.logs_of(node, st.last_exit.incarnation)
+        return self.logs_of(node, st.incarnation)
 
     def emit(self, node: str, type_: EventType, ts: datetime, **data: Any) -> None:
         with self._cond:

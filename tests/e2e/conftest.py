@@ -25,15 +25,23 @@ def gameday(
     )
 
 
-def inventory(tmp_path: Path, address: str, **replace: str) -> Path:
-    text = (ROOT / "inventories" / "local.yaml").read_text()
-    text = text.replace("127.0.77.10", address).replace("name: local", "name: test")
+def variant(source: Path, tmp_path: Path, replace: dict[str, str], name: str | None = None) -> Path:
+    """A copy of an inventory in tmp_path with each `old` text replaced by its `new` (each must be
+    there); relative paths in it must be made absolute through `replace`."""
+    text = source.read_text()
     for old, new in replace.items():
         assert old in text, old
         text = text.replace(old, new)
-    p = tmp_path / "inventory.yaml"
+    p = tmp_path / (name or source.name)
     p.write_text(text)
     return p
+
+
+def inventory(tmp_path: Path, address: str, **replace: str) -> Path:
+    """The local lab's inventory, its serving node on `address`, under the lab name `test`."""
+    base = {"127.0.77.10": address, "name: local": "name: test"}
+    local = ROOT / "inventories" / "local.yaml"
+    return variant(local, tmp_path, base | replace, name="inventory.yaml")
 
 
 @pytest.fixture

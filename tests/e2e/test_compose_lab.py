@@ -24,7 +24,7 @@ import pytest
 from runner import journal
 from runner.inventory import load_inventory
 from runner.labs.compose.driver import ComposeLab
-from tests.e2e.conftest import ROOT, gameday
+from tests.e2e.conftest import ROOT, gameday, variant
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "compose.yaml"
@@ -149,15 +149,11 @@ def _no_lab_objects(state: Path) -> list[str]:
 
 
 def _variant(tmp_path: Path, **replace: str) -> Path:
-    text = INVENTORY.read_text()
-    text = text.replace("../compose/compose.yaml", str(ROOT / "compose" / "compose.yaml"))
-    text = text.replace("../playbooks", str(ROOT / "playbooks"))
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    inv = tmp_path / "compose.yaml"
-    inv.write_text(text)
-    return inv
+    paths = {
+        "../compose/compose.yaml": str(ROOT / "compose" / "compose.yaml"),
+        "../playbooks": str(ROOT / "playbooks"),
+    }
+    return variant(INVENTORY, tmp_path, paths | replace)
 
 
 def test_missing_image_is_one_message_and_nothing_created(state: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from runner.labs.base import ChangeKind, NodeConfig
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.scenario import LabKind, LogSource, NodeStatus
+from tests.e2e import conftest
 from tests.e2e.conftest import ROOT, gameday
 from tests.kubeapi.server import Server
 
@@ -54,13 +55,8 @@ def gd(state: Path, *args: str, timeout: float = 600, **env: str) -> Any:
 
 
 def variant(tmp_path: Path, **replace: str) -> Path:
-    text = INVENTORY.read_text().replace("../build/kubeapi/kubeconfig", str(KUBECONFIG))
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / "inventory.yaml"
-    p.write_text(text)
-    return p
+    paths = {"../build/kubeapi/kubeconfig": str(KUBECONFIG)}
+    return conftest.variant(INVENTORY, tmp_path, paths | replace)
 
 
 def test_four_startup_scenarios_pass_unchanged(

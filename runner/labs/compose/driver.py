@@ -28,7 +28,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,10 +50,10 @@ from runner.labs.base import (
 from runner.labs.changes import ChangePlanning, configured_addresses, ensure_free
 from runner.labs.compose import hostactions
 from runner.labs.compose.build import docker_client
-from runner.labs.events import EventFeed
+from runner.labs.events import EventFeed, Incarnation
 from runner.labs.local.driver import default_state_root
 from runner.labs.monitoring import reload, wait_scraped, write_prometheus
-from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.scenario import LabKind, NodeStatus
 
 LABEL = "gameday.lab"
 PROBE_PERIOD_S = 10.0  # real-world seconds between readiness probes (kubelet's default)
@@ -93,17 +92,6 @@ def parse_ts(text: str) -> datetime:
 
 def _never(ts: str) -> bool:
     return ts.startswith("0001-01-01")
-
-
-@dataclass
-class Incarnation:
-    number: int
-    container_id: str
-    started_at: datetime
-    first_output_at: datetime | None = None
-    finished_at: datetime | None = None
-    code: int | None = None
-    stopped: bool = False
 
 
 class ComposeLab(EventFeed, ChangePlanning):
@@ -439,17 +427,7 @@ class ComposeLab(EventFeed, ChangePlanning):
         inc.code = int(attrs.get("exitCode", "0"))
         inc.stopped = inc.number <= self._expect_stop.get(node.name, 0)
         self._ready[node.name] = False
-        self.emit(
-            node.name,
-            EventType.EXITED,
-            finished,
-            incarnation=inc.number,
-            code=inc.code,
-            started_at=inc.started_at.isoformat(),
-            first_output_at=inc.first_output_at.isoformat() if inc.first_output_at else None,
-            finished_at=finished.isoformat(),
-            stopped=inc.stopped,
-        )
+        self.emit(node.name, EventType.EXITED, finished, **inc.exited_data())
         if status == "restarting":
             self.emit(
                 node.name,
@@ -540,7 +518,7 @@ class ComposeLab(EventFeed, ChangePlanning):
         }.get(st["Status"], NodeStatus.PENDING)
         incs = self._incs.get(n.name, [])
         cur = incs[-1] if incs else None
-        last = next((i for i in reversed(incs) if i.finished_at is not None), None)
+        last = next((x for i in reversed(incs) if (x := i.exit_info())), None)
         reason = {
             NodeStatus.CRASH_LOOPING: "CrashLoopBackOff",
             NodeStatus.EXITED: "Completed" if st.get("ExitCode") == 0 else "Error",
@@ -557,25 +535,9 @@ class ComposeLab(EventFeed, ChangePlanning):
                 "started_at": cur.started_at if cur else None,
                 "first_output_at": cur.first_output_at if cur else None,
                 "reason": reason,
-                "last_exit": None
-                if last is None or last.code is None
-                else {
-                    "incarnation": last.number,
-                    "code": last.code,
-                    "started_at": last.started_at,
-                    "first_output_at": last.first_output_at,
-                    "finished_at": last.finished_at,
-                },
+                "last_exit": last,
             }
         )
-
-    def logs(self, node: str, source: LogSource) -> list[LogLine]:
-        st = self.states()[node]
-        if source is LogSource.PREVIOUS:
-            if st.last_exit is None:
-                return []
-            return self.logs_of(node, st.last_exit.incarnation)
-        return self.logs_of(node, st.incarnation)
 
     def _container_lines(self, cid: str) -> Iterator[LogLine]:
         import docker

@@ -49,10 +49,10 @@ from runner.labs.base import (
     Value,
 )
 from runner.labs.changes import ChangePlanning
-from runner.labs.events import EventFeed
+from runner.labs.events import EventFeed, Incarnation
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.local.driver import default_state_root
-from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.scenario import LabKind, NodeStatus
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this
@@ -87,21 +87,13 @@ class Calls:
 
 
 @dataclass
-class Incarnation:
-    """One container of a node's pod: (pod, restartCount)."""
+class Container(Incarnation):
+    """An incarnation on Kubernetes: one container of a node's pod, (pod, restartCount)."""
 
-    number: int
-    pod: str
-    restart_count: int
-    container_id: str
-    started_at: datetime
-    first_output_at: datetime | None = None
-    finished_at: datetime | None = None
-    code: int | None = None
+    pod: str = ""
+    restart_count: int = 0
     reason: str = ""
-    stopped: bool = False
     logs: list[LogLine] | None = None  # kept once it has exited
-    seen_ready: bool = False
 
 
 @dataclass
@@ -110,7 +102,7 @@ class NodeView:
     pods: dict[str, Any] = field(default_factory=dict)  # every pod of the node there is, by uid
     first_seen: dict[str, int] = field(default_factory=dict)
     pods_seen: int = 0
-    incs: list[Incarnation] = field(default_factory=list)
+    incs: list[Container] = field(default_factory=list)
     backoff_for: int = -1  # restartCount a BACKOFF event was emitted for
     ready: bool = False
 
@@ -248,7 +240,11 @@ class KubernetesLab(EventFeed, ChangePlanning):
             )
         self._guarded = True
 
-    def _guarded_namespace(self) -> Any:
+    def _require_lab_namespace(self) -> None:
+        """LabNotUp without the namespace; the guard's refusal for one not marked as a lab. Read
+        once: a namespace that passed stays this driver's."""
+        if self._guarded:
+            return
         ns = self._namespace()
         if ns is None:
             raise LabNotUp(
@@ -256,7 +252,6 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 hint=f"gameday lab up --lab {self.inventory.path}",
             )
         self.guard(ns)
-        return ns
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -265,11 +260,13 @@ class KubernetesLab(EventFeed, ChangePlanning):
         if ns is None:
             return False
         self.guard(ns)
-        for n in self.inventory.nodes:
-            status, _ = self._status_of(self._calls(n).read, n.name, self.ns)
-            if status != 200:
-                return False
-        return True
+        return self._workloads_exist()
+
+    def _workloads_exist(self) -> bool:
+        return all(
+            self._status_of(self._calls(n).read, n.name, self.ns)[0] == 200
+            for n in self.inventory.nodes
+        )
 
     def _calls(self, node: Node) -> Calls:
         """The API calls of the node's workload: a Deployment, or a group rank's StatefulSet."""
@@ -292,7 +289,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
         ns = self._namespace()
         if ns is not None:
             self.guard(ns)
-            if self.is_up():
+            if self._workloads_exist():
                 self._sync()
                 return
         created_ns = ns is None
@@ -353,6 +350,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
         self._wait_pods_gone(sel, 60)
         if (ns.metadata.annotations or {}).get(mf.CREATED_BY_ANNOTATION) == "gameday":
             self._delete(self.core.delete_namespace, self.ns, namespaced=False)
+            self._guarded = False  # a namespace created again is checked again
 
     def _wait_pods_gone(self, sel: str, timeout: int) -> None:
         """Until no pod matches `sel`: a list, then a watch of its deletions (no polling)."""
@@ -420,7 +418,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
         """List the lab's pods, then watch from that list's resourceVersion."""
         if self._synced:
             return
-        self._guarded_namespace()
+        self._require_lab_namespace()
         pods = self.call(
             "list pods",
             self.core.list_namespaced_pod,
@@ -526,7 +524,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 return cs
         return None
 
-    def _inc(self, node: str, pod: str, restart_count: int) -> Incarnation | None:
+    def _inc(self, node: str, pod: str, restart_count: int) -> Container | None:
         for inc in self._views[node].incs:
             if inc.pod == pod and inc.restart_count == restart_count:
                 return inc
@@ -601,13 +599,19 @@ class KubernetesLab(EventFeed, ChangePlanning):
 
     def _inc_of(
         self, node: str, pod: str, rc: int, cid: str | None, started: datetime | None
-    ) -> tuple[Incarnation, bool]:
+    ) -> tuple[Container, bool]:
         """The incarnation of the pod's container `rc`, and whether it is new (unseen so far)."""
         found = self._inc(node, pod, rc)
         if found is not None:
             return found, False
         incs = self._views[node].incs
-        inc = Incarnation(len(incs) + 1, pod, rc, cid or "", _utc(started) or datetime.now(UTC))
+        inc = Container(
+            number=len(incs) + 1,
+            container_id=cid or "",
+            started_at=_utc(started) or datetime.now(UTC),
+            pod=pod,
+            restart_count=rc,
+        )
         incs.append(inc)
         return inc, True
 
@@ -656,7 +660,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 return lines
         return None
 
-    def _exited(self, node: str, pod: Any, inc: Incarnation, term: Any, initial: bool) -> None:
+    def _exited(self, node: str, pod: Any, inc: Container, term: Any, initial: bool) -> None:
         logs = self._container_log(pod.metadata.name, term.container_id or "") or []
         finished = _utc(term.finished_at) or datetime.now(UTC)
         if logs:
@@ -677,18 +681,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
         )
         if initial:
             return
-        self.emit(
-            node,
-            EventType.EXITED,
-            finished,
-            incarnation=inc.number,
-            code=inc.code,
-            reason=inc.reason,
-            started_at=inc.started_at.isoformat(),
-            first_output_at=inc.first_output_at.isoformat() if inc.first_output_at else None,
-            finished_at=finished.isoformat(),
-            stopped=inc.stopped,
-        )
+        self.emit(node, EventType.EXITED, finished, reason=inc.reason, **inc.exited_data())
 
     def _pod_gone(self, node: str, pod: Any) -> None:
         """A deleted pod's containers are gone; one still running when the pod went is a stop."""
@@ -741,7 +734,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
             status = NodeStatus.PENDING
             reason = state.waiting.reason if state.waiting else "Pending"
         cur = self._inc(n.name, pod.metadata.name, cs.restart_count)
-        last = next((i for i in reversed(v.incs) if i.finished_at and i.code is not None), None)
+        last = next((x for i in reversed(v.incs) if (x := i.exit_info())), None)
         return NodeState.model_validate(
             {
                 "name": n.name,
@@ -753,23 +746,9 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 "started_at": cur.started_at if cur else None,
                 "first_output_at": cur.first_output_at if cur else None,
                 "reason": reason or "",
-                "last_exit": None
-                if last is None
-                else {
-                    "incarnation": last.number,
-                    "code": last.code,
-                    "started_at": last.started_at,
-                    "first_output_at": last.first_output_at,
-                    "finished_at": last.finished_at,
-                },
+                "last_exit": last,
             }
         )
-
-    def logs(self, node: str, source: LogSource) -> list[LogLine]:
-        st = self.states()[node]
-        if source is LogSource.PREVIOUS:
-            return [] if st.last_exit is None else self.logs_of(node, st.last_exit.incarnation)
-        return self.logs_of(node, st.incarnation)
 
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
         self._sync()
@@ -832,7 +811,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
         return mf.baseline_config(self.inventory, self.inventory.node(node))
 
     def config(self, node: str) -> NodeConfig:
-        self._guarded_namespace()
+        self._require_lab_namespace()
         calls = self._calls(self.inventory.node(node))
         d = self.call(f"read {calls.kind} {node}", calls.read, node, self.ns)
         return mf.config_of(d, self.inventory)
@@ -849,7 +828,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
     def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change:
         """The real mechanism: the pod spec's enableServiceLinks, with a Service of that name
         in the namespace (the seed's baseline Service `vllm`)."""
-        self._guarded_namespace()
+        self._require_lab_namespace()
         status, svc = self._status_of(self.core.read_namespaced_service, service, self.ns)
         if status != 200:
             raise LabError(

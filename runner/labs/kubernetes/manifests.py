@@ -212,41 +212,48 @@ def workload(inventory: Inventory, node: Node, config: NodeConfig | None = None)
 def statefulset(
     inventory: Inventory, node: Node, config: NodeConfig | None = None
 ) -> dict[str, Any]:
-    spec = spec_of(inventory)
     group = group_of(inventory, node)
-    pod = _pod_spec(inventory, node, config)
-    pod_labels = labels(inventory, node.name) | {GROUP_LABEL: group}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": node.name, "namespace": spec.namespace, "labels": pod_labels},
-        "spec": {
-            "replicas": 1,
-            "serviceName": group,
-            # all ranks start together: the head is not ready until its workers have joined
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {LAB_LABEL: inventory.lab.name, NODE_LABEL: node.name}},
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
-        },
+    spec = {
+        "serviceName": group,
+        # all ranks start together: the head is not ready until its workers have joined
+        "podManagementPolicy": "Parallel",
     }
+    return _workload("StatefulSet", inventory, node, config, spec, {GROUP_LABEL: group})
 
 
 def deployment(
     inventory: Inventory, node: Node, config: NodeConfig | None = None
 ) -> dict[str, Any]:
-    spec = spec_of(inventory)
-    pod = _pod_spec(inventory, node, config)
-    pod_labels = labels(inventory, node.name)
+    # one GPU cannot be held by the old and the new pod at once
+    spec = {"strategy": {"type": "Recreate"}}
+    return _workload("Deployment", inventory, node, config, spec, {})
+
+
+def _workload(
+    kind: str,
+    inventory: Inventory,
+    node: Node,
+    config: NodeConfig | None,
+    spec: dict[str, Any],
+    extra_labels: dict[str, str],
+) -> dict[str, Any]:
+    pod_labels = labels(inventory, node.name) | extra_labels
     return {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": node.name, "namespace": spec.namespace, "labels": pod_labels},
+        "kind": kind,
+        "metadata": {
+            "name": node.name,
+            "namespace": spec_of(inventory).namespace,
+            "labels": pod_labels,
+        },
         "spec": {
             "replicas": 1,
+            **spec,
             "selector": {"matchLabels": {LAB_LABEL: inventory.lab.name, NODE_LABEL: node.name}},
-            # one GPU cannot be held by the old and the new pod at once
-            "strategy": {"type": "Recreate"},
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": _pod_spec(inventory, node, config),
+            },
         },
     }
 
