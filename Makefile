@@ -28,8 +28,9 @@ test: $(VENV)/.installed lab-deps docker
 	$(BIN)/mypy runner
 	$(BIN)/pytest
 
-bench: $(VENV)/.installed lab-deps
-	$(BIN)/python bench/bench.py
+bench: $(VENV)/.installed lab-deps docker
+	$(BIN)/gameday lab build --lab inventories/compose.yaml
+	$(BIN)/python bench/bench.py --labs local,compose
 
 clean:
 	rm -rf $(VENV)

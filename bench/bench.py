@@ -1,12 +1,14 @@
 """gameday benchmark: prints figures, asserts nothing (these machines are noisy).
 
-    python bench/bench.py [--rounds N] [--latency-samples N]
+    python bench/bench.py [--rounds N] [--latency-samples N] [--labs local,compose]
 
 Measures, in one run:
-- wall time of the seven scenarios on the local lab, serial and with `--parallel 2` (two isolated
-  instances of the lab), and the ratio;
-- wall time of the four start-up scenarios together on the local lab (N rounds; median, min);
-- how much of that wall time the scenarios inherently wait (the engine's scaled phases);
+- per lab given (--labs local,compose): wall time of the seven scenarios, serial and with
+  `--parallel 2` (isolated instances of the lab), and the ratio; each serial scenario's wall time
+  split (bench/overhead.py) into what it inherently waits at the lab's time scale, engine process
+  starts and stops, Prometheus configuration loads, and the runner's and lab control's own rest;
+  each alert's time to fire;
+- the local lab's bring-up: every node serving, then Prometheus scraping;
 - detection latency: the engine's own clock at its exit vs the moment the runner's event wait
   returned with that exit (median, max);
 - resident memory of one engine node (API server + engine-core process) and of the runner;
@@ -32,6 +34,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from overhead import CATEGORIES, split  # noqa: E402
+
 from runner.inventory import load_inventory  # noqa: E402
 from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, EventType, NodeConfig  # noqa: E402
@@ -39,8 +43,7 @@ from runner.labs.local.driver import LocalLab  # noqa: E402
 from runner.scenario import load_scenario  # noqa: E402
 from runner.suite import run_suite  # noqa: E402
 
-FOUR = ["context-window-overflow", "kv-cache-shortage", "tp-mismatch", "service-name-collision"]
-THREE = ["head-only-restart", "stray-gpu-process", "dhcp-address-change"]
+SEVEN = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))  # the seven
 ALERT_OF = {
     "head-only-restart": "ServingDown",
     "stray-gpu-process": "ServingDown",
@@ -96,20 +99,6 @@ def detection_latency(lab: LocalLab, samples: int, stamp: Path) -> list[float]:
                 lat.append((seen - engine_exit) * 1000)
     lab.apply(Change(kind=ChangeKind.NODE_CONFIG, node="serving", before=broken, after=base))
     return lat
-
-
-def process_starts(sc: Any) -> float:
-    """Seconds the scenario's engine processes took from spawn to their first output."""
-    started: dict[str, datetime] = {}
-    total = 0.0
-    for e in sc.timeline:
-        if not e.source.startswith("lab:"):
-            continue
-        if e.event.startswith("started incarnation"):
-            started[e.source] = e.ts
-        elif e.event == "first_output" and e.source in started:
-            total += (e.ts - started.pop(e.source)).total_seconds()
-    return total
 
 
 def group_inventory(size: int, base: Path) -> Path:
@@ -176,93 +165,108 @@ def group_sweep(sizes: list[int]) -> None:
                 lab.down()
 
 
+def overhead_table(results: list[Any], scale: float, allowance: float) -> None:
+    """Where the scenarios' wall time went (bench/overhead.py), summed over every run given."""
+    scenarios = {sid: load_scenario(ROOT / "scenarios" / f"{sid}.yaml").scenario for sid in SEVEN}
+    per: dict[str, dict[str, float]] = {}
+    for r in results:
+        for sc in r.scenarios:
+            part = split(sc.model_dump(mode="json"), scenarios[sc.id], scale, allowance)
+            acc = per.setdefault(sc.id, dict.fromkeys(CATEGORIES, 0.0))
+            for k, v in part.items():
+                acc[k] += v
+    total = dict.fromkeys(CATEGORIES, 0.0)
+    for acc in per.values():
+        for k, v in acc.items():
+            total[k] += v
+    wall = sum(total.values())
+    n = len(results)
+    print(f"  where the scenarios' wall time went ({n} serial runs; seconds per run):")
+    print("    " + f"{'scenario':<24}{'wall':>7}" + "".join(f"{c:>24}" for c in CATEGORIES))
+    for sid, acc in sorted(per.items()):
+        w = sum(acc.values())
+        print(
+            "    " + f"{sid:<24}{w / n:>7.2f}" + "".join(f"{acc[c] / n:>24.2f}" for c in CATEGORIES)
+        )
+    print(
+        "    "
+        + f"{'all seven':<24}{wall / n:>7.2f}"
+        + "".join(f"{total[c] / n:>17.2f} ({100 * total[c] / wall:4.1f}%)" for c in CATEGORIES)
+    )
+
+
+def suite_figures(label: str, inv_path: Path, rounds: int) -> list[Any]:
+    """The seven, serial and on --parallel 2 isolated instances, side by side in this run."""
+    serial, results = suite_wall(inv_path, rounds, SEVEN)
+    par, par_results = suite_wall(inv_path, rounds, SEVEN, parallel=2)
+    verdicts = {(s.id, s.verdict.value) for r in results for s in r.scenarios}
+    same = verdicts == {(s.id, s.verdict.value) for r in par_results for s in r.scenarios}
+    print(
+        f"{label}: seven scenarios, {rounds} rounds: serial median {statistics.median(serial):.1f}"
+        f" s (min {min(serial):.1f}, max {max(serial):.1f}), --parallel 2 median "
+        f"{statistics.median(par):.1f} s (min {min(par):.1f}, max {max(par):.1f}), ratio "
+        f"{statistics.median(serial) / statistics.median(par):.2f}x "
+        f"(verdicts the same as serial: {'yes' if same else 'NO'})"
+    )
+    ups = [
+        (r.finished_at - r.started_at).total_seconds()
+        - sum((s.finished_at - s.started_at).total_seconds() for s in r.scenarios)
+        for r in results
+    ]
+    print(
+        f"  of a serial run, outside the scenarios (lab bring-up until every node serves, "
+        f"and down): median {statistics.median(ups):.1f} s"
+    )
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-samples", type=int, default=10)
+    ap.add_argument(
+        "--labs",
+        default="local",
+        help="comma-separated: local, compose (compose: images built beforehand, cached)",
+    )
     args = ap.parse_args()
+    labs = args.labs.split(",")
     inv_path = ROOT / "inventories" / "local.yaml"
     inv = load_inventory(inv_path)
-    scale = inv.lab.time_scale
 
     print(f"# gameday benchmark {datetime.now(UTC).isoformat(timespec='seconds')}")
     print(
         f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, "
         f"{len(__import__('os').sched_getaffinity(0))} cores, Python {platform.python_version()}"
     )
-
-    # the seven, serial and on --parallel 2 isolated instances, side by side in this run
-    seven = sorted([*FOUR, *THREE])
-    serial, _ = suite_wall(inv_path, args.rounds, seven)
-    par, par_results = suite_wall(inv_path, args.rounds, seven, parallel=2)
-    same = all(s.verdict.value == "passed" for r in par_results for s in r.scenarios)
-    print(
-        f"seven scenarios, {args.rounds} rounds: serial median {statistics.median(serial):.1f} s, "
-        f"--parallel 2 median {statistics.median(par):.1f} s, ratio "
-        f"{statistics.median(serial) / statistics.median(par):.2f}x "
-        f"(verdicts the same as serial: {'yes' if same else 'NO'})"
-    )
-
-    walls, results4 = suite_wall(inv_path, args.rounds, FOUR)
-    # what the scenarios inherently wait: per scenario, baseline probes, the failing start(s)
-    # and the recovery boot, all at the lab's time scale (engine phase durations in real seconds)
-    boot_real = 9 + 9 + 70.34 + 71.20 + 26 + 14 + 9 + 2  # config..API start, Qwen-14B on A10G
-    inherent = {
-        "context-window-overflow": 9 + (9 + 9 + 70.34 + 71.20 + 26 + 14) + boot_real,
-        "kv-cache-shortage": 2 * (9 + 9 + 70.34 + 71.20 + 26 + 14) + 10 + boot_real,
-        "tp-mismatch": 9 + 400 + boot_real,  # 400 s: the --nnodes shortcut's settle window
-        "service-name-collision": 2 * (9 + 9) + 10 + boot_real,
-    }
-    inherent_lab = sum(inherent.values()) / scale
-    print(
-        f"four start-up scenarios, {args.rounds} rounds: median {statistics.median(walls):.1f} s,"
-        f" min {min(walls):.1f} s, max {max(walls):.1f} s wall "
-        f"(lab brought up and down by each run)"
-    )
-    print(
-        f"  of which the scenarios inherently wait (scaled phases): {inherent_lab:.1f} s; "
-        f"runner and lab overhead {statistics.median(walls) - inherent_lab:.1f} s "
-        f"({100 * (statistics.median(walls) - inherent_lab) / statistics.median(walls):.0f} %)"
-    )
-    # per scenario, bring-up and tear-down left out: scenario wall time = scaled phases + the
-    # engine processes' own start (interpreter and imports, unscaled: spawn -> first output,
-    # from the lab's events) + what is left, the runner's (and the lab's control) overhead
-    over = []
-    for r in results4:
-        for sc in r.scenarios:
-            wall = (sc.finished_at - sc.started_at).total_seconds()
-            starts = process_starts(sc)
-            over.append((sc.id, wall, inherent[sc.id] / scale, starts))
-    tot_wall = sum(w for _, w, _, _ in over)
-    tot_inh = sum(i for _, _, i, _ in over)
-    tot_starts = sum(st for _, _, _, st in over)
-    rest = tot_wall - tot_inh - tot_starts
-    print(
-        f"  per scenario (bring-up left out), {len(over)} scenario runs: wall {tot_wall:.1f} s = "
-        f"scaled phases {tot_inh:.1f} s + engine process starts {tot_starts:.1f} s + runner and "
-        f"lab control {rest:.1f} s ({100 * rest / tot_wall:.1f} % of scenario wall time)"
-    )
-
-    walls3, results3 = suite_wall(inv_path, args.rounds, THREE)
-    print(
-        f"three runtime scenarios (4-node group, Prometheus), {args.rounds} rounds: median "
-        f"{statistics.median(walls3):.1f} s, min {min(walls3):.1f} s, max {max(walls3):.1f} s"
-    )
-    mon = inv.lab.monitoring
-    assert mon is not None
-    for sid, alert in ALERT_OF.items():
-        rule = next(r for r in mon.rules if r.name == alert)
-        ttd = [s.time_to_detect_s for r in results3 for s in r.scenarios if s.id == sid]
-        print(
-            f"  {sid}: {alert} fired {statistics.median(ttd):.1f} s real after the injection "
-            f"(median of {len(ttd)}; the rule's for: {rule.for_s:g} s, so "
-            f"{statistics.median(ttd) - rule.for_s:+.1f} s of scrape, evaluation and failure)"
-        )
+    for lab_name in labs:
+        path = ROOT / "inventories" / f"{lab_name}.yaml"
+        spec = load_inventory(path).lab
+        results = suite_figures(f"{lab_name} lab", path, args.rounds)
+        overhead_table(results, spec.time_scale, spec.timing_allowance_s)
+        mon = spec.monitoring
+        assert mon is not None
+        for sid, alert in ALERT_OF.items():
+            rule = next(r for r in mon.rules if r.name == alert)
+            ttd = [s.time_to_detect_s for r in results for s in r.scenarios if s.id == sid]
+            print(
+                f"  {sid}: {alert} fired {statistics.median(ttd):.1f} s real after the fault "
+                f"(median of {len(ttd)}; the rule's for: {rule.for_s:g} s, so "
+                f"{statistics.median(ttd) - rule.for_s:+.1f} s of scrape, evaluation and failure)"
+            )
 
     lab = LocalLab(inv)
+    t0 = time.monotonic()
     lab.up()
     try:
         st = wait_all_ready(lab, 60)["serving"]
+        serving = time.monotonic() - t0
+        lab.monitoring_ready(60)
+        print(
+            f"local lab bring-up (5 engine nodes, 4 exporters, Prometheus): every node serving "
+            f"after {serving:.1f} s, Prometheus scraping every target after "
+            f"{time.monotonic() - t0:.1f} s"
+        )
         assert st.pid is not None
         api = rss_kib(st.pid)
         core = sum(rss_kib(c) for c in children(st.pid))

@@ -60,7 +60,7 @@ parallel_option = click.option(
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Run the scenarios on N isolated instances of the (local) lab at once.",
+    help="Run the scenarios on N isolated instances of the (local or compose) lab at once.",
 )
 reports_option = click.option(
     "--reports",
@@ -334,6 +334,7 @@ def lab_up(lab_path: Path) -> None:
     driver.up()
     try:
         states = wait_all_ready(driver, inventory.lab.boot_timeout_s / inventory.lab.time_scale)
+        driver.monitoring_ready(60)
     except LabError:
         if not was_up:  # a lab that cannot come up is not left half-up
             driver.down()

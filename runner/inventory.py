@@ -155,6 +155,11 @@ class ComposeSpec(Model):
         description="The lab's networks by role -> their names in the compose file.",
     )
     playbooks: str = "../playbooks"
+    subnets: dict[str, Annotated[str, Field(pattern=r"^\d{1,3}\.\d{1,3}\.\d{1,3}\.0/24$")]] = Field(
+        default={"management": "172.30.80.0/24", "overlay": "172.30.81.0/24"},
+        description="Each network's /24 by role, handed to the compose file as "
+        "GAMEDAY_NET_<ROLE> (its first three octets); `--parallel` moves them per instance.",
+    )
 
 
 class GpuScheduling(Model):

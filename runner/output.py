@@ -4,6 +4,7 @@ Results and JSON go to stdout; progress, messages and errors to stderr."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -18,8 +19,21 @@ from rich.table import Table
 from runner.errors import GamedayError
 from runner.results import RunResult, Verdict
 
+
+class _ErrConsole(Console):
+    def on_broken_pipe(self) -> None:
+        """`gameday run ... 2>&1 | head`: whoever read the progress has gone. Rich would exit;
+        a run must go on without its reader, clean up, take its lab down and write its
+        reports, so stderr goes quiet instead (and to /dev/null, for what writes to it
+        directly)."""
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stderr.fileno())
+        os.close(devnull)
+
+
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = _ErrConsole(stderr=True, highlight=False, soft_wrap=True)
 
 _STYLE = {
     Verdict.PASSED: "green",

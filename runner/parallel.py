@@ -15,10 +15,14 @@ import queue
 import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from runner.errors import InputError
-from runner.inventory import Inventory
+from runner.inventory import ComposeSpec, Inventory, load_inventory
+from runner.labs.local.driver import default_state_root
 from runner.run import CLEANING, shielded_from_sigint
 from runner.scenario import LabKind, LoadedScenario
 
@@ -31,13 +35,26 @@ def check_parallel(inventory: Inventory, n: int) -> None:
         raise InputError(f"--parallel must be 1..{MAX_PARALLEL}, not {n}", field="--parallel")
     if n == 1:
         return
+    if inventory.lab.kind is LabKind.COMPOSE:
+        spec = inventory.lab.compose or ComposeSpec()
+        top = max(int(s.split(".")[2]) for s in spec.subnets.values())
+        if top + len(spec.subnets) * (n - 1) > 254:
+            raise InputError(
+                f"--parallel {n} would move the compose lab's networks past x.x.254.0/24 "
+                f"(each instance takes the next {len(spec.subnets)} /24s)",
+                file=inventory.path,
+                field="gameday_lab.compose.subnets",
+                hint="use fewer instances, or lower /24s",
+            )
+        return
     if inventory.lab.kind is not LabKind.LOCAL:
         raise InputError(
-            f"--parallel runs isolated instances of the local lab; lab {inventory.lab.name!r} "
-            f"is a {inventory.lab.kind.value} lab, which runs one instance in this version",
+            f"--parallel runs isolated instances of the local or the compose lab; lab "
+            f"{inventory.lab.name!r} is a {inventory.lab.kind.value} lab, which runs one "
+            f"instance in this version",
             file=inventory.path,
             field="--parallel",
-            hint="drop --parallel, or use inventories/local.yaml",
+            hint="drop --parallel, or use inventories/local.yaml or inventories/compose.yaml",
         )
     for node in inventory.nodes:
         for addr in (node.address, node.management_address, node.overlay_address):
@@ -61,13 +78,71 @@ def _move(value: Any, k: int) -> Any:
 
 
 def instance(inventory: Inventory, k: int) -> Inventory:
-    """Instance k of a local lab (k = 0 is the inventory itself)."""
+    """Instance k of a local or compose lab (k = 0 is the inventory itself)."""
     if k == 0:
         return inventory
+    if inventory.lab.kind is LabKind.COMPOSE:
+        return _compose_instance(inventory, k)
     data = inventory.model_dump()
     moved = _move({"lab": data["lab"], "nodes": data["nodes"]}, k)
     moved["lab"]["name"] = f"{inventory.lab.name}-p{k}"
+    if inventory.lab.state_dir:
+        moved["lab"]["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
     return Inventory.model_validate({"path": inventory.path, **moved})
+
+
+def _compose_instance(inventory: Inventory, k: int) -> Inventory:
+    """Instance k of a compose lab: a separate Compose project `<project>-p<k>` (its containers
+    `<project>-p<k>-<service>`, its networks and volumes its own), each network's /24 moved up by
+    k times the number of networks (172.30.80/81 -> 172.30.82/83 for k = 1), each published port
+    up by 100 k. Host actions are Ansible plays on a real inventory, so the instance's inventory
+    is written out, beside its state, and loaded from there."""
+    spec = inventory.lab.compose or ComposeSpec()
+    nets = [s.split("/")[0].rsplit(".", 1)[0] for s in spec.subnets.values()]
+    moves = {
+        f"{net}.": f"{net.rsplit('.', 1)[0]}.{int(net.rsplit('.', 1)[1]) + len(nets) * k}."
+        for net in nets
+    }
+    subnet_re = re.compile(r"(?<![\d.])(?:" + "|".join(map(re.escape, moves)) + r")(?=\d)")
+    project = spec.project
+
+    def move(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: move(v) for key, v in value.items()}
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        if not isinstance(value, str):
+            return value
+        value = subnet_re.sub(lambda m: moves[m.group(0)], value)  # one pass: none moved twice
+        if value.startswith(f"{project}-"):  # a container name (ansible_host)
+            value = f"{project}-p{k}-{value.removeprefix(project + '-')}"
+        published = re.fullmatch(r"(127\.\d{1,3}\.\d{1,3}\.\d{1,3}):(\d{1,5})", value)
+        if published:
+            value = f"{published.group(1)}:{int(published.group(2)) + 100 * k}"
+        return value
+
+    data = move(yaml.safe_load(inventory.path.read_text()))
+    lab = data["all"]["vars"]["gameday_lab"]
+    lab["name"] = f"{inventory.lab.name}-p{k}"
+    if inventory.lab.state_dir:
+        lab["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
+    compose = lab.setdefault("compose", {})
+    compose["project"] = f"{project}-p{k}"
+    base = inventory.path.parent
+    compose["file"] = str((base / spec.file).resolve())
+    compose["playbooks"] = str((base / spec.playbooks).resolve())
+    compose["subnets"] = {
+        role: move(subnet.split("/")[0].rsplit(".", 1)[0] + ".0") + "/24"
+        for role, subnet in spec.subnets.items()
+    }
+    state = Path(lab.get("state_dir") or default_state_root() / lab["name"])
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / "inventory.yaml"
+    path.write_text(
+        f"# instance {k} of {inventory.path} for `gameday run --parallel` (written by gameday)\n"
+        + yaml.safe_dump(data, sort_keys=False)
+    )
+    return load_inventory(path)
 
 
 def run_workers(

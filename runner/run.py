@@ -39,7 +39,7 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.probes import Probe, ProbeEnv, ProbeResult, ProbeVerdict, run_probe
+from runner.probes import Probe, ProbeEnv, ProbeResult, ProbeVerdict, run_probes
 from runner.results import (
     Assertion,
     Evidence,
@@ -189,6 +189,10 @@ class Context:
             text = f"exited with code {code} (incarnation {inc})"
             if e.data.get("stopped"):
                 text = f"stopped by the lab to re-apply (exit {code}, incarnation {inc})"
+                if e.data.get("stop_requested_at"):
+                    asked = datetime.fromisoformat(e.data["stop_requested_at"])
+                    took = (e.ts - asked).total_seconds()
+                    text = text[:-1] + f", {took:.3f} s after SIGTERM)"
             ts = datetime.fromisoformat(e.data["finished_at"])
             self.rec.event(text, ts=ts, source=f"lab:{e.node}", clock="lab runtime (exit time)")
             return
@@ -271,6 +275,20 @@ def baseline(ctx: Context, ls: LoadedScenario) -> None:
             f"node {ctx.target} is not at its baseline configuration",
             hint="a previous run left changes behind: run `gameday cleanup`",
         )
+    if ls.scenario.uses_monitoring:
+        # brought up with the lab, but its first targets come 5 s of wall time later
+        try:
+            ctx.lab.monitoring_ready(60)
+        except LabError as exc:
+            ctx.rec.check(
+                "baseline",
+                "baseline: Prometheus scraping",
+                None,
+                "Prometheus has scraped every target of its configuration",
+                exc.message,
+                exc.hint or "",
+            )
+            raise ScenarioAborted from exc
     boot = ctx.scale.to_lab(ctx.lab.inventory.lab.boot_timeout_s)
     st, _, ok = ctx.wait(lambda s, _: s.ready, boot)
     if not ok:
@@ -354,7 +372,18 @@ def record_and_apply(ctx: Context, change: Change, why: str) -> None:
     ctx.rec.event(f"{why}: {describe_change(change)}")
     if change.note and change.kind is ChangeKind.NODE_CONFIG:
         ctx.rec.notes.append(change.note)
+    t0 = time.monotonic()
     ctx.lab.apply(change)
+    if change.kind is ChangeKind.SCRAPE_TARGETS:
+        note_prometheus_load(ctx, time.monotonic() - t0)
+
+
+def note_prometheus_load(ctx: Context, seconds: float) -> None:
+    """A new scrape configuration costs Prometheus's discovery up to 5 s of wall time, whatever
+    the time scale: say so in the timeline, where it would otherwise look like the runner's."""
+    ctx.rec.event(
+        f"configuration reloaded, every target scraped {seconds:.2f} s later", source="prometheus"
+    )
 
 
 def send_traffic(ctx: Context, action: Traffic, why: str) -> None:
@@ -476,8 +505,13 @@ def dhcp_address(node: Node, network: str) -> str:
 
 def undo_all(ctx: Context, reason: str) -> None:
     """Put every node this run changed back to how it was before its first change."""
-    for undo in restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})"):
+
+    def applied(undo: Change, seconds: float) -> None:
         ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
+        if undo.kind is ChangeKind.SCRAPE_TARGETS:
+            note_prometheus_load(ctx, seconds)
+
+    restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})", applied)
     for seq, _ in reversed(ctx.open_changes):
         ctx.journal.undone(seq)
     ctx.open_changes.clear()
@@ -917,7 +951,7 @@ def probe_all(ctx: Context, probes: Sequence[Probe]) -> list[ProbeResult]:
     env = ProbeEnv(
         http=ctx.http, lab=ctx.lab, scale=ctx.scale.scale, target=ctx.target, since=ctx.injected_at
     )
-    return [run_probe(env, p) for p in probes]
+    return run_probes(env, probes)
 
 
 def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -> float | None:
@@ -937,7 +971,10 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
             break
         if time.monotonic() > t_end:
             break
-        ctx.wait(lambda s, evs: bool(evs), min(1.0, max(t_end - time.monotonic(), 0.01)))
+        # a lab event wakes this at once; what no event announces (an HTTP answer, Prometheus's
+        # next scrape) is looked at again after one scaled scrape interval (at most 1 s)
+        retry = min(1.0, scrape_interval_lab(ctx), max(t_end - time.monotonic(), 0.01))
+        ctx.wait(lambda s, evs: bool(evs), retry)
     ctx.rec.check(
         "recover",
         f"{label}: restores service",

@@ -545,6 +545,22 @@ class Scenario(Model):
     recover: Annotated[list[RecoveryStep], Field(min_length=1)]
     verify: Verification
 
+    @property
+    def uses_monitoring(self) -> bool:
+        """Whether the scenario reads or changes Prometheus (alerts, PromQL or target probes,
+        a scrape-config change): the lab's monitoring must be scraping before its baseline."""
+        probes = [
+            *self.baseline.probes,
+            *self.expect.probes,
+            *self.verify.probes,
+        ]
+        actions = [*self.inject, *(a for step in self.recover for a in step.actions)]
+        return (
+            bool(self.detect.alerts)
+            or any(isinstance(p, TargetsProbe | PromQLProbe) for p in probes)
+            or any(isinstance(a, ScrapeTargets) for a in actions)
+        )
+
     @model_validator(mode="after")
     def _recovers(self) -> Scenario:
         if not any(s.outcome is Outcome.RESTORES for s in self.recover):

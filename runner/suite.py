@@ -11,7 +11,7 @@ from pathlib import Path
 from runner import __version__, journal
 from runner.errors import LeftoversError
 from runner.inventory import Inventory
-from runner.labs import LabDriver, open_lab
+from runner.labs import LabDriver, open_lab, wait_all_ready
 from runner.parallel import check_parallel, instance, run_workers
 from runner.report import write_reports
 from runner.results import LabInfo, RunResult, ScenarioResult, Verdict, combine
@@ -87,6 +87,10 @@ def run_suite(
             progress(f"bringing up lab {lab.inventory.lab.name!r}")
             lab.up()
             started_here.add(k)
+            # every node serving; Prometheus's first scrape is waited for only by the scenarios
+            # that use it (its discovery takes 5 s of wall time whatever the scale)
+            spec = lab.inventory.lab
+            wait_all_ready(lab, spec.boot_timeout_s / spec.time_scale)
         lab.artifacts_dir = report_dir / "ansible"  # host actions' Ansible events
         journals[k] = journal.Journal(lab.state_dir, run_id)
 

@@ -6,7 +6,8 @@ re-apply of that node's configuration from before the first of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runner import journal
@@ -15,10 +16,16 @@ from runner.labs import heal, wait_all_ready
 from runner.labs.base import Change, LabDriver
 
 
-def restore(lab: LabDriver, changes: Sequence[Change], note: str) -> list[Change]:
+def restore(
+    lab: LabDriver,
+    changes: Sequence[Change],
+    note: str,
+    applied_hook: Callable[[Change, float], None] | None = None,
+) -> list[Change]:
     """Set every subject the `changes` touched (given oldest first) back to its state before the
     oldest change to it, newest subject first. Subjects already back are left alone, so a
-    process this run started and then stopped needs nothing. Returns what it applied."""
+    process this run started and then stopped needs nothing. Returns what it applied;
+    `applied_hook` hears of each undo as it is applied, with the seconds it took."""
     firsts: dict[tuple[str, str, str], Change] = {}
     for change in changes:
         firsts.setdefault(change.key, change)
@@ -28,7 +35,10 @@ def restore(lab: LabDriver, changes: Sequence[Change], note: str) -> list[Change
         if current == first.before:
             continue
         undo = first.towards(first.before, current, note)
+        t0 = time.monotonic()
         lab.apply(undo)
+        if applied_hook is not None:
+            applied_hook(undo, time.monotonic() - t0)
         applied.append(undo)
     return applied
 

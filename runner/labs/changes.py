@@ -122,6 +122,12 @@ class ChangePlanning:
     def settle(self) -> None:
         """Before an undo: let what an interrupted run left in flight finish (none by default)."""
 
+    def monitoring_ready(self, timeout_s: float) -> None:
+        """Block until the lab's Prometheus has scraped every target once (no monitoring: return).
+        `up()` does not wait for it: Prometheus hands its first targets over only after 5 s of
+        wall time, so only what reads or changes monitoring waits (a scenario's baseline,
+        `lab up`)."""
+
     def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]:
         """What the runtime recorded about the node, titled (none by default)."""
         return "", []

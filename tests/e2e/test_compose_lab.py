@@ -24,6 +24,7 @@ import pytest
 from runner import journal
 from runner.inventory import load_inventory
 from runner.labs.compose.driver import ComposeLab
+from runner.parallel import instance
 from tests.e2e.conftest import ROOT, gameday, variant
 
 pytestmark = pytest.mark.e2e
@@ -106,6 +107,26 @@ def test_all_seven_scenarios_pass_unchanged(lab: ComposeLab, state: Path, tmp_pa
     sc = next(s for s in result["scenarios"] if s["id"] == "service-name-collision")
     text = json.dumps(sc)
     assert "compose lab emulation" in text and "VLLM_PORT" in text
+    assert at_baseline(lab) == []
+
+
+def test_parallel_two_as_separate_projects(lab: ComposeLab, state: Path, tmp_path: Path) -> None:
+    """--parallel 2: the lab that is up, and a second Compose project beside it (its own
+    containers, subnets and ports; host actions on its own containers), one merged report."""
+    three = ["service-name-collision", "context-window-overflow", "dhcp-address-change"]
+    argv = [f"scenarios/{s}.yaml" for s in three]
+    p = gd(
+        state, "run", *argv, "--lab", str(INVENTORY), "--parallel", "2", "--reports", str(tmp_path)
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads(next(tmp_path.glob("*/result.json")).read_text())
+    assert result["lab"]["instances"] == 2
+    assert {s["id"]: s["verdict"] for s in result["scenarios"]} == dict.fromkeys(three, "passed")
+    assert "@compose-p1]" in p.stderr and "@compose]" in p.stderr  # both instances ran some
+    # the second instance, brought up by the run, is gone; the first is back at its baseline
+    second = ComposeLab(instance(lab.inventory, 1))
+    assert second.leftover_objects() == []
+    assert not second.is_up()
     assert at_baseline(lab) == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -194,3 +195,25 @@ def test_interrupt_runs_cleanup(tmp_path: Path, lab_down_after: list[Path], sig:
         "run", "scenarios/tp-mismatch.yaml", "--lab", str(inv), "--reports", str(tmp_path / "r2")
     )
     assert p.returncode == 0, p.stdout + p.stderr  # no leftovers: the next run just works
+
+
+def test_reader_of_progress_gone(tmp_path: Path, lab_down_after: list[Path]) -> None:
+    """`gameday run ... 2>&1 | head -1`: the run outlives its reader, cleans up, takes the lab it
+    brought up down and writes its reports."""
+    inv = inventory(tmp_path, "127.0.78.53")
+    lab_down_after.append(inv)
+    reports = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "run", "scenarios/service-name-collision.yaml",
+         "--lab", str(inv), "--reports", str(reports)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    assert b"bringing up lab" in proc.stderr.readline()
+    proc.stderr.close()  # the reader goes away; the run's next progress line meets a broken pipe
+    assert proc.wait(timeout=120) == 0
+    assert no_supervisor_left(inv)
+    result = json.loads(next(reports.glob("*/result.json")).read_text())
+    assert [s["verdict"] for s in result["scenarios"]] == ["passed"]

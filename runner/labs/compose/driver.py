@@ -23,6 +23,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -131,13 +132,23 @@ class ComposeLab(EventFeed, ChangePlanning):
         return self._client
 
     def _compose_env(self) -> dict[str, str]:
-        return os.environ | {
+        """The compose file's variables, from the inventory (its header lists them)."""
+        env = {
             "GAMEDAY_PROJECT": self.project,
             "GAMEDAY_LAB": self.inventory.lab.name,
             "GAMEDAY_IMAGE": self.spec.image,
             "GAMEDAY_TIME_SCALE": f"{self.inventory.lab.time_scale:g}",
             "GAMEDAY_PROMETHEUS_DIR": str(self._state_dir / "prometheus"),
         }
+        for role, subnet in self.spec.subnets.items():
+            env[f"GAMEDAY_NET_{_var(role)}"] = subnet.rsplit(".", 1)[0]
+        for n in self.inventory.nodes:
+            if n.published:
+                env[f"GAMEDAY_PUBLISH_{_var(n.name)}"] = n.published
+        mon = self.inventory.lab.monitoring
+        if mon is not None:
+            env["GAMEDAY_PUBLISH_PROMETHEUS"] = mon.prometheus_listen
+        return os.environ | env
 
     def compose(self, *args: str, timeout: float = 300) -> str:
         files = ["-f", str(self.compose_file)]
@@ -285,8 +296,6 @@ class ComposeLab(EventFeed, ChangePlanning):
         try:
             self.compose("up", "-d", "--remove-orphans")
             self._sync()
-            if self.inventory.lab.monitoring is not None:
-                self._wait_scraped(60)
         except BaseException:
             with contextlib.suppress(LabError):
                 self.down()  # nothing half-created
@@ -805,6 +814,10 @@ class ComposeLab(EventFeed, ChangePlanning):
         else:
             c.kill(signal=f"SIG{signal}")
 
+    def monitoring_ready(self, timeout_s: float) -> None:
+        if self.inventory.lab.monitoring is not None:
+            self._wait_scraped(timeout_s)
+
     def _wait_scraped(self, timeout: float) -> None:
         url = self.inventory.lab.prometheus
         assert url is not None
@@ -868,6 +881,10 @@ class ComposeLab(EventFeed, ChangePlanning):
             f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
         ]
         return problems
+
+
+def _var(name: str) -> str:
+    return re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def _published(port: Any) -> tuple[str, int | None]:

@@ -199,10 +199,12 @@ class LocalLab(ChangePlanning):
                 proc.kill()
                 raise LabError("the local lab supervisor did not answer within 20 s")
             time.sleep(0.02)  # start-up only: the socket appears once
+
+    def monitoring_ready(self, timeout_s: float) -> None:
         mon = self.inventory.lab.monitoring
         if mon is not None:
             plog = self._state_dir / "services" / "prometheus.log"
-            wait_scraped(mon.url, self._state_dir / "prometheus", 30, hint=f"see {plog}")
+            wait_scraped(mon.url, self._state_dir / "prometheus", timeout_s, hint=f"see {plog}")
 
     def _base_env(self, n: Node) -> dict[str, str]:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}

@@ -77,6 +77,7 @@ class Node:
     last_exit: dict[str, Any] | None = None
     wanted: bool = True
     stopping: bool = False
+    stop_requested_at: datetime | None = None
     task: asyncio.Task[None] | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -333,6 +334,7 @@ class Supervisor:
             "ran_s": time.monotonic() - t0,
             "generation": n.generation,
             "stopped": n.stopping,
+            "stop_requested_at": iso(n.stop_requested_at) if n.stopping else None,
         }
         n.status = "exited"
         n.reason = "Completed" if code == 0 else "Error"
@@ -364,6 +366,7 @@ class Supervisor:
         just scheduled it): keep killing whatever process it has until the loop is done."""
         n.wanted = False
         n.stopping = True
+        n.stop_requested_at = datetime.now(UTC)
         n.wake.set()
         while True:
             await terminate(n.proc)

@@ -1,0 +1,80 @@
+"""Probe sets: the network probes of one set run at the same time, results in the set's order."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any, cast
+
+import httpx
+import pytest
+
+from runner.labs.base import LabDriver
+from runner.probes import MIN_TIMEOUT_S, ProbeEnv, ProbeVerdict, run_probes
+from runner.scenario import HttpProbe, InferenceProbe, LogSilenceProbe
+
+
+class SilentServer:
+    """Accepts connections and never answers: a vLLM whose socket is bound before its engine
+    is up (a head waiting for its workers)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()
+        return f"http://{host}:{port}"
+
+
+class UrlOnly:
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self.read_logs = 0
+
+    def url(self, node: str) -> str:
+        return self._url
+
+    def logs_since(self, node: str, since: Any) -> list[Any]:
+        self.read_logs += 1
+        return []
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentServer]:
+    s = SilentServer()
+    yield s
+    s.sock.close()
+
+
+def test_a_set_of_hanging_probes_costs_one_timeout(silent: SilentServer) -> None:
+    lab = UrlOnly(silent.url)
+    probes = [
+        HttpProbe(kind="http", path="/health"),
+        InferenceProbe(kind="inference", prompt="one"),
+        LogSilenceProbe(kind="log_silence", nodes=["serving"], regex="x"),
+        InferenceProbe(kind="inference", prompt="two", expect="hangs"),
+    ]
+    with httpx.Client() as http:
+        env = ProbeEnv(http=http, lab=cast(LabDriver, lab), scale=100, target="serving")
+        t0 = time.monotonic()
+        results = run_probes(env, probes)
+        wall = time.monotonic() - t0
+    # three network probes of MIN_TIMEOUT_S each: one timeout's wall time, not three
+    assert MIN_TIMEOUT_S <= wall < 2 * MIN_TIMEOUT_S, wall
+    assert [r.name for r in results] == [
+        "GET /health",
+        "inference (chat)",
+        "no 'x' logged on serving",
+        "inference (chat) hangs",
+    ]
+    assert [r.verdict for r in results] == [
+        ProbeVerdict.ERROR,  # no answer: the probe could not be made
+        ProbeVerdict.ERROR,
+        ProbeVerdict.PASSED,  # the log probe ran too, in the caller's thread
+        ProbeVerdict.PASSED,  # a hang was what it expected
+    ]
+    assert lab.read_logs == 1
