@@ -10,7 +10,8 @@ Measures, in one run:
   each alert's time to fire;
 - the local lab's bring-up: every node serving, then Prometheus scraping;
 - detection latency: the engine's own clock at its exit vs the moment the runner's event wait
-  returned with that exit (median, max);
+  returned with that exit (median, max); on the compose lab, Docker's recorded exit time
+  (State.FinishedAt) vs the same moment;
 - resident memory of one engine node (API server + engine-core process) and of the runner;
 - the group size sweep: a tensor-parallel group of 2, 4, 8 and 16 nodes, its bring-up time and
   resident memory per node.
@@ -34,11 +35,13 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_compose import detection_latency as compose_latency  # noqa: E402
 from overhead import CATEGORIES, split  # noqa: E402
 
 from runner.inventory import load_inventory  # noqa: E402
 from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, EventType, NodeConfig  # noqa: E402
+from runner.labs.compose.driver import ComposeLab  # noqa: E402
 from runner.labs.local.driver import LocalLab  # noqa: E402
 from runner.scenario import load_scenario  # noqa: E402
 from runner.suite import run_suite  # noqa: E402
@@ -254,6 +257,20 @@ def main() -> None:
                 f"(median of {len(ttd)}; the rule's for: {rule.for_s:g} s, so "
                 f"{statistics.median(ttd) - rule.for_s:+.1f} s of scrape, evaluation and failure)"
             )
+
+    if "compose" in labs:
+        clab = ComposeLab(load_inventory(ROOT / "inventories" / "compose.yaml"))
+        clab.up()
+        try:
+            wait_all_ready(clab, 120)
+            lat_c = compose_latency(clab, args.latency_samples)
+        finally:
+            clab.down()
+        print(
+            f"compose lab detection latency (Docker's recorded exit time -> runner has the "
+            f"event), {len(lat_c)} exits: median {1000 * statistics.median(lat_c):.1f} ms, "
+            f"max {1000 * max(lat_c):.1f} ms"
+        )
 
     lab = LocalLab(inv)
     t0 = time.monotonic()

@@ -118,7 +118,15 @@ def _normalise(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    code = _main(argv)
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt as exc:
+        if str(exc) != "terminated":
+            raise
+        # SIGTERM while starting: vLLM's traceback, and Python's exit code for an uncaught
+        # KeyboardInterrupt (130; it would re-raise SIGINT, which a container's PID 1 ignores)
+        VllmLog("APIServer").traceback(_TERMINATED_FRAMES, "KeyboardInterrupt: terminated")
+        code = 130
     stamp = os.environ.get("GAMEDAY_EXIT_STAMP")
     if stamp:  # for the benchmark: the engine's own clock at the moment it exits
         with contextlib.suppress(OSError), open(stamp, "a") as f:
@@ -173,6 +181,11 @@ def _main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         log.traceback(_SERVE_FRAMES[:4], f"OSError: [Errno {exc.errno}] {exc.strerror}")
         return 1
+    if sock is not None:
+        # vLLM's setup_server: "Interrupt server on sigterm while initializing" (vllm#15997
+        # shows the traceback a pod stopped during start-up leaves). Without it a server that is
+        # a container's PID 1 would ignore `docker stop` until uvicorn is up.
+        signal.signal(signal.SIGTERM, _terminated)
 
     sleep_real(CONFIG_RESOLVE_S, scale)
     try:
@@ -241,16 +254,42 @@ def _main(argv: list[str] | None = None) -> int:
     if args.headless:
         from labengine import core
 
-        log.info(
-            "api_server.py:120",
-            f"Launching vLLM (v{era.version}) headless multiproc executor, with head node "
-            f"address tcp://{args.master_addr}:{args.master_port} for torch.distributed process "
-            "group.",
-        )
-        _set_comm(settings.process_name)
-        return core.run_worker(settings, log)
+        def _on_signal(signum: int, frame: object) -> None:
+            # vLLM's run_headless: a signal ends the node with SystemExit (exit 0). Without a
+            # handler a headless node that is a container's PID 1 would ignore `docker stop`.
+            raise SystemExit
+
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+        try:
+            log.info(
+                "api_server.py:120",
+                f"Launching vLLM (v{era.version}) headless multiproc executor, with head node "
+                f"address tcp://{args.master_addr}:{args.master_port} for torch.distributed "
+                "process group.",
+            )
+            _set_comm(settings.process_name)
+            return core.run_worker(settings, log)
+        finally:
+            log.info("api_server.py:153", "Shutting down.")
     assert sock is not None
     return _run_engine(settings, log, sock, host, args.port)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt("terminated")
+
+
+_TERMINATED_FRAMES = [
+    *_SERVE_FRAMES[:3],
+    (
+        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py",
+        1901,
+        "signal_handler",
+        'raise KeyboardInterrupt("terminated")',
+    ),
+]
 
 
 def _validation_error(log: VllmLog, cls: str, message: str, input_value: str) -> None:
@@ -284,8 +323,11 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
     child.close()
     try:
         msg: Any = parent.recv()
-    except (EOFError, KeyboardInterrupt):
+    except EOFError:
         msg = ("failed",)
+    except KeyboardInterrupt:  # SIGTERM while the engine starts (see main)
+        proc.kill()
+        raise
     if msg[0] != "ready":
         proc.join(timeout=5)
         code = proc.exitcode if proc.exitcode is not None else 1
@@ -305,6 +347,8 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         return 1
     info = msg[1]
     from labengine.server import ServerState, serve
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
 
     sleep_real(API_START_S, s.time_scale)
     log.info("api_server.py:1850", "Supported_tasks: ['generate']")

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -835,26 +835,32 @@ class ComposeLab(EventFeed, ChangePlanning):
         return list(json.loads(out)["processes"])
 
     def restart(self, nodes: Sequence[str]) -> None:
-        """Restart the nodes' engine containers all at once (a group comes back together)."""
+        """Restart the nodes' engine containers together: all stopped, then all started (a
+        worker that stops fast and comes back while its head is still shutting down would join
+        the old head and never the new one)."""
         self._sync()
         containers = [self.engine(n) for n in nodes]
         self._expect_stop_now(nodes)
         self._bump_generation(nodes)
         errors: list[BaseException] = []
 
-        def one(c: Any) -> None:
-            try:
-                c.restart(timeout=STOP_TIMEOUT_S)
-            except Exception as exc:
-                errors.append(exc)
+        def each(step: Callable[[Any], None]) -> None:
+            def one(c: Any) -> None:
+                try:
+                    step(c)
+                except Exception as exc:
+                    errors.append(exc)
 
-        threads = [threading.Thread(target=one, args=(c,)) for c in containers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise LabError(f"docker could not restart {', '.join(nodes)}: {errors[0]}")
+            threads = [threading.Thread(target=one, args=(c,)) for c in containers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise LabError(f"docker could not restart {', '.join(nodes)}: {errors[0]}")
+
+        each(lambda c: c.stop(timeout=STOP_TIMEOUT_S))
+        each(lambda c: c.start())
 
     def leftovers(self) -> list[str]:
         """Everything that differs from the lab's baseline (empty when clean)."""
