@@ -116,9 +116,13 @@ def _compose_instance(inventory: Inventory, k: int) -> Inventory:
         value = subnet_re.sub(lambda m: moves[m.group(0)], value)  # one pass: none moved twice
         if value.startswith(f"{project}-"):  # a container name (ansible_host)
             value = f"{project}-p{k}-{value.removeprefix(project + '-')}"
-        published = re.fullmatch(r"(127\.\d{1,3}\.\d{1,3}\.\d{1,3}):(\d{1,5})", value)
+        # a published port (gameday_published, prometheus_listen, a prometheus_url)
+        published = re.fullmatch(
+            r"((?:https?://)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}):(\d{1,5})(/.*)?", value
+        )
         if published:
-            value = f"{published.group(1)}:{int(published.group(2)) + 100 * k}"
+            host, port, path = published.groups()
+            value = f"{host}:{int(port) + 100 * k}{path or ''}"
         return value
 
     data = move(yaml.safe_load(inventory.path.read_text()))

@@ -93,6 +93,18 @@ def test_compose_instance_is_a_separate_project(
     assert hostvars["node3"]["ansible_host"] == "gameday-compose-p1-node3-host"
     assert hostvars["serving"]["ansible_host"] == "gameday-compose-p1-serving"
     assert instance(inv, 3).lab.compose.subnets["overlay"] == "172.30.87.0/24"  # type: ignore[union-attr]
+    # an explicit Prometheus URL moves with its published port
+    text = (ROOT / "inventories" / "compose.yaml").read_text()
+    text = text.replace("../compose/", str(ROOT / "compose") + "/").replace(
+        "../playbooks", str(ROOT / "playbooks")
+    )
+    src = tmp_path / "with-url.yaml"
+    src.write_text(
+        text.replace(
+            "      monitoring:", "      prometheus_url: http://127.0.0.1:19090/\n      monitoring:"
+        )
+    )
+    assert instance(load_inventory(src), 2).lab.prometheus == "http://127.0.0.1:19290/"
 
 
 def test_workers_share_one_queue_and_keep_the_order() -> None:
