@@ -162,58 +162,45 @@ def test_fail_on_environ_validation() -> None:
     assert "ValueError: Unknown vLLM environment variable detected: VLLM_SERVICE_HOST" in p.stdout
 
 
-def _start(*args: str) -> subprocess.Popen[str]:
+def sigterm_once(logged: str, *args: str) -> tuple[int, str]:
+    """Start `vllm-lab serve ARGS` in a 2-node group, SIGTERM it once it has logged `logged`;
+    its exit code and everything it printed."""
+    group = ["Qwen/Qwen2.5-14B-Instruct-AWQ", "--tensor-parallel-size", "2", "--nnodes", "2",
+             "--master-addr", "127.0.0.1", "--master-port", str(free_port())]  # fmt: skip
     e = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "labengine", "serve", *args],
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labengine", "serve", *group, *args],
         env=e | {"GAMEDAY_TIME_SCALE": "1000"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-
-def _until(proc: subprocess.Popen[str], text: str) -> list[str]:
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if text in line:
-            return seen
-    raise AssertionError(f"{text!r} never logged: {''.join(seen)[-2000:]}")
+    try:
+        assert proc.stdout is not None
+        seen = ""
+        while logged not in seen:
+            line = proc.stdout.readline()
+            assert line, f"{logged!r} never logged: {seen[-2000:]}"
+            seen += line
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+    return proc.returncode, seen + out
 
 
 def test_sigterm_while_a_head_waits_for_its_group() -> None:
     """vLLM's setup_server: SIGTERM while initialising raises KeyboardInterrupt("terminated")
     (vllm#15997), so a head that is a container's PID 1 still obeys `docker stop`."""
-    port, store = free_port(), free_port()
-    head = _start(
-        "Qwen/Qwen2.5-14B-Instruct-AWQ", "--tensor-parallel-size", "2", "--nnodes", "2",
-        "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(store),
-        "--host", "127.0.0.1", "--port", str(port),
-    )  # fmt: skip
-    try:
-        _until(head, "to join the group")
-        head.send_signal(signal.SIGTERM)
-        out, _ = head.communicate(timeout=5)
-    finally:
-        head.kill()
-    assert head.returncode == 130
+    code, out = sigterm_once(
+        "to join the group", "--node-rank", "0", "--host", "127.0.0.1", "--port", str(free_port())
+    )
+    assert code == 130
     assert "KeyboardInterrupt: terminated" in out
 
 
 def test_sigterm_ends_a_headless_node() -> None:
     """vLLM's run_headless: a signal ends the node with SystemExit, and it says so."""
-    worker = _start(
-        "Qwen/Qwen2.5-14B-Instruct-AWQ", "--tensor-parallel-size", "2", "--nnodes", "2",
-        "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-        "--headless",
-    )  # fmt: skip
-    try:
-        _until(worker, "headless multiproc executor")
-        worker.send_signal(signal.SIGTERM)
-        out, _ = worker.communicate(timeout=5)
-    finally:
-        worker.kill()
-    assert worker.returncode == 0
+    code, out = sigterm_once("headless multiproc executor", "--node-rank", "1", "--headless")
+    assert code == 0
     assert "Shutting down." in out

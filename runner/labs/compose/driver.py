@@ -747,7 +747,7 @@ class ComposeLab(EventFeed, ChangePlanning):
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
             self._write_prometheus(after.value)
             reload(self.inventory.lab.prometheus)
-            self._wait_scraped(30)
+            self.monitoring_ready(30)
         else:
             raise LabError(f"the compose lab cannot apply a {change.kind.value} change")
 
@@ -815,14 +815,10 @@ class ComposeLab(EventFeed, ChangePlanning):
             c.kill(signal=f"SIG{signal}")
 
     def monitoring_ready(self, timeout_s: float) -> None:
-        if self.inventory.lab.monitoring is not None:
-            self._wait_scraped(timeout_s)
-
-    def _wait_scraped(self, timeout: float) -> None:
         url = self.inventory.lab.prometheus
-        assert url is not None
-        hint = f"docker logs {self.project}-prometheus"
-        wait_scraped(url, self._state_dir / "prometheus", timeout, hint=hint)
+        if self.inventory.lab.monitoring is not None and url is not None:
+            hint = f"docker logs {self.project}-prometheus"
+            wait_scraped(url, self._state_dir / "prometheus", timeout_s, hint=hint)
 
     def _via(self, kind: ChangeKind) -> str:
         playbook = {ChangeKind.PROCESS: "process", ChangeKind.ADDRESS: "change-address"}

@@ -409,11 +409,8 @@ class LocalLab(ChangePlanning):
             # a static scrape config names the addresses the operator configured, not the ones
             # DHCP handed out since
             self._write_prometheus(after.value, configured_addresses(self.inventory))
-            url = self.inventory.lab.prometheus
-            reload(url)
-            assert url is not None
-            log = self._state_dir / "services" / "prometheus.log"
-            wait_scraped(url, self._state_dir / "prometheus", 30, hint=f"see {log}")
+            reload(self.inventory.lab.prometheus)
+            self.monitoring_ready(30)
         else:
             raise LabError(f"the local lab cannot apply a {change.kind.value} change")
 
