@@ -54,6 +54,7 @@ import httpx
 import yaml
 
 from runner.labs.servicelinks import kubernetes_service_env
+from runner.programs import command_argv
 
 NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -578,6 +579,10 @@ class Cluster:
         argv = [
             resolve(_expand(a, env)) for a in [*(c.get("command") or []), *(c.get("args") or [])]
         ]
+        # The container image is this interpreter's environment: its entrypoint is found there,
+        # as a runtime finds it in the image, never on the test machine's PATH.
+        if argv:
+            argv = command_argv(argv) or argv
         # the pod's network namespace: all of its addresses are the pod IP
         for i, a in enumerate(argv):
             if a == "0.0.0.0" and i and argv[i - 1] == "--host":
@@ -608,22 +613,34 @@ class Cluster:
             if p is None:
                 break
             env = self.container_env(p, c, rt)
-            cont = self.start(rt, c, env)
-            if cont is None:
-                break
-            self.event(p, "Normal", "Created", f"Created container {c['name']}", "kubelet")
-            self.event(p, "Normal", "Started", f"Started container {c['name']}", "kubelet")
-            self.update_status(rt, self.running_status, rt, c, cont, restarts, last_terminated)
-            prober = threading.Thread(target=self.probe, args=(rt, c, cont), daemon=True)
-            prober.start()
-            self.wait_exit(rt, cont, p)
-            terminated = {
-                "exitCode": cont.exit_code,
-                "reason": "Error" if cont.exit_code else "Completed",
-                "startedAt": k8s_time(cont.started_at),
-                "finishedAt": k8s_time(cont.finished_at or now()),
-                "containerID": cont.id,
-            }
+            try:
+                cont = self.start(rt, c, env)
+            except OSError as exc:
+                # as containerd reports an entrypoint it cannot exec: StartError, exit code 128
+                msg = f"failed to create containerd task: exec: {exc}: unknown"
+                self.event(p, "Warning", "Failed", f"Error: {msg}", "kubelet")
+                terminated = {
+                    "exitCode": 128,
+                    "reason": "StartError",
+                    "message": msg,
+                    "startedAt": k8s_time(now()),
+                    "finishedAt": k8s_time(now()),
+                    "containerID": "",
+                }
+            else:
+                self.event(p, "Normal", "Created", f"Created container {c['name']}", "kubelet")
+                self.event(p, "Normal", "Started", f"Started container {c['name']}", "kubelet")
+                self.update_status(rt, self.running_status, rt, c, cont, restarts, last_terminated)
+                prober = threading.Thread(target=self.probe, args=(rt, c, cont), daemon=True)
+                prober.start()
+                self.wait_exit(rt, cont, p)
+                terminated = {
+                    "exitCode": cont.exit_code,
+                    "reason": "Error" if cont.exit_code else "Completed",
+                    "startedAt": k8s_time(cont.started_at),
+                    "finishedAt": k8s_time(cont.finished_at or now()),
+                    "containerID": cont.id,
+                }
             self.update_status(rt, self.terminated_status, c, terminated, restarts, last_terminated)
             if rt.deleting.is_set():
                 break
@@ -656,7 +673,7 @@ class Cluster:
         rt.gone.set()
         self.wake.set()
 
-    def start(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container | None:
+    def start(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container:
         argv = self.argv(c, env, rt.ip)
         proc = subprocess.Popen(
             argv,

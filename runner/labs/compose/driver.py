@@ -91,6 +91,13 @@ def parse_ts(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+def _at_or_before(recorded: datetime, event_ts: datetime) -> datetime:
+    """The time Docker recorded for a start or an exit, read when its event is handled. On a busy
+    machine the container may have restarted (or exited again) by then, and the record is a later
+    one's: the event's own time is the bound."""
+    return recorded if recorded <= event_ts else event_ts
+
+
 def _never(ts: str) -> bool:
     return ts.startswith("0001-01-01")
 
@@ -403,12 +410,12 @@ class ComposeLab(EventFeed, ChangePlanning):
     def _on_start(self, node: Node, cid: str, ts: datetime) -> None:
         try:
             c = self.docker.containers.get(cid)
-            started = parse_ts(c.attrs["State"]["StartedAt"])
+            started = _at_or_before(parse_ts(c.attrs["State"]["StartedAt"]), ts)
         except Exception:
             return
         cur = self._current(node.name)
-        if cur is not None and cur.container_id == cid and cur.started_at == started:
-            return  # seen at sync
+        if cur is not None and cur.container_id == cid and started <= cur.started_at:
+            return  # seen at sync, or replayed from before it
         inc = self._new_incarnation(node.name, cid, started)
         self._ready[node.name] = False
         self.emit(
@@ -429,7 +436,8 @@ class ComposeLab(EventFeed, ChangePlanning):
         with contextlib.suppress(Exception):
             st = self.docker.containers.get(cid).attrs
             if not _never(st["State"]["FinishedAt"]):
-                finished = parse_ts(st["State"]["FinishedAt"])  # Docker's recorded exit time
+                # Docker's recorded exit time, unless it is already a later exit's
+                finished = _at_or_before(parse_ts(st["State"]["FinishedAt"]), ts)
             status = st["State"]["Status"]
             restarts = int(st.get("RestartCount", 0))
         inc.finished_at = finished
@@ -566,12 +574,19 @@ class ComposeLab(EventFeed, ChangePlanning):
         if not 1 <= incarnation <= len(incs):
             return []
         inc = incs[incarnation - 1]
+        prev = incs[incarnation - 2] if incarnation > 1 else None
         nxt = incs[incarnation] if incarnation < len(incs) else None
+        # A container's log spans all of its restarts: an incarnation's lines lie between the
+        # previous incarnation's exit and the next one's start in the same container. The first
+        # incarnation of a container owns everything before its next start.
+        start: datetime | None = None
+        if prev is not None and prev.container_id == inc.container_id:
+            start = prev.finished_at or inc.started_at
         end = nxt.started_at if nxt is not None and nxt.container_id == inc.container_id else None
         return [
             ln
             for ln in self._container_lines(inc.container_id)
-            if ln.ts >= inc.started_at and (end is None or ln.ts < end)
+            if (start is None or ln.ts > start) and (end is None or ln.ts < end)
         ]
 
     def logs_since(self, node: str, since: datetime | None) -> list[LogLine]:

@@ -7,25 +7,21 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from runner.errors import LabError
+from runner.programs import resolve_command
 
 RUN_DIR = "/run/gameday"  # where playbooks/process.yaml keeps pid files and command lines
 
 
 def ansible_bin() -> str:
     """The directory holding ansible-playbook: on PATH, or beside this interpreter."""
-    found = shutil.which("ansible-playbook")
+    found = resolve_command("ansible-playbook")
     if found:
         return str(Path(found).parent)
-    beside = Path(sys.executable).parent
-    if (beside / "ansible-playbook").exists():
-        return str(beside)
     raise LabError(
         "ansible-playbook is not installed (host actions run as Ansible playbooks)",
         hint="pip install ansible ansible-runner (make test and make run install them)",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from runner.labs.base import (
 )
 from runner.labs.changes import ChangePlanning, configured_addresses, ensure_free
 from runner.labs.monitoring import reload, wait_scraped, write_prometheus
+from runner.programs import command_argv, resolve_command
 from runner.scenario import LabKind, LogSource, NodeStatus
 
 # What a node's process inherits from the supervisor's environment; the rest comes from the
@@ -46,19 +46,6 @@ PASSTHROUGH_ENV = (
     "VIRTUAL_ENV",
     "GAMEDAY_MODELS_PATH",
 )
-
-
-def resolve_command(name: str) -> str | None:
-    """A program on PATH, or installed beside this interpreter (an un-activated venv)."""
-    found = shutil.which(name)
-    if found:
-        return found
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    if Path(name).is_file():
-        return name
-    return None
 
 
 def default_state_root() -> Path:
@@ -131,7 +118,7 @@ class LocalLab(ChangePlanning):
     def preflight(self) -> None:
         """Refuse to start a lab that cannot work, before starting anything."""
         cmd = self.inventory.lab.engine_command
-        if cmd and resolve_command(cmd[0]) is None:
+        if cmd and command_argv(cmd) is None:
             raise LabError(
                 f"{self.inventory.path}: engine command {cmd[0]!r} (gameday_lab.engine_command) "
                 "is not on PATH",
@@ -242,8 +229,9 @@ class LocalLab(ChangePlanning):
         return {"name": "node-exporter", "command": cmd, "env": self._base_env(n), "restart": True}
 
     def _node_spec(self, n: Node, addresses: dict[str, dict[str, str]]) -> dict[str, Any]:
-        cmd = list(self.inventory.lab.engine_command)
-        cmd[0] = resolve_command(cmd[0]) or cmd[0]
+        cmd = command_argv(self.inventory.lab.engine_command) or list(
+            self.inventory.lab.engine_command
+        )
         aux = []
         if self.inventory.lab.monitoring is not None and addresses.get(n.name):
             aux.append(self._exporter(n, addresses))
@@ -425,9 +413,7 @@ class LocalLab(ChangePlanning):
             self._call("POST", f"/nodes/{node}/aux", json=self._exporter(n, addresses))
 
     def _command(self, command: Sequence[str]) -> tuple[str, ...]:
-        cmd = list(command)
-        cmd[0] = resolve_command(cmd[0]) or cmd[0]
-        return tuple(cmd)
+        return tuple(command_argv(command) or command)
 
     def signal(self, node: str, process: str, signal: str) -> None:
         self._call("POST", f"/nodes/{node}/signal", json={"process": process, "signal": signal})
