@@ -20,6 +20,7 @@ from typing import Any
 import pydantic
 
 from runner.errors import LabError
+from runner.fsutil import fsync_dir, private_dir
 from runner.labs.base import Change
 
 
@@ -37,19 +38,21 @@ class OpenChange:
 
 class Journal:
     def __init__(self, lab_state_dir: Path, run_id: str) -> None:
-        self.dir = lab_state_dir / "journal"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = private_dir(lab_state_dir / "journal")
         self.path = self.dir / f"{run_id}.jsonl"
         self.run_id = run_id
         self._seq = 0
 
     def _write(self, record: dict[str, object]) -> None:
         # the journal keeps values as they were (undo needs them): owner-only
+        created = not self.path.exists()
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        if created:  # the file's name, too, must survive a crash for cleanup to find it
+            fsync_dir(self.dir)
 
     def record(self, scenario: str, change: Change) -> int:
         self._seq += 1

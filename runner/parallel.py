@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from runner.errors import InputError
+from runner.fsutil import write_private
 from runner.inventory import ComposeSpec, Inventory, load_inventory
 from runner.labs.local.driver import default_state_root
 from runner.run import CLEANING, shielded_from_sigint
@@ -142,9 +143,10 @@ def _compose_instance(inventory: Inventory, k: int) -> Inventory:
     state = Path(lab.get("state_dir") or default_state_root() / lab["name"])
     state.mkdir(parents=True, exist_ok=True)
     path = state / "inventory.yaml"
-    path.write_text(
+    write_private(  # the nodes' environments are in it: owner-only
+        path,
         f"# instance {k} of {inventory.path} for `gameday run --parallel` (written by gameday)\n"
-        + yaml.safe_dump(data, sort_keys=False)
+        + yaml.safe_dump(data, sort_keys=False),
     )
     return load_inventory(path)
 

@@ -37,6 +37,7 @@ import httpx
 import yaml
 
 from runner.errors import LabError, LabNotUp
+from runner.fsutil import write_private
 from runner.inventory import ComposeSpec, Inventory, Node, Role
 from runner.labs.base import (
     Change,
@@ -633,7 +634,7 @@ class ComposeLab(EventFeed, ChangePlanning):
         gens = self._generations()
         for n in nodes:
             gens[n] = int(gens.get(n, 1)) + 1
-        self._generations_path.write_text(json.dumps(gens))
+        write_private(self._generations_path, json.dumps(gens))
 
     @functools.cached_property
     def _image_env(self) -> dict[str, str]:
@@ -674,12 +675,11 @@ class ComposeLab(EventFeed, ChangePlanning):
                 "environment": dict(cfg.env),
             }
         doc = {"version": "2.4", "services": services}
-        tmp = self._override_path.with_suffix(".tmp")
-        tmp.write_text(
+        write_private(  # it holds the nodes' environments: owner-only
+            self._override_path,
             "# written by gameday: the nodes whose config a scenario changed\n"
-            + yaml.safe_dump(doc, sort_keys=False)
+            + yaml.safe_dump(doc, sort_keys=False),
         )
-        tmp.replace(self._override_path)
 
     def _reapply(self, node: str, cfg: NodeConfig) -> None:
         configs = {
@@ -693,8 +693,9 @@ class ComposeLab(EventFeed, ChangePlanning):
         else:
             configs[node] = cfg
         self._write_override(configs)
-        self._configs_path.write_text(
-            json.dumps({k: v.model_dump(mode="json") for k, v in configs.items()})
+        write_private(
+            self._configs_path,
+            json.dumps({k: v.model_dump(mode="json") for k, v in configs.items()}),
         )
         self._expect_stop_now([node])
         self._bump_generation([node])

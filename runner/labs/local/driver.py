@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from runner.errors import LabError, LabNotUp
+from runner.fsutil import private_dir, write_private
 from runner.inventory import Inventory, Node, Role
 from runner.labs.base import (
     Change,
@@ -33,6 +34,8 @@ from runner.labs.changes import ChangePlanning, configured_addresses, ensure_fre
 from runner.labs.monitoring import reload, wait_scraped, write_prometheus
 from runner.programs import command_argv, resolve_command
 from runner.scenario import LabKind, LogSource, NodeStatus
+
+SUPERVISOR = "runner.labs.local.supervisor"  # the daemon's module, run with `python -m`
 
 # What a node's process inherits from the supervisor's environment; the rest comes from the
 # inventory, as a container gets only what its spec says.
@@ -156,7 +159,7 @@ class LocalLab(ChangePlanning):
         if self.is_up():
             return
         self.preflight()
-        self._state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self._state_dir)  # the control socket and the nodes' environments live here
         addresses = self._addresses()
         spec = {
             "time_scale": self.inventory.lab.time_scale,
@@ -166,10 +169,10 @@ class LocalLab(ChangePlanning):
         (self._state_dir / "addresses.json").write_text(json.dumps(addresses))
         if self.inventory.lab.monitoring is not None:
             self._write_prometheus("management", configured_addresses(self.inventory))
-        (self._state_dir / "lab.json").write_text(json.dumps(spec, indent=2))
+        write_private(self._state_dir / "lab.json", json.dumps(spec, indent=2))
         log = (self._state_dir / "supervisor.log").open("ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner.labs.local.supervisor", str(self._state_dir)],
+            [sys.executable, "-m", SUPERVISOR, str(self._state_dir.resolve())],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -285,10 +288,14 @@ class LocalLab(ChangePlanning):
         self._close()
 
     def _reap_stale(self) -> None:
+        """Stop a supervisor that no longer answers. Its pid file may be stale and the pid
+        since reused by anything: only a process that is this lab's supervisor is signalled."""
         pidfile = self._state_dir / "supervisor.pid"
         if pidfile.exists():
             with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
-                os.kill(int(pidfile.read_text()), signal.SIGTERM)
+                pid = int(pidfile.read_text())
+                if _is_supervisor(pid, self._state_dir):
+                    os.kill(pid, signal.SIGTERM)
             pidfile.unlink(missing_ok=True)
 
     def _close(self) -> None:
@@ -456,6 +463,19 @@ class LocalLab(ChangePlanning):
 
     def restart(self, nodes: Sequence[str]) -> None:
         self._call("POST", "/restart", json={"nodes": list(nodes)})
+
+
+def _is_supervisor(pid: int, state_dir: Path) -> bool:
+    """Whether `pid` is a process of this user's, started by `up` as the supervisor of the lab
+    in `state_dir`."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        owner = proc.stat().st_uid
+        argv = (proc / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return False
+    want = [b"-m", SUPERVISOR.encode(), os.fsencode(state_dir.resolve())]
+    return owner == os.getuid() and argv[-3:] == want
 
 
 def _alive(pid: int) -> bool:

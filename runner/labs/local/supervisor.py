@@ -24,8 +24,10 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,11 +40,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from runner.fsutil import private_dir, write_private
+
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
 BACKOFF_RESET_S = 600.0
 PROBE_PERIOD_S = 10.0
 STOP_GRACE_S = 3.0  # lab seconds
+MAX_LINE = 64 * 1024  # bytes of a log line kept; the rest is counted, not stored
+READ_CHUNK = 64 * 1024
 
 
 def now() -> datetime:
@@ -314,7 +320,7 @@ class Supervisor:
         probe = asyncio.create_task(self.probe_loop(n, inc))
         assert proc.stdout is not None
         with log_path.open("w", buffering=1) as out:
-            async for raw in proc.stdout:
+            async for raw in read_lines(proc.stdout):
                 ts = now()
                 if n.first_output_at is None:
                     n.first_output_at = ts
@@ -498,9 +504,8 @@ class Supervisor:
 
     async def main(self) -> None:
         sock = self.dir / "supervisor.sock"
-        with contextlib.suppress(FileNotFoundError):
-            sock.unlink()
-        config = uvicorn.Config(self.app(), uds=str(sock), log_level="warning", lifespan="off")
+        listener = bind_private(sock)
+        config = uvicorn.Config(self.app(), log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         for d in self.aux.values():
             for a in d.values():
@@ -508,7 +513,7 @@ class Supervisor:
         for n in self.nodes.values():
             n.generation = 1
             self.start_loop(n)
-        await self.server.serve()
+        await self.server.serve(sockets=[listener])
         await asyncio.gather(*(self.stop(n) for n in self.nodes.values()))
         await self.stop_aux()
         await self.http.aclose()
@@ -517,9 +522,55 @@ class Supervisor:
         (self.dir / "supervisor.pid").unlink(missing_ok=True)
 
 
+def bind_private(path: Path) -> socket.socket:
+    """The control socket, bound at `path` and owner-only (0600) before anyone can connect.
+
+    Whoever can connect runs commands as this user (POST /nodes/{n}/aux) and reads the nodes'
+    environments, so the socket is bound here rather than by uvicorn (which makes it 0666): the
+    mode is set between bind() and listen(), while a connect() is still refused, and the socket
+    lives in the 0700 state directory besides."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        os.chmod(path, 0o600)
+    except BaseException:
+        sock.close()
+        raise
+    return sock  # asyncio's create_server() calls listen()
+
+
+async def read_lines(stream: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """The stream's lines, each cut to MAX_LINE bytes with a note of how much was left out.
+
+    StreamReader's own line reading raises once a line outgrows its 64 KiB buffer, which would
+    end the reader with the pipe undrained and the node's exit unrecorded; reading in chunks
+    keeps memory bounded whatever the node prints."""
+    kept = bytearray()  # the current line, up to MAX_LINE bytes
+    length = 0  # the current line's full length
+    while chunk := await stream.read(READ_CHUNK):
+        *ended, rest = chunk.split(b"\n")
+        for part in ended:
+            kept += part[: MAX_LINE - len(kept)]
+            yield _noted(kept, length + len(part))
+            kept.clear()
+            length = 0
+        kept += rest[: MAX_LINE - len(kept)]
+        length += len(rest)
+    if length:
+        yield _noted(kept, length)
+
+
+def _noted(kept: bytearray, length: int) -> bytes:
+    if length <= len(kept):
+        return bytes(kept)
+    return bytes(kept) + f" [... {length - len(kept)} more bytes]".encode()
+
+
 def main() -> int:
-    state_dir = Path(sys.argv[1]).resolve()
-    (state_dir / "supervisor.pid").write_text(str(os.getpid()))
+    state_dir = private_dir(Path(sys.argv[1]).resolve())
+    write_private(state_dir / "supervisor.pid", str(os.getpid()))
     asyncio.run(Supervisor(state_dir).main())
     return 0
 
