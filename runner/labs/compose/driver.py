@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import re
 import shutil
@@ -120,6 +121,10 @@ class ComposeLab(EventFeed, ChangePlanning):
         self._incs: dict[str, list[Incarnation]] = {}
         self._ready: dict[str, bool] = {}
         self._expect_stop: dict[str, int] = {}  # node -> highest incarnation the lab stops
+        # container id -> until when (epoch s) its exits are the lab's own stops. By container and
+        # time, not only by incarnation number: a restart the event feed has not shown yet when
+        # the lab stops the container has no number yet.
+        self._stopping: dict[str, float] = {}
         self._feed: Any = None
         self._synced = False
 
@@ -443,7 +448,9 @@ class ComposeLab(EventFeed, ChangePlanning):
             restarts = int(st.get("RestartCount", 0))
         inc.finished_at = finished
         inc.code = int(attrs.get("exitCode", "0"))
-        inc.stopped = inc.number <= self._expect_stop.get(node.name, 0)
+        inc.stopped = inc.number <= self._expect_stop.get(
+            node.name, 0
+        ) or ts.timestamp() <= self._stopping.get(cid, -math.inf)
         self._ready[node.name] = False
         self.emit(node.name, EventType.EXITED, finished, **inc.exited_data())
         if status == "restarting":
@@ -700,9 +707,12 @@ class ComposeLab(EventFeed, ChangePlanning):
         self._expect_stop_now([node])
         self._bump_generation([node])
         # stop the old container first (a stop also ends its restart policy), so that it cannot
-        # crash-loop on the old config while Compose replaces it
+        # crash-loop on the old config while Compose replaces it; it is replaced, so every exit
+        # of it from now on is the lab's doing
         with contextlib.suppress(LabNotUp):
-            self.engine(node).stop(timeout=STOP_TIMEOUT_S)
+            old = self.engine(node)
+            self._stopping[old.id] = math.inf
+            old.stop(timeout=STOP_TIMEOUT_S)
         self.compose("up", "-d", "--no-deps", "--force-recreate", node)
 
     def _expect_stop_now(self, nodes: Sequence[str]) -> None:
@@ -871,7 +881,12 @@ class ComposeLab(EventFeed, ChangePlanning):
             if errors:
                 raise LabError(f"docker could not restart {', '.join(nodes)}: {errors[0]}")
 
+        for c in containers:
+            self._stopping[c.id] = math.inf
         each(lambda c: c.stop(timeout=STOP_TIMEOUT_S))
+        stopped_by = time.time()
+        for c in containers:
+            self._stopping[c.id] = stopped_by
         each(lambda c: c.start())
 
     def leftovers(self) -> list[str]:
