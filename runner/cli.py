@@ -282,10 +282,10 @@ def timeline(logs: tuple[str, ...], year: int | None, pattern: str | None) -> No
     """Merge logs into one UTC timeline. LOG is FILE or FILE@ZONE (e.g. host.log@Asia/Seoul):
     the zone of stamps that do not carry one (vLLM's, syslog's); default UTC. Lines stamped by a
     container runtime (RFC 3339 with Z or an offset) carry their own."""
-    import re
     from datetime import UTC, datetime
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+    from runner.patterns import compile_user
     from runner.timestamps import merge
 
     sources = []
@@ -307,9 +307,9 @@ def timeline(logs: tuple[str, ...], year: int | None, pattern: str | None) -> No
     rx = None
     if pattern:
         try:
-            rx = re.compile(pattern)
-        except re.error as exc:
-            raise InputError(f"--match does not compile: {exc}") from None
+            rx = compile_user(pattern)
+        except ValueError as exc:
+            raise InputError(f"--match: {exc}") from None
     for s in merge(sources):
         if rx is None or rx.search(s.text):
             output.out.print(

@@ -31,7 +31,8 @@ HINT = "see inventories/local.yaml and README.md 'Inventories'"
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no infinite or NaN number anywhere: a timeout of .inf would make a wait endless
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Role(enum.StrEnum):

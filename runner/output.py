@@ -1,5 +1,9 @@
 """Everything gameday prints goes through here (rich on a terminal, plain lines otherwise).
-Results and JSON go to stdout; progress, messages and errors to stderr."""
+Results and JSON go to stdout; progress, messages and errors to stderr.
+
+No control character from a log, a lab or a scenario reaches the terminal raw: every string
+rich renders passes through runner.printable first (ESC becomes `\x1b`), and `escape` does the
+same for text that takes another path (the live status line)."""
 
 from __future__ import annotations
 
@@ -10,17 +14,30 @@ import threading
 import time
 from typing import Any
 
+from rich import markup
 from rich.console import Console
-from rich.markup import escape
-
-__all__ = ["err", "error", "escape", "json_out", "message", "out", "run_summary"]
 from rich.table import Table
+from rich.text import Text
 
 from runner.errors import GamedayError
+from runner.printable import printable
 from runner.results import RunResult, Verdict
 
+__all__ = ["err", "error", "escape", "json_out", "message", "out", "run_summary"]
 
-class _ErrConsole(Console):
+
+def escape(text: str) -> str:
+    """`text` as literal rich markup, its control characters made visible."""
+    return markup.escape(printable(text))
+
+
+class _Console(Console):
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Every string rich prints (print's arguments, table cells) comes through here."""
+        return super().render_str(printable(text), **kwargs)
+
+
+class _ErrConsole(_Console):
     def on_broken_pipe(self) -> None:
         """`gameday run ... 2>&1 | head`: whoever read the progress has gone. Rich would exit;
         a run must go on without its reader, clean up, take its lab down and write its
@@ -32,7 +49,7 @@ class _ErrConsole(Console):
         os.close(devnull)
 
 
-out = Console(highlight=False, soft_wrap=True)
+out = _Console(highlight=False, soft_wrap=True)
 err = _ErrConsole(stderr=True, highlight=False, soft_wrap=True)
 
 _STYLE = {

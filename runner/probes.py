@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import httpx
 from runner import prometheus
 from runner.errors import GamedayError
 from runner.labs.base import LabDriver
+from runner.patterns import compile_user
 from runner.scenario import (
     AnyProbe,
     GpuProcessesProbe,
@@ -235,7 +235,7 @@ def _gpu(env: ProbeEnv, p: GpuProcessesProbe, name: str) -> ProbeResult:
         hit = [
             x
             for x in procs
-            if re.search(m.name, x["name"])
+            if compile_user(m.name).search(x["name"])
             and (m.min_mib is None or x["mib"] >= m.min_mib)
             and (m.max_mib is None or x["mib"] <= m.max_mib)
         ]
@@ -271,7 +271,7 @@ def _state(env: ProbeEnv, p: NodeStateProbe, name: str) -> ProbeResult:
 
 
 def _silence(env: ProbeEnv, p: LogSilenceProbe, name: str) -> ProbeResult:
-    rx = re.compile(p.regex)
+    rx = compile_user(p.regex)
     hits = []
     for node in p.nodes:
         for ln in env.lab.logs_since(node, env.since):

@@ -1,6 +1,10 @@
-"""Secrets never reach a report: environment values whose names look like tokens, keys or
-passwords, API keys in command lines and vLLM's "non-default args" line, bearer tokens, and
+"""Secrets never reach a report: values whose names look like tokens, keys or passwords (in
+environment dumps, `NAME=value`, `NAME: value`, Python or JSON dicts, `--flag value` command
+lines, vLLM's "non-default args" line), authorization headers, passwords in URLs, and
 well-known token shapes (Hugging Face, OpenAI-style) are replaced by `<redacted>`.
+
+The patterns run on RE2 (runner.patterns), so redaction takes time linear in the text, however
+long a log line is.
 
 The undo journal is the one place values are kept as they were (undo must restore them); it is
 written with owner-only permissions.
@@ -8,56 +12,85 @@ written with owner-only permissions.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-MASK = "<redacted>"
-SECRET_NAME = re.compile(
-    r"(?i)(token|secret|passw(or)?d|api[_-]?key|credential|private[_-]?key|access[_-]?key|auth)"
-)
+from runner.patterns import Match, compile_user
 
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # NAME=value where NAME looks secret (env dumps, "env set HF_TOKEN=...")
+MASK = "<redacted>"
+
+# A name that holds a secret. "tokens" (max_tokens, num_batched_tokens) and "tokenizer" are
+# counts and paths, not credentials.
+_SECRET_WORD = (
+    r"token|secret|passw(?:or)?d|passphrase|credential|api[_-]?key|private[_-]?key|"
+    r"access[_-]?key|key[_-]data|certificate[_-]data|authorization"
+)
+_SECRET_SUFFIX = r"(?:^|[_.-])(?:key|pass|auth|pwd)$"
+_SECRET_NAME = compile_user(rf"(?i)(?:{_SECRET_WORD})|{_SECRET_SUFFIX}")
+_NOT_SECRET = compile_user(r"(?i)tokens|tokeniz")
+
+# the characters of a name in `NAME=value`, `"name": value`, `--name value`
+_NAME_CHARS = r"[A-Za-z0-9_.-]"
+# a value: quoted (to its closing quote, or the end of the line if it has none), or bare
+_VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"?|'(?:[^'\\\n]|\\.)*'?|[^\s,;'"}\])]+)"""
+# an authorization scheme stays readable: `Authorization: Basic <redacted>`
+_SCHEME = r"(?:(?i:basic|bearer|token|digest|negotiate)\s+)?"
+
+_SECRETISH = rf"{_NAME_CHARS}*(?:{_SECRET_WORD}|[_.-](?:key|pass|auth|pwd))|\b(?:key|pass|auth|pwd)"
+# NAME=value, NAME: value, "NAME": "value", 'name': 'value', --name=value, Authorization: ...
+_ASSIGNMENT = compile_user(
+    rf"""(?i)(?P<name>{_SECRETISH})(?P<sep>["']?\s*[=:]\s*)(?P<scheme>{_SCHEME})"""
+    rf"""(?P<value>{_VALUE})"""
+)
+# --name value (a command line)
+_FLAG = compile_user(
+    rf"(?i)(?P<name>--?{_NAME_CHARS}*(?:{_SECRET_WORD}|[_.-](?:key|pass|auth|pwd)))"
+    rf"(?P<sep>\s+)(?P<scheme>)(?P<value>{_VALUE})"
+)
+_PATTERNS = [
+    # bearer tokens outside a header
+    (compile_user(r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\g<keep>{MASK}"),
+    # user:password@ in a URL
     (
-        re.compile(
-            r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIALS?|"
-            r"ACCESS_KEY|PRIVATE_KEY)[A-Za-z0-9_]*)=([^\s,;'\"]+)",
-            re.I,
-        ),
-        rf"\1={MASK}",
+        compile_user(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@"),
+        rf"\g<keep>{MASK}@",
     ),
-    # --api-key VALUE / --api-key=VALUE (vLLM's flag), and its Python-dict form
-    (re.compile(r"(--api[-_]key[= ])(\S+)"), rf"\1{MASK}"),
-    (
-        re.compile(r"(['\"](?:api_key|token|password)['\"]\s*:\s*)(['\"])(.*?)\2", re.I),
-        rf"\1\2{MASK}\2",
-    ),
-    (
-        re.compile(r"(?i)(authorization:\s*bearer\s+|bearer\s+)([A-Za-z0-9._~+/=-]{8,})"),
-        rf"\1{MASK}",
-    ),
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), MASK),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), MASK),
-    # kubeconfig credentials
-    (
-        re.compile(r"((?:client-key-data|client-certificate-data|token|password):\s*)(\S+)"),
-        rf"\1{MASK}",
-    ),
+    (compile_user(r"\bhf_[A-Za-z0-9]{20,}\b"), MASK),
+    (compile_user(r"\bsk-[A-Za-z0-9_-]{20,}\b"), MASK),
 ]
 
 
+def secret_name(name: str) -> bool:
+    """Whether a variable, key or flag of this name holds a secret."""
+    return _SECRET_NAME.search(_NOT_SECRET.sub("", name)) is not None
+
+
+def _assignment(m: Match) -> str:
+    name, sep, scheme, value = m.group("name", "sep", "scheme", "value")
+    if not secret_name(name.lstrip("-")):
+        return str(m.group(0))
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    closed = quote if len(value) > 1 and value.endswith(quote) else ""
+    return f"{name}{sep}{scheme}{quote}{MASK}{closed}"
+
+
 def redact(text: str) -> str:
+    text = _ASSIGNMENT.sub(_assignment, text)
+    text = _FLAG.sub(_assignment, text)
     for rx, repl in _PATTERNS:
         text = rx.sub(repl, text)
     return text
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (MASK if SECRET_NAME.search(k) else v) for k, v in env.items()}
+    return {k: (MASK if secret_name(k) else v) for k, v in env.items()}
+
+
+# fields of gameday's own results whose text says what happened, never a value to hide
+_PROSE_KEYS = ("name", "event", "title", "text", "expected", "observed", "detail")
 
 
 def redact_obj(obj: Any) -> Any:
-    """Every string in a JSON-like structure, redacted."""
+    """Every string in a JSON-like structure, redacted; a string under a secret key, masked."""
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, list):
@@ -66,9 +99,7 @@ def redact_obj(obj: Any) -> Any:
         return {
             k: (
                 MASK
-                if isinstance(v, str)
-                and SECRET_NAME.search(str(k))
-                and k not in ("name", "event", "title", "text", "expected", "observed", "detail")
+                if isinstance(v, str) and k not in _PROSE_KEYS and secret_name(str(k))
                 else redact_obj(v)
             )
             for k, v in obj.items()

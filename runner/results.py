@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 
 class Frozen(BaseModel):
@@ -51,10 +51,27 @@ class TimelineEvent(Frozen):
     event: str
 
 
+MAX_EVIDENCE_LINE = 4000  # characters of one log line kept as evidence
+
+
+def truncate(text: str, limit: int = MAX_EVIDENCE_LINE) -> str:
+    """`text` in at most `limit` characters, saying how much was cut (the result is short
+    enough to pass through again unchanged)."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 40  # room for the marker
+    return f"{text[:keep]}… [truncated {len(text) - keep} chars]"
+
+
 class EvidenceLine(Frozen):
     ts: datetime | None
     text: str
     highlight: bool = False
+
+    @field_validator("text")
+    @classmethod
+    def _bounded(cls, v: str) -> str:
+        return truncate(v)
 
 
 class Evidence(Frozen):

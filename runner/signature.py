@@ -1,14 +1,17 @@
-"""Failure signatures: ordered regexes with checked captures, and patterns that must be absent."""
+"""Failure signatures: ordered regexes with checked captures, and patterns that must be absent.
+
+The patterns come from scenario files and run on RE2 (runner.patterns): linear time.
+"""
 
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runner.labs.base import LogLine
+from runner.patterns import compile_user
 from runner.scenario import CaptureCheck, Pattern
 
 MAX_LINE = 20_000  # bound the text any one regex sees
@@ -92,7 +95,7 @@ def match(
     results: list[PatternResult] = []
     pos = 0
     for pat in in_order:
-        rx = re.compile(pat.regex)
+        rx = compile_user(pat.regex)
         found = None
         first_bad: PatternResult | None = None
         for i in range(pos, len(texts)):
@@ -113,7 +116,7 @@ def match(
             results.append(first_bad or PatternResult(pat, False))
     absents = []
     for pat in absent:
-        rx = re.compile(pat.regex)
+        rx = compile_user(pat.regex)
         hit = next(((i, t) for i, t in enumerate(texts) if rx.search(t)), None)
         absents.append(
             PatternResult(pat, hit is not None, hit[0] if hit else None, hit[1] if hit else None)

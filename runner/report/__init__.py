@@ -5,6 +5,10 @@
 - report.md    a summary a person reads in a terminal or a PR comment
 - report.html  self-contained: a timeline picture per scenario and the evidence; every value that
                came from a lab or a log is escaped (Jinja2 autoescape)
+
+Every string is redacted (runner.redact) and its control characters made visible
+(runner.printable) before any file is written: XML 1.0 has no form for most C0 characters, and
+`cat report.md` must not drive a terminal.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
+from runner.printable import printable
 from runner.redact import redact_obj
 from runner.results import RunResult, ScenarioResult, Verdict
 
@@ -22,13 +28,23 @@ FILES = ("result.json", "junit.xml", "report.md", "report.html")
 
 
 def write_reports(result: RunResult, out: Path) -> None:
-    """Write the four files. Every string is redacted first (runner.redact)."""
-    result = RunResult.model_validate(redact_obj(result.model_dump(mode="json")))
+    """Write the four files. Every string is redacted and made printable first."""
+    result = RunResult.model_validate(_printable(redact_obj(result.model_dump(mode="json"))))
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
     (out / "junit.xml").write_text(junit(result))
     (out / "report.md").write_text(markdown(result))
     (out / "report.html").write_text(html(result))
+
+
+def _printable(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, list):
+        return [_printable(x) for x in obj]
+    if isinstance(obj, dict):
+        return {printable(str(k)): _printable(v) for k, v in obj.items()}
+    return obj
 
 
 def load_result(path: Path) -> RunResult:

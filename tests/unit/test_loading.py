@@ -69,12 +69,6 @@ def test_regex_that_does_not_compile(tmp_path: Path) -> None:
     assert e.value.field is not None and e.value.field.startswith("expect.signature.in_order.0")
 
 
-def test_exponential_regex_rejected(tmp_path: Path) -> None:
-    p = mutate(tmp_path, "'ValidationError: 1 validation error for ModelConfig'", "'(a+)+b'")
-    with pytest.raises(ScenarioError, match="exponential"):
-        load_scenario(p)
-
-
 def test_capture_must_be_a_group(tmp_path: Path) -> None:
     p = mutate(
         tmp_path,
@@ -186,8 +180,8 @@ def test_log_silence_regex_is_checked_like_signatures(tmp_path: Path, root: Path
         tmp_path,
         text.replace(
             "{kind: log_silence, nodes: [node1, node2, node3, node4]}",
-            "{kind: log_silence, nodes: [node1], regex: '(a+)+'}",
+            "{kind: log_silence, nodes: [node1], regex: '(?=a)'}",
         ),
     )
-    with pytest.raises(ScenarioError, match="exponential"):
+    with pytest.raises(ScenarioError, match="RE2"):
         load_scenario(p)
