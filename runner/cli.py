@@ -21,7 +21,8 @@ import click
 
 from runner import __version__, output
 from runner.errors import GamedayError, InputError, LabError, ScenarioError
-from runner.inventory import load_inventory
+from runner.files import read_bytes
+from runner.inventory import check_scenario, load_inventory
 from runner.labs import open_lab, wait_all_ready
 from runner.report import load_result, write_reports
 from runner.results import Verdict
@@ -30,6 +31,7 @@ from runner.undo import cleanup_lab
 
 DEFAULT_LAB = Path("inventories/local.yaml")
 DEFAULT_SCENARIOS = Path("scenarios")
+MAX_LOG_BYTES = 256 * 1024 * 1024
 EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -136,20 +138,30 @@ def run(
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--lab",
+    "lab_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also check that every node the scenarios for this lab name is one of its hosts.",
+)
 @handled
-def validate(paths: tuple[Path, ...]) -> None:
+def validate(paths: tuple[Path, ...], lab_path: Path | None) -> None:
     """Check scenario and inventory files (default: scenarios/ and inventories/)."""
     targets = list(paths) or [DEFAULT_SCENARIOS, Path("inventories")]
     files = discover(targets)
     if not files:
         raise InputError("nothing to validate", file=", ".join(map(str, targets)))
+    inventory = load_inventory(lab_path) if lab_path is not None else None
     errors: list[GamedayError] = []
     for f in files:
         try:
             if _is_inventory(f):
                 load_inventory(f)
             else:
-                load_scenario(f)
+                ls = load_scenario(f)
+                if inventory is not None and inventory.lab.kind in ls.scenario.labs:
+                    check_scenario(ls, inventory)
             output.message(f"ok  {f}")
         except InputError as exc:
             errors.append(exc)
@@ -160,7 +172,10 @@ def validate(paths: tuple[Path, ...]) -> None:
 
 def _is_inventory(path: Path) -> bool:
     try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+        if not path.is_file():  # a device or FIFO is refused by the loader, not read here
+            return False
+        with path.open("rb") as f:
+            head = f.read(4000).decode("utf-8", errors="replace")
     except OSError:
         return False
     return any(line.rstrip() == "all:" for line in head.splitlines())
@@ -186,8 +201,9 @@ def list_(paths: tuple[Path, ...], as_json: bool) -> None:
     if as_json:
         output.json_out(rows)
         return
-    for r in rows:
-        output.out.print(f"{r['id']:<28} {','.join(r['labs']):<26} {r['title']}")
+    for ls in loaded:
+        md, labs = ls.scenario.metadata, ",".join(k.value for k in ls.scenario.labs)
+        output.out.print(f"{output.escape(md.id):<28} {labs:<26} {output.escape(md.title)}")
 
 
 @main.command()
@@ -229,13 +245,7 @@ def triage(logfiles: tuple[str, ...], scenario_dir: Path, as_json: bool) -> None
     any_found = False
     report: list[dict[str, Any]] = []
     for name in logfiles:
-        if name == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                text = Path(name).read_text(encoding="utf-8", errors="replace")
-            except OSError as exc:
-                raise InputError(f"cannot read log: {exc.strerror}", file=name) from None
+        text = _read_log(name)
         findings = do_triage(text, loaded)
         any_found |= bool(findings)
         entry = {
@@ -256,11 +266,14 @@ def triage(logfiles: tuple[str, ...], scenario_dir: Path, as_json: bool) -> None
         if as_json:
             continue
         if not findings:
-            output.out.print(f"{name}: no known failure")
+            output.out.print(f"{output.escape(name)}: no known failure")
             continue
         for f in findings:
             sc = f.scenario.scenario
-            output.out.print(f"{name}: [bold]{sc.metadata.id}[/] - {sc.metadata.title}")
+            output.out.print(
+                f"{output.escape(name)}: [bold]{output.escape(sc.metadata.id)}[/] - "
+                f"{output.escape(sc.metadata.title)}"
+            )
             output.out.print(f"  phase reached: {f.phase.value}")
             for _, line in f.matched:
                 output.out.print(f"  matched: {output.escape(line[:240])}")
@@ -275,7 +288,9 @@ def triage(logfiles: tuple[str, ...], scenario_dir: Path, as_json: bool) -> None
 
 @main.command()
 @click.argument("logs", nargs=-1, required=True)
-@click.option("--year", type=int, default=None, help="Year for stamps that carry none.")
+@click.option(
+    "--year", type=click.IntRange(1, 9999), default=None, help="Year for stamps that carry none."
+)
 @click.option("--match", "pattern", default=None, help="Only lines matching this regex.")
 @handled
 def timeline(logs: tuple[str, ...], year: int | None, pattern: str | None) -> None:
@@ -293,16 +308,13 @@ def timeline(logs: tuple[str, ...], year: int | None, pattern: str | None) -> No
         name, _, zone_name = spec.partition("@")
         try:
             zone = ZoneInfo(zone_name) if zone_name else UTC
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory (America)
             raise InputError(
                 f"unknown time zone {zone_name!r}",
                 file=name,
                 hint="an IANA zone such as Asia/Seoul or UTC",
             ) from None
-        try:
-            text = Path(name).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise InputError(f"cannot read log: {exc.strerror}", file=name) from None
+        text = _read_log(name)
         sources.append((name, text, zone, year or datetime.now(UTC).year))
     rx = None
     if pattern:
@@ -313,9 +325,20 @@ def timeline(logs: tuple[str, ...], year: int | None, pattern: str | None) -> No
     for s in merge(sources):
         if rx is None or rx.search(s.text):
             output.out.print(
-                f"{s.utc.isoformat(timespec='milliseconds')} {s.source} "
-                f"[{s.zone}] {output.escape(s.text)}"
+                f"{s.utc.isoformat(timespec='milliseconds')} {output.escape(s.source)} "
+                f"{output.escape(f'[{s.zone}]')} {output.escape(s.text)}"
             )
+
+
+def _read_log(name: str) -> str:
+    """A log file named on the command line (`-`: stdin), at most MAX_LOG_BYTES of it."""
+    if name == "-":
+        data = sys.stdin.buffer.read(MAX_LOG_BYTES + 1)
+        if len(data) > MAX_LOG_BYTES:
+            raise InputError(f"log is larger than {MAX_LOG_BYTES} bytes", file="<stdin>")
+    else:
+        data = read_bytes(name, MAX_LOG_BYTES, InputError, "log")
+    return data.decode("utf-8", errors="replace")
 
 
 @main.group()
@@ -436,10 +459,7 @@ def report(run: Path | None, reports_dir: Path) -> None:
             raise InputError("no runs found", file=reports_dir, hint="gameday run first")
         run = runs[-1].parent
     path = run / "result.json" if run.is_dir() else run
-    try:
-        result = load_result(path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a gameday result: {exc}", file=path) from None
+    result = load_result(path)
     write_reports(result, path.parent)
     output.run_summary(result, str(path.parent))
     sys.exit(EXIT[result.verdict])

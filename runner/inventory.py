@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runner.errors import InventoryError
-from runner.scenario import LabKind
+from runner.errors import InventoryError, ScenarioError
+from runner.scenario import LabKind, LoadedScenario, Restart
 from runner.yamlsrc import Source, load
 
 HINT = "see inventories/local.yaml and README.md 'Inventories'"
@@ -306,6 +306,14 @@ def load_inventory(path: Path) -> Inventory:
         fields: dict[str, Any] = {"name": name, "groups": tuple(groups.get(name, []))}
         conn: dict[str, Any] = {}
         for k, v in hv.items():
+            if not isinstance(k, str):
+                raise InventoryError(
+                    f"host variable name {k!r} is not a string",
+                    file=path,
+                    line=src.line_of((*host_lines[name], k)),
+                    field=f"{name}.{k}",
+                    hint="quote it, or name it as Ansible does (letters, digits, _)",
+                )
             if k in _HOST_KEYS:
                 fields[_HOST_KEYS[k]] = v
             elif k.startswith("gameday_"):
@@ -369,7 +377,7 @@ def _walk_group(
             f"group {name!r} must be a mapping of hosts/children/vars",
             file=src.path,
             line=src.line_of(loc),
-            field=".".join(loc),
+            field=".".join(map(str, loc)),
         )
     for key in body:
         if key not in ("hosts", "children", "vars"):
@@ -378,7 +386,7 @@ def _walk_group(
                 "hosts, children and vars)",
                 file=src.path,
                 line=src.line_of((*loc, key)),
-                field=".".join((*loc, key)),
+                field=".".join(map(str, (*loc, key))),
             )
     for key in ("hosts", "children", "vars"):
         if body.get(key) is not None and not isinstance(body[key], dict):
@@ -412,3 +420,45 @@ def _walk_group(
         _walk_group(
             src, child, cbody, (*loc, "children", child), gvars, hosts, groups, host_lines, chain
         )
+
+
+def check_scenario(ls: LoadedScenario, inventory: Inventory) -> None:
+    """Every node a scenario names exists in the inventory: its `target` and every `node` are
+    hosts, a restart's `nodes` hosts or groups. A ScenarioError names the scenario's file, line
+    and field, and the inventory."""
+    hosts = {n.name for n in inventory.nodes}
+    groups = {g for n in inventory.nodes for g in n.groups}
+    for loc, name, groups_too in _node_refs(ls.scenario, ()):
+        if name in hosts or (groups_too and name in groups):
+            continue
+        what = "a group, not a host," if name in groups else "not a host"
+        known = ", ".join(sorted(hosts)) + (
+            f"; groups: {', '.join(sorted(groups))}" if groups_too else ""
+        )
+        raise ScenarioError(
+            f"{name!r} is {what} of the inventory {inventory.path}",
+            file=ls.path,
+            line=load(ls.path, ScenarioError, "scenario").line_of(loc),
+            field=".".join(map(str, loc)),
+            hint=f"name one of its hosts: {known}",
+        )
+
+
+def _node_refs(obj: Any, loc: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str, bool]]:
+    """(location, node name, whether a group is allowed) of every node a scenario names."""
+    if isinstance(obj, BaseModel):
+        refs = []
+        for attr, info in type(obj).model_fields.items():
+            value = getattr(obj, attr)
+            key = (*loc, info.alias or attr)
+            if attr in ("node", "target") and isinstance(value, str):
+                refs.append((key, value, False))
+            elif attr == "nodes" and isinstance(value, list):
+                groups_too = isinstance(obj, Restart)
+                refs += [((*key, i), v, groups_too) for i, v in enumerate(value)]
+            else:
+                refs += _node_refs(value, key)
+        return refs
+    if isinstance(obj, list | tuple):
+        return [r for i, v in enumerate(obj) for r in _node_refs(v, (*loc, i))]
+    return []

@@ -107,14 +107,14 @@ def json_out(data: Any) -> None:
 
 
 def run_summary(result: RunResult, report_dir: str) -> None:
-    table = Table(title=f"gameday run {result.run_id} on lab {result.lab.name}")
+    table = Table(title=escape(f"gameday run {result.run_id} on lab {result.lab.name}"))
     table.add_column("scenario", no_wrap=True)
     for col in ("verdict", "time to fail", "time to recover", "failed assertions"):
         table.add_column(col)
     for s in result.scenarios:
         bad = [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
         table.add_row(
-            s.id,
+            escape(s.id),
             f"[{_STYLE[s.verdict]}]{s.verdict.value}[/]",
             f"{s.time_to_fail_s:.1f} s" if s.time_to_fail_s is not None else "-",
             f"{s.time_to_recover_s:.1f} s" if s.time_to_recover_s is not None else "-",

@@ -15,6 +15,7 @@ import functools
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -245,6 +246,15 @@ def run_scenario(
         pass
     except GamedayError as exc:
         rec.check("run", "lab", None, "the lab carries out the scenario", str(exc))
+    except Exception as exc:  # a bug or an unmapped error: this scenario's verdict is `error`
+        rec.check(
+            "run",
+            "lab",
+            None,
+            "the lab carries out the scenario",
+            f"{type(exc).__name__}: {exc}",
+            detail="".join(traceback.format_exception(exc)),
+        )
     finally:
         with shielded_from_sigint():
             cleanup(ctx)

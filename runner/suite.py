@@ -4,17 +4,18 @@ run each scenario, write the reports."""
 from __future__ import annotations
 
 import secrets
+import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from runner import __version__, journal
 from runner.errors import LeftoversError
-from runner.inventory import Inventory
+from runner.inventory import Inventory, check_scenario
 from runner.labs import LabDriver, open_lab, wait_all_ready
 from runner.parallel import check_parallel, instance, run_workers
 from runner.report import write_reports
-from runner.results import LabInfo, RunResult, ScenarioResult, Verdict, combine
+from runner.results import Assertion, LabInfo, RunResult, ScenarioResult, Verdict, combine
 from runner.run import Progress, run_scenario
 from runner.scenario import LoadedScenario
 
@@ -50,6 +51,38 @@ def skipped(ls: LoadedScenario, lab: LabDriver) -> ScenarioResult:
     )
 
 
+def errored(
+    ls: LoadedScenario, lab: LabDriver, started_at: datetime, exc: Exception
+) -> ScenarioResult:
+    """The result of a scenario whose run raised: verdict `error`, with the exception's message
+    and where it came from."""
+    message = f"{type(exc).__name__}: {exc}"
+    return ScenarioResult(
+        id=ls.scenario.metadata.id,
+        title=ls.scenario.metadata.title,
+        file=str(ls.path),
+        lab=lab.inventory.lab.name,
+        verdict=Verdict.ERROR,
+        time_to_fail_s=None,
+        time_to_recover_s=None,
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        assertions=[
+            Assertion(
+                name="lab",
+                phase="run",
+                verdict=Verdict.ERROR,
+                expected="the lab carries out the scenario",
+                observed=message,
+                detail="".join(traceback.format_exception(exc)),
+            )
+        ],
+        timeline=[],
+        evidence=[],
+        notes=[],
+    )
+
+
 def run_suite(
     scenarios: list[LoadedScenario],
     inventory: Inventory,
@@ -62,6 +95,9 @@ def run_suite(
     """Run the scenarios that apply to the lab, on `parallel` isolated instances of it (one:
     in this thread, in order), and write one report."""
     check_parallel(inventory, parallel)
+    for ls in scenarios:
+        if inventory.lab.kind in ls.scenario.labs:
+            check_scenario(ls, inventory)
     labs = [open_lab(instance(inventory, k)) for k in range(parallel)]
     for lab in labs:
         leftovers = journal.open_changes(lab.state_dir)
@@ -102,7 +138,11 @@ def run_suite(
             progress(f"[{tag}] {message}")
 
         scoped("starting")
-        result = run_scenario(ls, labs[k], journals[k], scoped)
+        started_at = datetime.now(UTC)
+        try:
+            result = run_scenario(ls, labs[k], journals[k], scoped)
+        except Exception as exc:  # an error in one scenario is its verdict, not the suite's end
+            result = errored(ls, labs[k], started_at, exc)
         scoped(result.verdict.value)
         return result
 

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
+from runner.errors import InputError
+
 _RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:?\d{2})\s?")
 _NAIVE = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(\.\d+)?\s")
 _SYSLOG = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2})\s")
@@ -74,12 +76,21 @@ def line_time(text: str, zone: tzinfo, year: int) -> tuple[datetime, bool] | Non
 
 def merge(sources: Sequence[tuple[str, str, tzinfo, int]]) -> list[Stamped]:
     """Lines of several logs (name, text, the zone its unzoned stamps are in, year) on one UTC
-    timeline. Unstamped lines take the time of the line before them."""
+    timeline. Unstamped lines take the time of the line before them. A stamp that is no date
+    (month 13, February 31, hour 25) is an InputError naming the source and line."""
     out: list[Stamped] = []
     for name, text, zone, year in sources:
         last: datetime | None = None
-        for line in text.splitlines():
-            got = line_time(line, zone, year)
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                got = line_time(line, zone, year)
+            except (ValueError, OverflowError) as exc:  # 2026-13-45, Feb 31, T25:00Z, year 1
+                raise InputError(
+                    f"time stamp that is no time: {exc} ({line[:60]!r})",
+                    file=name,
+                    line=number,
+                    hint="fix or remove the line, or give the right --year",
+                ) from None
             if got is not None:
                 last = got[0]
             if last is None:

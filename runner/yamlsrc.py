@@ -8,6 +8,7 @@ parent).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pydantic
 import yaml
 
 from runner.errors import InputError
+from runner.files import read_bytes
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 40
@@ -55,6 +57,31 @@ class Source:
         return error_cls(msg, file=self.path, line=self.line_of(loc), field=field, hint=hint)
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, with every value it cannot construct reported at its line.
+
+    Timestamps stay the text they were written as: no field of a scenario or an inventory is a
+    date, and YAML's date constructor raises on `2001-13-45` instead of reporting it."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:
+            # an integer of more than Python's 4300 digits, `!!float x`, `!!bool x`, ...
+            problem = f"cannot read this {node.tag.rsplit(':', 1)[-1]} value"
+            if "integer string conversion" in str(exc):
+                problem = f"an integer of more than {sys.get_int_max_str_digits()} digits"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+
+def _as_text(loader: _Loader, node: yaml.Node) -> Any:
+    return loader.construct_yaml_str(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _as_text)
+
 _UNION_TAGS: set[str] = set()
 
 
@@ -63,25 +90,14 @@ def register_union_tags(*tags: str) -> None:
 
 
 def load(path: Path, error_cls: type[InputError], what: str) -> Source:
+    raw = read_bytes(path, MAX_BYTES, error_cls, what)
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise error_cls(f"{what} file is larger than {MAX_BYTES} bytes", file=path)
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error_cls(
-            f"no such {what} file",
-            file=path,
-            hint="check the path (relative paths are from the current directory)",
-        ) from None
-    except IsADirectoryError:
-        raise error_cls(f"is a directory, not a {what} file", file=path) from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error_cls(f"not UTF-8 text ({exc.reason})", file=path) from None
-    except OSError as exc:
-        raise error_cls(f"cannot read: {exc.strerror}", file=path) from None
-    loader: yaml.SafeLoader | None = None
+    loader: _Loader | None = None
     try:
-        loader = yaml.SafeLoader(text)  # rejects non-printable characters already
+        loader = _Loader(text)  # rejects non-printable characters already
         node = loader.get_single_node()
         if node is None:
             raise error_cls(f"empty {what} file", file=path)

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pydantic
 
+from runner.errors import InputError
+from runner.files import read_bytes
 from runner.printable import printable
 from runner.redact import redact_obj
 from runner.results import RunResult, ScenarioResult, Verdict
@@ -47,8 +50,29 @@ def _printable(obj: Any) -> Any:
     return obj
 
 
+MAX_RESULT_BYTES = 256 * 1024 * 1024
+
+
 def load_result(path: Path) -> RunResult:
-    return RunResult.model_validate(json.loads(path.read_text()))
+    """A result.json, or InputError naming the file (and the field at fault)."""
+    raw = read_bytes(path, MAX_RESULT_BYTES, InputError, "result")
+    hint = "give a run directory or its result.json (reports/<run-id>/)"
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise InputError("not a gameday result: nested too deeply", file=path, hint=hint) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
+        raise InputError(f"not a gameday result: {exc}", file=path, hint=hint) from None
+    try:
+        return RunResult.model_validate(data)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(
+            f"not a gameday result: {err['msg']}",
+            file=path,
+            field=".".join(map(str, err["loc"])) or None,
+            hint=hint,
+        ) from None
 
 
 def _duration(s: ScenarioResult) -> float:

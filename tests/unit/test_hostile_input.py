@@ -3,10 +3,17 @@ scenario and inventory files. Never a traceback: always an InputError naming the
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -110,3 +117,250 @@ def test_deep_and_huge(tmp_path: Path) -> None:
     for f in (deep, huge, bomb):
         for inventory in (False, True):
             load_any(f, inventory)
+
+
+# ---- issue 13, item 7: input that made the CLI print a traceback --------------------------------
+
+CWO = ROOT / "scenarios" / "context-window-overflow.yaml"
+HEAD = ROOT / "scenarios" / "head-only-restart.yaml"
+CWO_TITLE = "title: max-model-len above the model's context window (the first wall)"
+
+
+def gameday(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.cli", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return proc
+
+
+def assert_input_error(proc: subprocess.CompletedProcess[str], *named: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    for what in named:
+        assert what in proc.stderr, proc.stderr
+
+
+def edited(tmp_path: Path, src: Path, old: str, new: str, name: str = "s.yaml") -> Path:
+    text = src.read_text()
+    assert old in text
+    p = tmp_path / name
+    p.write_text(text.replace(old, new, 1))
+    return p
+
+
+def test_5000_digit_integer(tmp_path: Path) -> None:
+    big = "9" * 5000
+    sc = edited(tmp_path, CWO, "max_s: 30}", f"max_s: {big}}}")
+    assert_input_error(gameday("validate", str(sc)), f"{sc}:43")
+    inv = edited(tmp_path, INVENTORY, "gameday_port: 8000", f"gameday_port: {big}", "i.yaml")
+    assert_input_error(gameday("validate", str(inv)), f"{inv}:33")
+    assert_input_error(gameday("list", str(sc)), f"{sc}:43")
+
+
+def test_date_like_values(tmp_path: Path) -> None:
+    # a title is text, whatever it looks like
+    sc = edited(tmp_path, CWO, CWO_TITLE, "title: 2001-13-45")
+    proc = gameday("list", "--json", str(sc))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["title"] == "2001-13-45"
+    # where a number belongs, a date is an error at its line
+    sc = edited(tmp_path, CWO, "max_s: 30}", "max_s: 2001-13-45}")
+    assert_input_error(gameday("validate", str(sc)), f"{sc}:43", "time_to_fail")
+
+
+def test_markup_in_titles_and_file_names(tmp_path: Path) -> None:
+    d = tmp_path / "x[" / "]y"
+    d.mkdir(parents=True)
+    sc = edited(d, CWO, CWO_TITLE, 'title: "[/] [bold]x"', "s[/].yaml".replace("/", "_"))
+    sc = sc.rename(d / "s.yaml")
+    proc = gameday("list", str(sc))
+    assert proc.returncode == 0, proc.stderr
+    assert "[/] [bold]x" in proc.stdout
+    log = d / "l[/].log".replace("/", "")
+    log.write_text(
+        "User-specified max_model_len (131072) is greater than the derived max_model_len "
+        "(max_position_embeddings=32768.0) [/]\n"
+    )
+    proc = gameday("triage", str(log), "--scenarios", str(sc))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{log}: context-window-overflow - [/] [bold]x" in proc.stdout
+    proc = gameday("timeline", str(log))
+    assert proc.returncode == 0, proc.stderr
+    log.write_text("2026-01-01T00:00:00Z hello [/]\n")
+    proc = gameday("timeline", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{log} [stamped] 2026-01-01T00:00:00Z hello [/]" in proc.stdout
+
+
+def test_markup_in_a_result(tmp_path: Path) -> None:
+    from runner.results import LabInfo, RunResult, ScenarioResult, Verdict
+
+    now = datetime.now(UTC)
+    sc = ScenarioResult(
+        id="s[/]1",
+        title="[/]",
+        file="[/]",
+        lab="[/]",
+        verdict=Verdict.PASSED,
+        time_to_fail_s=None,
+        time_to_recover_s=None,
+        started_at=now,
+        finished_at=now,
+        assertions=[],
+        timeline=[],
+        evidence=[],
+        notes=[],
+    )
+    result = RunResult(
+        run_id="r[/]1",
+        gameday_version="0",
+        started_at=now,
+        finished_at=now,
+        lab=LabInfo(name="[/]", kind="local", inventory="[/]", time_scale=1, timing_allowance_s=0),
+        verdict=Verdict.PASSED,
+        scenarios=[sc],
+    )
+    run = tmp_path / "r[" / "]1"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(result.model_dump_json())
+    proc = gameday("report", str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert "r[/]1" in proc.stdout and "s[/]1" in proc.stdout
+
+
+def test_inventory_key_types(tmp_path: Path) -> None:
+    inv = edited(tmp_path, INVENTORY, "ansible_connection: local", "1: x")
+    assert_input_error(gameday("validate", str(inv)), f"{inv}:29", "serving.1")
+    inv = edited(
+        tmp_path, INVENTORY, "    serving:\n      hosts:", "    1:\n      - a\n    s:\n      hosts:"
+    )
+    assert_input_error(gameday("validate", str(inv)), f"{inv}:26", "all.children.1")
+    inv = edited(
+        tmp_path, INVENTORY, "    serving:\n      hosts:", "    serving: [a]\n    s:\n      hosts:"
+    )
+    assert_input_error(gameday("validate", str(inv)), f"{inv}:27", "all.children.serving")
+
+
+def test_zone_directory(tmp_path: Path) -> None:
+    log = tmp_path / "h.log"
+    log.write_text("Apr 19 10:59:50 host x\n")
+    assert_input_error(gameday("timeline", f"{log}@America"), str(log), "'America'")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2026-13-45 10:00:00 x",
+        "Feb 31 10:00:00 host x",
+        "2026-01-01T25:00:00Z x",
+        "(APIServer pid=1) INFO 13-45 10:59:54 x",
+        "[rank1]:[W0231 10:59:54.97 x",
+    ],
+)
+def test_impossible_stamps(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "h.log"
+    log.write_text(f"first, unstamped\n{line}\n")
+    assert_input_error(gameday("timeline", str(log)), f"{log}:2")
+
+
+def test_year_out_of_range(tmp_path: Path) -> None:
+    log = tmp_path / "h.log"
+    log.write_text("Jan 01 10:00:00 host x\nDec 31 23:00:00 host x\n")
+    assert_input_error(gameday("timeline", str(log), "--year", "0"), "--year")
+    assert_input_error(gameday("timeline", str(log), "--year", "10000"), "--year")
+    # the last stamp of year 9999 in New York is past the end of UTC's year 9999
+    assert_input_error(gameday("timeline", f"{log}@America/New_York", "--year", "9999"), f"{log}:2")
+
+
+def test_deeply_nested_result(tmp_path: Path) -> None:
+    for i, text in enumerate(
+        ['{"a":' * 100_000 + "1" + "}" * 100_000, "[" * 100_000 + "]" * 100_000]
+    ):
+        run = tmp_path / f"run{i}"
+        run.mkdir()
+        (run / "result.json").write_text(text)
+        assert_input_error(gameday("report", str(run)), str(run / "result.json"))
+    (run / "result.json").write_text('{"run_id": ' + "9" * 5000 + "}")
+    assert_input_error(gameday("report", str(run)), str(run / "result.json"))
+    (run / "result.json").write_text('{"run_id": 1}')
+    assert_input_error(gameday("report", str(run)), str(run / "result.json"), "run_id")
+
+
+@pytest.mark.parametrize("kind", ["zero", "fifo"])
+def test_devices_and_fifos(tmp_path: Path, kind: str) -> None:
+    if kind == "zero":
+        path = "/dev/zero"
+    else:
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    for argv in (
+        ["validate", path],
+        ["list", path],
+        ["run", path],
+        ["validate", str(CWO), "--lab", path],
+        ["triage", path],
+        ["timeline", path],
+        ["report", path],
+    ):
+        assert_input_error(gameday(*argv), path, "not a regular file")
+
+
+def test_nodes_not_in_the_inventory(tmp_path: Path) -> None:
+    group = edited(tmp_path, HEAD, "target: node1", "target: tp_group", "g.yaml")
+    typo = edited(tmp_path, HEAD, "node: node2", "node: nod2", "t.yaml")
+    for sc, where, field in (
+        (group, f"{group}:24", "[target]: 'tp_group' is a group, not a host,"),
+        (typo, f"{typo}:47", "[expect.probes.0.node]: 'nod2' is not a host"),
+    ):
+        assert_input_error(gameday("validate", str(sc), "--lab", str(INVENTORY)), where, field)
+        proc = gameday("run", str(sc), "--lab", str(INVENTORY), "--reports", str(tmp_path))
+        assert_input_error(proc, where, field, str(INVENTORY))
+    assert gameday("validate", str(HEAD), "--lab", str(INVENTORY)).returncode == 0
+
+
+class _IdleLab:
+    """Just enough of a lab for run_suite around a patched run_scenario."""
+
+    def __init__(self, inventory: Any, state_dir: Path) -> None:
+        self.inventory = inventory
+        self.kind = inventory.lab.kind
+        self.state_dir = state_dir
+        self.artifacts_dir: Path | None = None
+
+    def is_up(self) -> bool:
+        return True
+
+
+def test_an_error_in_one_scenario_is_its_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    import runner.suite
+    from runner.cli import main
+    from runner.results import Verdict
+
+    def run_scenario(ls: Any, lab: Any, journal: Any, progress: Any) -> Any:
+        if ls.scenario.metadata.id == "context-window-overflow":
+            raise KeyError("tp_group")
+        return runner.suite.skipped(ls, lab).model_copy(update={"verdict": Verdict.PASSED})
+
+    monkeypatch.setattr(runner.suite, "run_scenario", run_scenario)
+    monkeypatch.setattr(runner.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
+    scenarios = [str(CWO), str(ROOT / "scenarios" / "kv-cache-shortage.yaml")]
+    reports = tmp_path / "reports"
+    got = CliRunner().invoke(main, ["run", *scenarios, "--reports", str(reports), "--json"])
+    assert got.exit_code == 3, got.output
+    result = json.loads(got.stdout)
+    assert [s["verdict"] for s in result["scenarios"]] == ["error", "passed"]
+    assert result["verdict"] == "error"
+    assert "KeyError: 'tp_group'" in result["scenarios"][0]["assertions"][0]["observed"]
+    run = reports / result["run_id"]
+    assert sorted(p.name for p in run.iterdir()) == sorted(runner.report.FILES)
+    error = ET.parse(run / "junit.xml").find(".//testcase[@name='context-window-overflow']/error")
+    assert error is not None and "KeyError: 'tp_group'" in error.get("message", "")
