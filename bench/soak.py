@@ -295,8 +295,9 @@ def fuzz(n: int, rnd: random.Random) -> tuple[int, Counter[str], list[str]]:
                 src = rnd.choice(SCENARIOS)
                 p = work / f"{i}.yaml"
                 p.write_bytes(mutated_text(src.read_text(), rnd, as_json=False))
-                argv = ["validate", str(p)] + (
-                    ["--lab", str(INVENTORY)] if rnd.random() < 0.5 else []
+                lab = ["--lab", str(INVENTORY)]
+                argv = rnd.choice(
+                    [["validate", str(p)], ["validate", str(p), *lab], ["list", str(p)]]
                 )
             elif kind == "inventory":
                 src = rnd.choice(inventories)

@@ -108,12 +108,10 @@ def load(path: Path, error_cls: type[InputError], what: str) -> Source:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         problem = exc.problem or exc.context or "invalid YAML"
-        raise error_cls(
-            f"invalid YAML: {problem}",
-            file=path,
-            line=line,
-            hint="fix the YAML syntax (indentation, quotes, colons)",
-        ) from None
+        hint = "fix the YAML syntax (indentation, quotes, colons)"
+        if isinstance(exc, yaml.constructor.ConstructorError):
+            hint = "quote the value if it is text, or give one the field accepts"
+        raise error_cls(f"invalid YAML: {problem}", file=path, line=line, hint=hint) from None
     except yaml.YAMLError as exc:
         raise error_cls(f"invalid YAML: {exc}", file=path) from None
     except RecursionError:
