@@ -73,7 +73,7 @@ def test_no_value_gameday_passes_to_ansible_is_rendered(tmp_path: Path) -> None:
         {
             "gameday_node": "box",
             "gameday_process": evil(marker),
-            "gameday_command": ["echo", evil(marker)],
+            "gameday_command": ["echo", evil(marker), "30", "yes", "null", ""],
             "out": str(out),
         },
         tmp_path / "ansible",
@@ -82,7 +82,7 @@ def test_no_value_gameday_passes_to_ansible_is_rendered(tmp_path: Path) -> None:
     assert not marker.exists()
     assert json.loads(out.read_text()) == {
         "process": evil(marker),
-        "command": ["echo", evil(marker)],
+        "command": ["echo", evil(marker), "30", "yes", "null", ""],
         "label": evil(marker),
         "lab": evil(marker),
     }
@@ -116,7 +116,9 @@ def test_a_process_name_to_stop_is_a_plain_name(tmp_path: Path, name: str) -> No
     old = "{kind: stop_process, node: node1, name: omniparser}"
     assert old in text
     p = tmp_path / "s.yaml"
-    p.write_text(text.replace(old, "{kind: stop_process, node: node1, name: " + json.dumps(name) + "}"))
+    p.write_text(
+        text.replace(old, "{kind: stop_process, node: node1, name: " + json.dumps(name) + "}")
+    )
     with pytest.raises(ScenarioError) as exc:
         load_scenario(p)
     assert exc.value.exit_code == 2 and exc.value.line is not None

@@ -76,33 +76,24 @@ def wait_in_flight(lab: str, timeout: float) -> list[int]:
     return in_flight(lab)
 
 
-class _Unsafe(str):
-    """A string Ansible must take as data: written as `!unsafe`."""
+class _Unsafe(dict[str, Any]):
+    """A mapping Ansible must take as data, every string in it included: written as `!unsafe`.
+    The tag goes on the mapping, not on each string: Ansible resolves a tagged scalar's type
+    again as if it were plain, which would turn the string "30" into a number."""
 
 
 class _UnsafeDumper(yaml.SafeDumper):
     pass
 
 
-_UnsafeDumper.add_representer(_Unsafe, lambda d, v: d.represent_scalar("!unsafe", str(v)))
+_UnsafeDumper.add_representer(_Unsafe, lambda d, v: d.represent_mapping("!unsafe", dict(v)))
 
 
-def _unsafe(obj: Any) -> Any:
-    """Every string value in `obj` marked unsafe (mapping keys are names, never rendered)."""
-    if isinstance(obj, dict):
-        return {k: _unsafe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_unsafe(v) for v in obj]
-    if isinstance(obj, str):
-        return _Unsafe(obj)
-    return obj
-
-
-def _write_unsafe(path: Path, data: Any) -> None:
+def _write_unsafe(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        yaml.dump(_unsafe(data), f, Dumper=_UnsafeDumper, sort_keys=False)
+        yaml.dump(_Unsafe(data), f, Dumper=_UnsafeDumper, sort_keys=False)
 
 
 def run_playbook(
