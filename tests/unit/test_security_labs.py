@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.errors import InventoryError, LabError, ScenarioError
+from runner.errors import InventoryError, LabError, ScenarioError  # noqa: F401
 from runner.labs.compose import hostactions
 from runner.scenario import load_scenario
 
