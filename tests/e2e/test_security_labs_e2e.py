@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from runner.errors import LabError
+from runner.inventory import load_inventory
+from runner.labs.compose import driver as compose_driver
+from runner.labs.compose.driver import ComposeLab
 from tests.e2e.conftest import ROOT, gameday, variant
 from tests.e2e.test_compose_lab import docker_or_skip
 
@@ -27,6 +33,20 @@ def tiny_image(client: Any) -> str:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     name = "gameday-test-foreign:latest"
+    client.api.import_image_from_data(buf.getvalue(), repository=name.split(":")[0], tag="latest")
+    return name
+
+
+def sleeper_image(client: Any) -> str:
+    """An image of the host's own `sleep` and `timeout` and the libraries they load."""
+    files = ["/bin/sleep", "/usr/bin/timeout"]
+    libs = subprocess.run(["ldd", *files], capture_output=True, text=True, check=True).stdout
+    files += sorted({w for w in libs.split() if w.startswith("/") and not w.endswith(":")})
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for f in files:
+            tar.add(os.path.realpath(f), arcname=f.lstrip("/"))
+    name = "gameday-test-sleeper:latest"
     client.api.import_image_from_data(buf.getvalue(), repository=name.split(":")[0], tag="latest")
     return name
 
@@ -82,3 +102,25 @@ def test_lab_down_removes_what_carries_the_labs_label(tmp_path: Path) -> None:
     finally:
         if [v for v in client.volumes.list() if v.name == ours.name]:
             ours.remove(force=True)
+
+
+def test_an_exec_that_hangs_is_a_lab_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = docker_or_skip()
+    box = client.containers.run(
+        sleeper_image(client),
+        ["/bin/sleep", "infinity"],
+        detach=True,
+        name=f"gameday-exec-{os.getpid()}",
+    )
+    try:
+        lab = ComposeLab(load_inventory(ROOT / "inventories" / "compose.yaml"))
+        assert lab._exec(box, ["sleep", "0.1"]) == (0, "")
+        monkeypatch.setattr(compose_driver, "EXEC_TIMEOUT_S", 2, raising=False)
+        t0 = time.monotonic()
+        with pytest.raises(
+            LabError, match=r"`sleep 60` in container gameday-exec-.* did not finish"
+        ):
+            lab._exec(box, ["sleep", "60"])
+        assert time.monotonic() - t0 < 10
+    finally:
+        box.remove(force=True)

@@ -60,6 +60,9 @@ LABEL = "gameday.lab"
 _PROJECT = "com.docker.compose.project"
 PROBE_PERIOD_S = 10.0  # real-world seconds between readiness probes (kubelet's default)
 STOP_TIMEOUT_S = 3
+EXEC_TIMEOUT_S = (
+    30.0  # an exec is a quick look (a pid file, `vllm-lab smi`): longer is a stuck node
+)
 BACKOFF_FIRST_S = 0.1  # Docker's restart delay starts at 100 ms and doubles
 PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
 
@@ -213,7 +216,31 @@ class ComposeLab(EventFeed, ChangePlanning):
         return found[0] if found else self.engine(node)
 
     def _exec(self, container: Any, cmd: list[str]) -> tuple[int, str]:
-        res = container.exec_run(cmd, demux=False)
+        """Run `cmd` in the container: (exit code, output). LabError when it takes over
+        EXEC_TIMEOUT_S: coreutils `timeout` ends the command in the container, and the wait for
+        Docker's answer ends a little later whatever Docker does."""
+        limit = EXEC_TIMEOUT_S
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["res"] = container.exec_run(
+                    ["timeout", "--kill-after=1", f"{limit:g}", *cmd], demux=False
+                )
+            except BaseException as exc:
+                box["exc"] = exc
+
+        worker = threading.Thread(target=run, name="docker-exec", daemon=True)
+        worker.start()
+        worker.join(limit + 5)
+        if "exc" in box:
+            raise box["exc"]
+        res = box.get("res")
+        if res is None or res.exit_code in (124, 137):  # 124: `timeout` ended it
+            raise LabError(
+                f"`{' '.join(cmd)}` in container {container.name} did not finish in {limit:g} s",
+                hint=f"docker exec -it {container.name} sh  (is the node stuck?)",
+            )
         return int(res.exit_code), (res.output or b"").decode(errors="replace")
 
     # ---- lifecycle --------------------------------------------------------------------------
