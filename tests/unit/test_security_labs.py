@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.errors import InventoryError, LabError, ScenarioError  # noqa: F401
+from runner.errors import InventoryError, LabError, ScenarioError
+from runner.inventory import load_inventory
 from runner.labs.compose import hostactions
 from runner.scenario import load_scenario
 
@@ -123,3 +124,42 @@ def test_a_process_name_to_stop_is_a_plain_name(tmp_path: Path, name: str) -> No
         load_scenario(p)
     assert exc.value.exit_code == 2 and exc.value.line is not None
     assert exc.value.field is not None and exc.value.field.endswith("name")
+
+
+KUBE_INVENTORIES = [
+    p for p in sorted((ROOT / "inventories").glob("*.yaml")) if "kind: kubernetes" in p.read_text()
+]
+
+
+def test_every_kubernetes_inventory_names_its_context() -> None:
+    assert len(KUBE_INVENTORIES) >= 3
+    for p in KUBE_INVENTORIES:
+        spec = load_inventory(p).lab.kubernetes
+        assert spec is not None and spec.context
+
+
+@pytest.mark.parametrize("source", KUBE_INVENTORIES, ids=lambda p: p.stem)
+def test_a_kubernetes_inventory_without_a_context_is_refused(tmp_path: Path, source: Path) -> None:
+    lines = source.read_text().splitlines(keepends=True)
+    kept = [ln for ln in lines if not ln.strip().startswith("context:")]
+    assert len(kept) == len(lines) - 1
+    p = tmp_path / source.name
+    p.write_text("".join(kept))
+    with pytest.raises(InventoryError) as exc:
+        load_inventory(p)
+    err = exc.value
+    assert err.exit_code == 2 and err.file == str(p)
+    assert err.field == "all.vars.gameday_lab.kubernetes.context"
+    assert err.line == 1 + next(i for i, ln in enumerate(kept) if ln.strip() == "kubernetes:")
+    assert err.hint is not None and "context" in err.hint
+
+
+def test_a_kubernetes_lab_without_a_kubernetes_section_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "inv.yaml"
+    p.write_text(
+        "all:\n  vars:\n    gameday_lab: {name: k, kind: kubernetes}\n"
+        "  hosts:\n    serving: {gameday_role: serving, gameday_address: 0.0.0.0,\n"
+        "              gameday_engine_args: [m]}\n"
+    )
+    with pytest.raises(InventoryError, match=r"inv\.yaml:3 \[all\.vars\.gameday_lab\.kubernetes"):
+        load_inventory(p)
