@@ -189,7 +189,11 @@ class KubernetesSpec(Model):
         description="kubeconfig file, relative to the inventory (default: $KUBECONFIG, "
         "else ~/.kube/config).",
     )
-    context: str | None = None
+    context: Annotated[str | None, Field(min_length=1)] = Field(
+        default=None,
+        description="The kubeconfig context of the lab's cluster. Required: gameday never acts "
+        "on whichever cluster happens to be the current context.",
+    )
     namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")] = "vllm"
     image: str = "vllm/vllm-openai:v0.19.1"
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -301,6 +305,19 @@ def load_inventory(path: Path) -> Inventory:
         raise InventoryError(
             _msg(err), file=path, line=src.line_of(loc), field=".".join(map(str, loc)), hint=HINT
         ) from None
+    if lab.kind is LabKind.KUBERNETES and (
+        lab.kubernetes is None or lab.kubernetes.context is None
+    ):
+        loc = ("all", "vars", "gameday_lab", "kubernetes")
+        raise InventoryError(
+            "a Kubernetes lab names its kube context: gameday creates and labels a namespace "
+            "there, and never in whichever cluster is the current context",
+            file=path,
+            line=src.line_of(loc),
+            field=".".join((*loc, "context")),
+            hint="set gameday_lab.kubernetes.context to your cluster's context "
+            "(`kubectl config get-contexts` lists them); see inventories/eks.yaml",
+        )
     nodes = []
     for name, hv in hosts.items():
         fields: dict[str, Any] = {"name": name, "groups": tuple(groups.get(name, []))}

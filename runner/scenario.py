@@ -254,20 +254,26 @@ class Program(enum.StrEnum):
 PROGRAMS: dict[Program, tuple[str, ...]] = {Program.STRAY_GPU_PROCESS: ("vllm-lab", "stray")}
 
 
+# a process name is a file name on the node (its pid file): no path, nothing a template reads
+PROCESS_NAME = r"^[a-z0-9][a-z0-9-]{0,40}$"
+
+
 class StartProcess(Model):
     """Start a program on a node, beside its engine (a host action)."""
 
     kind: Literal["start_process"]
     node: str
-    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
+    name: Annotated[str, Field(pattern=PROCESS_NAME)]
     program: Program
     mib: Annotated[int | None, Field(ge=1, le=1_000_000)] = None
 
 
 class StopProcess(Model):
+    """Stop a program a `start_process` started (its name, as there)."""
+
     kind: Literal["stop_process"]
     node: str
-    name: str
+    name: Annotated[str, Field(pattern=PROCESS_NAME)]
 
 
 class SignalName(enum.StrEnum):

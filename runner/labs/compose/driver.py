@@ -59,8 +59,12 @@ from runner.labs.monitoring import reload, wait_scraped, write_prometheus
 from runner.scenario import LabKind, NodeStatus
 
 LABEL = "gameday.lab"
+_PROJECT = "com.docker.compose.project"
 PROBE_PERIOD_S = 10.0  # real-world seconds between readiness probes (kubelet's default)
 STOP_TIMEOUT_S = 3
+EXEC_TIMEOUT_S = (
+    30.0  # an exec is a quick look (a pid file, `vllm-lab smi`): longer is a stuck node
+)
 BACKOFF_FIRST_S = 0.1  # Docker's restart delay starts at 100 ms and doubles
 PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
 
@@ -225,7 +229,31 @@ class ComposeLab(EventFeed, ChangePlanning):
         return found[0] if found else self.engine(node)
 
     def _exec(self, container: Any, cmd: list[str]) -> tuple[int, str]:
-        res = container.exec_run(cmd, demux=False)
+        """Run `cmd` in the container: (exit code, output). LabError when it takes over
+        EXEC_TIMEOUT_S: coreutils `timeout` ends the command in the container, and the wait for
+        Docker's answer ends a little later whatever Docker does."""
+        limit = EXEC_TIMEOUT_S
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["res"] = container.exec_run(
+                    ["timeout", "--kill-after=1", f"{limit:g}", *cmd], demux=False
+                )
+            except BaseException as exc:
+                box["exc"] = exc
+
+        worker = threading.Thread(target=run, name="docker-exec", daemon=True)
+        worker.start()
+        worker.join(limit + 5)
+        if "exc" in box:
+            raise box["exc"]
+        res = box.get("res")
+        if res is None or res.exit_code in (124, 137):  # 124: `timeout` ended it
+            raise LabError(
+                f"`{' '.join(cmd)}` in container {container.name} did not finish in {limit:g} s",
+                hint=f"docker exec -it {container.name} sh  (is the node stuck?)",
+            )
         return int(res.exit_code), (res.output or b"").decode(errors="replace")
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -315,8 +343,20 @@ class ComposeLab(EventFeed, ChangePlanning):
             raise
 
     def down(self) -> None:
-        """Remove every container, network and volume of this lab, and nothing else."""
+        """Remove every container, network and volume of this lab, and nothing else: refused
+        (LabError) while the Compose project holds anything that is not this lab's."""
         self._close_feed()
+        foreign = self.foreign_objects()
+        if foreign:
+            raise LabError(
+                f"compose project {self.project!r} holds objects that are not lab "
+                f"{self.inventory.lab.name!r}'s (no label {LABEL}={self.inventory.lab.name}): "
+                + ", ".join(foreign[:6])
+                + (f" and {len(foreign) - 6} more" if len(foreign) > 6 else "")
+                + "; nothing was removed",
+                hint="gameday_lab.compose.project names another project than this lab's: "
+                "check the inventory, or remove those objects yourself",
+            )
         with contextlib.suppress(LabError):
             self.compose("down", "--volumes", "--remove-orphans", "--timeout", "2")
         # what Compose did not remove (a container it no longer knows): only objects carrying
@@ -334,6 +374,43 @@ class ComposeLab(EventFeed, ChangePlanning):
         self._override_path.unlink(missing_ok=True)
         self._configs_path.unlink(missing_ok=True)
         self._generations_path.unlink(missing_ok=True)
+
+    def foreign_objects(self) -> list[str]:
+        """What `compose down --volumes --remove-orphans` could remove that this lab did not
+        create: the Compose project's objects, and objects named as its networks and volumes,
+        that lack the lab's label."""
+        import docker
+
+        project = {"label": f"com.docker.compose.project={self.project}"}
+        net_names = {self._network_name(role) for role in self.spec.networks}
+        try:
+            containers = self.docker.containers.list(all=True, filters=project)
+            # Docker's name filters match parts of names: exact names are picked here
+            nets = [
+                n
+                for n in self.docker.networks.list()
+                if n.name in net_names
+                or (n.attrs.get("Labels") or {}).get(_PROJECT) == self.project
+            ]
+            vols = [
+                v
+                for v in self.docker.volumes.list()
+                if v.name.startswith(f"{self.project}_")
+                or (v.attrs.get("Labels") or {}).get(_PROJECT) == self.project
+            ]
+        except docker.errors.DockerException as exc:
+            raise LabError(f"Docker: cannot list compose project {self.project!r}: {exc}") from None
+        found = (
+            [("container", c.name, c.labels or {}) for c in containers]
+            + [("network", n.name, n.attrs.get("Labels") or {}) for n in nets]
+            + [("volume", v.name, v.attrs.get("Labels") or {}) for v in vols]
+        )
+        mine = self.inventory.lab.name
+        return [
+            f"{kind} {name}" + (f" (of lab {lab!r})" if (lab := labels.get(LABEL)) else "")
+            for kind, name, labels in found
+            if labels.get(LABEL) != mine
+        ]
 
     def leftover_objects(self) -> list[str]:
         """Containers, networks and volumes of this lab that exist now."""

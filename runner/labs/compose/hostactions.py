@@ -1,20 +1,31 @@
 """Host-level actions as Ansible playbooks (playbooks/), run through ansible-runner against the
 lab's own Ansible inventory: inside the compose lab's containers (community.docker.docker_api
 connection), or on real nodes over SSH (inventories/example-ssh.yaml). Each run keeps Ansible's
-events (job_events/*.json, stdout) in its own directory under `artifacts`."""
+events (job_events/*.json, stdout) in its own directory under `artifacts`.
+
+Ansible renders every string it is given as a Jinja template, and a template can run commands
+(`lookup('pipe', ...)`). So nothing gameday hands Ansible is a template: the extra variables
+(values from scenarios) and the inventory's variables reach it as YAML tagged `!unsafe`, which
+Ansible takes as plain data. The inventory Ansible reads is a copy of the lab's with every string
+so tagged (group_vars/ and host_vars/ directories beside an inventory are not read: gameday's own
+loader does not read them either)."""
 
 from __future__ import annotations
 
 import os
 import select
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from runner.errors import LabError
 from runner.programs import resolve_command
 
 RUN_DIR = "/run/gameday"  # where playbooks/process.yaml keeps pid files and command lines
+PLAYBOOK_TIMEOUT_S = 300  # a host action is seconds of work; a hung one must not hang the run
 
 
 def ansible_bin() -> str:
@@ -61,6 +72,26 @@ def wait_in_flight(lab: str, timeout: float) -> list[int]:
     return in_flight(lab)
 
 
+class _Unsafe(dict[str, Any]):
+    """A mapping Ansible must take as data, every string in it included: written as `!unsafe`.
+    The tag goes on the mapping, not on each string: Ansible resolves a tagged scalar's type
+    again as if it were plain, which would turn the string "30" into a number."""
+
+
+class _UnsafeDumper(yaml.SafeDumper):
+    pass
+
+
+_UnsafeDumper.add_representer(_Unsafe, lambda d, v: d.represent_mapping("!unsafe", dict(v)))
+
+
+def _write_unsafe(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.dump(_Unsafe(data), f, Dumper=_UnsafeDumper, sort_keys=False)
+
+
 def run_playbook(
     inventory: Path,
     playbook: Path,
@@ -68,30 +99,47 @@ def run_playbook(
     extravars: dict[str, Any],
     artifacts: Path,
     lab: str,
+    timeout: int = PLAYBOOK_TIMEOUT_S,
 ) -> None:
+    """Run `playbook` on the hosts `limit` names; LabError when it fails or takes over
+    `timeout` seconds. Its inputs live in a private directory removed afterwards (they copy the
+    inventory, environment values included); its events stay in `artifacts`."""
     import ansible_runner
 
     if not playbook.exists():
         raise LabError(f"playbook {playbook} does not exist (gameday_lab.compose.playbooks)")
     artifacts.mkdir(parents=True, exist_ok=True)
     bin_dir = ansible_bin()
-    result = ansible_runner.run(
-        private_data_dir=str(artifacts),
-        playbook=str(playbook),
-        inventory=str(inventory.resolve()),
-        limit=limit,
-        extravars=extravars,
-        quiet=True,
-        envvars={
-            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-            "ANSIBLE_HOST_KEY_CHECKING": "False",
-            "ANSIBLE_RETRY_FILES_ENABLED": "False",
-            "ANSIBLE_NOCOLOR": "1",
-            MARK: lab,
-        },
-    )
+    with tempfile.TemporaryDirectory(prefix="gameday-ansible-") as private:
+        # ansible-runner passes env/extravars to ansible-playbook as `-e @file`, which Ansible
+        # reads with its own YAML loader: the `!unsafe` tags hold
+        _write_unsafe(Path(private) / "env" / "extravars", extravars)
+        hosts = Path(private) / "inventory.yaml"
+        _write_unsafe(hosts, yaml.safe_load(inventory.read_text()))
+        result = ansible_runner.run(
+            private_data_dir=private,
+            artifact_dir=str(artifacts / "artifacts"),
+            playbook=str(playbook),
+            inventory=str(hosts),
+            limit=limit,
+            quiet=True,
+            timeout=timeout,
+            envvars={
+                "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+                "ANSIBLE_HOST_KEY_CHECKING": "False",
+                "ANSIBLE_RETRY_FILES_ENABLED": "False",
+                "ANSIBLE_NOCOLOR": "1",
+                MARK: lab,
+            },
+        )
     if result.status == "successful" and result.rc == 0:
         return
+    if result.status == "timeout":
+        raise LabError(
+            f"Ansible playbook {playbook.name} did not finish on {limit} in {timeout} s "
+            "(timed out, stopped)",
+            hint=f"Ansible's events are in {result.config.artifact_dir}",
+        )
     failed = [
         e for e in result.events if e.get("event") in ("runner_on_failed", "runner_on_unreachable")
     ]

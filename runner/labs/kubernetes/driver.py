@@ -33,7 +33,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from urllib3 import BaseHTTPResponse
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import ReadTimeoutError
+from urllib3.util.retry import Retry
 
 from runner.errors import InventoryError, LabError, LabNotUp
 from runner.inventory import Inventory, Node
@@ -151,10 +157,18 @@ class KubernetesLab(EventFeed, ChangePlanning):
                         hint="point it at your cluster's kubeconfig (aws eks update-kubeconfig "
                         "writes one), or leave it out to use $KUBECONFIG / ~/.kube/config",
                     )
+            from kubernetes import client
+
             try:
-                self._client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=cfg_file, context=self.spec.context, persist_config=False
+                cfg = client.Configuration()
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=cfg_file,
+                    context=self.spec.context,
+                    client_configuration=cfg,
+                    persist_config=False,
                 )
+                cfg.retries = _Retries(3)  # urllib3's default count
+                self._client = client.ApiClient(cfg)
             except (ConfigException, OSError, TypeError) as exc:
                 raise InventoryError(
                     f"cannot load the kubeconfig: {exc}",
@@ -194,6 +208,11 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 f"the Kubernetes API server is not reachable ({what}): {type(exc).__name__}",
                 hint=f"is the cluster up? server {self.api.configuration.host}",
             ) from None
+
+    def _watch_timeout(self, server_s: float) -> tuple[float, float]:
+        """(connect, read) timeouts of a watch the server ends after `server_s`: a server that
+        stops answering (a dropped connection, a hung API server) ends it a little later."""
+        return (self.spec.request_timeout_s, server_s + self.spec.request_timeout_s)
 
     def _status_of(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, Any]:
         """(HTTP status, object): 200 with the object, or the error status with None."""
@@ -368,6 +387,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 label_selector=sel,
                 resource_version=pods.metadata.resource_version,
                 timeout_seconds=timeout,
+                _request_timeout=self._watch_timeout(timeout),
             ):
                 if ev["type"] == "DELETED":
                     left.discard(ev["object"].metadata.uid)
@@ -470,6 +490,7 @@ class KubernetesLab(EventFeed, ChangePlanning):
                     resource_version=rv,
                     timeout_seconds=WATCH_TIMEOUT_S,
                     allow_watch_bookmarks=False,
+                    _request_timeout=self._watch_timeout(WATCH_TIMEOUT_S),
                 ):
                     if self._stop.is_set():
                         return
@@ -480,7 +501,9 @@ class KubernetesLab(EventFeed, ChangePlanning):
                 if exc.status == 410:  # too old: list again
                     with contextlib.suppress(Exception):
                         rv = self.core.list_namespaced_pod(
-                            self.ns, label_selector=mf.selector(self.inventory)
+                            self.ns,
+                            label_selector=mf.selector(self.inventory),
+                            _request_timeout=self.spec.request_timeout_s,
                         ).metadata.resource_version
                     continue
                 time.sleep(0.2)
@@ -936,6 +959,24 @@ class KubernetesLab(EventFeed, ChangePlanning):
         return problems + [
             f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
         ]
+
+
+class _Retries(Retry):
+    """urllib3's default retries, less one kind: a read that timed out is not tried again
+    (three more tries would make every timeout four times as long)."""
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: BaseHTTPResponse | None = None,
+        error: Exception | None = None,
+        _pool: ConnectionPool | None = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Self:
+        if isinstance(error, ReadTimeoutError):
+            raise error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
 def _api_message(exc: Any) -> str:
