@@ -30,25 +30,38 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def skipped(ls: LoadedScenario, lab: LabDriver) -> ScenarioResult:
-    now = datetime.now(UTC)
-    kinds = ", ".join(k.value for k in ls.scenario.labs)
+def _unrun(
+    ls: LoadedScenario,
+    lab: LabDriver,
+    verdict: Verdict,
+    started_at: datetime,
+    assertions: list[Assertion],
+    notes: list[str],
+) -> ScenarioResult:
+    """The result of a scenario that has no run of its own to report."""
     return ScenarioResult(
         id=ls.scenario.metadata.id,
         title=ls.scenario.metadata.title,
         file=str(ls.path),
         lab=lab.inventory.lab.name,
-        verdict=Verdict.SKIPPED,
+        verdict=verdict,
         time_to_fail_s=None,
         time_to_recover_s=None,
-        started_at=now,
-        finished_at=now,
-        assertions=[],
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        assertions=assertions,
         timeline=[],
         evidence=[],
-        notes=[f"applies to {kinds}, not to a {lab.kind.value} lab"]
-        + ([f"why: {why}"] if (why := ls.scenario.lab_notes.get(lab.kind)) else []),
+        notes=notes,
     )
+
+
+def skipped(ls: LoadedScenario, lab: LabDriver) -> ScenarioResult:
+    kinds = ", ".join(k.value for k in ls.scenario.labs)
+    notes = [f"applies to {kinds}, not to a {lab.kind.value} lab"]
+    if why := ls.scenario.lab_notes.get(lab.kind):
+        notes.append(f"why: {why}")
+    return _unrun(ls, lab, Verdict.SKIPPED, datetime.now(UTC), [], notes)
 
 
 def errored(
@@ -56,31 +69,15 @@ def errored(
 ) -> ScenarioResult:
     """The result of a scenario whose run raised: verdict `error`, with the exception's message
     and where it came from."""
-    message = f"{type(exc).__name__}: {exc}"
-    return ScenarioResult(
-        id=ls.scenario.metadata.id,
-        title=ls.scenario.metadata.title,
-        file=str(ls.path),
-        lab=lab.inventory.lab.name,
+    failed = Assertion(
+        name="lab",
+        phase="run",
         verdict=Verdict.ERROR,
-        time_to_fail_s=None,
-        time_to_recover_s=None,
-        started_at=started_at,
-        finished_at=datetime.now(UTC),
-        assertions=[
-            Assertion(
-                name="lab",
-                phase="run",
-                verdict=Verdict.ERROR,
-                expected="the lab carries out the scenario",
-                observed=message,
-                detail="".join(traceback.format_exception(exc)),
-            )
-        ],
-        timeline=[],
-        evidence=[],
-        notes=[],
+        expected="the lab carries out the scenario",
+        observed=f"{type(exc).__name__}: {exc}",
+        detail="".join(traceback.format_exception(exc)),
     )
+    return _unrun(ls, lab, Verdict.ERROR, started_at, [failed], [])
 
 
 def run_suite(
