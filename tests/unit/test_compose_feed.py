@@ -1,0 +1,133 @@
+"""The compose lab's reading of Docker's event feed when the feed lags behind the containers, as
+on a busy machine: Docker's state records are already a later start's or exit's by the time an
+event is handled, and the lab stops a container whose latest restart it has not seen yet."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.inventory import load_inventory
+from runner.labs.base import EventType
+from runner.labs.compose.driver import ComposeLab
+from runner.run import first_exit
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def stamp(s: float) -> str:
+    return at(s).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+class FakeContainer:
+    """What `docker inspect` says *now*: the latest start and exit, whichever event is asked."""
+
+    def __init__(self, cid: str, started: float) -> None:
+        self.id = cid
+        self.started, self.finished, self.running, self.restarts = started, None, True, 0
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "State": {
+                "StartedAt": stamp(self.started),
+                "FinishedAt": stamp(self.finished) if self.finished else "0001-01-01T00:00:00Z",
+                "Status": "running" if self.running else "exited",
+                "Running": self.running,
+                "Pid": 4242,
+            },
+            "RestartCount": self.restarts,
+        }
+
+    def logs(self, **_: Any) -> Any:
+        raise RuntimeError("no log stream in this test")
+
+
+class FakeDocker:
+    def __init__(self) -> None:
+        self.by_id: dict[str, FakeContainer] = {}
+
+    @property
+    def containers(self) -> FakeDocker:
+        return self
+
+    def get(self, cid: str) -> FakeContainer:
+        return self.by_id[cid]
+
+
+@pytest.fixture
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ComposeLab:
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path))
+    lab = ComposeLab(load_inventory(ROOT / "inventories" / "compose.yaml"))
+    lab._client = FakeDocker()
+    return lab
+
+
+def test_a_restart_seen_late_is_its_own_incarnation(lab: ComposeLab) -> None:
+    docker: FakeDocker = lab._client
+    node = lab.inventory.node("serving")
+    b = docker.by_id["b"] = FakeContainer("b", started=1.0)
+    # the container started at 1.0, exited at 1.5 and was restarted at 1.6 by its policy before
+    # the lab handled the first start event
+    b.finished, b.started, b.restarts = 1.5, 1.6, 1
+    lab._on_start(node, "b", at(1.01))
+    lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
+    lab._on_start(node, "b", at(1.61))
+    incs = lab._incs["serving"]
+    assert [i.number for i in incs] == [1, 2]
+    assert incs[0].started_at == at(1.01) and incs[0].finished_at == at(1.5)
+    assert incs[1].started_at == at(1.6)
+
+
+def test_an_exit_of_a_container_the_lab_is_replacing_is_the_labs_own(lab: ComposeLab) -> None:
+    """A re-apply stops the old container; a restart of it that the feed had not shown yet when
+    the stop began is stopped too, and is not the failure the scenario waits for."""
+    docker: FakeDocker = lab._client
+    node = lab.inventory.node("serving")
+    b = docker.by_id["b"] = FakeContainer("b", started=1.0)
+    lab._on_start(node, "b", at(1.0))
+    b.running, b.finished = False, 1.5
+    lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
+    seq = lab.last_event_seq() if lab._synced else len(lab._events)
+    # the re-apply begins (as _reapply marks it) before the restart at 1.6 reaches the lab
+    lab._expect_stop_now(["serving"])
+    lab._stopping["b"] = math.inf
+    b.running, b.started, b.restarts = True, 1.6, 1
+    lab._on_start(node, "b", at(1.6))
+    b.running, b.finished = False, 1.8
+    lab._on_die(node, "b", {"exitCode": "137"}, at(1.8))
+    c = docker.by_id["c"] = FakeContainer("c", started=2.0)
+    lab._on_start(node, "c", at(2.0))
+    c.running, c.finished = False, 2.5
+    lab._on_die(node, "c", {"exitCode": "1"}, at(2.5))
+    failure = first_exit(lab._events[seq:])
+    assert failure is not None
+    assert (failure.incarnation, failure.code) == (3, 1)
+    stopped = [e for e in lab._events[seq:] if e.type is EventType.EXITED and e.data["stopped"]]
+    assert [e.data["incarnation"] for e in stopped] == [2]
+
+
+def test_a_restart_by_the_lab_ends_the_stop_window(lab: ComposeLab) -> None:
+    """Exits after the lab started a stopped container again are the node's own."""
+    docker: FakeDocker = lab._client
+    node = lab.inventory.node("serving")
+    b = docker.by_id["b"] = FakeContainer("b", started=1.0)
+    lab._on_start(node, "b", at(1.0))
+    lab._stopping["b"] = at(1.2).timestamp()  # the lab's stop returned at 1.2
+    b.running, b.finished = False, 1.1
+    lab._on_die(node, "b", {"exitCode": "0"}, at(1.1))
+    b.running, b.started = True, 1.3
+    lab._on_start(node, "b", at(1.3))
+    b.running, b.finished = False, 1.9
+    lab._on_die(node, "b", {"exitCode": "1"}, at(1.9))
+    exits = [e for e in lab._events if e.type is EventType.EXITED]
+    assert [e.data["stopped"] for e in exits] == [True, False]
