@@ -97,7 +97,7 @@ def test_an_exit_of_a_container_the_lab_is_replacing_is_the_labs_own(lab: Compos
     lab._on_start(node, "b", at(1.0))
     b.running, b.finished = False, 1.5
     lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
-    seq = lab.last_event_seq() if lab._synced else len(lab._events)
+    seq = len(lab._events)
     # the re-apply begins (as _reapply marks it) before the restart at 1.6 reaches the lab
     lab._expect_stop_now(["serving"])
     lab._stopping["b"] = math.inf
