@@ -355,7 +355,10 @@ def test_terminal_output_has_no_raw_control_characters(monkeypatch: pytest.Monke
 
 def test_terminal_keeps_its_own_styling() -> None:
     buf = io.StringIO()
-    console = output._Console(file=buf, force_terminal=True, highlight=False)
+    # a colour terminal whatever TERM says (CI's may be `dumb`, where rich styles nothing)
+    console = output._Console(
+        file=buf, force_terminal=True, color_system="standard", highlight=False
+    )
     console.print(f"[bold]ok[/] {output.escape(HOSTILE)}")
     text = buf.getvalue()
     assert "\x1b[1mok" in text  # rich's style codes still work
