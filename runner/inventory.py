@@ -24,7 +24,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runner.errors import InventoryError, ScenarioError
-from runner.scenario import LabKind, LoadedScenario, Restart
+from runner.scenario import MAX_WINDOW_S, LabKind, LoadedScenario, Restart
 from runner.yamlsrc import Source, load
 
 HINT = "see inventories/local.yaml and README.md 'Inventories'"
@@ -213,7 +213,7 @@ class KubernetesSpec(Model):
     shm_size: str = "4Gi"
     hf_cache_size: str = "20Gi"
     termination_grace_s: Annotated[int, Field(ge=0)] = 30
-    request_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
 
 class LabSpec(Model):
@@ -224,7 +224,7 @@ class LabSpec(Model):
         default=0.5,
         description="Lab seconds of slack on every converted window, for scheduling jitter.",
     )
-    boot_timeout_s: Annotated[float, Field(gt=0)] = Field(
+    boot_timeout_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)] = Field(
         default=1800.0, description="Real-world seconds a node may take to become ready."
     )
     engine_command: tuple[str, ...] = ("vllm-lab", "serve")

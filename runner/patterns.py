@@ -10,7 +10,7 @@ https://github.com/google/re2/wiki/Syntax (Python's `(?P<name>...)` groups work 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
 import re2
@@ -27,7 +27,6 @@ class Regex(Protocol):
     @property
     def groupindex(self) -> Mapping[str, int]: ...
     def search(self, text: str) -> Match | None: ...
-    def finditer(self, text: str) -> Iterator[Match]: ...
     def sub(self, repl: str | Callable[[Match], str], text: str) -> str: ...
 
 
@@ -65,7 +64,7 @@ def _explain(pattern: str, message: str) -> str:
             return r"\Z (RE2 spells end of text \z)"
         return f"the escape {esc}"
     if "bad repetition operator" in message:
-        return "a possessive quantifier (++, *+, ?+)"
+        return "a quantifier on a quantifier (++, *+, **, ?+: possessive or repeated)"
     return ""
 
 
@@ -112,9 +111,6 @@ class _SafeText:
 
     def search(self, text: str) -> Match | None:
         return cast("Match | None", self._rx.search(self._text(text)))
-
-    def finditer(self, text: str) -> Iterator[Match]:
-        return cast(Iterator[Match], self._rx.finditer(self._text(text)))
 
     def sub(self, repl: str | Callable[[Match], str], text: str) -> str:
         return cast(str, self._rx.sub(repl, self._text(text)))

@@ -18,24 +18,31 @@ from runner.patterns import Match, compile_user
 
 MASK = "<redacted>"
 
-# A name that holds a secret. "tokens" (max_tokens, num_batched_tokens) and "tokenizer" are
-# counts and paths, not credentials.
+# A name that holds a secret. Token counts (max_tokens, max_num_batched_tokens) and "tokenizer"
+# are counts and paths, not credentials; other plurals (API_TOKENS) are secrets.
 _SECRET_WORD = (
     r"token|secret|passw(?:or)?d|passphrase|credential|api[_-]?key|private[_-]?key|"
     r"access[_-]?key|key[_-]data|certificate[_-]data|authorization"
 )
 _SECRET_SUFFIX = r"(?:^|[_.-])(?:key|pass|auth|pwd)$"
 _SECRET_NAME = compile_user(rf"(?i)(?:{_SECRET_WORD})|{_SECRET_SUFFIX}")
-_NOT_SECRET = compile_user(r"(?i)tokens|tokeniz")
+_NOT_SECRET = compile_user(
+    r"(?i)(?:max|num|batched|prompt|completion|total|new|output|input|cached)[_-]?tokens|tokeniz"
+)
 
 # the characters of a name in `NAME=value`, `"name": value`, `--name value`
 _NAME_CHARS = r"[A-Za-z0-9_.-]"
-# a value: quoted (to its closing quote, or the end of the line if it has none), or bare
-_VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"?|'(?:[^'\\\n]|\\.)*'?|[^\s,;'"}\])]+)"""
+# a value: quoted (to its closing quote, or the end of the line if it has none), or bare (to the
+# next space or closing bracket: commas and semicolons inside a bare value are part of it,
+# `A=x,y`, one that ends it is not)
+_VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"?|'(?:[^'\\\n]|\\.)*'?|[^\s'"}\])]*[^\s,;'"}\])])"""
 # an authorization scheme stays readable: `Authorization: Basic <redacted>`
 _SCHEME = r"(?:(?i:basic|bearer|token|digest|negotiate)\s+)?"
 
-_SECRETISH = rf"{_NAME_CHARS}*(?:{_SECRET_WORD}|[_.-](?:key|pass|auth|pwd))|\b(?:key|pass|auth|pwd)"
+_SECRETISH = (
+    rf"{_NAME_CHARS}*(?:(?:{_SECRET_WORD}){_NAME_CHARS}*|[_.-](?:key|pass|auth|pwd))"
+    r"|\b(?:key|pass|auth|pwd)"
+)
 # NAME=value, NAME: value, "NAME": "value", 'name': 'value', --name=value, Authorization: ...
 _ASSIGNMENT = compile_user(
     rf"""(?i)(?P<name>{_SECRETISH})(?P<sep>["']?\s*[=:]\s*)(?P<scheme>{_SCHEME})"""
@@ -96,6 +103,10 @@ def redact_obj(obj: Any) -> Any:
     if isinstance(obj, list):
         return [redact_obj(x) for x in obj]
     if isinstance(obj, dict):
+        # an environment list entry, as Kubernetes and Docker write them: {name: X, value: v}
+        named = obj.get("name")
+        if isinstance(named, str) and isinstance(obj.get("value"), str) and secret_name(named):
+            obj = {**obj, "value": MASK}
         return {
             k: (
                 MASK

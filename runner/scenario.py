@@ -430,11 +430,17 @@ class Signature(Model):
     absent: list[Pattern] = []
 
 
+# The longest window a scenario may state, in real-world seconds: a day. The slowest failure in
+# the seeds (a worker's heartbeat noticing a dead head) takes about 2.5 h; a larger figure is a
+# typo, and a run would wait it out.
+MAX_WINDOW_S = 86_400.0
+
+
 class Window(Model):
     """A time window in real-world seconds."""
 
-    min_s: Annotated[float, Field(ge=0)] = 0.0
-    max_s: Annotated[float, Field(gt=0)]
+    min_s: Annotated[float, Field(ge=0, le=MAX_WINDOW_S)] = 0.0
+    max_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
 
     @model_validator(mode="after")
     def _ordered(self) -> Window:
@@ -462,7 +468,7 @@ class NodeSignature(Model):
     node: str
     source: LogSource = LogSource.CURRENT
     in_order: Annotated[list[Pattern], Field(min_length=1)]
-    within_s: Annotated[float, Field(gt=0)]
+    within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
 
 
 class Expectation(Model):
@@ -490,7 +496,7 @@ class Expectation(Model):
 
 class AlertExpectation(Model):
     name: str
-    within_s: Annotated[float, Field(gt=0)]
+    within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
     labels: dict[str, str] = {}
 
 
@@ -515,7 +521,7 @@ class RecoveryStep(Model):
     )
     actions: Annotated[list[Action], Field(min_length=1)]
     expect: StepSignature | None = None
-    settle_s: Annotated[float | None, Field(gt=0)] = Field(
+    settle_s: Annotated[float | None, Field(gt=0, le=MAX_WINDOW_S)] = Field(
         default=None,
         description="Real-world seconds to let a does_not_restore step play out before probing "
         "(default: verify.time_to_recover.max_s). Bounds the wait when the step "

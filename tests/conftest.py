@@ -13,6 +13,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """The tests see PATH as a new machine has it: without the directory of the interpreter that
     runs them (the project's .venv/bin, on PATH only when it is activated). Whatever the labs or
     the tests start of the project's own must be found through the interpreter, not on PATH."""
+    if sys.prefix == sys.base_prefix:
+        return  # not a virtual environment: its bin/ is a system directory, kept
     own = os.path.realpath(Path(sys.executable).parent)
     keep = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
     os.environ["PATH"] = os.pathsep.join(d for d in keep if os.path.realpath(d) != own)

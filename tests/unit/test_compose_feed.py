@@ -131,3 +131,15 @@ def test_a_restart_by_the_lab_ends_the_stop_window(lab: ComposeLab) -> None:
     lab._on_die(node, "b", {"exitCode": "1"}, at(1.9))
     exits = [e for e in lab._events if e.type is EventType.EXITED]
     assert [e.data["stopped"] for e in exits] == [True, False]
+
+
+def test_a_replayed_exit_from_before_the_known_start_is_ignored(lab: ComposeLab) -> None:
+    """The feed opens a second early: an exit from before the start the lab took at sync does not
+    end the running incarnation."""
+    docker: FakeDocker = lab._client
+    node = lab.inventory.node("serving")
+    docker.by_id["b"] = FakeContainer("b", started=2.0)
+    lab._on_start(node, "b", at(2.0))
+    lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
+    assert lab._incs["serving"][-1].finished_at is None
+    assert not [e for e in lab._events if e.type is EventType.EXITED]

@@ -75,6 +75,10 @@ LEAKS = [
     ("pip install -i https://alice:url-pass-9@pypi.example/simple x", "url-pass-9"),
     ('HF_TOKEN="unterminated secret value', "unterminated secret"),
     ("password: 'it\\'s a secret'", "s a secret"),
+    ("HF_TOKEN=comma,separated", "separated"),
+    ("PGPASSWORD=semi;colon", "colon"),
+    ("API_TOKENS=plural-token-10", "plural-token-10"),
+    ('{"password": 12345678, "x": 1}', "12345678"),
 ]
 
 
@@ -111,6 +115,9 @@ def test_names_are_secret_in_env_and_objects() -> None:
     }
     obj = {"env": env | {"max_tokens": "16"}, "title": "t"}
     assert redact_obj(obj) == {"env": redact_env(env) | {"max_tokens": "16"}, "title": "t"}
+    # an environment list as Kubernetes and Docker write it
+    listed = [{"name": "HF_TOKEN", "value": "s3cret"}, {"name": "HF_HOME", "value": "/h"}]
+    assert redact_obj(listed) == [{"name": "HF_TOKEN", "value": MASK}, listed[1]]
 
 
 def _result(
@@ -295,6 +302,8 @@ def test_timeline_match_runs_on_re2(tmp_path: Path) -> None:
         ("time_to_fail: {max_s: 30}", "time_to_fail: {max_s: .inf}", "expect.time_to_fail.max_s"),
         ("time_to_fail: {max_s: 30}", "time_to_fail: {max_s: 1e309}", "expect.time_to_fail.max_s"),
         ("time_to_fail: {max_s: 30}", "time_to_fail: {max_s: .nan}", "expect.time_to_fail.max_s"),
+        # finite, but a run would wait it out: windows end at a day
+        ("time_to_fail: {max_s: 30}", "time_to_fail: {max_s: 1e308}", "expect.time_to_fail.max_s"),
         (
             'prompt: "Introduce yourself in one sentence.", max_tokens: 64}',
             'prompt: "Introduce yourself in one sentence.", max_tokens: 64, temperature: .nan}',

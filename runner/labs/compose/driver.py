@@ -244,12 +244,16 @@ class ComposeLab(EventFeed, ChangePlanning):
                 box["exc"] = exc
 
         worker = threading.Thread(target=run, name="docker-exec", daemon=True)
+        began = time.monotonic()
         worker.start()
         worker.join(limit + 5)
         if "exc" in box:
             raise box["exc"]
         res = box.get("res")
-        if res is None or res.exit_code in (124, 137):  # 124: `timeout` ended it
+        # 124: `timeout` ended it (137 when it had to kill); a 137 before the limit is a kill
+        # from elsewhere (the container stopping), and the command's own result
+        timed_out = res is not None and res.exit_code in (124, 137)
+        if res is None or (timed_out and time.monotonic() - began >= limit):
             raise LabError(
                 f"`{' '.join(cmd)}` in container {container.name} did not finish in {limit:g} s",
                 hint=f"docker exec -it {container.name} sh  (is the node stuck?)",
@@ -515,6 +519,8 @@ class ComposeLab(EventFeed, ChangePlanning):
         inc = self._current(node.name)
         if inc is None or inc.container_id != cid or inc.finished_at is not None:
             return
+        if ts < inc.started_at:
+            return  # replayed from before the start the lab knows (the feed opens 1 s early)
         finished, status, restarts = ts, "", 0
         with contextlib.suppress(Exception):
             st = self.docker.containers.get(cid).attrs
@@ -786,11 +792,18 @@ class ComposeLab(EventFeed, ChangePlanning):
         # stop the old container first (a stop also ends its restart policy), so that it cannot
         # crash-loop on the old config while Compose replaces it; it is replaced, so every exit
         # of it from now on is the lab's doing
+        old: Any = None
         with contextlib.suppress(LabNotUp):
             old = self.engine(node)
-            self._stopping[old.id] = math.inf
-            old.stop(timeout=STOP_TIMEOUT_S)
-        self.compose("up", "-d", "--no-deps", "--force-recreate", node)
+        try:
+            if old is not None:
+                self._stopping[old.id] = math.inf
+                old.stop(timeout=STOP_TIMEOUT_S)
+            self.compose("up", "-d", "--no-deps", "--force-recreate", node)
+        except BaseException:
+            if old is not None:  # not replaced after all: its later exits are its own
+                self._stopping[old.id] = time.time()
+            raise
 
     def _expect_stop_now(self, nodes: Sequence[str]) -> None:
         for n in nodes:
@@ -960,10 +973,13 @@ class ComposeLab(EventFeed, ChangePlanning):
 
         for c in containers:
             self._stopping[c.id] = math.inf
-        each(lambda c: c.stop(timeout=STOP_TIMEOUT_S))
-        stopped_by = time.time()
-        for c in containers:
-            self._stopping[c.id] = stopped_by
+        try:
+            each(lambda c: c.stop(timeout=STOP_TIMEOUT_S))
+        finally:
+            # the stops are over, done or not: later exits are the nodes' own
+            stopped_by = time.time()
+            for c in containers:
+                self._stopping[c.id] = stopped_by
         each(lambda c: c.start())
 
     def leftovers(self) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from runner.errors import LabError
+from runner.fsutil import write_private
 from runner.programs import resolve_command
 
 RUN_DIR = "/run/gameday"  # where playbooks/process.yaml keeps pid files and command lines
@@ -29,7 +30,8 @@ PLAYBOOK_TIMEOUT_S = 300  # a host action is seconds of work; a hung one must no
 
 
 def ansible_bin() -> str:
-    """The directory holding ansible-playbook: on PATH, or beside this interpreter."""
+    """The directory holding ansible-playbook: beside this interpreter (Ansible is one of its
+    packages), or on PATH."""
     found = resolve_command("ansible-playbook")
     if found:
         return str(Path(found).parent)
@@ -87,9 +89,7 @@ _UnsafeDumper.add_representer(_Unsafe, lambda d, v: d.represent_mapping("!unsafe
 
 def _write_unsafe(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        yaml.dump(_Unsafe(data), f, Dumper=_UnsafeDumper, sort_keys=False)
+    write_private(path, yaml.dump(_Unsafe(data), Dumper=_UnsafeDumper, sort_keys=False))
 
 
 def run_playbook(

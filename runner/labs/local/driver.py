@@ -124,7 +124,7 @@ class LocalLab(ChangePlanning):
         if cmd and command_argv(cmd) is None:
             raise LabError(
                 f"{self.inventory.path}: engine command {cmd[0]!r} (gameday_lab.engine_command) "
-                "is not on PATH",
+                "is not installed",
                 hint="install the project (pip install -e .) so that `vllm-lab` exists, or fix "
                 "engine_command",
             )
