@@ -21,7 +21,7 @@ import click
 
 from runner import __version__, output
 from runner.errors import GamedayError, InputError, LabError, ScenarioError
-from runner.files import read_bytes
+from runner.fsutil import read_bytes
 from runner.inventory import check_scenario, load_inventory
 from runner.labs import open_lab, wait_all_ready
 from runner.report import load_result, write_reports

@@ -1,4 +1,10 @@
-"""State files that hold secrets (raw environment values, the lab's control socket): owner-only,
+"""Files, both ways.
+
+Reading a file a user named is bounded: only regular files are read, the size check comes before
+the read, and the file is opened non-blocking, so `/dev/zero` or a FIFO named as a scenario, a log
+or a result is refused at once instead of read (or waited on) forever.
+
+State files that hold secrets (raw environment values, the lab's control socket) are owner-only,
 and never seen half-written."""
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from runner.errors import LabError
+from runner.errors import InputError, LabError
 
 
 def private_dir(path: Path) -> Path:
@@ -54,3 +60,37 @@ def write_private(path: Path, text: str) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def read_bytes(path: Path | str, limit: int, error_cls: type[InputError], what: str) -> bytes:
+    """The file's bytes, or `error_cls` naming the file when it is missing, not a regular file
+    or larger than `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error_cls(
+            f"no such {what} file",
+            file=path,
+            hint="check the path (relative paths are from the current directory)",
+        ) from None
+    except OSError as exc:
+        raise error_cls(f"cannot read {what}: {exc.strerror}", file=path) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise error_cls(f"is a directory, not a {what} file", file=path)
+        if not stat.S_ISREG(mode):
+            raise error_cls(
+                f"not a regular file (a device, FIFO or socket), not a {what} file",
+                file=path,
+                hint="save it to a file first",
+            )
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise error_cls(f"cannot read {what}: {exc.strerror}", file=path) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise error_cls(f"{what} file is larger than {limit} bytes", file=path)
+    return data

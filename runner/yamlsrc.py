@@ -17,7 +17,7 @@ import pydantic
 import yaml
 
 from runner.errors import InputError
-from runner.files import read_bytes
+from runner.fsutil import read_bytes
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 40

@@ -22,7 +22,7 @@ import jinja2
 import pydantic
 
 from runner.errors import InputError
-from runner.files import read_bytes
+from runner.fsutil import read_bytes
 from runner.printable import printable
 from runner.redact import redact_obj
 from runner.results import RunResult, ScenarioResult, Verdict
