@@ -12,6 +12,7 @@ written with owner-only permissions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from runner.patterns import Match, compile_user
@@ -96,22 +97,28 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 _PROSE_KEYS = ("name", "event", "title", "text", "expected", "observed", "detail")
 
 
-def redact_obj(obj: Any) -> Any:
-    """Every string in a JSON-like structure, redacted; a string under a secret key, masked."""
+def _same(text: str) -> str:
+    return text
+
+
+def redact_obj(obj: Any, then: Callable[[str], str] = _same) -> Any:
+    """Every string in a JSON-like structure, redacted; a string under a secret key, masked.
+    `then` is applied to every string and key afterwards, in the same walk (the reports make them
+    printable)."""
     if isinstance(obj, str):
-        return redact(obj)
+        return then(redact(obj))
     if isinstance(obj, list):
-        return [redact_obj(x) for x in obj]
+        return [redact_obj(x, then) for x in obj]
     if isinstance(obj, dict):
         # an environment list entry, as Kubernetes and Docker write them: {name: X, value: v}
         named = obj.get("name")
         if isinstance(named, str) and isinstance(obj.get("value"), str) and secret_name(named):
             obj = {**obj, "value": MASK}
         return {
-            k: (
+            then(str(k)): (
                 MASK
                 if isinstance(v, str) and k not in _PROSE_KEYS and secret_name(str(k))
-                else redact_obj(v)
+                else redact_obj(v, then)
             )
             for k, v in obj.items()
         }

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import jinja2
 import pydantic
@@ -32,22 +31,12 @@ FILES = ("result.json", "junit.xml", "report.md", "report.html")
 
 def write_reports(result: RunResult, out: Path) -> None:
     """Write the four files. Every string is redacted and made printable first."""
-    result = RunResult.model_validate(_printable(redact_obj(result.model_dump(mode="json"))))
+    result = RunResult.model_validate(redact_obj(result.model_dump(mode="json"), then=printable))
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
     (out / "junit.xml").write_text(junit(result))
     (out / "report.md").write_text(markdown(result))
     (out / "report.html").write_text(html(result))
-
-
-def _printable(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return printable(obj)
-    if isinstance(obj, list):
-        return [_printable(x) for x in obj]
-    if isinstance(obj, dict):
-        return {printable(str(k)): _printable(v) for k, v in obj.items()}
-    return obj
 
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024
