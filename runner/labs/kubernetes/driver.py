@@ -33,12 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
-from urllib3 import BaseHTTPResponse
-from urllib3.connectionpool import ConnectionPool
-from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from runner.errors import InventoryError, LabError, LabNotUp
@@ -167,7 +163,9 @@ class KubernetesLab(EventFeed, ChangePlanning):
                     client_configuration=cfg,
                     persist_config=False,
                 )
-                cfg.retries = _Retries(3)  # urllib3's default count
+                # urllib3's default of three retries, but none for a read that timed out:
+                # three more tries would make every timeout four times as long
+                cfg.retries = Retry(total=3, read=0)
                 self._client = client.ApiClient(cfg)
             except (ConfigException, OSError, TypeError) as exc:
                 raise InventoryError(
@@ -959,24 +957,6 @@ class KubernetesLab(EventFeed, ChangePlanning):
         return problems + [
             f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
         ]
-
-
-class _Retries(Retry):
-    """urllib3's default retries, less one kind: a read that timed out is not tried again
-    (three more tries would make every timeout four times as long)."""
-
-    def increment(
-        self,
-        method: str | None = None,
-        url: str | None = None,
-        response: BaseHTTPResponse | None = None,
-        error: Exception | None = None,
-        _pool: ConnectionPool | None = None,
-        _stacktrace: TracebackType | None = None,
-    ) -> Self:
-        if isinstance(error, ReadTimeoutError):
-            raise error
-        return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
 def _api_message(exc: Any) -> str:
