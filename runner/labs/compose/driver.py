@@ -62,9 +62,8 @@ LABEL = "gameday.lab"
 _PROJECT = "com.docker.compose.project"
 PROBE_PERIOD_S = 10.0  # real-world seconds between readiness probes (kubelet's default)
 STOP_TIMEOUT_S = 3
-EXEC_TIMEOUT_S = (
-    30.0  # an exec is a quick look (a pid file, `vllm-lab smi`): longer is a stuck node
-)
+# an exec is a quick look (a pid file, `vllm-lab smi`): longer is a stuck node
+EXEC_TIMEOUT_S = 30.0
 BACKOFF_FIRST_S = 0.1  # Docker's restart delay starts at 100 ms and doubles
 PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
 
@@ -124,10 +123,9 @@ class ComposeLab(EventFeed, ChangePlanning):
         self._init_feed()
         self._incs: dict[str, list[Incarnation]] = {}
         self._ready: dict[str, bool] = {}
-        self._expect_stop: dict[str, int] = {}  # node -> highest incarnation the lab stops
         # container id -> until when (epoch s) its exits are the lab's own stops. By container and
-        # time, not only by incarnation number: a restart the event feed has not shown yet when
-        # the lab stops the container has no number yet.
+        # time, not by incarnation number: a restart the event feed has not shown yet when the lab
+        # stops the container has no number yet.
         self._stopping: dict[str, float] = {}
         self._feed: Any = None
         self._synced = False
@@ -385,7 +383,7 @@ class ComposeLab(EventFeed, ChangePlanning):
         that lack the lab's label."""
         import docker
 
-        project = {"label": f"com.docker.compose.project={self.project}"}
+        project = {"label": f"{_PROJECT}={self.project}"}
         net_names = {self._network_name(role) for role in self.spec.networks}
         try:
             containers = self.docker.containers.list(all=True, filters=project)
@@ -531,9 +529,7 @@ class ComposeLab(EventFeed, ChangePlanning):
             restarts = int(st.get("RestartCount", 0))
         inc.finished_at = finished
         inc.code = int(attrs.get("exitCode", "0"))
-        inc.stopped = inc.number <= self._expect_stop.get(
-            node.name, 0
-        ) or ts.timestamp() <= self._stopping.get(cid, -math.inf)
+        inc.stopped = ts.timestamp() <= self._stopping.get(cid, -math.inf)
         self._ready[node.name] = False
         self.emit(node.name, EventType.EXITED, finished, **inc.exited_data())
         if status == "restarting":
@@ -787,7 +783,6 @@ class ComposeLab(EventFeed, ChangePlanning):
             self._configs_path,
             json.dumps({k: v.model_dump(mode="json") for k, v in configs.items()}),
         )
-        self._expect_stop_now([node])
         self._bump_generation([node])
         # stop the old container first (a stop also ends its restart policy), so that it cannot
         # crash-loop on the old config while Compose replaces it; it is replaced, so every exit
@@ -804,11 +799,6 @@ class ComposeLab(EventFeed, ChangePlanning):
             if old is not None:  # not replaced after all: its later exits are its own
                 self._stopping[old.id] = time.time()
             raise
-
-    def _expect_stop_now(self, nodes: Sequence[str]) -> None:
-        for n in nodes:
-            cur = self._current(n)
-            self._expect_stop[n] = cur.number if cur else 0
 
     # ---- changes ----------------------------------------------------------------------------
 
@@ -952,7 +942,6 @@ class ComposeLab(EventFeed, ChangePlanning):
         the old head and never the new one)."""
         self._sync()
         containers = [self.engine(n) for n in nodes]
-        self._expect_stop_now(nodes)
         self._bump_generation(nodes)
         errors: list[BaseException] = []
 
