@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,23 +24,10 @@ from runner import journal
 from runner.inventory import load_inventory
 from runner.labs.compose.driver import ComposeLab
 from runner.parallel import instance
-from tests.e2e.conftest import ROOT, gameday, variant
+from tests.support.cli import ROOT, docker_or_skip, gameday, variant
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "compose.yaml"
-
-
-def docker_or_skip() -> Any:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-        return client
-    except Exception as exc:
-        if os.environ.get("GAMEDAY_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"Docker is required here (GAMEDAY_REQUIRE_DOCKER=1) but: {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ from runner.labs.base import ChangeKind, NodeConfig
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.scenario import LabKind, LogSource, NodeStatus
-from tests.e2e import conftest
-from tests.e2e.conftest import ROOT, gameday
 from tests.kubeapi.server import Server
+from tests.support import cli as conftest
+from tests.support.cli import ROOT, gameday
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"

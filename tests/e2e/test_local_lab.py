@@ -17,7 +17,7 @@ import pytest
 from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
 from runner.scenario import LogSource, NodeStatus
-from tests.e2e.conftest import ROOT, gameday, inventory
+from tests.support.cli import ROOT, gameday, inventory
 
 pytestmark = pytest.mark.e2e
 

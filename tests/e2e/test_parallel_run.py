@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, gameday
+from tests.support.cli import ROOT, gameday
 
 pytestmark = pytest.mark.e2e
 FAST = ["context-window-overflow", "tp-mismatch", "service-name-collision"]

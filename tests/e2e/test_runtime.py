@@ -16,7 +16,7 @@ from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
 from runner.probes import ProbeEnv, ProbeVerdict, run_probe
 from runner.scenario import HttpProbe, InferenceProbe
-from tests.e2e.conftest import ROOT, gameday
+from tests.support.cli import ROOT, gameday
 
 pytestmark = pytest.mark.e2e
 THREE = [

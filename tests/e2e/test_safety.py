@@ -15,7 +15,7 @@ import pytest
 from runner import journal
 from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
-from tests.e2e.conftest import ROOT, gameday
+from tests.support.cli import ROOT, gameday
 
 pytestmark = pytest.mark.e2e
 META = "$(touch {m}1); `touch {m}2`; touch {m}3 | touch {m}4 && touch {m}5 > {m}6 '\"\\"

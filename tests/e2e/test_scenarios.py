@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, gameday, inventory
+from tests.support.cli import ROOT, gameday, inventory
 
 pytestmark = pytest.mark.e2e
 FOUR = [

@@ -17,8 +17,7 @@ from runner.errors import LabError
 from runner.inventory import load_inventory
 from runner.labs.compose import driver as compose_driver
 from runner.labs.compose.driver import ComposeLab
-from tests.e2e.conftest import ROOT, gameday, variant
-from tests.e2e.test_compose_lab import docker_or_skip
+from tests.support.cli import ROOT, docker_or_skip, gameday, variant
 
 pytestmark = pytest.mark.e2e
 PROJECT = "com.docker.compose.project"

@@ -16,7 +16,7 @@ from runner.labs.base import EventType
 from runner.labs.compose.driver import ComposeLab
 from runner.run import first_exit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 

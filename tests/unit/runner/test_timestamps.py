@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from runner.timestamps import line_time, merge
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KST = ZoneInfo("Asia/Seoul")
 
 CONTAINER = """\

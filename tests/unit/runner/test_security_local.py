@@ -27,7 +27,7 @@ from runner.labs.compose.driver import ComposeLab
 from runner.labs.local.driver import LocalLab
 from runner.parallel import instance
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = "hf_s3cr3t"
 
 

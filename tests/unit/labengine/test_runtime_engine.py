@@ -11,7 +11,7 @@ from labengine.core import DEEPGEMM_800, TRITON_800, _jit_load, heartbeat_line
 from labengine.gpu import MIB, SharedGpu, gpu_types, smi_text
 from runner.scenario import load_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Settings:

@@ -22,7 +22,7 @@ from runner.errors import InputError
 from runner.inventory import load_inventory
 from runner.scenario import load_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 INVENTORY = ROOT / "inventories" / "local.yaml"
 FAST = settings(

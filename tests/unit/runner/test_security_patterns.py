@@ -35,7 +35,7 @@ from runner.results import (
 from runner.scenario import load_scenario
 from runner.triage import triage
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = ROOT / "scenarios" / "context-window-overflow.yaml"
 IDENTIFYING = (
     r"'User-specified max_model_len \((?P<requested>\d+)\) is greater than the derived "

@@ -11,7 +11,7 @@ import pytest
 from runner.scenario import discover, load_scenario
 from runner.triage import triage
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
 
 # kubectl logs --previous excerpts as the seed shows them (vLLM 0.19.1), one line per record

@@ -12,7 +12,7 @@ from runner.errors import InventoryError, ScenarioError
 from runner.inventory import RestartPolicy, Role, load_inventory
 from runner.scenario import discover, json_schema, load_scenario
 
-GOOD = Path(__file__).resolve().parents[2] / "scenarios" / "context-window-overflow.yaml"
+GOOD = Path(__file__).resolve().parents[3] / "scenarios" / "context-window-overflow.yaml"
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:

@@ -19,7 +19,7 @@ from runner.inventory import load_inventory
 from runner.labs.compose import hostactions
 from runner.scenario import load_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def evil(marker: Path) -> str:

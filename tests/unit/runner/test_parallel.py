@@ -14,7 +14,7 @@ from runner.inventory import ComposeSpec, load_inventory
 from runner.labs.compose.hostactions import ansible_bin
 from runner.parallel import check_parallel, instance, run_workers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOCAL = ROOT / "inventories" / "local.yaml"
 
 
