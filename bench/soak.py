@@ -87,7 +87,7 @@ def kills(n: int, rnd: random.Random, lab: LabDriver, name: str) -> tuple[int, l
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             cleanup_lab(lab)
-            found = lab.leftovers() + [  # type: ignore[attr-defined]
+            found = lab.leftovers() + [
                 f"open journal {c.seq}" for c in journal.open_changes(lab.state_dir)
             ]
             leftovers += [f"kill {i} ({scenario.stem} at {delay:.1f} s): {p}" for p in found]
@@ -377,7 +377,7 @@ def main() -> None:
             n_kills, leftovers = kills(args.kills, rnd, lab, name)
             if inventory.lab.kind is LabKind.COMPOSE:
                 lab.down()
-                leftovers += [f"after lab down: {o}" for o in lab.leftover_objects()]  # type: ignore[attr-defined]
+                leftovers += [f"after lab down: {o}" for o in lab.leftover_objects()]
         finally:
             lab.down()
         print(

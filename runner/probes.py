@@ -7,7 +7,6 @@ which. An inference probe tells a hang (timed out) from an error (refused, 5xx).
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from runner import prometheus
 from runner.errors import GamedayError
 from runner.labs.base import LabDriver
 from runner.patterns import compile_user
+from runner.results import Verdict
 from runner.scenario import (
     AnyProbe,
     GpuProcessesProbe,
@@ -39,16 +39,10 @@ Probe = AnyProbe
 MIN_TIMEOUT_S = 0.5
 
 
-class ProbeVerdict(enum.StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    ERROR = "error"
-
-
 @dataclass(frozen=True)
 class ProbeResult:
     name: str
-    verdict: ProbeVerdict
+    verdict: Verdict
     expected: str
     observed: str
 
@@ -120,7 +114,7 @@ def run_probe(env: ProbeEnv, p: Probe) -> ProbeResult:
         return _silence(env, p, name)
     except GamedayError as exc:
         return ProbeResult(
-            name, ProbeVerdict.ERROR, "the probe can be made", f"probe error: {exc.message}"
+            name, Verdict.ERROR, "the probe can be made", f"probe error: {exc.message}"
         )
 
 
@@ -133,11 +127,11 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
         try:
             r = client.get(base_url + p.path, timeout=timeout)
         except httpx.HTTPError as exc:
-            return ProbeResult(name, ProbeVerdict.ERROR, expected, _err(exc))
+            return ProbeResult(name, Verdict.ERROR, expected, _err(exc))
         ok = r.status_code == p.expect_status
         return ProbeResult(
             name,
-            ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED,
+            Verdict.PASSED if ok else Verdict.FAILED,
             expected,
             f"HTTP {r.status_code}",
         )
@@ -159,39 +153,37 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             body = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": p.temperature}
             r = client.post(base_url + "/v1/completions", json=body, timeout=timeout)
     except httpx.TimeoutException as exc:
-        verdict = ProbeVerdict.PASSED if p.expect == "hangs" else ProbeVerdict.ERROR
+        verdict = Verdict.PASSED if p.expect == "hangs" else Verdict.ERROR
         return ProbeResult(name, verdict, expected, _err(exc))
     except httpx.HTTPError as exc:
-        verdict = ProbeVerdict.FAILED if p.expect == "hangs" else ProbeVerdict.ERROR
+        verdict = Verdict.FAILED if p.expect == "hangs" else Verdict.ERROR
         return ProbeResult(name, verdict, expected, _err(exc))
     if p.expect == "hangs":
         return ProbeResult(
-            name, ProbeVerdict.FAILED, expected, f"answered HTTP {r.status_code}: {r.text[:120]}"
+            name, Verdict.FAILED, expected, f"answered HTTP {r.status_code}: {r.text[:120]}"
         )
     if r.status_code != 200:
-        return ProbeResult(
-            name, ProbeVerdict.FAILED, expected, f"HTTP {r.status_code}: {r.text[:200]}"
-        )
+        return ProbeResult(name, Verdict.FAILED, expected, f"HTTP {r.status_code}: {r.text[:200]}")
     try:
         choice = r.json()["choices"][0]
         text = choice["message"]["content"] if p.api == "chat" else choice["text"]
         reason = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError, json.JSONDecodeError):
         return ProbeResult(
-            name, ProbeVerdict.FAILED, expected, f"not an OpenAI completion: {r.text[:200]}"
+            name, Verdict.FAILED, expected, f"not an OpenAI completion: {r.text[:200]}"
         )
     observed = f"HTTP 200, {len(text)} chars, finish_reason {reason}: {text[:80]!r}"
     ok = bool(text.strip()) and (
         p.expect_finish_reason is None or reason == p.expect_finish_reason.value
     )
-    return ProbeResult(name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, observed)
+    return ProbeResult(name, Verdict.PASSED if ok else Verdict.FAILED, expected, observed)
 
 
 def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
     url = env.lab.inventory.lab.prometheus
     expected = f"up: {', '.join(p.up) or '-'}; down: {', '.join(p.down) or '-'}"
     if url is None:
-        return ProbeResult(name, ProbeVerdict.ERROR, expected, "this lab has no Prometheus")
+        return ProbeResult(name, Verdict.ERROR, expected, "this lab has no Prometheus")
     got = prometheus.targets(env.http, url, p.job)
     observed = "; ".join(
         f"{n} {t['health']}" + (f" ({t['lastError'][:60]})" if t["lastError"] else "")
@@ -201,7 +193,7 @@ def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
         got.get(n, {}).get("health") == "down" for n in p.down
     )
     return ProbeResult(
-        name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, observed or "no targets"
+        name, Verdict.PASSED if ok else Verdict.FAILED, expected, observed or "no targets"
     )
 
 
@@ -209,17 +201,15 @@ def _promql(env: ProbeEnv, p: PromQLProbe, name: str) -> ProbeResult:
     url = env.lab.inventory.lab.prometheus
     expected = f"{p.op} {p.value:g}" + (" (no data passes)" if p.no_data == "pass" else "")
     if url is None:
-        return ProbeResult(name, ProbeVerdict.ERROR, expected, "this lab has no Prometheus")
+        return ProbeResult(name, Verdict.ERROR, expected, "this lab has no Prometheus")
     values = prometheus.query(env.http, url, p.query)
     if not values:
         ok = p.no_data == "pass"
-        return ProbeResult(
-            name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, "no data"
-        )
+        return ProbeResult(name, Verdict.PASSED if ok else Verdict.FAILED, expected, "no data")
     ok = bool(COMPARE[p.op](values[0], p.value))
     return ProbeResult(
         name,
-        ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED,
+        Verdict.PASSED if ok else Verdict.FAILED,
         expected,
         f"{values[0]:g}" + (f" (and {len(values) - 1} more)" if len(values) > 1 else ""),
     )
@@ -227,7 +217,7 @@ def _promql(env: ProbeEnv, p: PromQLProbe, name: str) -> ProbeResult:
 
 def _gpu(env: ProbeEnv, p: GpuProcessesProbe, name: str) -> ProbeResult:
     procs = env.lab.gpu_processes(p.node)
-    observed = ", ".join(f"{x['name']} {x['mib']} MiB (pid {x['pid']})" for x in procs) or "none"
+    observed = ", ".join(f"{x.name} {x.mib} MiB (pid {x.pid})" for x in procs) or "none"
     expected = ", ".join(m.name for m in p.present) + (" and nothing else" if p.only else "")
     matched: set[int] = set()
     ok = True
@@ -235,17 +225,17 @@ def _gpu(env: ProbeEnv, p: GpuProcessesProbe, name: str) -> ProbeResult:
         hit = [
             x
             for x in procs
-            if compile_user(m.name).search(x["name"])
-            and (m.min_mib is None or x["mib"] >= m.min_mib)
-            and (m.max_mib is None or x["mib"] <= m.max_mib)
+            if compile_user(m.name).search(x.name)
+            and (m.min_mib is None or x.mib >= m.min_mib)
+            and (m.max_mib is None or x.mib <= m.max_mib)
         ]
         ok &= bool(hit)
-        matched |= {x["pid"] for x in hit}
+        matched |= {x.pid for x in hit}
     if p.only:
-        ok &= all(x["pid"] in matched for x in procs)
+        ok &= all(x.pid in matched for x in procs)
     return ProbeResult(
         name,
-        ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED,
+        Verdict.PASSED if ok else Verdict.FAILED,
         expected or "no GPU process",
         observed,
     )
@@ -267,7 +257,7 @@ def _state(env: ProbeEnv, p: NodeStateProbe, name: str) -> ProbeResult:
         and (p.exit_code is None or code == p.exit_code)
         and (p.max_restarts is None or st.restarts <= p.max_restarts)
     )
-    return ProbeResult(name, ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED, expected, observed)
+    return ProbeResult(name, Verdict.PASSED if ok else Verdict.FAILED, expected, observed)
 
 
 def _silence(env: ProbeEnv, p: LogSilenceProbe, name: str) -> ProbeResult:
@@ -280,7 +270,7 @@ def _silence(env: ProbeEnv, p: LogSilenceProbe, name: str) -> ProbeResult:
     expected = f"no line matching /{p.regex}/ since the injection"
     return ProbeResult(
         name,
-        ProbeVerdict.FAILED if hits else ProbeVerdict.PASSED,
+        Verdict.FAILED if hits else Verdict.PASSED,
         expected,
         "; ".join(hits[:3]) if hits else "silence",
     )

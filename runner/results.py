@@ -35,13 +35,35 @@ def combine(verdicts: list[Verdict]) -> Verdict:
     return Verdict.PASSED
 
 
+class Phase(enum.StrEnum):
+    """The phase of a run an assertion belongs to (`run`: the run as a whole)."""
+
+    RUN = "run"
+    BASELINE = "baseline"
+    INJECT = "inject"
+    EXPECT = "expect"
+    DETECT = "detect"
+    RECOVER = "recover"
+    VERIFY = "verify"
+    CLEANUP = "cleanup"
+
+
 class Assertion(Frozen):
     name: str
-    phase: str
+    phase: Phase
     verdict: Verdict
     expected: str
     observed: str
     detail: str = ""
+
+    @field_validator("phase", mode="before")
+    @classmethod
+    def _labelled(cls, v: object) -> object:
+        """Results written before phases were a closed set name a step's label as its phase
+        ("recover 2: restart the head", "expect on worker1"): its first word is the phase."""
+        if isinstance(v, str) and v not in Phase.__members__.values():
+            return v.split(" ", 1)[0].rstrip(":")
+        return v
 
 
 class TimelineEvent(Frozen):

@@ -251,7 +251,17 @@ class Program(enum.StrEnum):
     STRAY_GPU_PROCESS = "stray_gpu_process"  # seeds/001's OmniParser: ~1.4 GiB GPU, idle
 
 
-PROGRAMS: dict[Program, tuple[str, ...]] = {Program.STRAY_GPU_PROCESS: ("vllm-lab", "stray")}
+# The process name each program holds GPU memory under (what nvidia-smi lists), given on its
+# command line so that the runner knows what to look for.
+GPU_PROCESS_NAMES: dict[Program, str] = {Program.STRAY_GPU_PROCESS: "/omniparser/venv/bin/python"}
+PROGRAMS: dict[Program, tuple[str, ...]] = {
+    Program.STRAY_GPU_PROCESS: (
+        "vllm-lab",
+        "stray",
+        "--name",
+        GPU_PROCESS_NAMES[Program.STRAY_GPU_PROCESS],
+    )
+}
 
 
 # a process name is a file name on the node (its pid file): no path, nothing a template reads

@@ -42,6 +42,12 @@ def restart_scope(inventory: Inventory, node: str) -> list[str]:
     return [n.name for n in best] or [node]
 
 
+def group_restart_needed(group: list[str], reapplied: set[str]) -> bool:
+    """Part of a tensor-parallel group re-applied (so restarted) without the rest never rejoins
+    it (the head-only-restart lesson): the whole group must restart together."""
+    return len(group) > 1 and bool(reapplied & set(group)) and not set(group) <= reapplied
+
+
 def heal(lab: LabDriver, timeout_s: float) -> list[list[str]]:
     """Restart, group by group, every node that is not serving; wait until all are. Returns the
     groups it restarted."""
@@ -80,4 +86,11 @@ def wait_all_ready(lab: LabDriver, timeout_s: float) -> dict[str, NodeState]:
         seq = evs[-1].seq if evs else seq
 
 
-__all__ = ["LabDriver", "heal", "open_lab", "restart_scope", "wait_all_ready"]
+__all__ = [
+    "LabDriver",
+    "group_restart_needed",
+    "heal",
+    "open_lab",
+    "restart_scope",
+    "wait_all_ready",
+]

@@ -9,14 +9,16 @@ the runner journals before applying and can invert to undo.
 
 from __future__ import annotations
 
+import abc
 import enum
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.errors import LabError
 from runner.inventory import Inventory
 from runner.scenario import LabKind, LogSource, NodeStatus
 
@@ -142,35 +144,141 @@ class Change(Frozen):
         )
 
 
-class LabDriver(Protocol):
-    kind: LabKind
-    inventory: Inventory
-    artifacts_dir: Path | None  # where a run wants the lab's own records (Ansible events)
+def crash_loop_backoff_s(restart: int) -> float:
+    """Real seconds a crashed container waits before restart number `restart` (from 0): the
+    kubelet's CrashLoopBackOff, 10 s doubling up to 300 s; the labs without a kubelet imitate it."""
+    return float(min(10 * 2**restart, 300))
 
-    def is_up(self) -> bool: ...
-    def up(self) -> None: ...
-    def down(self) -> None: ...
-    def states(self) -> dict[str, NodeState]: ...
-    def config(self, node: str) -> NodeConfig: ...
-    def current(self, change: Change) -> AnyState: ...
-    def signal(self, node: str, process: str, signal: str) -> None: ...
-    def start_process(self, node: str, name: str, command: Sequence[str]) -> Change: ...
-    def stop_process(self, node: str, name: str) -> Change: ...
-    def set_address(self, node: str, network: str, address: str) -> Change: ...
-    def scrape_on(self, job: str, network: str) -> Change: ...
-    def gpu_processes(self, node: str) -> list[dict[str, Any]]: ...
-    def baseline_config(self, node: str) -> NodeConfig: ...
-    def apply(self, change: Change) -> None: ...
-    def restart(self, nodes: Sequence[str]) -> None: ...
-    def logs(self, node: str, source: LogSource) -> list[LogLine]: ...
-    def logs_of(self, node: str, incarnation: int) -> list[LogLine]: ...
-    def logs_since(self, node: str, since: datetime | None) -> list[LogLine]: ...
-    def wait_events(self, since: int, timeout: float) -> list[LabEvent]: ...
-    def last_event_seq(self) -> int: ...
-    def url(self, node: str) -> str: ...
-    def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change: ...
-    def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]: ...
-    def settle(self) -> None: ...
-    def monitoring_ready(self, timeout_s: float) -> None: ...
+
+class GpuProcess(Frozen):
+    """One process holding memory on a node's GPU, as `nvidia-smi` lists it."""
+
+    pid: int
+    name: str
+    mib: int
+
+
+class Capability(enum.StrEnum):
+    """What a lab can do beyond starting, stopping and reconfiguring its nodes. A scenario that
+    needs one its lab lacks is reported as not applicable there before anything runs."""
+
+    PROCESSES = "processes"  # start or stop a program on a node (node access)
+    SIGNALS = "signals"  # signal a process inside a node (exec)
+    GPU_PROCESSES = "gpu_processes"  # list the processes holding a node's GPU
+    ADDRESSES = "addresses"  # move a node's address on a network (DHCP)
+    MONITORING = "monitoring"  # a Prometheus with the lab's rules and targets
+    SERVICE_LINKS = "service_links"  # real Services whose variables the runtime injects
+
+
+class LabDriver(abc.ABC):
+    """One lab, whatever it is made of. Reads (`states`, `config`, `current`, logs, events) and
+    writes (`apply`, `restart`, `signal`) only: planning a change is plain functions over these
+    (runner.labs.planning), so every lab plans alike."""
+
+    kind: LabKind
+    label: str  # how reports name the lab ("local lab")
+    capabilities: frozenset[Capability]
+    inventory: Inventory
+    artifacts_dir: Path | None = None  # where a run wants the lab's own records (Ansible events)
+    # Lab seconds allowed on top of a converted window for what does not scale with the lab's
+    # time: starting an interpreter, importing, stopping the previous incarnation.
+    start_cost_s: float = 3.0
+
+    # ---- lifecycle ----
     @property
-    def state_dir(self) -> Any: ...
+    @abc.abstractmethod
+    def state_dir(self) -> Path: ...
+    @abc.abstractmethod
+    def is_up(self) -> bool: ...
+    @abc.abstractmethod
+    def up(self) -> None: ...
+    @abc.abstractmethod
+    def down(self) -> None: ...
+    @abc.abstractmethod
+    def leftovers(self) -> list[str]:
+        """Everything that differs from the lab's baseline (empty when clean)."""
+
+    @abc.abstractmethod
+    def leftover_objects(self) -> list[str]:
+        """What of this lab exists now (processes, containers, Kubernetes objects): after
+        `down`, nothing."""
+
+    def settle(self) -> None:
+        """Before an undo: let what an interrupted run left in flight finish (none by default)."""
+        return None
+
+    def monitoring_ready(self, timeout_s: float) -> None:
+        """Block until the lab's Prometheus has scraped every target once (no monitoring:
+        return). `up()` does not wait for it: Prometheus hands its first targets over only after
+        5 s of wall time, so only what reads or changes monitoring waits."""
+        return None
+
+    # ---- state, events, logs ----
+    @abc.abstractmethod
+    def states(self) -> dict[str, NodeState]: ...
+    @abc.abstractmethod
+    def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
+        """The events after sequence number `since`, blocking up to `timeout` for the first."""
+
+    @abc.abstractmethod
+    def last_event_seq(self) -> int: ...
+    @abc.abstractmethod
+    def logs_of(self, node: str, incarnation: int) -> list[LogLine]: ...
+    @abc.abstractmethod
+    def logs_since(self, node: str, since: datetime | None) -> list[LogLine]: ...
+
+    def logs(self, node: str, source: LogSource) -> list[LogLine]:
+        """The current incarnation's log, or the last exited one's (`kubectl logs --previous`)."""
+        st = self.states()[node]
+        if source is LogSource.PREVIOUS:
+            return [] if st.last_exit is None else self.logs_of(node, st.last_exit.incarnation)
+        return self.logs_of(node, st.incarnation)
+
+    def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]:
+        """What the runtime recorded about the node, titled (none by default)."""
+        return "", []
+
+    @abc.abstractmethod
+    def url(self, node: str) -> str: ...
+
+    # ---- reads and writes of changes ----
+    def baseline_config(self, node: str) -> NodeConfig:
+        n = self.inventory.node(node)
+        return NodeConfig(args=tuple(n.rendered_args()), env=dict(n.env))
+
+    @abc.abstractmethod
+    def config(self, node: str) -> NodeConfig: ...
+    @abc.abstractmethod
+    def current(self, change: Change) -> AnyState:
+        """The present state of the change's subject."""
+
+    @abc.abstractmethod
+    def apply(self, change: Change) -> None: ...
+    @abc.abstractmethod
+    def restart(self, nodes: Sequence[str]) -> None:
+        """Restart the nodes together: all stopped, then all started."""
+
+    def applied_via(self, kind: ChangeKind) -> str:
+        """How this lab applies a change of that kind, for the change's note (empty: directly)."""
+        return ""
+
+    def process_command(self, command: Sequence[str]) -> tuple[str, ...]:
+        """The command line a program started on a node runs as on this lab."""
+        return tuple(command)
+
+    # ---- what only some labs can do (see `capabilities`) ----
+    def signal(self, node: str, process: str, signal: str) -> None:
+        raise self._lacks(Capability.SIGNALS)
+
+    def gpu_processes(self, node: str) -> list[GpuProcess]:
+        raise self._lacks(Capability.GPU_PROCESSES)
+
+    def check_service(self, service: str, port: int) -> None:
+        """LabError unless the lab has a Service of that name with that port."""
+        raise self._lacks(Capability.SERVICE_LINKS)
+
+    def _lacks(self, cap: Capability) -> LabError:
+        return LabError(
+            f"the {self.label} cannot do this: it lacks {cap.value}",
+            hint="the scenario should have been reported as not applicable to this lab",
+        )

@@ -14,7 +14,8 @@ import pytest
 
 from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
-from runner.probes import ProbeEnv, ProbeVerdict, run_probe
+from runner.probes import ProbeEnv, run_probe
+from runner.results import Verdict
 from runner.scenario import HttpProbe, InferenceProbe
 from tests.support.cli import ROOT, gameday
 
@@ -147,7 +148,7 @@ def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
     with httpx.Client() as http:
         env = ProbeEnv(http=http, lab=lab, scale=100, target="node1")
         ok = run_probe(env, InferenceProbe(kind="inference", prompt="hello", max_tokens=64))
-        assert ok.verdict is ProbeVerdict.PASSED
+        assert ok.verdict is Verdict.PASSED
         lab.signal("node2", "main", "STOP")
         try:
             health = run_probe(env, HttpProbe(kind="http", path="/health"))
@@ -163,14 +164,14 @@ def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
             )
         finally:
             lab.signal("node2", "main", "CONT")
-        assert health.verdict is ProbeVerdict.PASSED, health
-        assert hang.verdict is ProbeVerdict.PASSED and "a hang" in hang.observed, hang
+        assert health.verdict is Verdict.PASSED, health
+        assert hang.verdict is Verdict.PASSED and "a hang" in hang.observed, hang
         # an error is not a hang: a node that refuses connections fails `hangs`
         refused = run_probe(
             ProbeEnv(http=http, lab=lab, scale=100, target="node2"),
             InferenceProbe(kind="inference", prompt="x", expect="hangs"),
         )
-        assert refused.verdict is ProbeVerdict.FAILED and "refused" in refused.observed
+        assert refused.verdict is Verdict.FAILED and "refused" in refused.observed
 
 
 def _lab_pids(lab: LocalLab) -> set[int]:

@@ -41,16 +41,19 @@ from runner.errors import LabError, LabNotUp
 from runner.fsutil import write_private
 from runner.inventory import ComposeSpec, Inventory, Node, Role
 from runner.labs.base import (
+    Capability,
     Change,
     ChangeKind,
     EventType,
+    GpuProcess,
+    LabDriver,
     LogLine,
     NodeConfig,
     NodeState,
     ProcessState,
     Value,
 )
-from runner.labs.changes import ChangePlanning, configured_addresses, ensure_free
+from runner.labs.changes import configured_addresses, ensure_free
 from runner.labs.compose import hostactions
 from runner.labs.compose.build import docker_client
 from runner.labs.events import EventFeed, Incarnation
@@ -107,9 +110,18 @@ def _never(ts: str) -> bool:
     return ts.startswith("0001-01-01")
 
 
-class ComposeLab(EventFeed, ChangePlanning):
+class ComposeLab(EventFeed, LabDriver):
     kind = LabKind.COMPOSE
     label = "compose lab"
+    capabilities = frozenset(
+        {
+            Capability.PROCESSES,
+            Capability.SIGNALS,
+            Capability.GPU_PROCESSES,
+            Capability.ADDRESSES,
+            Capability.MONITORING,
+        }
+    )
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
@@ -926,15 +938,15 @@ class ComposeLab(EventFeed, ChangePlanning):
             hint = f"docker logs {self.project}-prometheus"
             wait_scraped(url, self._state_dir / "prometheus", timeout_s, hint=hint)
 
-    def _via(self, kind: ChangeKind) -> str:
+    def applied_via(self, kind: ChangeKind) -> str:
         playbook = {ChangeKind.PROCESS: "process", ChangeKind.ADDRESS: "change-address"}
         return f"Ansible: playbooks/{playbook[kind]}.yaml" if kind in playbook else ""
 
-    def gpu_processes(self, node: str) -> list[dict[str, Any]]:
+    def gpu_processes(self, node: str) -> list[GpuProcess]:
         rc, out = self._exec(self.host(node), ["vllm-lab", "smi", "--json"])
         if rc != 0:
             raise LabError(f"{node}: `vllm-lab smi` failed: {out.strip()[:200]}")
-        return list(json.loads(out)["processes"])
+        return [GpuProcess.model_validate(p) for p in json.loads(out)["processes"]]
 
     def restart(self, nodes: Sequence[str]) -> None:
         """Restart the nodes' engine containers together: all stopped, then all started (a

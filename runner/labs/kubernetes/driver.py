@@ -40,9 +40,11 @@ from urllib3.util.retry import Retry
 from runner.errors import InventoryError, LabError, LabNotUp
 from runner.inventory import Inventory, Node
 from runner.labs.base import (
+    Capability,
     Change,
     ChangeKind,
     EventType,
+    LabDriver,
     LogLine,
     NodeConfig,
     NodeState,
@@ -50,7 +52,6 @@ from runner.labs.base import (
     RuntimeEvent,
     Value,
 )
-from runner.labs.changes import ChangePlanning
 from runner.labs.events import EventFeed, Incarnation
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.local.driver import default_state_root
@@ -109,9 +110,10 @@ class NodeView:
     ready: bool = False
 
 
-class KubernetesLab(EventFeed, ChangePlanning):
+class KubernetesLab(EventFeed, LabDriver):
     kind = LabKind.KUBERNETES
     label = "kubernetes lab"
+    capabilities = frozenset({Capability.SERVICE_LINKS})
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
@@ -846,9 +848,9 @@ class KubernetesLab(EventFeed, ChangePlanning):
             hint="this scenario runs on the local and compose labs",
         )
 
-    def service_links(self, node: str, service: str, port: int, enabled: bool) -> Change:
-        """The real mechanism: the pod spec's enableServiceLinks, with a Service of that name
-        in the namespace (the seed's baseline Service `vllm`)."""
+    def check_service(self, service: str, port: int) -> None:
+        """The scenario's mechanism is the variables the kubelet injects for a Service: it must
+        exist in the namespace, with that port (the seed's baseline Service `vllm`)."""
         self._require_lab_namespace()
         status, svc = self._status_of(self.core.read_namespaced_service, service, self.ns)
         if status != 200:
@@ -860,16 +862,6 @@ class KubernetesLab(EventFeed, ChangePlanning):
         ports = [p.port for p in svc.spec.ports or []]
         if port not in ports:
             raise LabError(f"Service {service!r} has ports {ports}, not {port}")
-        before = self.config(node)
-        return Change(
-            kind=ChangeKind.NODE_CONFIG,
-            node=node,
-            before=before,
-            after=NodeConfig(args=before.args, env=before.env, service_links=enabled),
-            note=f"pod spec enableServiceLinks: {str(enabled).lower()} (Service {service!r} "
-            f"exists in namespace {self.ns}; the kubelet injects its variables at container "
-            "start)",
-        )
 
     def apply(self, change: Change) -> None:
         if change.kind is ChangeKind.NODE_CONFIG and isinstance(change.after, NodeConfig):
@@ -933,20 +925,6 @@ class KubernetesLab(EventFeed, ChangePlanning):
             old[n] = pod.metadata.uid
             self._delete(self.core.delete_namespaced_pod, pod.metadata.name)
         self._wait_replacing(old)
-
-    def signal(self, node: str, process: str, signal: str) -> None:
-        raise LabError(
-            "the kubernetes lab does not signal processes inside pods in this version "
-            "(that takes exec)",
-            hint="this scenario runs on the local and compose labs",
-        )
-
-    def gpu_processes(self, node: str) -> list[dict[str, Any]]:
-        raise LabError(
-            "the kubernetes lab does not list GPU processes in this version (that takes exec "
-            "into the node)",
-            hint="this scenario runs on the local and compose labs",
-        )
 
     def leftovers(self) -> list[str]:
         problems = [

@@ -21,8 +21,11 @@ from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
 from runner.inventory import Inventory, Node, Role
 from runner.labs.base import (
+    Capability,
     Change,
     ChangeKind,
+    GpuProcess,
+    LabDriver,
     LabEvent,
     LogLine,
     NodeConfig,
@@ -30,7 +33,7 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.labs.changes import ChangePlanning, configured_addresses, ensure_free
+from runner.labs.changes import configured_addresses, ensure_free
 from runner.labs.monitoring import reload, wait_scraped, write_prometheus
 from runner.programs import command_argv, resolve_command
 from runner.scenario import LabKind, LogSource, NodeStatus
@@ -59,9 +62,18 @@ def default_state_root() -> Path:
     return Path(xdg) / "gameday"
 
 
-class LocalLab(ChangePlanning):
+class LocalLab(LabDriver):
     kind = LabKind.LOCAL
     label = "local lab"
+    capabilities = frozenset(
+        {
+            Capability.PROCESSES,
+            Capability.SIGNALS,
+            Capability.GPU_PROCESSES,
+            Capability.ADDRESSES,
+            Capability.MONITORING,
+        }
+    )
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
@@ -419,18 +431,18 @@ class LocalLab(ChangePlanning):
         if self.inventory.lab.monitoring is not None:
             self._call("POST", f"/nodes/{node}/aux", json=self._exporter(n, addresses))
 
-    def _command(self, command: Sequence[str]) -> tuple[str, ...]:
+    def process_command(self, command: Sequence[str]) -> tuple[str, ...]:
         return tuple(command_argv(command) or command)
 
     def signal(self, node: str, process: str, signal: str) -> None:
         self._call("POST", f"/nodes/{node}/signal", json={"process": process, "signal": signal})
 
-    def gpu_processes(self, node: str) -> list[dict[str, Any]]:
+    def gpu_processes(self, node: str) -> list[GpuProcess]:
         from labengine.gpu import SharedGpu, gpu_types
 
         n = self.inventory.node(node)
         shared = SharedGpu(self.gpu_dir(node), gpu_types()[n.gpu.type])
-        return [{"pid": p.pid, "name": p.name, "mib": p.mib} for p in shared.processes()]
+        return [GpuProcess(pid=p.pid, name=p.name, mib=p.mib) for p in shared.processes()]
 
     def leftovers(self) -> list[str]:
         """Everything that differs from the lab's baseline (empty when clean): node configs,
@@ -457,6 +469,15 @@ class LocalLab(ChangePlanning):
             f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
         ]
         return problems
+
+    def leftover_objects(self) -> list[str]:
+        """The supervisor (which holds every node and auxiliary process), if it runs."""
+        pidfile = self._state_dir / "supervisor.pid"
+        with contextlib.suppress(ValueError, OSError):
+            pid = int(pidfile.read_text())
+            if _is_supervisor(pid, self._state_dir):
+                return [f"supervisor pid {pid} of lab {self.inventory.lab.name!r}"]
+        return []
 
     def aux_processes(self) -> dict[str, dict[str, Any]]:
         return dict(self._call("GET", "/status")["aux"])

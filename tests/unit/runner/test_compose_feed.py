@@ -14,7 +14,7 @@ import pytest
 from runner.inventory import load_inventory
 from runner.labs.base import EventType
 from runner.labs.compose.driver import ComposeLab
-from runner.run import first_exit
+from runner.run.context import first_exit
 
 ROOT = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from runner.labs.base import LabDriver
-from runner.probes import MIN_TIMEOUT_S, ProbeEnv, ProbeVerdict, run_probes
+from runner.probes import MIN_TIMEOUT_S, ProbeEnv, run_probes
+from runner.results import Verdict
 from runner.scenario import HttpProbe, InferenceProbe, LogSilenceProbe
 
 
@@ -72,9 +73,9 @@ def test_a_set_of_hanging_probes_costs_one_timeout(silent: SilentServer) -> None
         "inference (chat) hangs",
     ]
     assert [r.verdict for r in results] == [
-        ProbeVerdict.ERROR,  # no answer: the probe could not be made
-        ProbeVerdict.ERROR,
-        ProbeVerdict.PASSED,  # the log probe ran too, in the caller's thread
-        ProbeVerdict.PASSED,  # a hang was what it expected
+        Verdict.ERROR,  # no answer: the probe could not be made
+        Verdict.ERROR,
+        Verdict.PASSED,  # the log probe ran too, in the caller's thread
+        Verdict.PASSED,  # a hang was what it expected
     ]
     assert lab.read_logs == 1

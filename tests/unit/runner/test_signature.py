@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 from runner import startup
 from runner.labs.base import LogLine
-from runner.run import edit_args
+from runner.labs.planning import edit_args
 from runner.scenario import CaptureCheck, Pattern, Phase
 from runner.signature import match
 

@@ -1,0 +1,128 @@
+"""Carrying out a scenario's actions (inject, or a recovery step) on the lab: every change is
+journalled before it is applied and undone by `undo_all`."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from runner.errors import LabError
+from runner.labs.base import Change, ChangeKind
+from runner.labs.planning import describe_change, plan_change
+from runner.run.context import POLL_S, Context, utcnow
+from runner.scenario import (
+    GPU_PROCESS_NAMES,
+    Action,
+    Restart,
+    Rollback,
+    Signal,
+    StartProcess,
+    Traffic,
+)
+from runner.undo import restore
+
+GPU_HOLD_TIMEOUT_S = 30.0  # wall seconds a started program has to take its GPU memory
+
+
+def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
+    for action in actions:
+        if isinstance(action, Rollback):
+            undo_all(ctx, reason=why)
+        elif isinstance(action, Restart):
+            restart(ctx, action, why)
+        elif isinstance(action, Signal):
+            ctx.rec.event(
+                f"{why}: SIG{action.signal.value} to {action.node}'s "
+                f"{action.process.replace('_', ' ')}"
+            )
+            ctx.lab.signal(action.node, action.process, action.signal.value)
+        elif isinstance(action, Traffic):
+            send_traffic(ctx, action, why)
+        else:
+            record_and_apply(ctx, plan_change(ctx.lab, action), why)
+            if isinstance(action, StartProcess):
+                wait_holds_gpu(ctx, action)
+        if why == "inject" and not isinstance(action, Traffic):
+            ctx.fault_at = utcnow()
+            ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
+
+
+def restart(ctx: Context, action: Restart, why: str) -> None:
+    nodes = [n.name for name in action.nodes for n in ctx.lab.inventory.resolve(name)]
+    ctx.rec.event(
+        f"{why}: restart {', '.join(nodes)} ({'together' if action.together else 'one by one'})"
+    )
+    if action.together:
+        ctx.lab.restart(nodes)
+    else:
+        for n in nodes:
+            ctx.lab.restart([n])
+
+
+def wait_holds_gpu(ctx: Context, action: StartProcess) -> None:
+    """A program counts as started once it holds what it exists to hold: for a GPU program,
+    its memory on the node's GPU (nvidia-smi lists it under its process name)."""
+    name = GPU_PROCESS_NAMES[action.program]
+    deadline = time.monotonic() + GPU_HOLD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if any(name in p.name for p in ctx.lab.gpu_processes(action.node)):
+            ctx.rec.event(f"{action.node}: {action.name} holds GPU memory")
+            return
+        time.sleep(POLL_S)  # the GPU list has no events
+    raise LabError(
+        f"{action.name} on {action.node} did not take GPU memory within {GPU_HOLD_TIMEOUT_S:g} s"
+    )
+
+
+def record_and_apply(ctx: Context, change: Change, why: str) -> None:
+    seq = ctx.journal.record(ctx.scenario_id, change)  # on disk before it is applied
+    ctx.open_changes.append((seq, change))
+    ctx.rec.event(f"{why}: {describe_change(change)}")
+    if change.note and change.kind is ChangeKind.NODE_CONFIG:
+        ctx.rec.notes.append(change.note)
+    t0 = time.monotonic()
+    ctx.lab.apply(change)
+    if change.kind is ChangeKind.SCRAPE_TARGETS:
+        note_prometheus_load(ctx, time.monotonic() - t0)
+
+
+def note_prometheus_load(ctx: Context, seconds: float) -> None:
+    """A new scrape configuration costs Prometheus's discovery up to 5 s of wall time, whatever
+    the time scale: say so in the timeline, where it would otherwise look like the runner's."""
+    ctx.rec.event(
+        f"configuration reloaded, every target scraped {seconds:.2f} s later", source="prometheus"
+    )
+
+
+def send_traffic(ctx: Context, action: Traffic, why: str) -> None:
+    """Requests as users send them; a failure is the point, so outcomes are only recorded."""
+    node = action.node or ctx.target
+    ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab, node=node)
+    url = ctx.lab.url(node)
+    for req in action.requests:
+        body = {"messages": [{"role": "user", "content": req.prompt}], "max_tokens": req.max_tokens}
+        try:
+            r = ctx.http.post(
+                url + "/v1/chat/completions", json=body, timeout=max(30 / ctx.scale.scale, 1.0)
+            )
+            outcome = f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            outcome = type(exc).__name__
+        ctx.rec.event(f"{why}: traffic ({len(req.prompt)} chars) -> {outcome}")
+
+
+def undo_all(ctx: Context, reason: str) -> list[Change]:
+    """Put every node this run changed back to how it was before its first change; returns the
+    undos applied."""
+
+    def applied(undo: Change, seconds: float) -> None:
+        ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
+        if undo.kind is ChangeKind.SCRAPE_TARGETS:
+            note_prometheus_load(ctx, seconds)
+
+    done = restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})", applied)
+    for seq, _ in reversed(ctx.open_changes):
+        ctx.journal.undone(seq)
+    ctx.open_changes.clear()
+    return done

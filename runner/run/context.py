@@ -1,0 +1,164 @@
+"""The state one scenario's run carries from phase to phase, and its two ways of waiting: on the
+lab's events until a node is in some state (`wait_for`), and on probes until they pass
+(`poll_until`). Nothing sleeps blind: a lab event ends a wait early."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import httpx
+
+from runner.journal import Journal
+from runner.labs.base import Change, EventType, ExitInfo, LabDriver, LabEvent, NodeState
+from runner.probes import Probe, ProbeEnv, ProbeResult, run_probes
+from runner.results import Verdict
+from runner.run.record import Recorder
+from runner.timing import TimeScale
+
+Progress = Callable[[str], None]
+Done = Callable[[NodeState, list[LabEvent]], bool]
+POLL_S = 0.05  # how often to look again at what has no events (a log file, the GPU list)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ScenarioAborted(Exception):
+    """Stop this scenario's remaining phases (the reason is already recorded)."""
+
+
+@functools.cache
+def http_client() -> httpx.Client:
+    """The probes' HTTP client, one per process: building one reads and parses the CA bundle
+    (30 ms of CPU per scenario in the profile of a suite run). httpx clients are thread-safe, so
+    `--parallel` workers share it; it lives as long as the process."""
+    return httpx.Client()
+
+
+@dataclass(frozen=True)
+class Waited:
+    state: NodeState  # the node's state when the wait ended
+    events: list[LabEvent]  # the node's events seen during the wait
+    done: bool  # the predicate held (False: timed out)
+
+
+@dataclass
+class Context:
+    lab: LabDriver
+    scale: TimeScale
+    journal: Journal
+    scenario_id: str
+    target: str
+    progress: Progress
+    rec: Recorder
+    http: httpx.Client
+    open_changes: list[tuple[int, Change]] = field(default_factory=list)
+    seq: int = 0  # the last lab event this run has seen
+    injected_at: datetime | None = None  # the injection began
+    # the injected fault is in place: its last change applied (a playbook or a container
+    # re-create takes seconds of wall time that the failure must not be charged with)
+    fault_at: datetime | None = None
+    # its first change in place: an alert may fire on that alone (one node of two moved)
+    fault_began_at: datetime | None = None
+    inject_seq: int = 0
+
+    @property
+    def boot_timeout_lab(self) -> float:
+        return self.scale.to_lab(self.lab.inventory.lab.boot_timeout_s)
+
+    @property
+    def scrape_interval_lab(self) -> float:
+        mon = self.lab.inventory.lab.monitoring
+        real = mon.scrape_interval_s if mon else 15.0
+        return max(self.scale.to_lab(real), 0.05)
+
+    def wait_for(
+        self,
+        done: Done,
+        lab_timeout: float,
+        *,
+        node: str | None = None,
+        replay_from: int | None = None,
+    ) -> Waited:
+        """Block on the lab's events until `done(state of node, its events)` or timeout.
+        `replay_from`: also count the node's events since that sequence number."""
+        node = node or self.target
+        deadline = time.monotonic() + lab_timeout
+        seen: list[LabEvent] = []
+        if replay_from is not None and replay_from < self.seq:
+            seen = [
+                e
+                for e in self.lab.wait_events(replay_from, 0)
+                if e.seq <= self.seq and e.node == node
+            ]
+        while True:
+            st = self.lab.states()[node]
+            if done(st, seen):
+                return Waited(st, seen, True)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return Waited(st, seen, False)
+            evs = self.lab.wait_events(self.seq, min(remaining, 5.0))
+            if evs:
+                self.seq = evs[-1].seq
+                for e in evs:
+                    self.rec.lab_event(e)
+                seen += [e for e in evs if e.node == node]
+
+    def pause(self, lab_s: float, *, until_event: bool = False) -> None:
+        """Let `lab_s` pass, recording the lab's events meanwhile; with `until_event`, the
+        target's next event ends it early."""
+        self.wait_for(lambda _s, evs: until_event and bool(evs), lab_s)
+
+    def probe(self, probes: Sequence[Probe]) -> list[ProbeResult]:
+        env = ProbeEnv(
+            http=self.http,
+            lab=self.lab,
+            scale=self.scale.scale,
+            target=self.target,
+            since=self.injected_at,
+        )
+        return run_probes(env, probes)
+
+    def poll_until(
+        self,
+        probes: Sequence[Probe],
+        deadline: float,
+        interval: Callable[[], float],
+        *,
+        until_event: bool = False,
+    ) -> list[ProbeResult]:
+        """Probe until every probe passes or the monotonic `deadline` is past; between tries,
+        pause `interval()` lab seconds (what no event announces, an HTTP answer or Prometheus's
+        next scrape, is looked at again then)."""
+        results = self.probe(probes)
+        while not all_passed(results) and time.monotonic() <= deadline:
+            self.pause(interval(), until_event=until_event)
+            results = self.probe(probes)
+        return results
+
+
+def all_passed(results: Sequence[ProbeResult]) -> bool:
+    return all(r.verdict is Verdict.PASSED for r in results)
+
+
+def exit_of(e: LabEvent) -> ExitInfo:
+    return ExitInfo.model_validate(
+        {
+            k: e.data[k]
+            for k in ("incarnation", "code", "started_at", "first_output_at", "finished_at")
+        }
+    )
+
+
+def first_exit(events: list[LabEvent]) -> ExitInfo | None:
+    """The first exit the node made on its own (not one caused by the lab stopping it)."""
+    for e in events:
+        if e.type is EventType.EXITED and not e.data.get("stopped"):
+            return exit_of(e)
+    return None

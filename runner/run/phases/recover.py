@@ -1,0 +1,149 @@
+"""Recover: the scenario's recovery steps in order. A step that `restores` must bring service
+back (the node ready, then every verify probe passing) within the window; a step that does not
+(a tempting shortcut) is let play out and must leave service down, with its own signature."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from runner import signature as sig
+from runner.labs.base import LabEvent, NodeState
+from runner.results import Phase, Verdict
+from runner.run.actions import apply_actions
+from runner.run.context import Context, all_passed, first_exit, utcnow
+from runner.run.phases.expect import logs_for
+from runner.scenario import LoadedScenario, Outcome, RecoveryStep
+from runner.timing import elapsed_real
+
+
+@dataclass(frozen=True)
+class Recovered:
+    time_to_recover_s: float | None  # the last restoring step's; None: service not back
+
+
+def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
+    sc = ls.scenario
+    ctx.rec.event("phase recover")
+    ttr: float | None = None
+    for i, step in enumerate(sc.recover, 1):
+        ctx.progress(f"recover {i}/{len(sc.recover)}: {step.name}")
+        label = f"recover {i}: {step.name}"
+        if step.forbidden:
+            ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
+        since = ctx.seq
+        apply_actions(ctx, step.actions, f"recover {i}")
+        applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
+        if step.outcome is Outcome.RESTORES:
+            ttr = verify(ctx, ls, label, applied_at)
+        else:
+            shortcut(ctx, ls, step, label, since)
+    return Recovered(ttr)
+
+
+def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -> float | None:
+    """Service back: the node ready, then every verification probe passing, within the window."""
+    v = ls.scenario.verify
+    ctx.rec.event(f"phase verify ({label})")
+    deadline_lab = ctx.scale.window_deadline_lab(v.time_to_recover) + ctx.lab.start_cost_s
+    t_end = time.monotonic() + deadline_lab
+    gen0 = ctx.lab.states()[ctx.target].generation
+    w = ctx.wait_for(lambda s, _: s.ready and s.generation >= gen0, deadline_lab)
+    results = []
+    if w.done:
+        # a lab event wakes this at once; what no event announces (an HTTP answer, Prometheus's
+        # next scrape) is looked at again after one scaled scrape interval (at most 1 s)
+        results = ctx.poll_until(
+            v.probes,
+            t_end,
+            lambda: min(1.0, ctx.scrape_interval_lab, max(t_end - time.monotonic(), 0.01)),
+            until_event=True,
+        )
+    passed_at = utcnow() if w.done and all_passed(results) else None
+    st = w.state
+    ctx.rec.check(
+        phase=Phase.RECOVER,
+        name=f"{label}: restores service",
+        ok=passed_at is not None,
+        expected="ready, then every verification probe passes",
+        observed="restored"
+        if passed_at
+        else f"not restored: node {st.status.value}, ready={st.ready}"
+        + ("; " + "; ".join(f"{r.name}: {r.observed}" for r in results) if results else ""),
+    )
+    for r in results:
+        ok = r.verdict is Verdict.PASSED
+        ctx.rec.probe(Phase.VERIFY, r, verdict=Verdict.PASSED if ok else Verdict.FAILED)
+    if passed_at is None:
+        return None
+    state = ctx.lab.states()[ctx.target]
+    # from the step (or, if it restarted the node, from the new incarnation's first output:
+    # the interpreter's own start does not scale)
+    start = max(applied_at, state.first_output_at or applied_at)
+    ttr = elapsed_real(ctx.scale, start, passed_at)
+    ctx.rec.event("service verified (health and inference)", ts=passed_at)
+    ctx.rec.check(
+        phase=Phase.VERIFY,
+        name="verify: time to recover",
+        ok=ctx.scale.check(v.time_to_recover, ttr),
+        expected=ctx.scale.describe(v.time_to_recover),
+        observed=f"{ttr:.1f} s real (first output of the new incarnation -> probes pass)",
+    )
+    return round(ttr, 3)
+
+
+def shortcut(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, since: int) -> None:
+    """A step expected NOT to restore service: let it play out, then show that it did not."""
+    settle = step.settle_s or ls.scenario.verify.time_to_recover.max_s
+    budget = ctx.scale.to_lab(settle) + ctx.scale.allowance_s
+    gen0 = ctx.lab.states()[ctx.target].generation
+
+    # A step with a failure signature is awaited until it fails; otherwise until it fails or
+    # the node serves again (then the probes decide).
+    def settled(s: NodeState, evs: list[LabEvent]) -> bool:
+        if first_exit(evs) is not None:
+            return True
+        return step.expect is None and s.ready and s.generation >= gen0
+
+    w = ctx.wait_for(settled, budget, replay_from=since)
+    failure = first_exit(w.events)
+    results = ctx.probe(ls.scenario.verify.probes)
+    restored = all_passed(results)
+    how = (
+        f"node failed again (exit {failure.code})"
+        if failure
+        else f"node {w.state.status.value}, ready={w.state.ready}"
+    )
+    ctx.rec.check(
+        phase=Phase.RECOVER,
+        name=f"{label}: does NOT restore service",
+        ok=not restored,
+        expected="service still down after this step" + (f" ({step.why})" if step.why else ""),
+        observed=(
+            "restored (the shortcut worked, so the scenario's claim is wrong)"
+            if restored
+            else f"not restored: {how}; "
+        )
+        + "; ".join(f"{r.name}: {r.observed}" for r in results),
+    )
+    if step.expect is None:
+        return
+    if failure is None:
+        ctx.rec.check(
+            phase=Phase.RECOVER,
+            name=f"{label}: signature",
+            ok=False,
+            expected="the failure signature of this step",
+            observed="the node did not fail",
+        )
+        return
+    logs = logs_for(ctx, step.expect.source, failure)
+    ctx.rec.signature(
+        Phase.RECOVER,
+        label,
+        sig.match(logs, step.expect.in_order),
+        logs,
+        node=ctx.target,
+        source=f"logs of incarnation {failure.incarnation}",
+    )
