@@ -24,6 +24,7 @@ from runner.errors import GamedayError, InputError, LabError, ScenarioError
 from runner.fsutil import read_bytes
 from runner.inventory import check_scenario, load_inventory
 from runner.labs import open_lab, wait_all_ready
+from runner.labs.capabilities import lacking
 from runner.report import load_result, write_reports
 from runner.results import Verdict
 from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
@@ -153,21 +154,31 @@ def validate(paths: tuple[Path, ...], lab_path: Path | None) -> None:
     if not files:
         raise InputError("nothing to validate", file=", ".join(map(str, targets)))
     inventory = load_inventory(lab_path) if lab_path is not None else None
+    lab = open_lab(inventory) if inventory is not None else None  # reads nothing yet
     errors: list[GamedayError] = []
     for f in files:
         try:
+            notes: list[str] = []
             if _is_inventory(f):
                 load_inventory(f)
             else:
                 ls = load_scenario(f)
-                if inventory is not None and inventory.lab.kind in ls.scenario.labs:
-                    check_scenario(ls, inventory)
-            output.message(f"ok  {f}")
+                if inventory is not None and lab is not None:
+                    if inventory.lab.kind in ls.scenario.labs:
+                        check_scenario(ls, inventory)
+                        notes = lacking(ls.scenario, lab)
+                    else:
+                        notes = [f"not on this lab: applies to {_kinds(ls)} only"]
+            output.message(f"ok  {f}" + "".join(f"\n    {n}" for n in notes))
         except InputError as exc:
             errors.append(exc)
             output.error(exc)
     if errors:
         sys.exit(2)
+
+
+def _kinds(ls: LoadedScenario) -> str:
+    return ", ".join(k.value for k in ls.scenario.labs)
 
 
 def _is_inventory(path: Path) -> bool:

@@ -13,9 +13,10 @@ from runner import __version__, journal
 from runner.errors import LeftoversError
 from runner.inventory import Inventory, check_scenario
 from runner.labs import LabDriver, open_lab, wait_all_ready
+from runner.labs.capabilities import lacking
 from runner.parallel import check_parallel, instance, run_workers
 from runner.report import write_reports
-from runner.results import Assertion, LabInfo, RunResult, ScenarioResult, Verdict, combine
+from runner.results import Assertion, LabInfo, Phase, RunResult, ScenarioResult, Verdict, combine
 from runner.run import Progress, run_scenario
 from runner.scenario import LoadedScenario
 
@@ -56,9 +57,16 @@ def _unrun(
     )
 
 
+def applies(ls: LoadedScenario, lab: LabDriver) -> bool:
+    return lab.kind in ls.scenario.labs and not lacking(ls.scenario, lab)
+
+
 def skipped(ls: LoadedScenario, lab: LabDriver) -> ScenarioResult:
-    kinds = ", ".join(k.value for k in ls.scenario.labs)
-    notes = [f"applies to {kinds}, not to a {lab.kind.value} lab"]
+    if lab.kind in ls.scenario.labs:
+        notes = lacking(ls.scenario, lab)
+    else:
+        kinds = ", ".join(k.value for k in ls.scenario.labs)
+        notes = [f"applies to {kinds}, not to a {lab.kind.value} lab"]
     if why := ls.scenario.lab_notes.get(lab.kind):
         notes.append(f"why: {why}")
     return _unrun(ls, lab, Verdict.SKIPPED, datetime.now(UTC), [], notes)
@@ -71,7 +79,7 @@ def errored(
     and where it came from."""
     failed = Assertion(
         name="lab",
-        phase="run",
+        phase=Phase.RUN,
         verdict=Verdict.ERROR,
         expected="the lab carries out the scenario",
         observed=f"{type(exc).__name__}: {exc}",
@@ -108,7 +116,7 @@ def run_suite(
     run_id = new_run_id()
     report_dir = reports_root / run_id
     started = datetime.now(UTC)
-    todo = [ls for ls in scenarios if labs[0].kind in ls.scenario.labs]
+    todo = [ls for ls in scenarios if applies(ls, labs[0])]
     journals: dict[int, journal.Journal] = {}
     started_here: set[int] = set()
 

@@ -102,3 +102,276 @@ def test_crash_loop_state_is_asserted_with_restarts(tmp_path: Path) -> None:
     assert [a.observed for a in once.assertions if a.name == state] == [
         "crash_looping (no reason), restarts 0"
     ]
+
+
+# ---- baseline ----
+
+
+def test_a_target_that_never_serves_is_an_error_not_a_failure(tmp_path: Path) -> None:
+    from runner.labs.fake import Hangs
+
+    run = fake_run(tmp_path, scenario_doc(), lambda _n, _c: Hangs(logs=("booting",)))
+    result = run.run()
+    assert [(a.name, a.verdict) for a in result.assertions] == [
+        ("baseline: target ready", Verdict.ERROR),
+        ("cleanup: baseline restored", Verdict.ERROR),
+    ]
+    assert result.assertions[0].observed == "running, ready=False after 0.1 lab s"
+    assert result.verdict is Verdict.ERROR
+    assert run.lab.applied == []  # nothing was injected
+
+
+def test_a_node_left_changed_stops_the_run_before_injecting(tmp_path: Path) -> None:
+    from runner.labs.base import ChangeKind
+    from runner.labs.planning import plan_change
+    from runner.scenario import SetArgs
+
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    left = plan_change(run.lab, SetArgs(kind="set_args", node="serving", args={"--seed": 1}))
+    run.lab.apply(left)
+    result = run.run()
+    assert [(a.name, a.verdict) for a in result.assertions] == [("lab", Verdict.ERROR)]
+    assert result.assertions[0].observed == (
+        "node serving is not at its baseline configuration\n"
+        "  hint: a previous run left changes behind: run `gameday cleanup`"
+    )
+    assert [c.kind for c in run.lab.applied] == [ChangeKind.NODE_CONFIG]  # only the test's own
+
+
+# ---- recover ----
+
+
+def test_a_shortcut_that_restores_service_fails_the_scenario(tmp_path: Path) -> None:
+    # the fault goes away by itself on the next start: the "restart and hope" step works
+    starts = {"n": 0}
+
+    def once(node: str, config: object) -> object:
+        starts["n"] += node == "serving"
+        return wrong_flag()(node, config) if starts["n"] == 2 else wrong_flag()(node, _base())
+
+    run = fake_run(tmp_path, scenario_doc(), once)  # type: ignore[arg-type]
+    result = run.run()
+    shortcut = next(a for a in result.assertions if "does NOT restore" in a.name)
+    assert shortcut.verdict is Verdict.FAILED
+    assert shortcut.observed.startswith("restored (the shortcut worked")
+
+
+def _base() -> object:
+    from runner.labs.base import NodeConfig
+
+    return NodeConfig(args=(), env={})
+
+
+def test_a_fix_that_does_not_restore_fails_with_the_probes_it_saw(tmp_path: Path) -> None:
+    doc = scenario_doc()
+    doc["recover"] = [
+        {
+            "name": "Restart",
+            "outcome": "restores",
+            "actions": [{"kind": "restart", "nodes": ["serving"]}],
+        }
+    ]
+    run = fake_run(tmp_path, doc, wrong_flag())
+    result = run.run()
+    restores = next(
+        a for a in result.assertions if a.name == "recover 1: Restart: restores service"
+    )
+    assert restores.verdict is Verdict.FAILED
+    assert restores.observed == "not restored: node crash_looping, ready=False"
+    assert result.time_to_recover_s is None
+    assert run.lab.leftovers() == [] and run.open_changes() == 0  # cleanup rolled back
+
+
+# ---- errors and interrupts ----
+
+
+def test_a_lab_error_mid_run_is_the_verdict_and_cleanup_still_runs(tmp_path: Path) -> None:
+    from runner.errors import LabError
+
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+
+    def fail_restart(name: str) -> None:
+        if name == "restart":
+            raise LabError("the lab lost its node")
+
+    run.lab.on_call = fail_restart
+    result = run.run()
+    assert (result.assertions[-1].name, result.assertions[-1].verdict) == ("lab", Verdict.ERROR)
+    assert result.assertions[-1].observed == "the lab lost its node"
+    run.lab.on_call = lambda _n: None
+    assert run.lab.leftovers() == [] and run.open_changes() == 0
+
+
+def test_a_bug_is_an_error_with_its_traceback(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+
+    def bug(name: str) -> None:
+        if name == "apply node_config" and not run.lab.applied:
+            raise ZeroDivisionError("division by zero")
+
+    run.lab.on_call = bug
+    result = run.run()
+    lab = next(a for a in result.assertions if a.name == "lab")
+    assert (lab.verdict, lab.observed) == (Verdict.ERROR, "ZeroDivisionError: division by zero")
+    assert "Traceback (most recent call last)" in lab.detail
+    assert run.lab.leftovers() == [] and run.open_changes() == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "nth", "phase"),
+    [
+        ("states", 1, "baseline"),
+        ("apply node_config", 1, "inject"),
+        ("wait_events", 2, "expect"),
+        ("restart", 1, "recover"),
+        ("apply node_config", 2, "recover (rollback)"),
+    ],
+)
+def test_an_interrupt_in_any_phase_still_cleans_up(
+    tmp_path: Path, call: str, nth: int, phase: str
+) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    seen = {"n": 0}
+
+    def interrupt(name: str) -> None:
+        if name == call:
+            seen["n"] += 1
+            if seen["n"] == nth:
+                run.lab.on_call = lambda _n: None  # cleanup's own calls go through
+                raise KeyboardInterrupt
+
+    run.lab.on_call = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    assert run.lab.leftovers() == [], phase
+    assert run.open_changes() == 0, phase
+
+
+# ---- cleanup ----
+
+
+def test_cleanup_restarts_a_group_together_when_only_its_head_was_reapplied(
+    tmp_path: Path,
+) -> None:
+    from runner.labs.fake import Exits, Serves
+
+    doc = scenario_doc(target="node1")
+    doc["inject"] = [{"kind": "set_args", "node": "node1", "args": {"--max-model-len": 99999}}]
+    restart_head = {"kind": "restart", "nodes": ["node1"]}
+    doc["recover"] = [
+        {"name": "Restart the head", "outcome": "restores", "actions": [restart_head]}
+    ]
+    doc["verify"]["probes"] = [{"kind": "http", "path": "/health", "node": "node1"}]
+    # the head rejoins only if restarted with its workers (the head-only-restart lesson)
+    group_started = {"together": True}
+
+    def script(node: str, config: object) -> object:
+        if "99999" in getattr(config, "args", ()):
+            return Exits(
+                code=1,
+                logs=("INFO Loading weights", "max_model_len (99999) is too large"),
+                after_s=0.2,
+            )
+        if node == "node1" and not group_started["together"]:
+            return Exits(code=1, logs=("TCPStore: broken pipe",), after_s=0.01)
+        return Serves()
+
+    run = fake_run(tmp_path, doc, script)  # type: ignore[arg-type]
+    real_restart = run.lab.restart
+
+    def restart(nodes: list[str]) -> None:
+        group_started["together"] = set(nodes) == {"node1", "node2"}
+        real_restart(nodes)
+
+    run.lab.restart = restart  # type: ignore[method-assign]
+    result = run.run()
+    assert run.lab.restarted == [["node1"], ["node1", "node2"]]
+    assert [
+        e.event for e in result.timeline if e.event.startswith(("cleanup: restart", "baseline"))
+    ] == [
+        "cleanup: restart node1, node2 together",
+        "baseline serving again",
+    ]
+
+
+def test_a_cleanup_that_cannot_restore_the_baseline_says_so(tmp_path: Path) -> None:
+    from runner.errors import LabError
+
+    doc = scenario_doc()
+    restart = {"kind": "restart", "nodes": ["serving"]}
+    # no rollback: cleanup undoes the injection
+    doc["recover"] = [{"name": "Restart", "outcome": "restores", "actions": [restart]}]
+    run = fake_run(tmp_path, doc, wrong_flag())
+
+    def broken_undo(name: str) -> None:
+        if name == "apply node_config" and run.lab.applied:  # the injection's undo
+            raise LabError("the API server is gone")
+
+    run.lab.on_call = broken_undo
+    result = run.run()
+    last = result.assertions[-1]
+    assert (last.name, last.phase, last.verdict) == (
+        "cleanup: baseline restored",
+        Phase.CLEANUP,
+        Verdict.ERROR,
+    )
+    assert last.observed == "cleanup failed: the API server is gone"
+    assert last.detail == "run `gameday cleanup` to undo what is left"
+    assert run.open_changes() == 1  # the journal still holds the change for `gameday cleanup`
+
+
+# ---- detect ----
+
+
+def _alerting(doc: dict[str, object]) -> dict[str, object]:
+    doc["detect"] = {"alerts": [{"name": "ServingDown", "within_s": 400}]}
+    return doc
+
+
+def test_an_alert_firing_in_time_gives_the_time_to_detect(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    fired: dict[str, datetime] = {}
+
+    def alerts() -> list[dict[str, object]]:
+        active = fired.setdefault("at", datetime.now(UTC))  # pending from the first look
+        return [
+            {
+                "labels": {"alertname": "ServingDown"},
+                "state": "firing",
+                "activeAt": active.isoformat().replace("+00:00", "Z"),
+            }
+        ]
+
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=alerts)
+    result = run.run()
+    detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
+    assert (detect.name, detect.verdict) == ("detect: alert ServingDown fires", Verdict.PASSED)
+    # the lab's rule ServingDown has `for: 300` (real s): it fires 300 s real after it is
+    # pending, by Prometheus's clock; pending began within 10 ms (10 s real) of the injection
+    ttd = result.time_to_detect_s
+    assert ttd is not None and 300 <= ttd < 310
+    assert detect.observed == f"firing {ttd:.1f} s real after the injection"
+    fired_at = next(e for e in result.timeline if e.event == "alert ServingDown firing").ts
+    assert fired_at == fired["at"] + timedelta(seconds=0.3)
+
+
+def test_an_alert_that_never_fires_fails_detect(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=list)
+    result = run.run()
+    detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
+    assert (detect.verdict, detect.observed) == (Verdict.FAILED, "inactive after 400 s real")
+    assert result.time_to_detect_s is None
+
+
+def test_prometheus_not_answering_is_a_detect_error(tmp_path: Path) -> None:
+    import httpx
+
+    def down() -> list[dict[str, object]]:
+        raise httpx.ConnectError("connection refused")
+
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=down)
+    result = run.run()
+    detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
+    assert detect.verdict is Verdict.ERROR
+    assert detect.observed.startswith("probe error: ") and "connection refused" in detect.observed

@@ -1,0 +1,77 @@
+"""What a scenario needs of its lab beyond (re)configuring and restarting nodes, and whether a lab
+has it: a scenario that needs what its lab lacks is reported as "not on this lab: <reason>" when
+it is validated against the lab and when a run is planned, never refused half-way through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from runner.labs.base import Capability, LabDriver
+from runner.scenario import (
+    ChangeAddress,
+    GpuProcessesProbe,
+    PromQLProbe,
+    Scenario,
+    ScrapeTargets,
+    Signal,
+    StartProcess,
+    StopProcess,
+    TargetsProbe,
+)
+
+WHAT: dict[Capability, str] = {
+    Capability.PROCESSES: "start or stop a program on a node (node access)",
+    Capability.SIGNALS: "signal a process inside a node (exec)",
+    Capability.GPU_PROCESSES: "list the processes on a node's GPU",
+    Capability.ADDRESSES: "move a node's address (DHCP)",
+    Capability.MONITORING: "run the lab's Prometheus",
+    Capability.SERVICE_LINKS: "create Services whose variables the runtime injects",
+}
+
+NEEDS: dict[type[BaseModel], Capability] = {
+    StartProcess: Capability.PROCESSES,
+    StopProcess: Capability.PROCESSES,
+    Signal: Capability.SIGNALS,
+    GpuProcessesProbe: Capability.GPU_PROCESSES,
+    ChangeAddress: Capability.ADDRESSES,
+    ScrapeTargets: Capability.MONITORING,
+    TargetsProbe: Capability.MONITORING,
+    PromQLProbe: Capability.MONITORING,
+}
+
+
+@dataclass(frozen=True)
+class Need:
+    capability: Capability
+    where: str  # the scenario's field that needs it ("inject[0]", "detect.alerts")
+
+
+def needs(sc: Scenario) -> list[Need]:
+    """Every capability the scenario needs, with the first field that needs it."""
+    found: dict[Capability, str] = {}
+    parts: list[tuple[str, list[BaseModel]]] = [
+        ("inject", list(sc.inject)),
+        ("baseline.probes", list(sc.baseline.probes)),
+        ("expect.probes", list(sc.expect.probes)),
+        ("verify.probes", list(sc.verify.probes)),
+    ]
+    parts += [(f"recover[{i}].actions", list(step.actions)) for i, step in enumerate(sc.recover)]
+    for where, items in parts:
+        for i, item in enumerate(items):
+            cap = NEEDS.get(type(item))
+            if cap is not None:
+                found.setdefault(cap, f"{where}[{i}] ({getattr(item, 'kind', '')})")
+    if sc.detect.alerts:
+        found.setdefault(Capability.MONITORING, "detect.alerts")
+    return [Need(c, w) for c, w in found.items()]
+
+
+def lacking(sc: Scenario, lab: LabDriver) -> list[str]:
+    """Why the scenario cannot run on this lab (empty: it can), one reason per capability."""
+    return [
+        f"not on this lab: the {lab.label} cannot {WHAT[n.capability]}, which {n.where} needs"
+        for n in needs(sc)
+        if n.capability not in lab.capabilities
+    ]

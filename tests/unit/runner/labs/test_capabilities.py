@@ -1,0 +1,52 @@
+"""A scenario that needs what its lab lacks is "not on this lab", with why, before it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.labs.base import Capability
+from runner.labs.capabilities import lacking, needs
+from runner.scenario import load_scenario
+from tests.support.fakelab import fake_run, scenario_doc, wrong_flag
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
+    got = {
+        p.stem: sorted(n.capability.value for n in needs(load_scenario(p).scenario))
+        for p in sorted((ROOT / "scenarios").glob("*.yaml"))
+    }
+    assert got == {
+        "context-window-overflow": [],
+        "dhcp-address-change": ["addresses", "monitoring"],
+        "head-only-restart": ["monitoring", "signals"],
+        "kv-cache-shortage": [],
+        "service-name-collision": [],
+        "stray-gpu-process": ["gpu_processes", "monitoring", "processes"],
+        "tp-mismatch": [],
+    }
+
+
+def test_a_lab_without_exec_says_which_step_needs_it(tmp_path: Path) -> None:
+    doc = scenario_doc()
+    doc["inject"] = [
+        {"kind": "signal", "node": "serving", "process": "engine_core", "signal": "KILL"}
+    ]
+    run = fake_run(
+        tmp_path, doc, wrong_flag(), capabilities=frozenset(Capability) - {Capability.SIGNALS}
+    )
+    assert lacking(run.ls.scenario, run.lab) == [
+        "not on this lab: the fake lab cannot signal a process inside a node (exec), which "
+        "inject[0] (signal) needs"
+    ]
+    full = fake_run(tmp_path / "full", doc, wrong_flag())
+    assert lacking(full.ls.scenario, full.lab) == []
+
+
+def test_alerts_need_monitoring(tmp_path: Path) -> None:
+    doc = scenario_doc(detect={"alerts": [{"name": "ServingDown", "within_s": 60}]})
+    run = fake_run(tmp_path, doc, capabilities=frozenset())
+    assert lacking(run.ls.scenario, run.lab) == [
+        "not on this lab: the fake lab cannot run the lab's Prometheus, which detect.alerts needs"
+    ]
