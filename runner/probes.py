@@ -227,7 +227,7 @@ def _promql(env: ProbeEnv, p: PromQLProbe, name: str) -> ProbeResult:
 
 def _gpu(env: ProbeEnv, p: GpuProcessesProbe, name: str) -> ProbeResult:
     procs = env.lab.gpu_processes(p.node)
-    observed = ", ".join(f"{x['name']} {x['mib']} MiB (pid {x['pid']})" for x in procs) or "none"
+    observed = ", ".join(f"{x.name} {x.mib} MiB (pid {x.pid})" for x in procs) or "none"
     expected = ", ".join(m.name for m in p.present) + (" and nothing else" if p.only else "")
     matched: set[int] = set()
     ok = True
@@ -235,14 +235,14 @@ def _gpu(env: ProbeEnv, p: GpuProcessesProbe, name: str) -> ProbeResult:
         hit = [
             x
             for x in procs
-            if compile_user(m.name).search(x["name"])
-            and (m.min_mib is None or x["mib"] >= m.min_mib)
-            and (m.max_mib is None or x["mib"] <= m.max_mib)
+            if compile_user(m.name).search(x.name)
+            and (m.min_mib is None or x.mib >= m.min_mib)
+            and (m.max_mib is None or x.mib <= m.max_mib)
         ]
         ok &= bool(hit)
-        matched |= {x["pid"] for x in hit}
+        matched |= {x.pid for x in hit}
     if p.only:
-        ok &= all(x["pid"] in matched for x in procs)
+        ok &= all(x.pid in matched for x in procs)
     return ProbeResult(
         name,
         ProbeVerdict.PASSED if ok else ProbeVerdict.FAILED,
