@@ -16,7 +16,7 @@ from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
 from runner.probes import ProbeEnv, ProbeVerdict, run_probe
 from runner.scenario import HttpProbe, InferenceProbe
-from tests.support.cli import ROOT, gameday
+from tests.support.cli import ROOT, gameday, ok
 
 pytestmark = pytest.mark.e2e
 THREE = [
@@ -139,7 +139,7 @@ def lab() -> LocalLab:
     driver = LocalLab(inv)
     assert gameday("lab", "up").returncode == 0
     yield driver
-    gameday("lab", "down")
+    ok(gameday("lab", "down"))
 
 
 def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
