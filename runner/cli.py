@@ -28,6 +28,7 @@ from runner.labs.capabilities import lacking
 from runner.report import load_result, write_reports
 from runner.results import Verdict
 from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
+from runner.timing import TimeScale
 from runner.undo import cleanup_lab
 
 DEFAULT_LAB = Path("inventories/local.yaml")
@@ -367,7 +368,8 @@ def lab_up(lab_path: Path) -> None:
     was_up = driver.is_up()
     driver.up()
     try:
-        states = wait_all_ready(driver, inventory.lab.boot_timeout_s / inventory.lab.time_scale)
+        spec = inventory.lab
+        states = wait_all_ready(driver, TimeScale.of(spec).boot_timeout_lab(spec))
         driver.monitoring_ready(60)
     except LabError:
         if not was_up:  # a lab that cannot come up is not left half-up

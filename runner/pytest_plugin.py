@@ -74,7 +74,6 @@ class ScenarioItem(pytest.Item):
         if lab.kind not in self.loaded.scenario.labs:
             pytest.skip(f"does not apply to a {lab.kind.value} lab")
         result = run_scenario(self.loaded, lab, state["journal"], lambda _m: None)
-        state["results"].append(result)
         if result.verdict is not Verdict.PASSED:
             raise ScenarioFailed(result)
 
@@ -113,7 +112,6 @@ def _session_lab(config: pytest.Config) -> dict[str, Any]:
         lab.up()
         state["lab"] = lab
         state["journal"] = journal.Journal(lab.state_dir, new_run_id())
-        state["results"] = []
     return state
 
 

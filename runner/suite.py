@@ -19,6 +19,7 @@ from runner.report import write_reports
 from runner.results import Assertion, LabInfo, Phase, RunResult, ScenarioResult, Verdict, combine
 from runner.run import Progress, run_scenario
 from runner.scenario import LoadedScenario
+from runner.timing import TimeScale
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,6 @@ def run_suite(
     reports_root: Path,
     progress: Progress,
     *,
-    bring_up: bool = True,
     parallel: int = 1,
 ) -> SuiteOutcome:
     """Run the scenarios that apply to the lab, on `parallel` isolated instances of it (one:
@@ -123,15 +123,13 @@ def run_suite(
     def setup(k: int) -> None:
         lab = labs[k]
         if not lab.is_up():
-            if not bring_up:
-                lab.up()  # raises LabNotUp-style errors with a hint
             progress(f"bringing up lab {lab.inventory.lab.name!r}")
             lab.up()
             started_here.add(k)
             # every node serving; Prometheus's first scrape is waited for only by the scenarios
             # that use it (its discovery takes 5 s of wall time whatever the scale)
             spec = lab.inventory.lab
-            wait_all_ready(lab, spec.boot_timeout_s / spec.time_scale)
+            wait_all_ready(lab, TimeScale.of(spec).boot_timeout_lab(spec))
         lab.artifacts_dir = report_dir / "ansible"  # host actions' Ansible events
         journals[k] = journal.Journal(lab.state_dir, run_id)
 

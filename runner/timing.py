@@ -13,14 +13,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from runner.scenario import Window
+
+if TYPE_CHECKING:
+    from runner.inventory import LabSpec
 
 
 @dataclass(frozen=True)
 class TimeScale:
     scale: float
     allowance_s: float
+
+    @classmethod
+    def of(cls, lab: LabSpec) -> TimeScale:
+        """The lab's time scale and timing allowance."""
+        return cls(lab.time_scale, lab.timing_allowance_s)
+
+    def boot_timeout_lab(self, lab: LabSpec) -> float:
+        """Lab seconds a node of `lab` may take to become ready (its `boot_timeout_s` is
+        real-world)."""
+        return self.to_lab(lab.boot_timeout_s)
 
     def to_lab(self, real_s: float) -> float:
         return real_s / self.scale

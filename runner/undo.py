@@ -14,6 +14,7 @@ from runner import journal
 from runner.errors import LabError
 from runner.labs import heal, wait_all_ready
 from runner.labs.base import Change, LabDriver
+from runner.timing import TimeScale
 
 
 def restore(
@@ -65,9 +66,11 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
         if items:
             applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
         spec = lab.inventory.lab
-        boot = spec.boot_timeout_s / spec.time_scale
+        scale = TimeScale.of(spec)
+        boot = scale.boot_timeout_lab(spec)
         try:
-            wait_all_ready(lab, min(boot, 30 / spec.time_scale + 1))
+            # a node the undo re-applied gets 30 s (real) to come back by itself
+            wait_all_ready(lab, min(boot, scale.to_lab(30) + 1))
         except LabError:
             restarted = heal(lab, boot)
     for item in items:

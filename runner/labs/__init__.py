@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import time
+from typing import assert_never
 
 from runner.errors import LabError
 from runner.inventory import Inventory
@@ -16,22 +17,23 @@ from runner.scenario import LabKind
 
 
 def open_lab(inventory: Inventory) -> LabDriver:
-    if inventory.lab.kind is LabKind.LOCAL:
-        from runner.labs.local.driver import LocalLab
+    """The driver of the inventory's lab kind (each imported only when used: the compose and
+    kubernetes drivers pull in their clients)."""
+    match inventory.lab.kind:
+        case LabKind.LOCAL:
+            from runner.labs.local.driver import LocalLab
 
-        return LocalLab(inventory)
-    if inventory.lab.kind is LabKind.COMPOSE:
-        from runner.labs.compose.driver import ComposeLab
+            return LocalLab(inventory)
+        case LabKind.COMPOSE:
+            from runner.labs.compose.driver import ComposeLab
 
-        return ComposeLab(inventory)
-    if inventory.lab.kind is LabKind.KUBERNETES:
-        from runner.labs.kubernetes.driver import KubernetesLab
+            return ComposeLab(inventory)
+        case LabKind.KUBERNETES:
+            from runner.labs.kubernetes.driver import KubernetesLab
 
-        return KubernetesLab(inventory)
-    raise LabError(
-        f"{inventory.path}: lab kind {inventory.lab.kind.value!r} has no driver in this version",
-        hint="use inventories/local.yaml or inventories/compose.yaml",
-    )
+            return KubernetesLab(inventory)
+        case unknown:
+            assert_never(unknown)
 
 
 def restart_scope(inventory: Inventory, node: str) -> list[str]:

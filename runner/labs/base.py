@@ -78,6 +78,14 @@ class LogLine(Frozen):
     text: str
 
 
+class GpuProcess(Frozen):
+    """A process holding memory on a node's GPU, as `nvidia-smi` (and `vllm-lab smi`) lists it."""
+
+    pid: int
+    name: str
+    mib: int
+
+
 class RuntimeEvent(Frozen):
     """An event the lab's runtime recorded about a node (a Kubernetes Event, say)."""
 
@@ -142,20 +150,6 @@ class Change(Frozen):
             after=state,
             note=note,
         )
-
-
-def crash_loop_backoff_s(restart: int) -> float:
-    """Real seconds a crashed container waits before restart number `restart` (from 0): the
-    kubelet's CrashLoopBackOff, 10 s doubling up to 300 s; the labs without a kubelet imitate it."""
-    return float(min(10 * 2**restart, 300))
-
-
-class GpuProcess(Frozen):
-    """One process holding memory on a node's GPU, as `nvidia-smi` lists it."""
-
-    pid: int
-    name: str
-    mib: int
 
 
 class Capability(enum.StrEnum):

@@ -5,12 +5,12 @@ the incarnation record each driver keeps per container start."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runner.labs.base import EventType, ExitInfo, LabEvent, LogLine, NodeState
-from runner.scenario import LogSource
+from runner.labs.base import EventType, ExitInfo, LabEvent
 
 
 @dataclass
@@ -50,47 +50,36 @@ class Incarnation:
 
 
 class EventFeed:
-    """Mixin: `emit` from any thread; `wait_events` blocks until there is something new. The
-    driver's `_sync` starts its watch (once) before anyone waits."""
+    """A driver's lab events: `emit` from any thread (the watching ones); `wait_events` blocks
+    until there is something new. `sync` (the driver's) starts its watch, once, before anyone
+    reads. `cond` also guards what the driver's watch updates beside the events."""
 
-    _cond: threading.Condition
-    _events: list[LabEvent]
+    def __init__(self, sync: Callable[[], None]) -> None:
+        self._sync = sync
+        self.cond = threading.Condition()
+        self._events: list[LabEvent] = []
 
-    def _init_feed(self) -> None:
-        self._cond = threading.Condition()
-        self._events = []
-
-    def _sync(self) -> None:
-        raise NotImplementedError
-
-    def states(self) -> dict[str, NodeState]:
-        raise NotImplementedError
-
-    def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
-        raise NotImplementedError
-
-    def logs(self, node: str, source: LogSource) -> list[LogLine]:
-        """The current incarnation's log, or the last exited one's (`kubectl logs --previous`)."""
-        st = self.states()[node]
-        if source is LogSource.PREVIOUS:
-            return [] if st.last_exit is None else self.logs_of(node, st.last_exit.incarnation)
-        return self.logs_of(node, st.incarnation)
+    @property
+    def events(self) -> list[LabEvent]:
+        """Every event so far, oldest first."""
+        with self.cond:
+            return list(self._events)
 
     def emit(self, node: str, type_: EventType, ts: datetime, **data: Any) -> None:
-        with self._cond:
+        with self.cond:
             self._events.append(
                 LabEvent(seq=len(self._events) + 1, ts=ts, node=node, type=type_, data=data)
             )
-            self._cond.notify_all()
+            self.cond.notify_all()
 
     def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
         self._sync()
-        with self._cond:
+        with self.cond:
             if len(self._events) <= since and timeout > 0:
-                self._cond.wait_for(lambda: len(self._events) > since, timeout)
+                self.cond.wait_for(lambda: len(self._events) > since, timeout)
             return self._events[since:]
 
     def last_event_seq(self) -> int:
         self._sync()
-        with self._cond:
+        with self.cond:
             return len(self._events)

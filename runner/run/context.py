@@ -69,7 +69,7 @@ class Context:
 
     @property
     def boot_timeout_lab(self) -> float:
-        return self.scale.to_lab(self.lab.inventory.lab.boot_timeout_s)
+        return self.scale.boot_timeout_lab(self.lab.inventory.lab)
 
     @property
     def scrape_interval_lab(self) -> float:

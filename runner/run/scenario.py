@@ -44,7 +44,7 @@ def run_scenario(
     ttf = ttd = ttr = None
     ctx = Context(
         lab=lab,
-        scale=TimeScale(spec.time_scale, spec.timing_allowance_s),
+        scale=TimeScale.of(spec),
         journal=journal,
         scenario_id=sc.metadata.id,
         target=sc.target,

@@ -10,8 +10,13 @@ from tests.support.cli import gameday
 
 @pytest.fixture
 def lab_down_after() -> Iterator[list[Path]]:
-    """Inventories registered here are taken down after the test, whatever happened."""
+    """Inventories registered here are taken down after the test, whatever happened; each
+    `lab down` must succeed."""
     invs: list[Path] = []
     yield invs
-    for inv in invs:
-        gameday("lab", "down", "--lab", str(inv), timeout=60)
+    failed = [
+        f"`gameday lab down --lab {inv}` exited {p.returncode}: {p.stderr}"
+        for inv in invs
+        if (p := gameday("lab", "down", "--lab", str(inv), timeout=60)).returncode != 0
+    ]
+    assert failed == []

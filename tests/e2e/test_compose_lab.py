@@ -24,7 +24,7 @@ from runner import journal
 from runner.inventory import load_inventory
 from runner.labs.compose.driver import ComposeLab
 from runner.parallel import instance
-from tests.support.cli import ROOT, docker_or_skip, gameday, variant
+from tests.support.cli import ROOT, docker_or_skip, gameday, ok, variant
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "compose.yaml"
@@ -52,7 +52,7 @@ def lab(state: Path) -> Iterator[ComposeLab]:
     os.environ["GAMEDAY_STATE_DIR"] = str(state)  # the driver below reads the same state
     driver = ComposeLab(load_inventory(INVENTORY))
     yield driver
-    gd(state, "lab", "down", "--lab", str(INVENTORY))
+    ok(gd(state, "lab", "down", "--lab", str(INVENTORY)))
 
 
 def at_baseline(lab: ComposeLab) -> list[str]:

@@ -24,7 +24,7 @@ from runner.labs.kubernetes.driver import KubernetesLab
 from runner.scenario import LabKind, LogSource, NodeStatus
 from tests.kubeapi.server import Server
 from tests.support import cli as conftest
-from tests.support.cli import ROOT, gameday
+from tests.support.cli import ROOT, gameday, ok
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
@@ -280,7 +280,7 @@ def test_the_cli_exits_cleanly_with_the_watch_open(server: Server, state: Path) 
             assert r.returncode == 0, (r.returncode, r.stderr)
             assert "serving" in r.stdout and "ready=True" in r.stdout
     finally:
-        gd(state, "lab", "down", "--lab", str(INVENTORY))
+        ok(gd(state, "lab", "down", "--lab", str(INVENTORY)))
 
 
 GROUP = """

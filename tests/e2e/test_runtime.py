@@ -17,7 +17,7 @@ from runner.labs.local.driver import LocalLab
 from runner.probes import ProbeEnv, run_probe
 from runner.results import Verdict
 from runner.scenario import HttpProbe, InferenceProbe
-from tests.support.cli import ROOT, gameday
+from tests.support.cli import ROOT, gameday, ok
 
 pytestmark = pytest.mark.e2e
 THREE = [
@@ -140,7 +140,7 @@ def lab() -> LocalLab:
     driver = LocalLab(inv)
     assert gameday("lab", "up").returncode == 0
     yield driver
-    gameday("lab", "down")
+    ok(gameday("lab", "down"))
 
 
 def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:

@@ -1,8 +1,9 @@
-"""Never leave a lab broken: SIGKILL at random moments then `gameday cleanup`; scenario values
-never reach a shell."""
+"""Never leave a lab broken: SIGKILL at random moments of a run (each after the run reached a
+given phase) then `gameday cleanup`; scenario values never reach a shell."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from runner import journal
 from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
-from tests.support.cli import ROOT, gameday
+from tests.support.cli import ROOT, gameday, ok
 
 pytestmark = pytest.mark.e2e
 META = "$(touch {m}1); `touch {m}2`; touch {m}3 | touch {m}4 && touch {m}5 > {m}6 '\"\\"
@@ -33,7 +34,34 @@ def lab() -> LocalLab:
     driver = LocalLab(load_inventory(ROOT / "inventories" / "local.yaml"))
     assert gameday("lab", "up").returncode == 0
     yield driver
-    gameday("lab", "down")
+    ok(gameday("lab", "down"))
+
+
+# moments to kill a run at: each a progress line the run must reach, then a random delay
+MOMENTS = ("] inject", "] expect: waiting for the failure", "] recover 1/")
+
+
+def run_until(scenario: str, marker: str, reports: Path) -> subprocess.Popen[str]:
+    """`gameday run` of the scenario, returned once its progress shows `marker`; a failure
+    (with what it printed) when it ends before."""
+    argv = ["run", f"scenarios/{scenario}.yaml", "--reports", str(reports)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *argv],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if marker in line:
+            return proc
+    proc.wait()
+    raise AssertionError(
+        f"the run ended (exit {proc.returncode}) before {marker!r}:\n" + "".join(seen)
+    )
 
 
 @pytest.mark.parametrize(
@@ -43,27 +71,18 @@ def test_sigkill_at_random_moments_then_cleanup(
     lab: LocalLab, scenario: str, tmp_path: Path
 ) -> None:
     rnd = random.Random(scenario)
-    for delay in sorted(rnd.uniform(0.3, 8.0) for _ in range(3)):
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runner.cli",
-                "run",
-                f"scenarios/{scenario}.yaml",
-                "--reports",
-                str(tmp_path),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    for marker in MOMENTS:
+        proc = run_until(scenario, marker, tmp_path)
+        delay = rnd.uniform(0.0, 0.3)
         time.sleep(delay)
+        assert proc.poll() is None, f"the run ended before the kill {delay:.2f} s after {marker!r}"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
         p = gameday("cleanup")
         assert p.returncode == 0, p.stderr
-        assert at_baseline(lab) == [], f"after a kill at {delay:.2f} s"
+        assert at_baseline(lab) == [], f"after a kill {delay:.2f} s after {marker!r}"
         assert gameday("cleanup").returncode == 0  # idempotent
         assert at_baseline(lab) == []
 
@@ -97,7 +116,14 @@ def test_shell_metacharacters_never_reach_a_shell(lab: LocalLab, tmp_path: Path)
     f = tmp_path / "meta.yaml"
     f.write_text(text)
     assert gameday("validate", str(f)).returncode == 0
-    gameday("run", str(f), "--reports", str(tmp_path / "r"))
+    p = gameday("run", str(f), "--reports", str(tmp_path / "r"))
+    assert p.returncode == 0, p.stderr  # the values reached the lab: the scenario ran through
+    (result,) = (tmp_path / "r").glob("*/result.json")
+    (sc,) = json.loads(result.read_text())["scenarios"]
+    assert sc["verdict"] == "passed"
+    phases = [e["event"] for e in sc["timeline"] if e["event"].startswith("phase ")]
+    assert phases[:4] == ["phase baseline", "phase inject", "phase expect", "phase recover"]
+    assert phases[-1] == "phase cleanup"
     assert sorted(tmp_path.glob("pwned*")) == []
     assert sorted(ROOT.glob("pwned*")) == []
     assert at_baseline(lab) == []

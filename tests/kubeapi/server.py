@@ -53,6 +53,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import yaml
 
+from runner.labs.common import crash_loop_backoff_s
 from runner.labs.servicelinks import kubernetes_service_env
 from runner.programs import command_argv
 
@@ -645,14 +646,14 @@ class Cluster:
             if rt.deleting.is_set():
                 break
             last_terminated = terminated
-            # back-off: the first restart at once, then 10 s doubling up to 300 s
-            delay = 0 if restarts == 0 else min(10 * 2 ** (restarts - 1), 300)
+            # back-off: the first restart at once, then the kubelet's schedule
+            delay = 0.0 if restarts == 0 else crash_loop_backoff_s(restarts - 1)
             if delay:
                 p = self.pod(rt)
                 if p is None:
                     break
                 msg = (
-                    f"back-off {delay}s restarting failed container={c['name']} "
+                    f"back-off {delay:g}s restarting failed container={c['name']} "
                     f"pod={rt.name}_{rt.ns}({rt.uid})"
                 )
                 self.update_status(rt, self.waiting_status, c, msg, restarts, last_terminated)

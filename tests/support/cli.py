@@ -46,14 +46,40 @@ def inventory(tmp_path: Path, address: str, **replace: str) -> Path:
     return variant(local, tmp_path, base | replace, name="inventory.yaml")
 
 
-def docker_or_skip() -> Any:
-    try:
-        import docker
+def ok(p: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """`p`, which must have exited 0 (its exit code and stderr in the failure otherwise)."""
+    assert p.returncode == 0, f"`gameday {' '.join(p.args[3:])}` exited {p.returncode}: {p.stderr}"
+    return p
 
+
+def no_engine(exc: BaseException) -> bool:
+    """Whether the failure is that no Docker engine listens: its socket missing, or refusing
+    connections (docker's own error wraps requests', which wraps urllib3's, which holds the OS
+    error among its arguments)."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, FileNotFoundError | ConnectionRefusedError):
+            return True
+        todo += [x for x in (e.__cause__, e.__context__, *e.args) if isinstance(x, BaseException)]
+    return False
+
+
+def docker_or_skip() -> Any:
+    """A client of the Docker engine; a skip when there is none (outside CI), a failure for
+    anything else that goes wrong."""
+    import docker
+
+    try:
         client = docker.from_env(timeout=10)
-        client.ping()
-        return client
-    except Exception as exc:
+    except docker.errors.DockerException as exc:
+        if not no_engine(exc):
+            raise
         if os.environ.get("GAMEDAY_REQUIRE_DOCKER") == "1":
             pytest.fail(f"Docker is required here (GAMEDAY_REQUIRE_DOCKER=1) but: {exc}")
         pytest.skip(f"no Docker engine: {exc}")
+    client.ping()
+    return client

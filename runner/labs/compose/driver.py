@@ -40,6 +40,7 @@ import yaml
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import write_private
 from runner.inventory import ComposeSpec, Inventory, Node, Role
+from runner.labs import common
 from runner.labs.base import (
     Capability,
     Change,
@@ -47,6 +48,7 @@ from runner.labs.base import (
     EventType,
     GpuProcess,
     LabDriver,
+    LabEvent,
     LogLine,
     NodeConfig,
     NodeState,
@@ -54,12 +56,12 @@ from runner.labs.base import (
     Value,
 )
 from runner.labs.changes import configured_addresses, ensure_free
+from runner.labs.common import utc_time
 from runner.labs.compose import hostactions
 from runner.labs.compose.build import docker_client
 from runner.labs.events import EventFeed, Incarnation
-from runner.labs.local.driver import default_state_root
-from runner.labs.monitoring import reload, wait_scraped, write_prometheus
-from runner.scenario import LabKind, NodeStatus
+from runner.labs.monitoring import write_prometheus
+from runner.scenario import LabKind, LogSource, NodeStatus
 
 LABEL = "gameday.lab"
 _PROJECT = "com.docker.compose.project"
@@ -90,15 +92,6 @@ def compose_command() -> list[str]:
     )
 
 
-def parse_ts(text: str) -> datetime:
-    """Docker's RFC 3339 timestamps, nanoseconds cut to microseconds."""
-    text = text.rstrip("Z")
-    if "." in text:
-        head, frac = text.split(".", 1)
-        text = f"{head}.{frac[:6]:0<6}"
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
 def _at_or_before(recorded: datetime, event_ts: datetime) -> datetime:
     """The time Docker recorded for a start or an exit, read when its event is handled. On a busy
     machine the container may have restarted (or exited again) by then, and the record is a later
@@ -110,7 +103,7 @@ def _never(ts: str) -> bool:
     return ts.startswith("0001-01-01")
 
 
-class ComposeLab(EventFeed, LabDriver):
+class ComposeLab(LabDriver):
     kind = LabKind.COMPOSE
     label = "compose lab"
     capabilities = frozenset(
@@ -129,17 +122,17 @@ class ComposeLab(EventFeed, LabDriver):
         self.spec: ComposeSpec = lab.compose or ComposeSpec()
         self.compose_file = (inventory.path.parent / self.spec.file).resolve()
         self.playbooks = (inventory.path.parent / self.spec.playbooks).resolve()
-        self._state_dir = Path(lab.state_dir) if lab.state_dir else default_state_root() / lab.name
+        self._state_dir = common.state_dir(lab)
         self.artifacts_dir: Path | None = None  # where host actions keep their Ansible events
         self._client: Any = None
-        self._init_feed()
+        self.feed = EventFeed(sync=self._sync)
         self._incs: dict[str, list[Incarnation]] = {}
         self._ready: dict[str, bool] = {}
         # container id -> until when (epoch s) its exits are the lab's own stops. By container and
         # time, not by incarnation number: a restart the event feed has not shown yet when the lab
         # stops the container has no number yet.
         self._stopping: dict[str, float] = {}
-        self._feed: Any = None
+        self._docker_events: Any = None
         self._synced = False
 
     @property
@@ -444,7 +437,7 @@ class ComposeLab(EventFeed, LabDriver):
             return
         self._synced = True
         since = time.time()
-        self._feed = self.docker.api.events(
+        self._docker_events = self.docker.api.events(
             since=since - 1,
             decode=True,
             filters={"type": "container", "label": f"{LABEL}={self.inventory.lab.name}"},
@@ -455,19 +448,19 @@ class ComposeLab(EventFeed, LabDriver):
                 c = self.engine(n.name)
                 st = c.attrs["State"]
                 if not _never(st["StartedAt"]):
-                    inc = self._new_incarnation(n.name, c.id, parse_ts(st["StartedAt"]))
+                    inc = self._new_incarnation(n.name, c.id, utc_time(st["StartedAt"]))
                     if not st["Running"] and not _never(st["FinishedAt"]):
-                        inc.finished_at = parse_ts(st["FinishedAt"])
+                        inc.finished_at = utc_time(st["FinishedAt"])
                         inc.code = int(st["ExitCode"])
                     elif st["Running"]:
                         self._ready[n.name] = self._probe_once(n, c)
                         self._watch_incarnation(n, inc, c)
 
     def _close_feed(self) -> None:
-        if self._feed is not None:
+        if self._docker_events is not None:
             with contextlib.suppress(Exception):
-                self._feed.close()
-            self._feed = None
+                self._docker_events.close()
+            self._docker_events = None
         self._synced = False
 
     def _node_of(self, attrs: dict[str, str]) -> Node | None:
@@ -480,7 +473,7 @@ class ComposeLab(EventFeed, LabDriver):
             return None
 
     def _watch(self) -> None:
-        feed = self._feed
+        feed = self._docker_events
         with contextlib.suppress(Exception):
             for ev in feed:
                 action = ev.get("Action") or ev.get("status", "")
@@ -507,7 +500,7 @@ class ComposeLab(EventFeed, LabDriver):
     def _on_start(self, node: Node, cid: str, ts: datetime) -> None:
         try:
             c = self.docker.containers.get(cid)
-            started = _at_or_before(parse_ts(c.attrs["State"]["StartedAt"]), ts)
+            started = _at_or_before(utc_time(c.attrs["State"]["StartedAt"]), ts)
         except Exception:
             return
         cur = self._current(node.name)
@@ -515,7 +508,7 @@ class ComposeLab(EventFeed, LabDriver):
             return  # seen at sync, or replayed from before it
         inc = self._new_incarnation(node.name, cid, started)
         self._ready[node.name] = False
-        self.emit(
+        self.feed.emit(
             node.name,
             EventType.STARTED,
             started,
@@ -536,16 +529,16 @@ class ComposeLab(EventFeed, LabDriver):
             st = self.docker.containers.get(cid).attrs
             if not _never(st["State"]["FinishedAt"]):
                 # Docker's recorded exit time, unless it is already a later exit's
-                finished = _at_or_before(parse_ts(st["State"]["FinishedAt"]), ts)
+                finished = _at_or_before(utc_time(st["State"]["FinishedAt"]), ts)
             status = st["State"]["Status"]
             restarts = int(st.get("RestartCount", 0))
         inc.finished_at = finished
         inc.code = int(attrs.get("exitCode", "0"))
         inc.stopped = ts.timestamp() <= self._stopping.get(cid, -math.inf)
         self._ready[node.name] = False
-        self.emit(node.name, EventType.EXITED, finished, **inc.exited_data())
+        self.feed.emit(node.name, EventType.EXITED, finished, **inc.exited_data())
         if status == "restarting":
-            self.emit(
+            self.feed.emit(
                 node.name,
                 EventType.BACKOFF,
                 finished,
@@ -569,14 +562,14 @@ class ComposeLab(EventFeed, LabDriver):
             try:
                 for raw in stream:
                     ts_text, _, _ = raw.decode(errors="replace").partition(" ")
-                    ts = parse_ts(ts_text)
+                    ts = utc_time(ts_text)
                     if ts < inc.started_at:
                         continue
                     inc.first_output_at = ts
-                    self.emit(node.name, EventType.FIRST_OUTPUT, ts, incarnation=inc.number)
+                    self.feed.emit(node.name, EventType.FIRST_OUTPUT, ts, incarnation=inc.number)
                     if node.role is Role.WORKER and inc.finished_at is None:
                         self._ready[node.name] = True
-                        self.emit(node.name, EventType.READY, ts, incarnation=inc.number)
+                        self.feed.emit(node.name, EventType.READY, ts, incarnation=inc.number)
                     return
             finally:
                 with contextlib.suppress(Exception):
@@ -596,7 +589,7 @@ class ComposeLab(EventFeed, LabDriver):
                 if ok != self._ready.get(node.name, False):
                     self._ready[node.name] = ok
                     ev = EventType.READY if ok else EventType.UNREADY
-                    self.emit(node.name, ev, datetime.now(UTC), incarnation=inc.number)
+                    self.feed.emit(node.name, ev, datetime.now(UTC), incarnation=inc.number)
                 time.sleep(period)
 
     def _probe_once(self, node: Node, container: Any) -> bool:
@@ -620,10 +613,7 @@ class ComposeLab(EventFeed, LabDriver):
 
     def _state(self, n: Node, c: Any, generation: int) -> NodeState:
         if c is None:
-            return NodeState(
-                name=n.name, status=NodeStatus.PENDING, generation=0, incarnation=0, restarts=0,
-                ready=False, reason="no container",
-            )  # fmt: skip
+            return common.pending(n.name, 0, "no container")
         st = c.attrs["State"]
         status = {
             "running": NodeStatus.RUNNING,
@@ -633,26 +623,20 @@ class ComposeLab(EventFeed, LabDriver):
             "dead": NodeStatus.EXITED,
         }.get(st["Status"], NodeStatus.PENDING)
         incs = self._incs.get(n.name, [])
-        cur = incs[-1] if incs else None
-        last = next((x for i in reversed(incs) if (x := i.exit_info())), None)
         reason = {
             NodeStatus.CRASH_LOOPING: "CrashLoopBackOff",
             NodeStatus.EXITED: "Completed" if st.get("ExitCode") == 0 else "Error",
         }.get(status, "")
-        return NodeState.model_validate(
-            {
-                "name": n.name,
-                "status": status,
-                "generation": generation,
-                "incarnation": cur.number if cur else 0,
-                "restarts": int(c.attrs.get("RestartCount", 0)),
-                "ready": status is NodeStatus.RUNNING and self._ready.get(n.name, False),
-                "pid": st.get("Pid") or None,
-                "started_at": cur.started_at if cur else None,
-                "first_output_at": cur.first_output_at if cur else None,
-                "reason": reason,
-                "last_exit": last,
-            }
+        return common.node_state(
+            n.name,
+            status,
+            generation=generation,
+            restarts=int(c.attrs.get("RestartCount", 0)),
+            ready=self._ready.get(n.name, False),
+            reason=reason,
+            current=incs[-1] if incs else None,
+            incarnations=incs,
+            pid=st.get("Pid") or None,
         )
 
     def _container_lines(self, cid: str) -> Iterator[LogLine]:
@@ -662,10 +646,7 @@ class ComposeLab(EventFeed, LabDriver):
             raw = self.docker.containers.get(cid).logs(timestamps=True)
         except docker.errors.NotFound:
             return
-        for line in raw.decode(errors="replace").splitlines():
-            ts, _, text = line.partition(" ")
-            with contextlib.suppress(ValueError):
-                yield LogLine(ts=parse_ts(ts), text=text)
+        yield from common.stamped_lines(raw.decode(errors="replace"))
 
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
         self._sync()
@@ -701,6 +682,15 @@ class ComposeLab(EventFeed, LabDriver):
                     if since is None or ln.ts >= since
                 ]
         return sorted(out, key=lambda ln: ln.ts)
+
+    def logs(self, node: str, source: LogSource) -> list[LogLine]:
+        return common.logs(self, node, source)
+
+    def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
+        return self.feed.wait_events(since, timeout)
+
+    def last_event_seq(self) -> int:
+        return self.feed.last_event_seq()
 
     def url(self, node: str) -> str:
         return self.inventory.node(node).url
@@ -863,9 +853,9 @@ class ComposeLab(EventFeed, LabDriver):
                 },
             )
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
-            self._write_prometheus(after.value)
-            reload(self.inventory.lab.prometheus)
-            self.monitoring_ready(30)
+            common.apply_scrape_targets(
+                self.inventory, self._pdir, self._write_prometheus, after.value, self._prom_hint
+            )
         else:
             raise LabError(f"the compose lab cannot apply a {change.kind.value} change")
 
@@ -932,11 +922,16 @@ class ComposeLab(EventFeed, LabDriver):
         else:
             c.kill(signal=f"SIG{signal}")
 
+    @property
+    def _pdir(self) -> Path:
+        return self._state_dir / "prometheus"
+
+    @property
+    def _prom_hint(self) -> str:
+        return f"docker logs {self.project}-prometheus"
+
     def monitoring_ready(self, timeout_s: float) -> None:
-        url = self.inventory.lab.prometheus
-        if self.inventory.lab.monitoring is not None and url is not None:
-            hint = f"docker logs {self.project}-prometheus"
-            wait_scraped(url, self._state_dir / "prometheus", timeout_s, hint=hint)
+        common.monitoring_ready(self.inventory, self._pdir, timeout_s, self._prom_hint)
 
     def applied_via(self, kind: ChangeKind) -> str:
         playbook = {ChangeKind.PROCESS: "process", ChangeKind.ADDRESS: "change-address"}
@@ -946,7 +941,7 @@ class ComposeLab(EventFeed, LabDriver):
         rc, out = self._exec(self.host(node), ["vllm-lab", "smi", "--json"])
         if rc != 0:
             raise LabError(f"{node}: `vllm-lab smi` failed: {out.strip()[:200]}")
-        return [GpuProcess.model_validate(p) for p in json.loads(out)["processes"]]
+        return common.gpu_processes_of(out)
 
     def restart(self, nodes: Sequence[str]) -> None:
         """Restart the nodes' engine containers together: all stopped, then all started (a
@@ -985,29 +980,15 @@ class ComposeLab(EventFeed, LabDriver):
 
     def leftovers(self) -> list[str]:
         """Everything that differs from the lab's baseline (empty when clean)."""
-        problems = []
+        strays = []
         for n in self.inventory.nodes:
-            if self.config(n.name) != self.baseline_config(n.name):
-                problems.append(f"{n.name}: engine config differs from the baseline")
             rc, out = self._exec(self.host(n.name), ["ls", hostactions.RUN_DIR])
             for f in out.split() if rc == 0 else []:
                 if f.endswith(".pid") and self._process(n.name, f[:-4]).running:
-                    problems.append(f"{n.name}: process {f[:-4]} the lab did not start")
-        configured = configured_addresses(self.inventory)
-        actual = self._addresses()
-        for name, nets in configured.items():
-            for net, want in nets.items():
-                addr = actual.get(name, {}).get(net)
-                if addr is None:
-                    problems.append(f"{name}: not on the {net} network")
-                elif addr != want:
-                    problems.append(f"{name}: {net} address moved to {addr}")
-        if self.inventory.lab.monitoring is not None and self._scrape_network() != "management":
-            problems.append(f"Prometheus scrapes the {self._scrape_network()} network")
-        problems += [
-            f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
-        ]
-        return problems
+                    strays.append(f"{n.name}: process {f[:-4]} the lab did not start")
+        moved = common.moved_addresses(configured_addresses(self.inventory), self._addresses())
+        scrape = common.scrape_drift(self.inventory, self._scrape_network())
+        return common.leftovers(self, [*strays, *moved, *scrape])
 
 
 def _var(name: str) -> str:

@@ -39,12 +39,14 @@ from urllib3.util.retry import Retry
 
 from runner.errors import InventoryError, LabError, LabNotUp
 from runner.inventory import Inventory, Node
+from runner.labs import common
 from runner.labs.base import (
     Capability,
     Change,
     ChangeKind,
     EventType,
     LabDriver,
+    LabEvent,
     LogLine,
     NodeConfig,
     NodeState,
@@ -54,25 +56,12 @@ from runner.labs.base import (
 )
 from runner.labs.events import EventFeed, Incarnation
 from runner.labs.kubernetes import manifests as mf
-from runner.labs.local.driver import default_state_root
-from runner.scenario import LabKind, NodeStatus
+from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.timing import TimeScale
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this
 T = TypeVar("T")
-
-
-def parse_log_line(raw: str) -> LogLine | None:
-    """`<RFC 3339 with nanoseconds> <text>`, as the kubelet serves logs with timestamps=true."""
-    ts, _, text = raw.partition(" ")
-    try:
-        head, _, frac = ts.rstrip("Z").partition(".")
-        when = datetime.fromisoformat(head + (f".{frac[:6]:0<6}" if frac else "")).replace(
-            tzinfo=UTC
-        )
-    except ValueError:
-        return None
-    return LogLine(ts=when, text=text)
 
 
 def _utc(dt: datetime | None) -> datetime | None:
@@ -110,7 +99,7 @@ class NodeView:
     ready: bool = False
 
 
-class KubernetesLab(EventFeed, LabDriver):
+class KubernetesLab(LabDriver):
     kind = LabKind.KUBERNETES
     label = "kubernetes lab"
     capabilities = frozenset({Capability.SERVICE_LINKS})
@@ -120,10 +109,10 @@ class KubernetesLab(EventFeed, LabDriver):
         self.spec = mf.spec_of(inventory)
         self.ns = self.spec.namespace
         lab = inventory.lab
-        self._state_dir = Path(lab.state_dir) if lab.state_dir else default_state_root() / lab.name
+        self._state_dir = common.state_dir(lab)
         self.artifacts_dir: Path | None = None
         self._client: Any = None
-        self._init_feed()
+        self.feed = EventFeed(sync=self._sync)
         self._views: dict[str, NodeView] = {n.name: NodeView() for n in inventory.nodes}
         self._expect_stop: dict[str, int] = {}
         self._synced = False
@@ -339,7 +328,7 @@ class KubernetesLab(EventFeed, LabDriver):
             from runner.labs import wait_all_ready
 
             lab = self.inventory.lab
-            wait_all_ready(self, lab.boot_timeout_s / lab.time_scale + 30)
+            wait_all_ready(self, TimeScale.of(lab).boot_timeout_lab(lab) + 30)
         except BaseException:
             with contextlib.suppress(LabError):
                 self.down()  # nothing half-created
@@ -520,7 +509,7 @@ class KubernetesLab(EventFeed, LabDriver):
         node = self._node_of(pod)
         if node is None:
             return
-        with self._cond:
+        with self.feed.cond:
             v = self._views[node]
             uid = pod.metadata.uid
             if type_ == "DELETED":
@@ -537,7 +526,7 @@ class KubernetesLab(EventFeed, LabDriver):
                 key=lambda p: (p.metadata.deletion_timestamp is None, v.first_seen[p.metadata.uid]),
                 default=None,
             )
-            self._cond.notify_all()
+            self.feed.cond.notify_all()
         if type_ != "DELETED":
             self._container_changes(node, pod, initial)
 
@@ -573,7 +562,7 @@ class KubernetesLab(EventFeed, LabDriver):
                 node, name, cs.restart_count, cs.container_id, state.running.started_at
             )
             if new and not initial:
-                self.emit(
+                self.feed.emit(
                     node,
                     EventType.STARTED,
                     inc.started_at,
@@ -591,7 +580,7 @@ class KubernetesLab(EventFeed, LabDriver):
                     if logs:
                         inc.first_output_at = logs[0].ts
                 if not initial:
-                    self.emit(
+                    self.feed.emit(
                         node,
                         EventType.READY if v.ready else EventType.UNREADY,
                         datetime.now(UTC),
@@ -612,7 +601,7 @@ class KubernetesLab(EventFeed, LabDriver):
                     delay = (
                         float(m.group(1)) * (0.001 if m and m.group(2) == "ms" else 1) if m else 0
                     )
-                    self.emit(
+                    self.feed.emit(
                         node,
                         EventType.BACKOFF,
                         datetime.now(UTC),
@@ -651,8 +640,7 @@ class KubernetesLab(EventFeed, LabDriver):
         )
         if status != 200:
             return None
-        lines = [parse_log_line(raw) for raw in str(text).splitlines()]
-        return [ln for ln in lines if ln is not None]
+        return common.stamped_lines(str(text))
 
     def _which(self, pod: str, container_id: str) -> bool | None:
         """Whether the pod's log endpoint serves that container as `previous` (True), as the
@@ -704,7 +692,7 @@ class KubernetesLab(EventFeed, LabDriver):
         )
         if initial:
             return
-        self.emit(node, EventType.EXITED, finished, reason=inc.reason, **inc.exited_data())
+        self.feed.emit(node, EventType.EXITED, finished, reason=inc.reason, **inc.exited_data())
 
     def _pod_gone(self, node: str, pod: Any) -> None:
         """A deleted pod's containers are gone; one still running when the pod went is a stop."""
@@ -719,7 +707,7 @@ class KubernetesLab(EventFeed, LabDriver):
 
     def states(self) -> dict[str, NodeState]:
         self._sync()
-        with self._cond:
+        with self.feed.cond:
             return {n.name: self._state(n) for n in self.inventory.nodes}
 
     def _state(self, n: Node) -> NodeState:
@@ -736,15 +724,7 @@ class KubernetesLab(EventFeed, LabDriver):
                     if sched and sched.status == "False"
                     else (pod.status.phase if pod.status else "Pending")
                 )
-            return NodeState(
-                name=n.name,
-                status=NodeStatus.PENDING,
-                generation=v.pods_seen,
-                incarnation=0,
-                restarts=0,
-                ready=False,
-                reason=reason or "",
-            )
+            return common.pending(n.name, v.pods_seen, reason or "")
         state = cs.state
         terminating = pod.metadata.deletion_timestamp is not None
         if state.running is not None:
@@ -756,21 +736,15 @@ class KubernetesLab(EventFeed, LabDriver):
         else:
             status = NodeStatus.PENDING
             reason = state.waiting.reason if state.waiting else "Pending"
-        cur = self._inc(n.name, pod.metadata.name, cs.restart_count)
-        last = next((x for i in reversed(v.incs) if (x := i.exit_info())), None)
-        return NodeState.model_validate(
-            {
-                "name": n.name,
-                "status": status,
-                "generation": v.pods_seen,
-                "incarnation": cur.number if cur else (v.incs[-1].number if v.incs else 0),
-                "restarts": int(cs.restart_count),
-                "ready": status is NodeStatus.RUNNING and bool(cs.ready) and not terminating,
-                "started_at": cur.started_at if cur else None,
-                "first_output_at": cur.first_output_at if cur else None,
-                "reason": reason or "",
-                "last_exit": last,
-            }
+        return common.node_state(
+            n.name,
+            status,
+            generation=v.pods_seen,
+            restarts=int(cs.restart_count),
+            ready=bool(cs.ready) and not terminating,
+            reason=reason or "",
+            current=self._inc(n.name, pod.metadata.name, cs.restart_count),
+            incarnations=v.incs,
         )
 
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
@@ -790,6 +764,15 @@ class KubernetesLab(EventFeed, LabDriver):
             lines = inc.logs if inc.logs is not None else (self._read_log(inc.pod, False) or [])
             out += [ln for ln in lines if since is None or ln.ts >= since]
         return sorted(out, key=lambda ln: ln.ts)
+
+    def logs(self, node: str, source: LogSource) -> list[LogLine]:
+        return common.logs(self, node, source)
+
+    def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
+        return self.feed.wait_events(since, timeout)
+
+    def last_event_seq(self) -> int:
+        return self.feed.last_event_seq()
 
     def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]:
         """The Events of the node's current pod, as `kubectl describe pod` lists them (the
@@ -898,8 +881,8 @@ class KubernetesLab(EventFeed, LabDriver):
                     return False
             return True
 
-        with self._cond:
-            if not self._cond.wait_for(replacing, timeout):
+        with self.feed.cond:
+            if not self.feed.cond.wait_for(replacing, timeout):
                 raise LabError(
                     f"{', '.join(old)}: the old pod is neither terminating nor replaced after "
                     f"{timeout:.0f} s",
@@ -907,7 +890,7 @@ class KubernetesLab(EventFeed, LabDriver):
                 )
 
     def _expect_stop_now(self, nodes: Sequence[str]) -> None:
-        with self._cond:
+        with self.feed.cond:
             for n in nodes:
                 incs = self._views[n].incs
                 self._expect_stop[n] = incs[-1].number if incs else 0
@@ -927,14 +910,7 @@ class KubernetesLab(EventFeed, LabDriver):
         self._wait_replacing(old)
 
     def leftovers(self) -> list[str]:
-        problems = [
-            f"{n.name}: deployment differs from the baseline"
-            for n in self.inventory.nodes
-            if self.config(n.name) != self.baseline_config(n.name)
-        ]
-        return problems + [
-            f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
-        ]
+        return common.leftovers(self, [], config="deployment")
 
 
 def _api_message(exc: Any) -> str:

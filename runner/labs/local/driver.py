@@ -20,10 +20,12 @@ import httpx
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
 from runner.inventory import Inventory, Node, Role
+from runner.labs import common
 from runner.labs.base import (
     Capability,
     Change,
     ChangeKind,
+    ExitInfo,
     GpuProcess,
     LabDriver,
     LabEvent,
@@ -34,9 +36,9 @@ from runner.labs.base import (
     Value,
 )
 from runner.labs.changes import configured_addresses, ensure_free
-from runner.labs.monitoring import reload, wait_scraped, write_prometheus
+from runner.labs.monitoring import write_prometheus
 from runner.programs import command_argv, resolve_command
-from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.scenario import LabKind, LogSource
 
 SUPERVISOR = "runner.labs.local.supervisor"  # the daemon's module, run with `python -m`
 
@@ -52,14 +54,6 @@ PASSTHROUGH_ENV = (
     "VIRTUAL_ENV",
     "GAMEDAY_MODELS_PATH",
 )
-
-
-def default_state_root() -> Path:
-    root = os.environ.get("GAMEDAY_STATE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "gameday"
 
 
 class LocalLab(LabDriver):
@@ -78,7 +72,7 @@ class LocalLab(LabDriver):
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
         lab = inventory.lab
-        self._state_dir = Path(lab.state_dir) if lab.state_dir else default_state_root() / lab.name
+        self._state_dir = common.state_dir(lab)
         self._client: httpx.Client | None = None
         self.artifacts_dir: Path | None = None  # the local lab keeps no records of its own
 
@@ -180,7 +174,7 @@ class LocalLab(LabDriver):
         }
         (self._state_dir / "addresses.json").write_text(json.dumps(addresses))
         if self.inventory.lab.monitoring is not None:
-            self._write_prometheus("management", configured_addresses(self.inventory))
+            self._write_prometheus(common.SCRAPED_NETWORK)
         write_private(self._state_dir / "lab.json", json.dumps(spec, indent=2))
         log = (self._state_dir / "supervisor.log").open("ab")
         proc = subprocess.Popen(
@@ -202,11 +196,16 @@ class LocalLab(LabDriver):
                 raise LabError("the local lab supervisor did not answer within 20 s")
             time.sleep(0.02)  # start-up only: the socket appears once
 
+    @property
+    def _pdir(self) -> Path:
+        return self._state_dir / "prometheus"
+
+    @property
+    def _prom_hint(self) -> str:
+        return f"see {self._state_dir / 'services' / 'prometheus.log'}"
+
     def monitoring_ready(self, timeout_s: float) -> None:
-        mon = self.inventory.lab.monitoring
-        if mon is not None:
-            plog = self._state_dir / "services" / "prometheus.log"
-            wait_scraped(mon.url, self._state_dir / "prometheus", timeout_s, hint=f"see {plog}")
+        common.monitoring_ready(self.inventory, self._pdir, timeout_s, self._prom_hint)
 
     def _base_env(self, n: Node) -> dict[str, str]:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
@@ -279,11 +278,11 @@ class LocalLab(LabDriver):
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         return [{"name": "prometheus", "command": cmd, "env": env, "restart": True}]
 
-    def _write_prometheus(
-        self, exporter_network: str, addresses: dict[str, dict[str, str]]
-    ) -> None:
-        pdir = self._state_dir / "prometheus"
-        write_prometheus(pdir, self.inventory, exporter_network, addresses)
+    def _write_prometheus(self, exporter_network: str) -> None:
+        # a static scrape config names the addresses the operator configured, not the ones
+        # DHCP handed out since
+        addresses = configured_addresses(self.inventory)
+        write_prometheus(self._pdir, self.inventory, exporter_network, addresses)
 
     def down(self) -> None:
         if not self.is_up():
@@ -321,31 +320,17 @@ class LocalLab(LabDriver):
         raw = self._call("GET", "/status")["nodes"]
         return {k: _state(v) for k, v in raw.items()}
 
-    def state(self, node: str) -> NodeState:
-        return self.states()[node]
-
     def logs(self, node: str, source: LogSource) -> list[LogLine]:
-        st = self.state(node)
-        if source is LogSource.PREVIOUS:
-            if st.last_exit is None:
-                return []
-            inc = st.last_exit.incarnation
-        else:
-            inc = st.incarnation
-        return self.logs_of(node, inc)
+        return common.logs(self, node, source)
 
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
         text = self._call("GET", f"/nodes/{node}/logs", params={"incarnation": incarnation})
-        out = []
-        for line in str(text).splitlines():
-            ts, _, rest = line.partition(" ")
-            out.append(LogLine(ts=datetime.fromisoformat(ts), text=rest))
-        return out
+        return common.stamped_lines(str(text))
 
     def logs_since(self, node: str, since: datetime | None) -> list[LogLine]:
         """Every line the node logged since `since`, across incarnations (and its aux
         processes are not included: they are not the node's engine)."""
-        last = self.state(node).incarnation
+        last = self.states()[node].incarnation
         out: list[LogLine] = []
         for inc in range(last, 0, -1):
             lines = self.logs_of(node, inc)
@@ -413,11 +398,9 @@ class LocalLab(LabDriver):
         elif change.kind is ChangeKind.ADDRESS and isinstance(after, Value):
             self._move(change.node, change.subject, after.value)
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
-            # a static scrape config names the addresses the operator configured, not the ones
-            # DHCP handed out since
-            self._write_prometheus(after.value, configured_addresses(self.inventory))
-            reload(self.inventory.lab.prometheus)
-            self.monitoring_ready(30)
+            common.apply_scrape_targets(
+                self.inventory, self._pdir, self._write_prometheus, after.value, self._prom_hint
+            )
         else:
             raise LabError(f"the local lab cannot apply a {change.kind.value} change")
 
@@ -438,37 +421,30 @@ class LocalLab(LabDriver):
         self._call("POST", f"/nodes/{node}/signal", json={"process": process, "signal": signal})
 
     def gpu_processes(self, node: str) -> list[GpuProcess]:
+        """What `vllm-lab smi --json` lists on the node, read in-process: the node's GPU is a
+        directory of this machine's."""
         from labengine.gpu import SharedGpu, gpu_types
 
         n = self.inventory.node(node)
         shared = SharedGpu(self.gpu_dir(node), gpu_types()[n.gpu.type])
-        return [GpuProcess(pid=p.pid, name=p.name, mib=p.mib) for p in shared.processes()]
+        procs = [{"pid": p.pid, "name": p.name, "mib": p.mib} for p in shared.processes()]
+        return common.gpu_processes_of(json.dumps({"processes": procs}))
 
     def leftovers(self) -> list[str]:
         """Everything that differs from the lab's baseline (empty when clean): node configs,
         processes beyond the lab's own, moved addresses, a re-pointed scrape config, nodes not
         serving."""
-        problems = []
-        for node in self.inventory.nodes:
-            if self.config(node.name) != self.baseline_config(node.name):
-                problems.append(f"{node.name}: engine config differs from the baseline")
+        strays = []
         for owner, procs in self.aux_processes().items():
             extra = sorted(set(procs) - {"node-exporter", "prometheus"})
             if extra:
-                problems.append(f"{owner}: processes the lab did not start: {extra}")
-        configured = configured_addresses(self.inventory)
-        for name, nets in self._addresses().items():
-            for net, addr in nets.items():
-                if configured.get(name, {}).get(net) != addr:
-                    problems.append(f"{name}: {net} address moved to {addr}")
+                strays.append(f"{owner}: processes the lab did not start: {extra}")
+        moved = common.moved_addresses(configured_addresses(self.inventory), self._addresses())
+        scrape: list[str] = []
         if self.inventory.lab.monitoring is not None:
-            network = (self._state_dir / "prometheus" / "scrape_network").read_text()
-            if network != "management":
-                problems.append(f"Prometheus scrapes the {network} network")
-        problems += [
-            f"{n}: not serving ({s.status.value})" for n, s in self.states().items() if not s.ready
-        ]
-        return problems
+            network = (self._pdir / "scrape_network").read_text()
+            scrape = common.scrape_drift(self.inventory, network)
+        return common.leftovers(self, [*strays, *moved, *scrape])
 
     def leftover_objects(self) -> list[str]:
         """The supervisor (which holds every node and auxiliary process), if it runs."""
@@ -515,24 +491,7 @@ def _alive(pid: int) -> bool:
 
 
 def _state(v: dict[str, Any]) -> NodeState:
-    le = v.get("last_exit")
-    return NodeState.model_validate(
-        {
-            "name": v["name"],
-            "status": NodeStatus(v["status"]),
-            "generation": v["generation"],
-            "incarnation": v["incarnation"],
-            "restarts": v["restarts"],
-            "ready": v["ready"],
-            "pid": v["pid"],
-            "started_at": v["started_at"],
-            "first_output_at": v["first_output_at"],
-            "reason": v["reason"],
-            "last_exit": None
-            if le is None
-            else {
-                k: le[k]
-                for k in ("incarnation", "code", "started_at", "first_output_at", "finished_at")
-            },
-        }
-    )
+    """A node's state from the supervisor's snapshot (its last exit carries more than ExitInfo)."""
+    le = v["last_exit"]
+    last = None if le is None else {k: le[k] for k in ExitInfo.model_fields}
+    return NodeState.model_validate({**v, "last_exit": last})

@@ -41,9 +41,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from runner.fsutil import private_dir, write_private
+from runner.labs.base import EventType
+from runner.labs.common import crash_loop_backoff_s
 
-BACKOFF_BASE_S = 10.0
-BACKOFF_MAX_S = 300.0
 BACKOFF_RESET_S = 600.0
 PROBE_PERIOD_S = 10.0
 STOP_GRACE_S = 3.0  # lab seconds
@@ -222,18 +222,18 @@ class Supervisor:
     def lab_s(self, real_s: float) -> float:
         return real_s / self.scale
 
-    async def emit(self, node: str, type_: str, **data: Any) -> None:
+    async def emit(self, node: str, type_: EventType, **data: Any) -> None:
         """An event about a node's engine: published, and the node's state persisted."""
         self.persist(self.nodes[node])
         await self.emit_lab(node, type_, **data)
 
-    async def emit_lab(self, owner: str, type_: str, **data: Any) -> None:
+    async def emit_lab(self, owner: str, type_: EventType, **data: Any) -> None:
         """An event (about anything the lab runs): recorded, then pushed to every waiter."""
         ev = {
             "seq": len(self.events) + 1,
             "ts": now().isoformat(),
             "node": owner,
-            "type": type_,
+            "type": type_.value,
             "data": data,
         }
         self.events.append(ev)
@@ -270,11 +270,11 @@ class Supervisor:
             ran_for = (n.last_exit or {}).get("ran_s", 0.0)
             if ran_for >= self.lab_s(BACKOFF_RESET_S):
                 n.restarts = 0
-            delay = self.lab_s(min(BACKOFF_BASE_S * 2**n.restarts, BACKOFF_MAX_S))
+            delay = self.lab_s(crash_loop_backoff_s(n.restarts))
             n.restarts += 1
             n.status = "crash_looping"
             n.reason = "CrashLoopBackOff"
-            await self.emit(n.name, "backoff", delay_s=delay, restarts=n.restarts)
+            await self.emit(n.name, EventType.BACKOFF, delay_s=delay, restarts=n.restarts)
             n.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(n.wake.wait(), timeout=delay)
@@ -310,13 +310,15 @@ class Supervisor:
                 "generation": n.generation,
                 "stopped": False,
             }
-            await self.emit(n.name, "exited", **n.last_exit)
+            await self.emit(n.name, EventType.EXITED, **n.last_exit)
             return 127
         n.proc = proc
         n.started_at = started
         n.status = "running"
         n.reason = ""
-        await self.emit(n.name, "started", incarnation=inc, pid=proc.pid, generation=n.generation)
+        await self.emit(
+            n.name, EventType.STARTED, incarnation=inc, pid=proc.pid, generation=n.generation
+        )
         probe = asyncio.create_task(self.probe_loop(n, inc))
         assert proc.stdout is not None
         with log_path.open("w", buffering=1) as out:
@@ -324,7 +326,7 @@ class Supervisor:
                 ts = now()
                 if n.first_output_at is None:
                     n.first_output_at = ts
-                    await self.emit(n.name, "first_output", incarnation=inc)
+                    await self.emit(n.name, EventType.FIRST_OUTPUT, incarnation=inc)
                 out.write(f"{ts.isoformat()} {raw.decode(errors='replace').rstrip()}\n")
         rc = await proc.wait()
         finished = now()
@@ -344,7 +346,7 @@ class Supervisor:
         }
         n.status = "exited"
         n.reason = "Completed" if code == 0 else "Error"
-        await self.emit(n.name, "exited", **n.last_exit)
+        await self.emit(n.name, EventType.EXITED, **n.last_exit)
         return code
 
     async def probe_loop(self, n: Node, inc: int) -> None:
@@ -353,7 +355,7 @@ class Supervisor:
                 await asyncio.sleep(0.01)
             if n.incarnation == inc and n.status == "running":
                 n.ready = True
-                await self.emit(n.name, "ready", incarnation=inc)
+                await self.emit(n.name, EventType.READY, incarnation=inc)
             return
         url = f"http://{n.address}:{n.port}/health"
         period = max(self.lab_s(PROBE_PERIOD_S), 0.02)
@@ -364,7 +366,8 @@ class Supervisor:
                 ok = False
             if ok != n.ready and n.incarnation == inc and n.status == "running":
                 n.ready = ok
-                await self.emit(n.name, "ready" if ok else "unready", incarnation=inc)
+                ev = EventType.READY if ok else EventType.UNREADY
+                await self.emit(n.name, ev, incarnation=inc)
             await asyncio.sleep(period)
 
     async def stop(self, n: Node) -> None:
@@ -412,7 +415,7 @@ class Supervisor:
                 n.env = dict(body["env"])
                 n.generation += 1
                 n.restarts = 0
-                await self.emit(n.name, "applied", generation=n.generation)
+                await self.emit(n.name, EventType.APPLIED, generation=n.generation)
                 self.start_loop(n)
             return JSONResponse({"args": n.args, "env": n.env})
 
@@ -439,14 +442,14 @@ class Supervisor:
                 a = self.add_aux(owner, body)
                 a.start()
                 await asyncio.sleep(0)
-                await self.emit_lab(owner, "aux_started", name=a.name)
+                await self.emit_lab(owner, EventType.AUX_STARTED, name=a.name)
                 return JSONResponse(a.snapshot())
             if request.method == "DELETE":
                 name = request.query_params["name"]
                 gone = self.aux[owner].pop(name, None)
                 if gone is not None:
                     await gone.stop()
-                    await self.emit_lab(owner, "aux_stopped", name=name)
+                    await self.emit_lab(owner, EventType.AUX_STOPPED, name=name)
                 return JSONResponse({"stopped": gone is not None})
             return JSONResponse({k: a.snapshot() for k, a in self.aux[owner].items()})
 

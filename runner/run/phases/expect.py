@@ -11,7 +11,8 @@ from datetime import datetime
 
 from runner import signature as sig
 from runner import startup
-from runner.labs.base import ExitInfo, LogLine, crash_loop_backoff_s
+from runner.labs.base import ExitInfo, LogLine
+from runner.labs.common import crash_loop_backoff_s
 from runner.results import Phase
 from runner.run.context import (
     POLL_S,

@@ -97,7 +97,7 @@ def test_an_exit_of_a_container_the_lab_is_replacing_is_the_labs_own(lab: Compos
     lab._on_start(node, "b", at(1.0))
     b.running, b.finished = False, 1.5
     lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
-    seq = len(lab._events)
+    seq = len(lab.feed.events)
     # the re-apply begins (as _reapply marks it) before the restart at 1.6 reaches the lab
     lab._stopping["b"] = math.inf
     b.running, b.started, b.restarts = True, 1.6, 1
@@ -108,10 +108,10 @@ def test_an_exit_of_a_container_the_lab_is_replacing_is_the_labs_own(lab: Compos
     lab._on_start(node, "c", at(2.0))
     c.running, c.finished = False, 2.5
     lab._on_die(node, "c", {"exitCode": "1"}, at(2.5))
-    failure = first_exit(lab._events[seq:])
+    failure = first_exit(lab.feed.events[seq:])
     assert failure is not None
     assert (failure.incarnation, failure.code) == (3, 1)
-    stopped = [e for e in lab._events[seq:] if e.type is EventType.EXITED and e.data["stopped"]]
+    stopped = [e for e in lab.feed.events[seq:] if e.type is EventType.EXITED and e.data["stopped"]]
     assert [e.data["incarnation"] for e in stopped] == [2]
 
 
@@ -128,7 +128,7 @@ def test_a_restart_by_the_lab_ends_the_stop_window(lab: ComposeLab) -> None:
     lab._on_start(node, "b", at(1.3))
     b.running, b.finished = False, 1.9
     lab._on_die(node, "b", {"exitCode": "1"}, at(1.9))
-    exits = [e for e in lab._events if e.type is EventType.EXITED]
+    exits = [e for e in lab.feed.events if e.type is EventType.EXITED]
     assert [e.data["stopped"] for e in exits] == [True, False]
 
 
@@ -141,4 +141,4 @@ def test_a_replayed_exit_from_before_the_known_start_is_ignored(lab: ComposeLab)
     lab._on_start(node, "b", at(2.0))
     lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
     assert lab._incs["serving"][-1].finished_at is None
-    assert not [e for e in lab._events if e.type is EventType.EXITED]
+    assert not [e for e in lab.feed.events if e.type is EventType.EXITED]

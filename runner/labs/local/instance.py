@@ -1,0 +1,49 @@
+"""Instances of a local lab for `gameday run --parallel`: instance k (1..N-1; 0 is the inventory as
+written) has every loopback address 127.0.x.y as 127.k.x.y (all of 127/8 is the loopback
+interface), so its nodes, exporters and Prometheus listen on the same ports without meeting; its
+name (hence its state directory and journal) is `<name>-p<k>`."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from runner.errors import InputError
+from runner.inventory import Inventory
+
+_IPV4 = re.compile(r"\b127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
+
+
+def check_instances(inventory: Inventory, n: int) -> None:
+    """Refuse `n` instances of a lab whose addresses are not all loopback ones."""
+    for node in inventory.nodes:
+        for addr in (node.address, node.management_address, node.overlay_address):
+            if addr and not ipaddress.ip_address(addr).is_loopback:
+                raise InputError(
+                    f"--parallel moves loopback addresses; host {node.name} has {addr}",
+                    file=inventory.path,
+                    field=f"{node.name}.gameday_address",
+                )
+
+
+def _move(value: Any, k: int) -> Any:
+    """Every 127.0.x.y in a value (strings, lists, dicts, models' dumps) as 127.k.x.y: engine
+    flags (`--master-addr 127.0.81.1`) and listen addresses carry them inside longer text."""
+    if isinstance(value, str):
+        return _IPV4.sub(lambda m: f"127.{k}.{m.group(2)}.{m.group(3)}", value)
+    if isinstance(value, list | tuple):
+        return type(value)(_move(v, k) for v in value)
+    if isinstance(value, dict):
+        return {key: _move(v, k) for key, v in value.items()}
+    return value
+
+
+def instance(inventory: Inventory, k: int) -> Inventory:
+    """Instance k >= 1 of the local lab."""
+    data = inventory.model_dump()
+    moved = _move({"lab": data["lab"], "nodes": data["nodes"]}, k)
+    moved["lab"]["name"] = f"{inventory.lab.name}-p{k}"
+    if inventory.lab.state_dir:
+        moved["lab"]["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
+    return Inventory.model_validate({"path": inventory.path, **moved})
