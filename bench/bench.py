@@ -40,7 +40,7 @@ from overhead import CATEGORIES, split  # noqa: E402
 
 from runner.inventory import load_inventory  # noqa: E402
 from runner.labs import wait_all_ready  # noqa: E402
-from runner.labs.base import Change, ChangeKind, EventType, NodeConfig  # noqa: E402
+from runner.labs.base import Change, ChangeKind, NodeConfig  # noqa: E402
 from runner.labs.compose.driver import ComposeLab  # noqa: E402
 from runner.labs.local.driver import LocalLab  # noqa: E402
 from runner.scenario import load_scenario  # noqa: E402
@@ -96,7 +96,7 @@ def detection_latency(lab: LocalLab, samples: int, stamp: Path) -> list[float]:
     while len(lat) < samples:
         for e in lab.wait_events(seq, 30):
             seq = e.seq
-            if e.node == "serving" and e.type is EventType.EXITED and not e.data.get("stopped"):
+            if e.node == "serving" and e.failure is not None:
                 seen = time.time()
                 engine_exit = float(stamp.read_text().split()[-2])
                 lat.append((seen - engine_exit) * 1000)

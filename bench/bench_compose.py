@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from runner.inventory import load_inventory  # noqa: E402
 from runner.labs import wait_all_ready  # noqa: E402
-from runner.labs.base import Change, ChangeKind, EventType, NodeConfig  # noqa: E402
+from runner.labs.base import Change, ChangeKind, NodeConfig  # noqa: E402
 from runner.labs.compose.build import build  # noqa: E402
 from runner.labs.compose.driver import ComposeLab  # noqa: E402
 from runner.scenario import discover, load_scenario  # noqa: E402
@@ -89,9 +89,9 @@ def detection_latency(lab: ComposeLab, samples: int) -> list[float]:
     while len(out) < samples and time.monotonic() < deadline:
         for e in lab.wait_events(seq, 10):
             seq = e.seq
-            if e.node == node and e.type is EventType.EXITED and not e.data.get("stopped"):
+            if e.node == node and (failure := e.failure) is not None:
                 seen = datetime.now(UTC)
-                out.append((seen - datetime.fromisoformat(e.data["finished_at"])).total_seconds())
+                out.append((seen - failure.finished_at).total_seconds())
     lab.apply(change.towards(base, bad, "restore"))
     wait_all_ready(lab, 60)
     return out

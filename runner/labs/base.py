@@ -14,7 +14,7 @@ import enum
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -108,11 +108,29 @@ class EventType(enum.StrEnum):
 
 
 class LabEvent(Frozen):
+    """Something the lab saw happen to a node (or to a process it runs beside the nodes). The
+    fields after `type` are its payload: which are set depends on the type."""
+
     seq: int
     ts: datetime
     node: str
     type: EventType
-    data: dict[str, Any] = {}
+    incarnation: int | None = None  # STARTED, FIRST_OUTPUT, READY, UNREADY
+    pid: int | None = None  # STARTED (where the runtime shows it)
+    pod: str = ""  # STARTED on Kubernetes
+    generation: int | None = None  # STARTED, APPLIED: the node's configuration generation
+    exit: ExitInfo | None = None  # EXITED
+    stopped: bool = False  # EXITED: the lab stopped it (a re-apply, a restart), not a failure
+    stop_took_s: float | None = None  # EXITED after a stop: seconds from SIGTERM to the exit
+    reason: str = ""  # EXITED: the runtime's reason (Kubernetes: Error, Completed, OOMKilled)
+    delay_s: float | None = None  # BACKOFF: lab seconds until the next restart
+    restarts: int | None = None  # BACKOFF
+    name: str = ""  # AUX_STARTED, AUX_STOPPED: the process's name
+
+    @property
+    def failure(self) -> ExitInfo | None:
+        """The exit, if this is the node exiting on its own (not stopped by the lab)."""
+        return self.exit if self.type is EventType.EXITED and not self.stopped else None
 
 
 class ChangeKind(enum.StrEnum):

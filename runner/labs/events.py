@@ -36,17 +36,11 @@ class Incarnation:
             finished_at=self.finished_at,
         )
 
-    def exited_data(self) -> dict[str, Any]:
-        """The data of its EXITED event (runner.run.exit_of reads it back)."""
-        assert self.finished_at is not None
-        return {
-            "incarnation": self.number,
-            "code": self.code,
-            "started_at": self.started_at.isoformat(),
-            "first_output_at": self.first_output_at.isoformat() if self.first_output_at else None,
-            "finished_at": self.finished_at.isoformat(),
-            "stopped": self.stopped,
-        }
+    def exited(self) -> dict[str, Any]:
+        """The payload of its EXITED event."""
+        info = self.exit_info()
+        assert info is not None
+        return {"exit": info, "stopped": self.stopped}
 
 
 class EventFeed:
@@ -65,10 +59,11 @@ class EventFeed:
         with self.cond:
             return list(self._events)
 
-    def emit(self, node: str, type_: EventType, ts: datetime, **data: Any) -> None:
+    def emit(self, node: str, type_: EventType, ts: datetime, **payload: Any) -> None:
+        """`payload`: LabEvent's fields for this type (a wrong one fails here, not in a reader)."""
         with self.cond:
             self._events.append(
-                LabEvent(seq=len(self._events) + 1, ts=ts, node=node, type=type_, data=data)
+                LabEvent(seq=len(self._events) + 1, ts=ts, node=node, type=type_, **payload)
             )
             self.cond.notify_all()
 

@@ -247,10 +247,10 @@ class FakeLab(LabDriver):
             raise self._lacks(Capability.SERVICE_LINKS)
 
     # ---- the scripted nodes ----
-    def _emit(self, node: str, type_: EventType, ts: datetime, **data: Any) -> None:
+    def _emit(self, node: str, type_: EventType, ts: datetime, **payload: Any) -> None:
         with self._cond:
             seq = len(self._events) + 1
-            self._events.append(LabEvent(seq=seq, ts=ts, node=node, type=type_, data=data))
+            self._events.append(LabEvent(seq=seq, ts=ts, node=node, type=type_, **payload))
             self._cond.notify_all()
 
     def _stop(self, name: str) -> None:
@@ -266,7 +266,7 @@ class FakeLab(LabDriver):
             finished_at=now,
         )
         n.status, n.ready = NodeStatus.EXITED, False
-        self._emit(name, EventType.EXITED, now, stopped=True, **_exit_data(n.last_exit))
+        self._emit(name, EventType.EXITED, now, exit=n.last_exit, stopped=True)
 
     def _start(self, name: str) -> None:
         n = self._nodes[name]
@@ -310,7 +310,7 @@ class FakeLab(LabDriver):
             policy is RestartPolicy.ON_FAILURE and outcome.code != 0
         )
         n.status = NodeStatus.CRASH_LOOPING if restarts else NodeStatus.EXITED
-        self._emit(name, EventType.EXITED, finished, stopped=False, **_exit_data(n.last_exit))
+        self._emit(name, EventType.EXITED, finished, exit=n.last_exit)
         return finished
 
     # ---- HTTP, as the nodes and Prometheus answer it ----
@@ -336,17 +336,6 @@ class FakeLab(LabDriver):
                     return httpx.Response(200, json=answer)
                 return httpx.Response(200)
         raise httpx.ConnectError("no route to host", request=request)
-
-
-def _exit_data(e: ExitInfo) -> dict[str, Any]:
-    """An EXITED event's data, as every lab writes it."""
-    return {
-        "incarnation": e.incarnation,
-        "code": e.code,
-        "started_at": e.started_at.isoformat(),
-        "first_output_at": e.first_output_at.isoformat() if e.first_output_at else None,
-        "finished_at": e.finished_at.isoformat(),
-    }
 
 
 __all__ = ["Exits", "FakeLab", "Hangs", "Outcome", "Script", "Serves", "serves"]

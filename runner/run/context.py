@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import httpx
 
 from runner.journal import Journal
-from runner.labs.base import Change, EventType, ExitInfo, LabDriver, LabEvent, NodeState
+from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.probes import Probe, ProbeEnv, ProbeResult, run_probes
 from runner.results import Verdict
 from runner.run.record import Recorder
@@ -147,18 +147,6 @@ def all_passed(results: Sequence[ProbeResult]) -> bool:
     return all(r.verdict is Verdict.PASSED for r in results)
 
 
-def exit_of(e: LabEvent) -> ExitInfo:
-    return ExitInfo.model_validate(
-        {
-            k: e.data[k]
-            for k in ("incarnation", "code", "started_at", "first_output_at", "finished_at")
-        }
-    )
-
-
 def first_exit(events: list[LabEvent]) -> ExitInfo | None:
     """The first exit the node made on its own (not one caused by the lab stopping it)."""
-    for e in events:
-        if e.type is EventType.EXITED and not e.data.get("stopped"):
-            return exit_of(e)
-    return None
+    return next((e.failure for e in events if e.failure is not None), None)

@@ -95,23 +95,19 @@ class Recorder:
 
     def lab_event(self, e: LabEvent) -> None:
         source = f"lab:{e.node}"
-        if e.type is EventType.EXITED:
-            code, inc = e.data.get("code"), e.data.get("incarnation")
+        if e.type is EventType.EXITED and e.exit is not None:
+            code, inc = e.exit.code, e.exit.incarnation
             text = f"exited with code {code} (incarnation {inc})"
-            if e.data.get("stopped"):
-                text = f"stopped by the lab to re-apply (exit {code}, incarnation {inc})"
-                if e.data.get("stop_requested_at"):
-                    asked = datetime.fromisoformat(e.data["stop_requested_at"])
-                    took = (e.ts - asked).total_seconds()
-                    text = text[:-1] + f", {took:.3f} s after SIGTERM)"
-            ts = datetime.fromisoformat(e.data["finished_at"])
-            self.event(text, ts=ts, source=source, clock="lab runtime (exit time)")
+            if e.stopped:
+                took = f", {e.stop_took_s:.3f} s after SIGTERM" if e.stop_took_s is not None else ""
+                text = f"stopped by the lab to re-apply (exit {code}, incarnation {inc}{took})"
+            self.event(text, ts=e.exit.finished_at, source=source, clock="lab runtime (exit time)")
             return
         text = e.type.value
         if e.type is EventType.BACKOFF:
-            text = f"back-off {e.data.get('delay_s', 0):.3f} s (restarts {e.data.get('restarts')})"
+            text = f"back-off {e.delay_s or 0:.3f} s (restarts {e.restarts})"
         elif e.type is EventType.STARTED:
-            text = f"started incarnation {e.data.get('incarnation')} pid {e.data.get('pid')}"
+            text = f"started incarnation {e.incarnation} pid {e.pid}"
         self.event(text, ts=e.ts, source=source, clock="lab runtime (UTC)")
 
     # ---- evidence ----

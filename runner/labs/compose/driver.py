@@ -536,7 +536,7 @@ class ComposeLab(LabDriver):
         inc.code = int(attrs.get("exitCode", "0"))
         inc.stopped = ts.timestamp() <= self._stopping.get(cid, -math.inf)
         self._ready[node.name] = False
-        self.feed.emit(node.name, EventType.EXITED, finished, **inc.exited_data())
+        self.feed.emit(node.name, EventType.EXITED, finished, **inc.exited())
         if status == "restarting":
             self.feed.emit(
                 node.name,

@@ -692,7 +692,7 @@ class KubernetesLab(LabDriver):
         )
         if initial:
             return
-        self.feed.emit(node, EventType.EXITED, finished, reason=inc.reason, **inc.exited_data())
+        self.feed.emit(node, EventType.EXITED, finished, reason=inc.reason, **inc.exited())
 
     def _pod_gone(self, node: str, pod: Any) -> None:
         """A deleted pod's containers are gone; one still running when the pod went is a stop."""

@@ -346,7 +346,7 @@ class LocalLab(LabDriver):
             params={"since": since, "timeout": max(timeout, 0)},
             timeout=timeout + 10,
         )
-        return [LabEvent.model_validate({**e, "type": e["type"]}) for e in raw]
+        return [LabEvent.model_validate(e) for e in raw]
 
     def last_event_seq(self) -> int:
         return int(self._call("GET", "/status")["last_seq"])

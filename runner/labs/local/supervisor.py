@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from runner.fsutil import private_dir, write_private
-from runner.labs.base import EventType
+from runner.labs.base import EventType, ExitInfo, LabEvent
 from runner.labs.common import crash_loop_backoff_s
 
 BACKOFF_RESET_S = 600.0
@@ -53,6 +53,16 @@ READ_CHUNK = 64 * 1024
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def exited(last: dict[str, Any]) -> dict[str, Any]:
+    """An EXITED event's payload from a node's last exit record."""
+    info = ExitInfo.model_validate({k: last[k] for k in ExitInfo.model_fields})
+    took = None
+    if last.get("stop_requested_at"):
+        asked = datetime.fromisoformat(last["stop_requested_at"])
+        took = (info.finished_at - asked).total_seconds()
+    return {"exit": info, "stopped": last["stopped"], "stop_took_s": took}
 
 
 def iso(ts: datetime | None) -> str | None:
@@ -227,15 +237,11 @@ class Supervisor:
         self.persist(self.nodes[node])
         await self.emit_lab(node, type_, **data)
 
-    async def emit_lab(self, owner: str, type_: EventType, **data: Any) -> None:
-        """An event (about anything the lab runs): recorded, then pushed to every waiter."""
-        ev = {
-            "seq": len(self.events) + 1,
-            "ts": now().isoformat(),
-            "node": owner,
-            "type": type_.value,
-            "data": data,
-        }
+    async def emit_lab(self, owner: str, type_: EventType, **payload: Any) -> None:
+        """An event (about anything the lab runs): recorded, then pushed to every waiter.
+        `payload`: LabEvent's fields for this type."""
+        event = LabEvent(seq=len(self.events) + 1, ts=now(), node=owner, type=type_, **payload)
+        ev = event.model_dump(mode="json", exclude_defaults=True)
         self.events.append(ev)
         self.events_file.write(json.dumps(ev) + "\n")
         async with self.cond:
@@ -310,7 +316,7 @@ class Supervisor:
                 "generation": n.generation,
                 "stopped": False,
             }
-            await self.emit(n.name, EventType.EXITED, **n.last_exit)
+            await self.emit(n.name, EventType.EXITED, **exited(n.last_exit))
             return 127
         n.proc = proc
         n.started_at = started
@@ -346,7 +352,7 @@ class Supervisor:
         }
         n.status = "exited"
         n.reason = "Completed" if code == 0 else "Error"
-        await self.emit(n.name, EventType.EXITED, **n.last_exit)
+        await self.emit(n.name, EventType.EXITED, **exited(n.last_exit))
         return code
 
     async def probe_loop(self, n: Node, inc: int) -> None:

@@ -111,8 +111,8 @@ def test_an_exit_of_a_container_the_lab_is_replacing_is_the_labs_own(lab: Compos
     failure = first_exit(lab.feed.events[seq:])
     assert failure is not None
     assert (failure.incarnation, failure.code) == (3, 1)
-    stopped = [e for e in lab.feed.events[seq:] if e.type is EventType.EXITED and e.data["stopped"]]
-    assert [e.data["incarnation"] for e in stopped] == [2]
+    stopped = [e for e in lab.feed.events[seq:] if e.type is EventType.EXITED and e.stopped]
+    assert [e.exit.incarnation for e in stopped if e.exit] == [2]
 
 
 def test_a_restart_by_the_lab_ends_the_stop_window(lab: ComposeLab) -> None:
@@ -129,7 +129,7 @@ def test_a_restart_by_the_lab_ends_the_stop_window(lab: ComposeLab) -> None:
     b.running, b.finished = False, 1.9
     lab._on_die(node, "b", {"exitCode": "1"}, at(1.9))
     exits = [e for e in lab.feed.events if e.type is EventType.EXITED]
-    assert [e.data["stopped"] for e in exits] == [True, False]
+    assert [e.stopped for e in exits] == [True, False]
 
 
 def test_a_replayed_exit_from_before_the_known_start_is_ignored(lab: ComposeLab) -> None:

@@ -16,11 +16,11 @@ def test_events_are_numbered_in_order_and_read_from_a_seq() -> None:
     synced: list[int] = []
     feed = EventFeed(sync=lambda: synced.append(1))
     feed.emit("serving", EventType.STARTED, T0, incarnation=1, pid=7)
-    feed.emit("serving", EventType.EXITED, T0, code=1)
+    feed.emit("serving", EventType.BACKOFF, T0, delay_s=0.1, restarts=1)
     assert feed.last_event_seq() == 2
     got = feed.wait_events(1, 0)
-    assert [(e.seq, e.node, e.type, e.data) for e in got] == [
-        (2, "serving", EventType.EXITED, {"code": 1})
+    assert [(e.seq, e.node, e.type, e.delay_s, e.restarts) for e in got] == [
+        (2, "serving", EventType.BACKOFF, 0.1, 1)
     ]
     assert [e.seq for e in feed.events] == [1, 2]
     assert len(synced) == 2  # the driver's sync before every read
