@@ -25,7 +25,7 @@ run: $(VENV)/.installed lab-deps
 test: $(VENV)/.installed lab-deps docker
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy runner
+	$(BIN)/mypy runner labengine
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed lab-deps docker

@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_compose import detection_latency as compose_latency  # noqa: E402
+from engine_stamp import LAUNCHER, STAMP_VAR  # noqa: E402
 from overhead import CATEGORIES, split  # noqa: E402
 
-from runner.inventory import load_inventory  # noqa: E402
+from runner.inventory import Inventory, load_inventory  # noqa: E402
 from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, NodeConfig  # noqa: E402
 from runner.labs.compose.driver import ComposeLab  # noqa: E402
@@ -84,11 +85,19 @@ def suite_wall(
     return walls, results
 
 
+def stamping(inv: Inventory) -> Inventory:
+    """The lab with its engines started through bench/engine_stamp.py, which records the
+    engine's own clock when it exits (for detection_latency)."""
+    command = (sys.executable, str(LAUNCHER), "serve")
+    return inv.model_copy(update={"lab": inv.lab.model_copy(update={"engine_command": command})})
+
+
 def detection_latency(lab: LocalLab, samples: int, stamp: Path) -> list[float]:
+    """Needs a lab made with `stamping`."""
     base = lab.baseline_config("serving")
     broken = NodeConfig(
         args=(*base.args, "--max-model-len", "131072"),
-        env={**base.env, "GAMEDAY_EXIT_STAMP": str(stamp)},
+        env={**base.env, STAMP_VAR: str(stamp)},
     )
     lab.apply(Change(kind=ChangeKind.NODE_CONFIG, node="serving", before=base, after=broken))
     seq = lab.last_event_seq()
@@ -272,7 +281,7 @@ def main() -> None:
             f"max {1000 * max(lat_c):.1f} ms"
         )
 
-    lab = LocalLab(inv)
+    lab = LocalLab(stamping(inv))
     t0 = time.monotonic()
     lab.up()
     try:

@@ -1,56 +1,28 @@
-"""`vllm-lab serve MODEL [flags]`: the API-server process, launched exactly like `vllm serve`."""
+"""The `vllm-lab` program.
+
+    vllm-lab serve [MODEL] [flags]   the API-server process, launched exactly like `vllm serve`
+    vllm-lab smi [--json]            this node's simulated GPU and the processes holding it
+    vllm-lab stray [--name N] [--mib M]   a stray GPU program (see labengine.stray)
+
+`serve` takes vLLM's flags (`--gpu_memory_utilization` as well as `--gpu-memory-utilization`)
+and answers a bad one as `vllm serve` does: its usage, and exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import multiprocessing
+import json
 import os
-import signal
-import socket
 import sys
-import time
-from typing import Any
+from collections.abc import Callable
 
-from labengine import envs
-from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
-from labengine.gpu import GpuConfigError, node_gpus
-from labengine.logs import VllmLog, unprefixed_warning
-from labengine.models import ModelNotFound, resolve
-from labengine.wording import (
-    Era,
-    long_max_model_len,
-    long_max_model_len_allowed,
-    world_size_too_large,
-)
+from labengine import apiserver, stray
+from labengine.gpu import GpuConfigError, SharedGpu, node_gpus, smi_text
+from labengine.logs import VllmLog
+from labengine.tracebacks import Traceback, frames
+from labengine.wording import Era
 
-_SERVE_FRAMES = [
-    ("/usr/local/bin/vllm", 10, "<module>", "sys.exit(main())"),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/main.py",
-        73,
-        "main",
-        "args.dispatch_function(args)",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/serve.py",
-        60,
-        "cmd",
-        "uvloop.run(run_server(args))",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py",
-        1884,
-        "run_server",
-        "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py",
-        1322,
-        "create_engine_config",
-        "model_config = self.create_model_config()",
-    ),
-]
+Command = Callable[[argparse.Namespace, dict[str, str]], int]
 
 
 def _max_len(text: str) -> int:
@@ -62,8 +34,8 @@ def _max_len(text: str) -> int:
     return int(float(t) * mult)
 
 
-def build_parser(era: Era) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vllm serve", allow_abbrev=False)
+def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
+    """`vllm serve`'s flags that the stand-in reads or accepts, with vLLM's defaults."""
     p.add_argument("model_tag", nargs="?", default=None)
     p.add_argument("--model", default=None)
     p.add_argument("--served-model-name", nargs="+", default=None)
@@ -103,7 +75,35 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
         choices=["mp", "ray", "uni", "external_launcher"],
     )
     p.add_argument("--fail-on-environ-validation", action="store_true")
-    return p
+
+
+def build_parser(era: Era) -> argparse.ArgumentParser:
+    """`vllm-lab` and its subcommands. Each subcommand's parser is its namespace's `parser`
+    (it reports that subcommand's errors) and `run` the function that runs it."""
+    top = argparse.ArgumentParser(
+        prog="vllm-lab",
+        description="A GPU-less stand-in for `vllm serve`; see `vllm-lab serve --help`.",
+        allow_abbrev=False,
+    )
+    sub = top.add_subparsers(title="commands", metavar="{serve,smi,stray}", required=True)
+    serve = sub.add_parser(
+        "serve", prog="vllm serve", allow_abbrev=False, help="serve a model as `vllm serve` does"
+    )
+    add_serve_arguments(serve, era)
+    smi = sub.add_parser(
+        "smi", prog="vllm-lab smi", help="this node's GPU and the processes holding its memory"
+    )
+    smi.add_argument("--json", action="store_true", help="one JSON object, for programs")
+    strayp = sub.add_parser("stray", prog="vllm-lab stray", help="a stray GPU program")
+    stray.add_arguments(strayp)
+    commands: dict[str, tuple[argparse.ArgumentParser, Command]] = {
+        "serve": (serve, _serve),
+        "smi": (smi, _smi),
+        "stray": (strayp, _stray),
+    }
+    for p, run in commands.values():
+        p.set_defaults(parser=p, run=run)
+    return top
 
 
 def _normalise(argv: list[str]) -> list[str]:
@@ -118,312 +118,61 @@ def _normalise(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    env = dict(os.environ)
+    era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))
+    args, extra = build_parser(era).parse_known_args(
+        _normalise(list(sys.argv[1:] if argv is None else argv))
+    )
+    if extra:  # the subcommand's own usage and message, as `vllm serve` prints them; exits 2
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    run: Command = args.run
     try:
-        code = _main(argv)
+        return run(args, env)
     except KeyboardInterrupt as exc:
         if str(exc) != "terminated":
             raise
         # SIGTERM while starting: vLLM's traceback, and Python's exit code for an uncaught
         # KeyboardInterrupt (130; it would re-raise SIGINT, which a container's PID 1 ignores)
-        VllmLog("APIServer").traceback(_TERMINATED_FRAMES, "KeyboardInterrupt: terminated")
-        code = 130
-    stamp = os.environ.get("GAMEDAY_EXIT_STAMP")
-    if stamp:  # for the benchmark: the engine's own clock at the moment it exits
-        with contextlib.suppress(OSError), open(stamp, "a") as f:
-            f.write(f"{time.time():.6f} {code}\n")
-    return code
-
-
-def _main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    env = dict(os.environ)
-    era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))
-    scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
-    if argv and argv[0] == "smi":
-        return _smi(argv[1:])
-    if argv and argv[0] == "stray":
-        from labengine.stray import main as stray_main
-
-        return stray_main(argv[1:])
-    if not argv or argv[0] != "serve":
-        sys.stderr.write(
-            "usage: vllm-lab serve [model_tag] [options]\n"
-            "A GPU-less stand-in for `vllm serve`; see `vllm-lab serve --help`.\n"
+        VllmLog("APIServer").traceback(
+            frames(Traceback.SERVE_TERMINATED), "KeyboardInterrupt: terminated"
         )
-        return 2
-    parser = build_parser(era)
-    args = parser.parse_args(_normalise(argv[1:]))  # exits 2 on a bad flag, as vLLM does
+        return 130
+
+
+def _serve(args: argparse.Namespace, env: dict[str, str]) -> int:
+    parser: argparse.ArgumentParser = args.parser
     defaults = vars(parser.parse_args([]))
-    log = VllmLog("APIServer")
-    if args.model and not args.model_tag:
-        unprefixed_warning(
-            "argparse_utils.py:191",
-            "With `vllm serve`, you should provide the "
-            "model as a positional argument or in a config file instead of via "
-            "the `--model` option.",
-        )
-    model_tag = args.model_tag or args.model or "Qwen/Qwen3-0.6B"
-    non_default = {k: v for k, v in vars(args).items() if v != defaults.get(k)}
-    if args.model_tag:
-        non_default["model"] = args.model_tag
-    log.info("utils.py:233", f"non-default args: {non_default}")
-    for name in envs.unknown_names(env):
-        msg = f"Unknown vLLM environment variable detected: {name}"
-        if args.fail_on_environ_validation:
-            log.traceback(_SERVE_FRAMES[:2], f"ValueError: {msg}")
-            return 1
-        log.warning("envs.py:1744", msg)
+    non_default = {k: getattr(args, k) for k, v in defaults.items() if getattr(args, k) != v}
+    return apiserver.serve(args, non_default, env)
 
-    # vLLM binds the API socket before building the engine config (not on a headless node).
-    host = args.host or "0.0.0.0"
-    try:
-        sock = None if args.headless else socket.create_server((host, args.port))
-    except OSError as exc:
-        log.traceback(_SERVE_FRAMES[:4], f"OSError: [Errno {exc.errno}] {exc.strerror}")
-        return 1
-    if sock is not None:
-        # vLLM's setup_server: "Interrupt server on sigterm while initializing" (vllm#15997
-        # shows the traceback a pod stopped during start-up leaves). Without it a server that is
-        # a container's PID 1 would ignore `docker stop` until uvicorn is up.
-        signal.signal(signal.SIGTERM, _terminated)
 
-    sleep_real(CONFIG_RESOLVE_S, scale)
+def _smi(args: argparse.Namespace, env: dict[str, str]) -> int:
+    """This node's simulated GPU and the processes holding its memory."""
     try:
         gpus = node_gpus(env)
-        model = resolve(model_tag, args.download_dir)
-    except (ModelNotFound, GpuConfigError) as exc:
-        log.traceback(_SERVE_FRAMES, f"ValueError: {exc}")
-        return 1
-    log.info("model.py:547", f"Resolved architecture: {model.architecture}")
-    key, derived = model.derived_max_len()
-    max_len = args.max_model_len if args.max_model_len is not None else int(derived)
-    if max_len > derived:
-        if envs.truthy(env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
-            log.warning("model.py:1755", long_max_model_len_allowed(max_len, key, derived))
-        else:
-            _validation_error(
-                log,
-                "ModelConfig",
-                long_max_model_len(max_len, key, derived),
-                f"ArgsKwargs((), {{'model': '{model_tag}', ...}})",
-            )
-            return 1
-    log.info("model.py:1510", f"Using max model len {max_len}")
-    world = args.tensor_parallel_size * args.pipeline_parallel_size
-    available = len(gpus.visible) * (
-        args.nnodes if args.distributed_executor_backend != "ray" else 1
-    )
-    if world > available and args.distributed_executor_backend != "ray":
-        _validation_error(
-            log,
-            "ParallelConfig",
-            world_size_too_large(world, len(gpus.visible)),
-            f"ArgsKwargs((), {{'tensor_parallel_size': {args.tensor_parallel_size}, ...}})",
-        )
-        return 1
-    if len(gpus.visible) == 0:
-        log.traceback(_SERVE_FRAMES, "RuntimeError: No CUDA GPUs are available")
-        return 1
-
-    large = gpus.gpu.large
-    batched = args.max_num_batched_tokens or (8192 if large else 2048)
-    log.info(
-        "scheduler.py:245", f"Chunked prefill is enabled with max_num_batched_tokens={batched}."
-    )
-    served = (args.served_model_name or [model_tag])[0]
-    settings = CoreSettings(
-        era=era,
-        model=model,
-        served_name=served,
-        gpus=gpus,
-        utilization=args.gpu_memory_utilization,
-        max_model_len=max_len,
-        derived_max_len=derived,
-        tp=args.tensor_parallel_size,
-        pp=args.pipeline_parallel_size,
-        max_num_seqs=args.max_num_seqs or (1024 if large else 256),
-        max_num_batched_tokens=batched,
-        enforce_eager=args.enforce_eager,
-        nnodes=args.nnodes,
-        node_rank=args.node_rank,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
-        time_scale=scale,
-        env=env,
-    )
-    if args.headless:
-        from labengine import core
-
-        def _on_signal(signum: int, frame: object) -> None:
-            # vLLM's run_headless: a signal ends the node with SystemExit (exit 0). Without a
-            # handler a headless node that is a container's PID 1 would ignore `docker stop`.
-            raise SystemExit
-
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
-
-        try:
-            log.info(
-                "api_server.py:120",
-                f"Launching vLLM (v{era.version}) headless multiproc executor, with head node "
-                f"address tcp://{args.master_addr}:{args.master_port} for torch.distributed "
-                "process group.",
-            )
-            _set_comm(settings.process_name)
-            return core.run_worker(settings, log)
-        finally:
-            log.info("api_server.py:153", "Shutting down.")
-    assert sock is not None
-    return _run_engine(settings, log, sock, host, args.port)
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt("terminated")
-
-
-_TERMINATED_FRAMES = [
-    *_SERVE_FRAMES[:3],
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py",
-        1901,
-        "signal_handler",
-        'raise KeyboardInterrupt("terminated")',
-    ),
-]
-
-
-def _validation_error(log: VllmLog, cls: str, message: str, input_value: str) -> None:
-    lines = message.splitlines()
-    body = "\n".join([f"  Value error, {lines[0]}", *lines[1:]])
-    log.traceback(
-        _SERVE_FRAMES,
-        f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}\n{body} "
-        f"[type=value_error, input_value={input_value}, input_type=ArgsKwargs]\n"
-        "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
-    )
-
-
-def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, port: int) -> int:
-    from labengine import core
-
-    ctx = multiprocessing.get_context("fork")
-    parent, child = ctx.Pipe()
-    core_name = s.era.engine_core_name
-
-    def core_main() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        sock.close()
-        parent.close()
-        log.rebind(core_name)
-        _set_comm(s.process_name)
-        os._exit(core.run(s, child, log))
-
-    proc = ctx.Process(target=core_main, name=core_name, daemon=True)
-    proc.start()
-    child.close()
-    try:
-        msg: Any = parent.recv()
-    except EOFError:
-        msg = ("failed",)
-    except KeyboardInterrupt:  # SIGTERM while the engine starts (see main)
-        proc.kill()
-        raise
-    if msg[0] != "ready":
-        proc.join(timeout=5)
-        code = proc.exitcode if proc.exitcode is not None else 1
-        log.traceback(
-            [
-                *_SERVE_FRAMES[:4],
-                (
-                    "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py",
-                    1084,
-                    "wait_for_engine_startup",
-                    "raise RuntimeError(",
-                ),
-            ],
-            "RuntimeError: Engine core initialization failed. See root cause above. "
-            f"Failed core proc(s): {{'EngineCore_DP0': {code}}}",
-        )
-        return 1
-    info = msg[1]
-    from labengine.server import ServerState, serve
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
-
-    sleep_real(API_START_S, s.time_scale)
-    log.info("api_server.py:1850", "Supported_tasks: ['generate']")
-    log.info("launcher.py:37", f"Starting vLLM API server 0 on http://{host}:{port}")
-    for route, methods in (
-        ("/health", "GET"),
-        ("/metrics", "GET"),
-        ("/v1/models", "GET"),
-        ("/version", "GET"),
-        ("/v1/chat/completions", "POST"),
-        ("/v1/completions", "POST"),
-    ):
-        log.info("launcher.py:45", f"Route: {route}, Methods: {methods}")
-    st = ServerState(
-        era=s.era,
-        served_name=s.served_name,
-        model_root=s.model.tag,
-        max_model_len=s.max_model_len,
-        kv_tokens=info["kv_tokens"],
-        conn=parent,
-        log=log,
-        keep_alive_on_death=envs.truthy(s.env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH"),
-        stats_interval_s=10.0 / s.time_scale,
-    )
-    try:
-        serve(st, sock, host, port)
-    finally:
-        if proc.is_alive():
-            with contextlib.suppress(OSError):
-                parent.send(("shutdown",))
-            proc.join(timeout=2)
-            if proc.is_alive():
-                proc.kill()
-    return 0
-
-
-def _set_comm(name: str) -> None:
-    """The process name `ps` shows (15 characters at most, as the kernel keeps it)."""
-    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
-        f.write(name[:15])
-
-
-def _smi(argv: list[str]) -> int:
-    """`vllm-lab smi [--json]`: this node's simulated GPU and the processes holding its memory."""
-    import json as _json
-
-    from labengine.gpu import SharedGpu
-
-    try:
-        gpus = node_gpus()
     except GpuConfigError as exc:
         sys.stderr.write(f"vllm-lab smi: {exc}\n")
         return 2
-    shared = SharedGpu.from_env(gpus.gpu)
+    shared = SharedGpu.from_env(gpus.gpu, env)
     if shared is None:
         sys.stderr.write("vllm-lab smi: GAMEDAY_GPU_STATE is not set (no shared GPU here)\n")
         return 2
-    if "--json" in argv:
-        procs = [{"pid": p.pid, "name": p.name, "mib": p.mib} for p in shared.processes()]
-        sys.stdout.write(
-            _json.dumps(
-                {
-                    "gpu": gpus.gpu.name,
-                    "memory_mib": gpus.gpu.memory_mib,
-                    "used_mib": sum(p["mib"] for p in procs),
-                    "processes": procs,
-                }
-            )
-            + "\n"
-        )
-    else:
-        from labengine.gpu import smi_text
-
+    if not args.json:
         sys.stdout.write(smi_text(shared))
+        return 0
+    held = shared.processes()
+    doc = {
+        "gpu": gpus.gpu.name,
+        "memory_mib": gpus.gpu.memory_mib,
+        "used_mib": sum(p.mib for p in held),
+        "processes": [{"pid": p.pid, "name": p.name, "mib": p.mib} for p in held],
+    }
+    sys.stdout.write(json.dumps(doc) + "\n")
     return 0
+
+
+def _stray(args: argparse.Namespace, env: dict[str, str]) -> int:
+    return stray.run(args.name, args.mib, env)
 
 
 if __name__ == "__main__":

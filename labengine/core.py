@@ -14,13 +14,13 @@ import socket
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
 
 from labengine import envs, memory
 from labengine.gpu import MIB, NodeGpus, SharedGpu
 from labengine.logs import VllmLog
 from labengine.models import ModelInfo
 from labengine.textgen import completion, garbage
+from labengine.tracebacks import Traceback, frames
 from labengine.wording import Era, capacity_lines, gib, kv_shortage, no_kv_memory
 
 # Real-world durations (seconds) of the phases that do not depend on model size, from the seeds'
@@ -73,72 +73,19 @@ class CoreSettings:
 
 
 class EngineStartError(Exception):
-    """Raised inside the engine core; logged as "EngineCore failed to start."."""
+    """A start-up phase failed: logged as "EngineCore failed to start." and vLLM's traceback
+    ending in `exc_type: message`."""
+
+    def __init__(self, exc_type: str, message: str, traceback: Traceback) -> None:
+        super().__init__(f"{exc_type}: {message}")
+        self.exc_type = exc_type
+        self.message = message
+        self.traceback = traceback
 
 
 def sleep_real(seconds: float, scale: float) -> None:
     if seconds > 0:
         time.sleep(seconds / scale)
-
-
-def _fail(log: VllmLog, conn: Connection, exc_type: str, msg: str, frames: list[Any]) -> int:
-    log.error("core.py:1108", "EngineCore failed to start.")
-    log.traceback(frames, f"{exc_type}: {msg}")
-    conn.send(("failed", exc_type, msg))
-    conn.close()
-    return 1
-
-
-_CORE_FRAMES = [
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
-        1099,
-        "run_engine_core",
-        "engine_core = EngineCoreProc(*args, **kwargs)",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
-        827,
-        "__init__",
-        "super().__init__(",
-    ),
-]
-_PORT_FRAMES = [
-    *_CORE_FRAMES,
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/utils/network_utils.py",
-        213,
-        "get_open_port",
-        "port = envs.VLLM_PORT",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/envs.py",
-        1607,
-        "__getattr__",
-        "value = environment_variables[name]()",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/envs.py",
-        220,
-        "get_vllm_port",
-        "raise ValueError(f\"VLLM_PORT '{port}' appears to be a URI. \" ...",
-    ),
-]
-_KV_FRAMES = [
-    *_CORE_FRAMES,
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
-        124,
-        "__init__",
-        "self._initialize_kv_caches(vllm_config)",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py",
-        1285,
-        "check_enough_kv_cache_memory",
-        "raise ValueError(",
-    ),
-]
 
 
 def memory_plan(s: CoreSettings) -> memory.KvPlan:
@@ -176,10 +123,38 @@ def gpu_bytes(s: CoreSettings, plan: memory.KvPlan) -> int:
 
 
 def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
+    """Start the engine as vLLM's EngineCore does, report ("ready", ...) or ("failed", ...)
+    over `conn`, then serve requests from it. The exit code."""
     s = settings
-    scale = s.time_scale
-    m = s.model
     t_init = time.monotonic()
+    try:
+        _log_config(s, log)
+        sleep_real(ENGINE_INIT_S, s.time_scale)
+        group = _init_distributed(s, log)
+        shared = SharedGpu.from_env(s.gpus.gpu, s.env)
+        _check_free_memory(s, shared)
+        _load_weights(s, log, shared)
+        plan = _profile(s, log)
+        _capture_graphs(s, log)
+    except EngineStartError as exc:
+        log.error("core.py:1108", "EngineCore failed to start.")
+        log.traceback(frames(exc.traceback), f"{exc.exc_type}: {exc.message}")
+        conn.send(("failed", exc.exc_type, exc.message))
+        conn.close()
+        return 1
+    if shared:
+        shared.allocate(s.process_name, gpu_bytes(s, plan))
+    init_real = (time.monotonic() - t_init) * s.time_scale
+    log.info(
+        "core.py:240",
+        f"init engine (profile, create kv cache, warmup model) took {init_real:.2f} seconds",
+    )
+    conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
+    return _serve(s, conn, log, group, shared)
+
+
+def _log_config(s: CoreSettings, log: VllmLog) -> None:
+    m = s.model
     log.info(
         "core.py:93",
         f"Initializing a V1 LLM engine (v{s.era.version}) with config: model='{m.tag}', "
@@ -193,26 +168,29 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         f"seed=0, served_model_name={s.served_name}, enable_prefix_caching=True, "
         f"enable_chunked_prefill=True",
     )
-    sleep_real(ENGINE_INIT_S, scale)
 
-    # Distributed init: get_open_port() reads VLLM_PORT. A Kubernetes service link breaks it here.
+
+def _init_distributed(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
+    """get_open_port() reads VLLM_PORT (a Kubernetes service link breaks it here); a group of
+    nodes forms at rank 0's store. The sockets to the other ranks."""
     try:
         base_port = envs.vllm_port(s.era, s.env)
     except envs.EnvError as exc:
-        return _fail(log, conn, "ValueError", str(exc), _PORT_FRAMES)
+        raise EngineStartError("ValueError", str(exc), Traceback.CORE_VLLM_PORT) from exc
     port = base_port if base_port is not None else _free_port()
-    world = s.tp * s.pp
     init_method = (
-        f"tcp://{s.master_addr}:{s.master_port}" if s.nnodes > 1 else (f"tcp://127.0.0.1:{port}")
+        f"tcp://{s.master_addr}:{s.master_port}" if s.nnodes > 1 else f"tcp://127.0.0.1:{port}"
     )
     log.info(
         "parallel_state.py:1208",
-        f"world_size={world} rank={s.node_rank} local_rank=0 "
+        f"world_size={s.world} rank={s.node_rank} local_rank=0 "
         f"distributed_init_method={init_method} backend=nccl",
     )
-    group = _host_store(s, log) if s.nnodes > 1 else []
+    return _host_store(s, log) if s.nnodes > 1 else []
 
-    shared = SharedGpu.from_env(s.gpus.gpu, s.env)
+
+def _check_free_memory(s: CoreSettings, shared: SharedGpu | None) -> None:
+    """vLLM's start-up check: the device's free memory covers gpu_memory_utilization."""
     total = s.gpus.gpu.cuda_total_bytes
     free = total - (shared.used_mib() * MIB if shared else 0)
     requested = math.ceil(total * s.utilization)
@@ -223,20 +201,23 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
             f"{gib(requested)} GiB). Decrease GPU memory utilization or reduce GPU memory used "
             "by other processes."
         )
-        return _fail(log, conn, "ValueError", msg, _CORE_FRAMES)
+        raise EngineStartError("ValueError", msg, Traceback.CORE_INIT)
 
-    # Weights: fetch into the (emptyDir) HF cache, then load onto the GPU.
+
+def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> None:
+    """Fetch the weights into the (emptyDir) HF cache, then load them onto the GPU."""
+    m = s.model
     log.info("gpu_model_runner.py:2338", f"Starting to load model {m.tag}...")
     loaded = m.loaded_bytes(s.tp)
     download_s = (loaded / 2**30) / s.gpus.gpu.download_gib_s
     weights_s = (loaded / 2**30) / s.gpus.gpu.load_gib_s
     log.info("weight_utils.py:392", "Using model weights format ['*.safetensors']")
-    sleep_real(download_s, scale)
+    sleep_real(download_s, s.time_scale)
     log.info(
         "weight_utils.py:413",
         f"Time spent downloading weights for {m.tag}: {download_s:.6f} seconds",
     )
-    sleep_real(weights_s, scale)
+    sleep_real(weights_s, s.time_scale)
     log.info("default_loader.py:384", f"Loading weights took {weights_s:.2f} seconds")
     log.info(
         "gpu_model_runner.py:4820",
@@ -245,39 +226,35 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     if shared:
         shared.allocate(s.process_name, loaded + s.gpus.gpu.non_torch_mib * MIB)
 
-    # Profiling run: torch.compile, then a forward pass of max_num_batched_tokens.
+
+def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
+    """torch.compile, a forward pass of max_num_batched_tokens, then the KV-cache check."""
     if not s.enforce_eager:
         log.info("backends.py:548", "Using cache directory: /root/.cache/vllm/torch_compile_cache")
-        sleep_real(COMPILE_S, scale)
+        sleep_real(COMPILE_S, s.time_scale)
         log.info("monitor.py:34", f"torch.compile takes {COMPILE_S:.2f} s in total")
-    sleep_real(PROFILE_S, scale)
+    sleep_real(PROFILE_S, s.time_scale)
     plan = memory_plan(s)
     log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(max(plan.available, 0))} GiB")
     if plan.available <= 0:
-        return _fail(log, conn, "ValueError", no_kv_memory(), _KV_FRAMES)
+        raise EngineStartError("ValueError", no_kv_memory(), Traceback.CORE_KV_CACHE)
     if not plan.fits:
         est = memory.estimate_max_model_len(s.era, plan.available, plan.page_bytes, s.max_model_len)
         msg = kv_shortage(s.era, s.max_model_len, plan.needed, plan.available, est)
-        return _fail(log, conn, "ValueError", msg, _KV_FRAMES)
+        raise EngineStartError("ValueError", msg, Traceback.CORE_KV_CACHE)
     for i, line in enumerate(capacity_lines(s.era, plan.tokens, s.max_model_len, plan.concurrency)):
         log.info(f"kv_cache_utils.py:{1319 + 5 * i}", line)
+    return plan
 
+
+def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
     graphs = graph_bytes(s)
     if graphs:
-        sleep_real(GRAPH_CAPTURE_S, scale)
+        sleep_real(GRAPH_CAPTURE_S, s.time_scale)
         log.info(
             "gpu_model_runner.py:4924",
             f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graphs)} GiB",
         )
-    if shared:
-        shared.allocate(s.process_name, gpu_bytes(s, plan))
-    init_real = (time.monotonic() - t_init) * scale
-    log.info(
-        "core.py:240",
-        f"init engine (profile, create kv cache, warmup model) took {init_real:.2f} seconds",
-    )
-    conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
-    return _serve(s, conn, log, group, shared)
 
 
 def _free_port() -> int:
@@ -332,49 +309,6 @@ def _exchange(group: list[socket.socket], rid: str) -> None:
             buf += chunk
 
 
-_NCCL_FRAMES = [
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
-        926,
-        "run_engine_core",
-        "engine_core.run_busy_loop()",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl.py",
-        146,
-        "all_reduce",
-        "self.nccl.ncclAllReduce(",
-    ),
-]
-_DEEPGEMM_FRAMES = [
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
-        926,
-        "run_engine_core",
-        "engine_core.run_busy_loop()",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/utils/deep_gemm.py",
-        669,
-        "tf32_hc_prenorm_gemm",
-        "return _tf32_hc_prenorm_gemm_impl(*args, **kwargs)",
-    ),
-]
-_TRITON_FRAMES = [
-    (
-        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py",
-        926,
-        "run_engine_core",
-        "engine_core.run_busy_loop()",
-    ),
-    (
-        "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py",
-        468,
-        "_init_handles",
-        "self.module, self.function, self.n_regs, self.n_spills, "
-        "self.n_max_threads = driver.active.utils.load_binary(",
-    ),
-]
 DEEPGEMM_800 = (
     "RuntimeError: CUDA driver error (deepgemm-src/csrc/apis/../jit_kernels/impls/"
     "../../jit/handle.hpp:154): 800 (CUDA_ERROR_NOT_PERMITTED, operation not "
@@ -384,9 +318,9 @@ TRITON_800 = "RuntimeError: Triton Error [CUDA]: operation not permitted"
 JIT_HEADROOM_MIB = 512  # loading a freshly compiled kernel module needs room on the device
 
 
-def _fatal(log: VllmLog, frames: list[Any], final: str) -> int:
+def _fatal(log: VllmLog, traceback: Traceback, final: str) -> int:
     log.error("core.py:935", "EngineCore encountered a fatal error.")
-    log.traceback(frames, final)
+    log.traceback(frames(traceback), final)
     return 1
 
 
@@ -426,8 +360,12 @@ def _serve(
         if shape not in shapes:
             failure = _jit_load(s, shared, log)
             if failure is not None:
-                frames = _DEEPGEMM_FRAMES if failure == DEEPGEMM_800 else _TRITON_FRAMES
-                return _fatal(log, frames, failure)
+                tb = (
+                    Traceback.BUSY_LOOP_DEEPGEMM
+                    if failure == DEEPGEMM_800
+                    else Traceback.BUSY_LOOP_TRITON
+                )
+                return _fatal(log, tb, failure)
             shapes.add(shape)
         tokens, reason = completion(s.served_name, prompt, max_tokens)
         if prompt_tokens + len(tokens) > s.derived_max_len:
@@ -440,7 +378,7 @@ def _serve(
                 except OSError:
                     return _fatal(
                         log,
-                        _NCCL_FRAMES,
+                        Traceback.BUSY_LOOP_NCCL,
                         "RuntimeError: NCCL error: remote process "
                         "exited or there was a network error, NCCL version 2.27.3",
                     )

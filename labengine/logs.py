@@ -13,7 +13,16 @@ import os
 import sys
 import time
 import traceback
-from typing import TextIO
+from typing import NamedTuple, TextIO
+
+
+class Frame(NamedTuple):
+    """One frame of a Python traceback: `File "file", line N, in function`, then the code."""
+
+    file: str
+    line: int
+    function: str
+    code: str
 
 
 class VllmLog:
@@ -52,7 +61,7 @@ class VllmLog:
     def error(self, where: str, msg: str) -> None:
         self._log("ERROR", where, msg)
 
-    def traceback(self, frames: list[tuple[str, int, str, str]], final: str) -> None:
+    def traceback(self, frames: list[Frame], final: str) -> None:
         """A Python traceback with vLLM's real call path, ending in `final` (Type: message)."""
         lines = ["Traceback (most recent call last):"]
         for file, line, func, code in frames:

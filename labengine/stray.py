@@ -15,17 +15,21 @@ import time
 from labengine.gpu import MIB, GpuConfigError, SharedGpu, node_gpus
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="vllm-lab stray")
-    ap.add_argument("--name", default="/omniparser/venv/bin/python")
-    ap.add_argument("--mib", type=int, default=1417)
-    args = ap.parse_args(argv)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--name", default="/omniparser/venv/bin/python", help="the process name nvidia-smi shows"
+    )
+    ap.add_argument("--mib", type=int, default=1417, help="the GPU memory it holds (MiB)")
+
+
+def run(name: str, mib: int, env: dict[str, str]) -> int:
+    """Run until stopped (exit 0 on SIGTERM); exit 1 at once if the GPU cannot take it."""
     try:
-        gpus = node_gpus()
+        gpus = node_gpus(env)
     except GpuConfigError as exc:
         print(f"[omniparser] {exc}", flush=True)
         return 1
-    shared = SharedGpu.from_env(gpus.gpu)
+    shared = SharedGpu.from_env(gpus.gpu, env)
     print("[omniparser] loading icon_detect and icon_caption models on cuda:0", flush=True)
     if shared is not None:
         if (shared.dir / "guard").exists():
@@ -35,14 +39,14 @@ def main(argv: list[str]) -> int:
                 flush=True,
             )
             return 1
-        if shared.free_mib() < args.mib:
+        if shared.free_mib() < mib:
             print(
                 "[omniparser] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                f"{args.mib} MiB",
+                f"{mib} MiB",
                 flush=True,
             )
             return 1
-        shared.allocate(args.name, args.mib * MIB)
+        shared.allocate(name, mib * MIB)
     print("[omniparser] warmup failed: name 'torch' is not defined", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:  # a zombie server: does nothing, holds its GPU context

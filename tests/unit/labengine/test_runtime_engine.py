@@ -43,7 +43,15 @@ def test_kernel_load_refused_only_with_a_stranger_and_thin_headroom(gpu: SharedG
         assert gpu.free_mib() == 23_028 - 21_429 - 1_417
         assert _jit_load(Settings({}), gpu, None) == DEEPGEMM_800
         assert _jit_load(Settings({"VLLM_USE_DEEP_GEMM": "0"}), gpu, None) == TRITON_800
-        assert "omniparser" in smi_text(gpu) and str(os.getpid()) in smi_text(gpu)
+        text = smi_text(gpu).splitlines()
+        assert text[2].split() == ["|", "0", "NVIDIA", "A10G", "22846MiB", "/", "23028MiB", "|"]
+        rows = sorted(ln.split() for ln in text[6:-1])  # 21,429 + 1,417 MiB held
+        assert rows == sorted(
+            [
+                ["|", "0", str(os.getpid()), "C", "VLLM::Worker_TP0", "21429MiB", "|"],
+                ["|", "0", str(stray.pid), "C", "/omniparser/venv/bin/python", "1417MiB", "|"],
+            ]
+        )
     finally:
         stray.kill()
         stray.wait()

@@ -1,0 +1,301 @@
+"""`vllm serve`'s API-server process: its start-up checks, then the engine core and uvicorn.
+
+The steps run in vLLM's order: the unknown-variable check, binding the API socket (before the
+engine config, and not on a headless node), config resolution (model, context window, parallel
+size, GPUs), then either the headless worker or the forked engine core and the HTTP server.
+A failed step logs vLLM's lines and traceback and the process exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import os
+import signal
+import socket
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkProcess
+from typing import Any
+
+from labengine import core, envs
+from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
+from labengine.gpu import GpuConfigError, NodeGpus, node_gpus
+from labengine.logs import VllmLog, unprefixed_warning
+from labengine.models import ModelInfo, ModelNotFound, resolve
+from labengine.tracebacks import Traceback, frames
+from labengine.wording import (
+    Era,
+    long_max_model_len,
+    long_max_model_len_allowed,
+    world_size_too_large,
+)
+
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+
+
+class _Failed(Exception):
+    """A start-up step failed; vLLM's lines are logged. The process exits 1."""
+
+
+def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, str]) -> int:
+    """Run `vllm serve` with parsed `args` (`non_default`: those the user changed). Exit code."""
+    era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))
+    scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
+    log = VllmLog("APIServer")
+    model_tag = _announce(args, non_default, log)
+    host = args.host or "0.0.0.0"
+    try:
+        _check_environ(args, env, log)
+        sock = None if args.headless else _bind(host, args.port, log)
+        sleep_real(CONFIG_RESOLVE_S, scale)
+        settings = _settings(args, env, era, scale, model_tag, log)
+    except _Failed:
+        return 1
+    if args.headless:
+        return _run_headless(settings, log)
+    assert sock is not None
+    return _run_engine(settings, log, sock, host, args.port)
+
+
+def _announce(args: argparse.Namespace, non_default: dict[str, Any], log: VllmLog) -> str:
+    """The `--model` warning and the non-default args line. The model tag to serve."""
+    if args.model and not args.model_tag:
+        unprefixed_warning(
+            "argparse_utils.py:191",
+            "With `vllm serve`, you should provide the "
+            "model as a positional argument or in a config file instead of via "
+            "the `--model` option.",
+        )
+    model_tag: str = args.model_tag or args.model or DEFAULT_MODEL
+    if args.model_tag:
+        non_default["model"] = args.model_tag
+    log.info("utils.py:233", f"non-default args: {non_default}")
+    return model_tag
+
+
+def _check_environ(args: argparse.Namespace, env: dict[str, str], log: VllmLog) -> None:
+    for name in envs.unknown_names(env):
+        msg = f"Unknown vLLM environment variable detected: {name}"
+        if args.fail_on_environ_validation:
+            log.traceback(frames(Traceback.SERVE_ENVIRON), f"ValueError: {msg}")
+            raise _Failed
+        log.warning("envs.py:1744", msg)
+
+
+def _bind(host: str, port: int, log: VllmLog) -> socket.socket:
+    try:
+        sock = socket.create_server((host, port))
+    except OSError as exc:
+        log.traceback(frames(Traceback.SERVE_BIND), f"OSError: [Errno {exc.errno}] {exc.strerror}")
+        raise _Failed from exc
+    # vLLM's setup_server: "Interrupt server on sigterm while initializing" (vllm#15997 shows the
+    # traceback a pod stopped during start-up leaves). Without it a server that is a container's
+    # PID 1 would ignore `docker stop` until uvicorn is up.
+    signal.signal(signal.SIGTERM, _terminated)
+    return sock
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt("terminated")
+
+
+def _settings(
+    args: argparse.Namespace,
+    env: dict[str, str],
+    era: Era,
+    scale: float,
+    model_tag: str,
+    log: VllmLog,
+) -> CoreSettings:
+    """Config resolution: the model, its context window, the parallel size against the GPUs."""
+    try:
+        gpus = node_gpus(env)
+        model = resolve(model_tag, args.download_dir)
+    except (ModelNotFound, GpuConfigError) as exc:
+        log.traceback(frames(Traceback.SERVE_CONFIG), f"ValueError: {exc}")
+        raise _Failed from exc
+    log.info("model.py:547", f"Resolved architecture: {model.architecture}")
+    max_len, derived = _max_model_len(args, env, model, model_tag, log)
+    _check_world(args, gpus, log)
+    large = gpus.gpu.large
+    batched = args.max_num_batched_tokens or (8192 if large else 2048)
+    log.info(
+        "scheduler.py:245", f"Chunked prefill is enabled with max_num_batched_tokens={batched}."
+    )
+    return CoreSettings(
+        era=era,
+        model=model,
+        served_name=(args.served_model_name or [model_tag])[0],
+        gpus=gpus,
+        utilization=args.gpu_memory_utilization,
+        max_model_len=max_len,
+        derived_max_len=derived,
+        tp=args.tensor_parallel_size,
+        pp=args.pipeline_parallel_size,
+        max_num_seqs=args.max_num_seqs or (1024 if large else 256),
+        max_num_batched_tokens=batched,
+        enforce_eager=args.enforce_eager,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        time_scale=scale,
+        env=env,
+    )
+
+
+def _max_model_len(
+    args: argparse.Namespace, env: dict[str, str], model: ModelInfo, model_tag: str, log: VllmLog
+) -> tuple[int, float]:
+    """The context window served and the model's own (derived) one."""
+    key, derived = model.derived_max_len()
+    max_len: int = args.max_model_len if args.max_model_len is not None else int(derived)
+    if max_len > derived:
+        if not envs.truthy(env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+            _validation_error(
+                log,
+                "ModelConfig",
+                long_max_model_len(max_len, key, derived),
+                f"ArgsKwargs((), {{'model': '{model_tag}', ...}})",
+            )
+            raise _Failed
+        log.warning("model.py:1755", long_max_model_len_allowed(max_len, key, derived))
+    log.info("model.py:1510", f"Using max model len {max_len}")
+    return max_len, derived
+
+
+def _check_world(args: argparse.Namespace, gpus: NodeGpus, log: VllmLog) -> None:
+    world = args.tensor_parallel_size * args.pipeline_parallel_size
+    ray = args.distributed_executor_backend == "ray"
+    available = len(gpus.visible) * (args.nnodes if not ray else 1)
+    if world > available and not ray:
+        _validation_error(
+            log,
+            "ParallelConfig",
+            world_size_too_large(world, len(gpus.visible)),
+            f"ArgsKwargs((), {{'tensor_parallel_size': {args.tensor_parallel_size}, ...}})",
+        )
+        raise _Failed
+    if len(gpus.visible) == 0:
+        log.traceback(frames(Traceback.SERVE_CONFIG), "RuntimeError: No CUDA GPUs are available")
+        raise _Failed
+
+
+def _validation_error(log: VllmLog, cls: str, message: str, input_value: str) -> None:
+    lines = message.splitlines()
+    body = "\n".join([f"  Value error, {lines[0]}", *lines[1:]])
+    log.traceback(
+        frames(Traceback.SERVE_CONFIG),
+        f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}\n{body} "
+        f"[type=value_error, input_value={input_value}, input_type=ArgsKwargs]\n"
+        "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
+    )
+
+
+def _run_headless(s: CoreSettings, log: VllmLog) -> int:
+    def _on_signal(signum: int, frame: object) -> None:
+        # vLLM's run_headless: a signal ends the node with SystemExit (exit 0). Without a
+        # handler a headless node that is a container's PID 1 would ignore `docker stop`.
+        raise SystemExit
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        log.info(
+            "api_server.py:120",
+            f"Launching vLLM (v{s.era.version}) headless multiproc executor, with head node "
+            f"address tcp://{s.master_addr}:{s.master_port} for torch.distributed "
+            "process group.",
+        )
+        _set_comm(s.process_name)
+        return core.run_worker(s, log)
+    finally:
+        log.info("api_server.py:153", "Shutting down.")
+
+
+def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, port: int) -> int:
+    try:
+        proc, conn, kv_tokens = _start_core(s, log, sock)
+    except _Failed:
+        return 1
+    # imported once the engine core is forked: that process needs none of the HTTP stack
+    from labengine.server import ServerState, serve
+    from labengine.server.routes import ROUTES
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
+    sleep_real(API_START_S, s.time_scale)
+    log.info("api_server.py:1850", "Supported_tasks: ['generate']")
+    log.info("launcher.py:37", f"Starting vLLM API server 0 on http://{host}:{port}")
+    for route, method in ROUTES:
+        log.info("launcher.py:45", f"Route: {route}, Methods: {method}")
+    st = ServerState(
+        era=s.era,
+        served_name=s.served_name,
+        model_root=s.model.tag,
+        max_model_len=s.max_model_len,
+        kv_tokens=kv_tokens,
+        conn=conn,
+        log=log,
+        keep_alive_on_death=envs.truthy(s.env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH"),
+        stats_interval_s=10.0 / s.time_scale,
+    )
+    try:
+        serve(st, sock, host, port)
+    finally:
+        _stop_core(proc, conn)
+    return 0
+
+
+def _start_core(
+    s: CoreSettings, log: VllmLog, sock: socket.socket
+) -> tuple[ForkProcess, Connection, int]:
+    """Fork the engine core and wait for its start-up. The process, the pipe to it, and the
+    KV cache's size in tokens."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    core_name = s.era.engine_core_name
+
+    def core_main() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        sock.close()
+        parent.close()
+        log.rebind(core_name)
+        _set_comm(s.process_name)
+        os._exit(core.run(s, child, log))
+
+    proc = ctx.Process(target=core_main, name=core_name, daemon=True)
+    proc.start()
+    child.close()
+    try:
+        msg: Any = parent.recv()
+    except EOFError:
+        msg = ("failed",)
+    except KeyboardInterrupt:  # SIGTERM while the engine starts (see cli.main)
+        proc.kill()
+        raise
+    if msg[0] != "ready":
+        proc.join(timeout=5)
+        code = proc.exitcode if proc.exitcode is not None else 1
+        log.traceback(
+            frames(Traceback.SERVE_ENGINE_STARTUP),
+            "RuntimeError: Engine core initialization failed. See root cause above. "
+            f"Failed core proc(s): {{'EngineCore_DP0': {code}}}",
+        )
+        raise _Failed
+    return proc, parent, int(msg[1]["kv_tokens"])
+
+
+def _stop_core(proc: ForkProcess, conn: Connection) -> None:
+    if proc.is_alive():
+        with contextlib.suppress(OSError):
+            conn.send(("shutdown",))
+        proc.join(timeout=2)
+        if proc.is_alive():
+            proc.kill()
+
+
+def _set_comm(name: str) -> None:
+    """The process name `ps` shows (15 characters at most, as the kernel keeps it)."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
+        f.write(name[:15])

@@ -1,0 +1,113 @@
+"""The API server process's serving half: vLLM's OpenAI-compatible routes on uvicorn.
+
+Generation goes to the engine-core process over a pipe. If that process dies, the server does
+what vLLM does: logs the engine-dead errors, answers /health with 503 and requests with 500, shuts
+uvicorn down gracefully and exits 0 (vLLM issue 48966) unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+import uvicorn
+from starlette.applications import Starlette
+
+from labengine.logs import VllmLog
+from labengine.server.metrics import throughput_line
+from labengine.server.routes import Api
+from labengine.server.state import ServerState
+from labengine.tracebacks import Traceback, frames
+from labengine.wording import Era
+
+
+def build_app(st: ServerState) -> Starlette:
+    return Starlette(routes=Api(st).routes())
+
+
+async def stats_loop(st: ServerState) -> None:
+    """vLLM's throughput line every stats interval, while there is traffic."""
+    m = st.metrics
+    last_prompt, last_gen = m.prompt_total, m.gen_total
+    while True:
+        await asyncio.sleep(st.stats_interval_s)
+        dt = st.stats_interval_s
+        p = (m.prompt_total - last_prompt) / dt
+        g = (m.gen_total - last_gen) / dt
+        last_prompt, last_gen = m.prompt_total, m.gen_total
+        if p or g or st.queues:
+            st.log.info("loggers.py:127", throughput_line(p, g, len(st.queues), m.kv_usage))
+
+
+def _on_engine_output(st: ServerState) -> None:
+    try:
+        item = st.conn.recv()
+    except (EOFError, OSError):
+        _engine_died(st)
+        return
+    q = st.queues.get(item[1])
+    if q is not None:
+        q.put_nowait(item)
+
+
+def _engine_died(st: ServerState) -> None:
+    loop = asyncio.get_running_loop()
+    loop.remove_reader(st.conn.fileno())
+    if st.dead:
+        return
+    st.dead = True
+    if st.era is Era.V0_19:
+        st.log.error(
+            "core_client.py:564",
+            "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
+        )
+    st.log.error("async_llm.py:480", "AsyncLLM output_handler failed.")
+    st.log.traceback(
+        frames(Traceback.ENGINE_DEAD),
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+        "trace (above) for the root cause.",
+    )
+    for q in st.queues.values():
+        q.put_nowait(("dead",))
+    if not st.keep_alive_on_death and st.server is not None:
+        st.server.should_exit = True
+
+
+class _UvicornFormatter(logging.Formatter):
+    """uvicorn's own lines (`INFO:     Started server process [1]`) behind vLLM's prefix."""
+
+    def __init__(self, log: VllmLog) -> None:
+        super().__init__()
+        self.log = log
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = (record.levelname + ":").ljust(9)
+        return "\n".join(
+            self.log.prefix + level + " " + line for line in record.getMessage().splitlines()
+        )
+
+
+def serve(st: ServerState, sock: socket.socket, host: str, port: int) -> None:
+    app = build_app(st)
+    handler = logging.StreamHandler(st.log.stream)
+    handler.setFormatter(_UvicornFormatter(st.log))
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        lg = logging.getLogger(name)
+        lg.handlers = [handler]
+        lg.propagate = False
+        lg.setLevel(logging.INFO)
+    config = uvicorn.Config(
+        app, log_config=None, access_log=True, lifespan="on", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+    st.server = server
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_reader(st.conn.fileno(), _on_engine_output, st)
+        stats = asyncio.create_task(stats_loop(st))
+        await server.serve(sockets=[sock])
+        stats.cancel()
+
+    asyncio.run(main())

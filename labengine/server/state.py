@@ -1,0 +1,72 @@
+"""What the API server process knows, and a request's trip to the engine core and back.
+
+Generation goes over a pipe: ("gen", rid, prompt, prompt_tokens, max_tokens) out, then
+("tok", rid, text)* and ("end", rid, finish_reason, n) back, routed to the request's queue by
+rid; ("dead",) on every queue when the engine core has died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import uvicorn
+
+from labengine.logs import VllmLog
+from labengine.server.metrics import EngineMetrics
+from labengine.wording import Era
+
+
+class EngineDead(Exception):
+    """The engine core died while a request waited for it."""
+
+
+@dataclass
+class ServerState:
+    era: Era
+    served_name: str
+    model_root: str
+    max_model_len: int
+    kv_tokens: int
+    conn: Connection
+    log: VllmLog
+    keep_alive_on_death: bool
+    stats_interval_s: float
+    dead: bool = False
+    queues: dict[str, asyncio.Queue[tuple[Any, ...]]] = field(default_factory=dict)
+    ids: itertools.count[int] = field(default_factory=itertools.count)
+    server: uvicorn.Server | None = None
+    metrics: EngineMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = EngineMetrics(self.served_name)
+
+
+async def generate(
+    st: ServerState, prompt: str, n_prompt: int, max_tokens: int
+) -> AsyncIterator[tuple[Any, ...]]:
+    """The engine core's ("tok", ...) items then its ("end", ...) item for one request.
+    Raises EngineDead if the engine core dies first."""
+    rid = f"req-{next(st.ids)}"
+    q: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+    st.queues[rid] = q
+    st.metrics.started(min(1.0, (n_prompt + max_tokens) / max(st.kv_tokens, 1)))
+    try:
+        st.conn.send(("gen", rid, prompt, n_prompt, max_tokens))
+        while True:
+            item = await q.get()
+            if item[0] == "dead":
+                raise EngineDead
+            yield item
+            if item[0] == "end":
+                st.metrics.finished(n_prompt, item[3], item[2])
+                return
+    finally:
+        st.queues.pop(rid, None)
+        st.metrics.left()
+        if not st.queues:
+            st.metrics.set_kv_usage(0)

@@ -1,0 +1,99 @@
+"""The traceback data file and its rendering; the metrics and the throughput line, in-process."""
+
+from __future__ import annotations
+
+import io
+import json
+from importlib.resources import files
+
+from labengine.logs import Frame, VllmLog
+from labengine.server.metrics import EngineMetrics, throughput_line
+from labengine.tracebacks import Traceback, frames
+
+
+def test_the_data_file_holds_exactly_the_named_tracebacks() -> None:
+    raw = json.loads(files("labengine").joinpath("data", "tracebacks.json").read_text())
+    assert sorted(raw) == sorted(t.value for t in Traceback)
+    assert {t: len(frames(t)) for t in Traceback} == {
+        Traceback.SERVE_ENVIRON: 2,
+        Traceback.SERVE_BIND: 4,
+        Traceback.SERVE_CONFIG: 5,
+        Traceback.SERVE_TERMINATED: 4,
+        Traceback.SERVE_ENGINE_STARTUP: 5,
+        Traceback.ENGINE_DEAD: 1,
+        Traceback.CORE_INIT: 2,
+        Traceback.CORE_VLLM_PORT: 5,
+        Traceback.CORE_KV_CACHE: 4,
+        Traceback.BUSY_LOOP_NCCL: 2,
+        Traceback.BUSY_LOOP_DEEPGEMM: 2,
+        Traceback.BUSY_LOOP_TRITON: 2,
+    }
+
+
+def test_a_traceback_renders_as_python_prints_it() -> None:
+    out = io.StringIO()
+    log = VllmLog("EngineCore", out)
+    log.traceback(frames(Traceback.BUSY_LOOP_NCCL), "RuntimeError: NCCL error")
+    p = f"(EngineCore pid={log.pid}) "
+    core = "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py"
+    nccl = "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl.py"
+    assert out.getvalue().splitlines() == [
+        p + "Traceback (most recent call last):",
+        p + f'  File "{core}", line 926, in run_engine_core',
+        p + "    engine_core.run_busy_loop()",
+        p + f'  File "{nccl}", line 146, in all_reduce',
+        p + "    self.nccl.ncclAllReduce(",
+        p + "RuntimeError: NCCL error",
+    ]
+
+
+def test_frames_are_typed() -> None:
+    assert frames(Traceback.ENGINE_DEAD) == [
+        Frame(
+            file="/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py",
+            line=439,
+            function="output_handler",
+            code="outputs = await engine_core.get_output_async()",
+        )
+    ]
+
+
+def samples(m: EngineMetrics) -> list[str]:
+    text = m.exposition().decode()
+    return [ln for ln in text.splitlines() if ln.startswith("vllm:") and "_created" not in ln]
+
+
+def test_metrics_follow_requests() -> None:
+    m = EngineMetrics("qwen")
+    lv = 'engine="0",model_name="qwen"'
+    m.started(0.25)
+    m.started(0.5)
+    assert samples(m) == [
+        f"vllm:num_requests_running{{{lv}}} 2.0",
+        f"vllm:num_requests_waiting{{{lv}}} 0.0",
+        f"vllm:kv_cache_usage_perc{{{lv}}} 0.5",
+    ]
+    m.finished(25, 21, "stop")
+    m.left()
+    m.finished(2, 3, "length")
+    m.left()
+    m.set_kv_usage(0)
+    assert samples(m) == [
+        f"vllm:num_requests_running{{{lv}}} 0.0",
+        f"vllm:num_requests_waiting{{{lv}}} 0.0",
+        f"vllm:kv_cache_usage_perc{{{lv}}} 0.0",
+        f"vllm:prompt_tokens_total{{{lv}}} 27.0",
+        f"vllm:generation_tokens_total{{{lv}}} 24.0",
+        'vllm:request_success_total{engine="0",finished_reason="stop",model_name="qwen"} 1.0',
+        'vllm:request_success_total{engine="0",finished_reason="length",model_name="qwen"} 1.0',
+    ]
+    assert (m.prompt_total, m.gen_total, m.kv_usage) == (27, 24, 0.0)
+
+
+def test_throughput_line() -> None:
+    # the line vLLM 0.19 prints (loggers.py:127), with this engine's figures
+    assert throughput_line(2.5, 210.0, 1, 0.0034) == (
+        "Engine 000: Avg prompt throughput: 2.5 tokens/s, Avg generation throughput: 210.0 "
+        "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.3%, Prefix cache hit "
+        "rate: 0.0%"
+    )
