@@ -12,7 +12,7 @@ import yaml
 from labengine import cli
 from labengine.wording import Era
 from runner.inventory import LabSpec, load_inventory
-from runner.scenario import PROGRAMS, Program
+from runner.scenario import GPU_PROCESS_NAMES, PROGRAMS, Program
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,11 +51,12 @@ def test_inventory_engine_commands_parse() -> None:
 
 def test_the_runners_own_invocations() -> None:
     assert LabSpec.model_fields["engine_command"].default == ("vllm-lab", "serve")
-    assert PROGRAMS[Program.STRAY_GPU_PROCESS] == ("vllm-lab", "stray")
-    args, extra = parse("stray")
+    stray = PROGRAMS[Program.STRAY_GPU_PROCESS]
+    assert stray == ("vllm-lab", "stray", "--name", "/omniparser/venv/bin/python")
+    args, extra = parse(*stray[1:])
     assert (args["run"], args["name"], args["mib"], extra) == (
         cli._stray,
-        "/omniparser/venv/bin/python",
+        GPU_PROCESS_NAMES[Program.STRAY_GPU_PROCESS],  # what the runner looks for in nvidia-smi
         1417,
         [],
     )
