@@ -15,6 +15,7 @@ from runner import journal
 from runner.errors import GamedayError, LeftoversError
 from runner.inventory import Inventory, load_inventory
 from runner.labs import LabDriver, open_lab
+from runner.labs.capabilities import lacking
 from runner.results import ScenarioResult, Verdict
 from runner.run import run_scenario
 from runner.scenario import LoadedScenario, load_scenario
@@ -73,6 +74,8 @@ class ScenarioItem(pytest.Item):
         lab: LabDriver = state["lab"]
         if lab.kind not in self.loaded.scenario.labs:
             pytest.skip(f"does not apply to a {lab.kind.value} lab")
+        if reasons := lacking(self.loaded.scenario, lab):
+            pytest.skip("; ".join(reasons))
         result = run_scenario(self.loaded, lab, state["journal"], lambda _m: None)
         if result.verdict is not Verdict.PASSED:
             raise ScenarioFailed(result)

@@ -14,10 +14,10 @@ import pydantic
 
 from runner.errors import LabError
 from runner.inventory import Inventory, LabSpec
-from runner.labs.base import GpuProcess, LabDriver, LogLine, NodeState
+from runner.labs.base import Capability, GpuProcess, LabDriver, LogLine, NodeState
 from runner.labs.events import Incarnation
 from runner.labs.monitoring import reload, wait_scraped
-from runner.scenario import LogSource, NodeStatus
+from runner.scenario import NodeStatus
 
 BACKOFF_FIRST_S = 10.0  # the kubelet's first crash-loop back-off, real-world seconds
 BACKOFF_MAX_S = 300.0  # and its cap
@@ -135,14 +135,6 @@ def pending(name: str, generation: int, reason: str) -> NodeState:
     )
 
 
-def logs(lab: LabDriver, node: str, source: LogSource) -> list[LogLine]:
-    """The current incarnation's log, or the last exited one's (`kubectl logs --previous`)."""
-    st = lab.states()[node]
-    if source is LogSource.PREVIOUS:
-        return [] if st.last_exit is None else lab.logs_of(node, st.last_exit.incarnation)
-    return lab.logs_of(node, st.incarnation)
-
-
 def moved_addresses(
     configured: dict[str, dict[str, str]], actual: dict[str, dict[str, str]]
 ) -> list[str]:
@@ -194,3 +186,18 @@ def apply_scrape_targets(
     write(network)
     reload(inventory.lab.prometheus)
     monitoring_ready(inventory, pdir, 30, hint)
+
+
+def host_capabilities(inventory: Inventory) -> frozenset[Capability]:
+    """A lab whose nodes are this machine's processes or containers: it reaches into a node
+    (programs, signals, the GPU list) and moves its addresses; it has the inventory's
+    monitoring, if any."""
+    caps = {
+        Capability.PROCESSES,
+        Capability.SIGNALS,
+        Capability.GPU_PROCESSES,
+        Capability.ADDRESSES,
+    }
+    if inventory.lab.monitoring is not None:
+        caps.add(Capability.MONITORING)
+    return frozenset(caps)

@@ -42,7 +42,6 @@ from runner.fsutil import write_private
 from runner.inventory import ComposeSpec, Inventory, Node, Role
 from runner.labs import common
 from runner.labs.base import (
-    Capability,
     Change,
     ChangeKind,
     EventType,
@@ -61,7 +60,7 @@ from runner.labs.compose import hostactions
 from runner.labs.compose.build import docker_client
 from runner.labs.events import EventFeed, Incarnation
 from runner.labs.monitoring import write_prometheus
-from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.scenario import LabKind, NodeStatus
 
 LABEL = "gameday.lab"
 _PROJECT = "com.docker.compose.project"
@@ -106,18 +105,10 @@ def _never(ts: str) -> bool:
 class ComposeLab(LabDriver):
     kind = LabKind.COMPOSE
     label = "compose lab"
-    capabilities = frozenset(
-        {
-            Capability.PROCESSES,
-            Capability.SIGNALS,
-            Capability.GPU_PROCESSES,
-            Capability.ADDRESSES,
-            Capability.MONITORING,
-        }
-    )
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
+        self.capabilities = common.host_capabilities(inventory)
         lab = inventory.lab
         self.spec: ComposeSpec = lab.compose or ComposeSpec()
         self.compose_file = (inventory.path.parent / self.spec.file).resolve()
@@ -682,9 +673,6 @@ class ComposeLab(LabDriver):
                     if since is None or ln.ts >= since
                 ]
         return sorted(out, key=lambda ln: ln.ts)
-
-    def logs(self, node: str, source: LogSource) -> list[LogLine]:
-        return common.logs(self, node, source)
 
     def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
         return self.feed.wait_events(since, timeout)

@@ -56,7 +56,7 @@ from runner.labs.base import (
 )
 from runner.labs.events import EventFeed, Incarnation
 from runner.labs.kubernetes import manifests as mf
-from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.scenario import LabKind, NodeStatus
 from runner.timing import TimeScale
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
@@ -764,9 +764,6 @@ class KubernetesLab(LabDriver):
             lines = inc.logs if inc.logs is not None else (self._read_log(inc.pod, False) or [])
             out += [ln for ln in lines if since is None or ln.ts >= since]
         return sorted(out, key=lambda ln: ln.ts)
-
-    def logs(self, node: str, source: LogSource) -> list[LogLine]:
-        return common.logs(self, node, source)
 
     def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
         return self.feed.wait_events(since, timeout)

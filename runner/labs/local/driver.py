@@ -22,7 +22,6 @@ from runner.fsutil import private_dir, write_private
 from runner.inventory import Inventory, Node, Role
 from runner.labs import common
 from runner.labs.base import (
-    Capability,
     Change,
     ChangeKind,
     ExitInfo,
@@ -38,7 +37,7 @@ from runner.labs.base import (
 from runner.labs.changes import configured_addresses, ensure_free
 from runner.labs.monitoring import write_prometheus
 from runner.programs import command_argv, resolve_command
-from runner.scenario import LabKind, LogSource
+from runner.scenario import LabKind
 
 SUPERVISOR = "runner.labs.local.supervisor"  # the daemon's module, run with `python -m`
 
@@ -59,18 +58,10 @@ PASSTHROUGH_ENV = (
 class LocalLab(LabDriver):
     kind = LabKind.LOCAL
     label = "local lab"
-    capabilities = frozenset(
-        {
-            Capability.PROCESSES,
-            Capability.SIGNALS,
-            Capability.GPU_PROCESSES,
-            Capability.ADDRESSES,
-            Capability.MONITORING,
-        }
-    )
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
+        self.capabilities = common.host_capabilities(inventory)
         lab = inventory.lab
         self._state_dir = common.state_dir(lab)
         self._client: httpx.Client | None = None
@@ -319,9 +310,6 @@ class LocalLab(LabDriver):
     def states(self) -> dict[str, NodeState]:
         raw = self._call("GET", "/status")["nodes"]
         return {k: _state(v) for k, v in raw.items()}
-
-    def logs(self, node: str, source: LogSource) -> list[LogLine]:
-        return common.logs(self, node, source)
 
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]:
         text = self._call("GET", f"/nodes/{node}/logs", params={"incarnation": incarnation})

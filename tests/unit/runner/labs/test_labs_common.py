@@ -12,7 +12,7 @@ import pytest
 from runner.errors import LabError
 from runner.inventory import load_inventory
 from runner.labs import common, open_lab
-from runner.labs.base import ExitInfo, GpuProcess, LogLine, NodeConfig, NodeState
+from runner.labs.base import ExitInfo, GpuProcess, LabDriver, LogLine, NodeConfig, NodeState
 from runner.labs.events import Incarnation
 from runner.scenario import LogSource, NodeStatus
 from runner.timing import TimeScale
@@ -185,7 +185,7 @@ def _state(name: str, ready: bool, status: NodeStatus = NodeStatus.RUNNING) -> N
 
 
 class _Lab:
-    """Just what common.leftovers and common.logs read of a driver."""
+    """Just what common.leftovers and LabDriver.logs read of a driver."""
 
     def __init__(self) -> None:
         self.inventory = SimpleNamespace(
@@ -226,12 +226,12 @@ def test_leftovers_are_drift_then_the_drivers_own_then_nodes_not_serving() -> No
 
 def test_logs_current_and_previous() -> None:
     lab: Any = _Lab()
-    assert common.logs(lab, "b", LogSource.CURRENT) == [LogLine(ts=T0, text="b 4")]
-    assert common.logs(lab, "b", LogSource.PREVIOUS) == []  # nothing exited yet
+    assert LabDriver.logs(lab, "b", LogSource.CURRENT) == [LogLine(ts=T0, text="b 4")]
+    assert LabDriver.logs(lab, "b", LogSource.PREVIOUS) == []  # nothing exited yet
     lab.last_exit = ExitInfo(
         incarnation=3, code=1, started_at=T0, first_output_at=None, finished_at=T0
     )
-    assert common.logs(lab, "b", LogSource.PREVIOUS) == [LogLine(ts=T0, text="b 3")]
+    assert LabDriver.logs(lab, "b", LogSource.PREVIOUS) == [LogLine(ts=T0, text="b 3")]
     assert lab.read == [("b", 4), ("b", 3)]
 
 
