@@ -17,7 +17,7 @@ from runner.labs.local.driver import LocalLab
 from runner.probes import ProbeEnv, run_probe
 from runner.results import Verdict
 from runner.scenario import HttpProbe, InferenceProbe
-from tests.support.cli import ROOT, gameday, ok
+from tests.support.cli import ROOT, gameday, ok, scenario_variant
 
 pytestmark = pytest.mark.e2e
 THREE = [
@@ -52,20 +52,10 @@ def test_the_three_pass(tmp_path: Path) -> None:
     assert any(n.startswith("expect on node2: within") for n in names)
 
 
-def wrong(tmp_path: Path, src: str, new_id: str, *edits: tuple[str, str]) -> Path:
-    text = (ROOT / src).read_text().replace(f"id: {Path(src).stem}", f"id: {new_id}")
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    p = tmp_path / f"{new_id}.yaml"
-    p.write_text(text)
-    return p
-
-
 def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:
     files = [
         # the seed's shortcut claimed to work: restarting the head alone
-        wrong(
+        scenario_variant(
             tmp_path,
             THREE[0],
             "head-alone-restores",
@@ -73,9 +63,9 @@ def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:
             ("time_to_recover: {max_s: 1800}", "time_to_recover: {max_s: 400}"),
         ),
         # the exit code a restart policy would have seen
-        wrong(tmp_path, THREE[0], "head-exits-1", ("exit_code: 0", "exit_code: 1")),
+        scenario_variant(tmp_path, THREE[0], "head-exits-1", ("exit_code: 0", "exit_code: 1")),
         # the lever that hides the symptom claimed to be the fix
-        wrong(
+        scenario_variant(
             tmp_path,
             THREE[1],
             "deepgemm-off-restores",
@@ -83,7 +73,7 @@ def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:
             ("time_to_recover: {max_s: 1800}", "time_to_recover: {max_s: 400}"),
         ),
         # the wrong nodes expected blind, and an alert window shorter than the rule's for: 10m
-        wrong(
+        scenario_variant(
             tmp_path,
             THREE[2],
             "dhcp-wrong-nodes",
@@ -92,7 +82,7 @@ def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:
                 "up: [node3, node4], down: [node1, node2]",
             ),
         ),
-        wrong(
+        scenario_variant(
             tmp_path,
             THREE[2],
             "dhcp-alert-too-soon",

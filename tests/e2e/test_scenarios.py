@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ROOT, gameday, inventory
+from tests.support.cli import ROOT, gameday, inventory, scenario_variant
 
 pytestmark = pytest.mark.e2e
 FOUR = [
@@ -39,37 +39,28 @@ def test_the_four_pass(tmp_path: Path) -> None:
     assert any("does NOT restore" in n for n in names)
 
 
-def wrong(tmp_path: Path, src: str, new_id: str, old: str, new: str) -> Path:
-    text = (ROOT / src).read_text()
-    assert old in text
-    text = text.replace(old, new, 1).replace(f"id: {Path(src).stem}", f"id: {new_id}")
-    p = tmp_path / f"{new_id}.yaml"
-    p.write_text(text)
-    return p
-
-
 def test_wrong_expectations_fail_readably(tmp_path: Path) -> None:
     files = [
-        wrong(
+        scenario_variant(
             tmp_path,
             "scenarios/tp-mismatch.yaml",
             "wrong-exit-code",
-            "exit_code: 1",
-            "exit_code: 0",
+            ("exit_code: 1", "exit_code: 0"),
         ),
-        wrong(
+        scenario_variant(
             tmp_path,
             "scenarios/context-window-overflow.yaml",
             "wrong-signature",
-            "'ValidationError: 1 validation error for ModelConfig'",
-            "'ValidationError: 7 validation errors for CacheConfig'",
+            (
+                "'ValidationError: 1 validation error for ModelConfig'",
+                "'ValidationError: 7 validation errors for CacheConfig'",
+            ),
         ),
-        wrong(
+        scenario_variant(
             tmp_path,
             "scenarios/kv-cache-shortage.yaml",
             "too-tight",
-            "time_to_fail: {min_s: 90, max_s: 300}",
-            "time_to_fail: {max_s: 20}",
+            ("time_to_fail: {min_s: 90, max_s: 300}", "time_to_fail: {max_s: 20}"),
         ),
     ]
     p = gameday(
@@ -106,8 +97,8 @@ def test_pytest_plugin_collects_and_explains(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    bad = wrong(
-        tmp_path, "scenarios/tp-mismatch.yaml", "plugin-wrong", "exit_code: 1", "exit_code: 0"
+    bad = scenario_variant(
+        tmp_path, "scenarios/tp-mismatch.yaml", "plugin-wrong", ("exit_code: 1", "exit_code: 0")
     )
     inv = inventory(tmp_path, "127.0.78.20")
     p = subprocess.run(

@@ -83,3 +83,15 @@ def docker_or_skip() -> Any:
         pytest.skip(f"no Docker engine: {exc}")
     client.ping()
     return client
+
+
+def scenario_variant(tmp_path: Path, src: str, new_id: str, *edits: tuple[str, str]) -> Path:
+    """A copy of the shipped scenario `src` under the id `new_id`, each `old` text replaced (once)
+    by its `new` (each must be there): a scenario made wrong on purpose."""
+    text = (ROOT / src).read_text().replace(f"id: {Path(src).stem}", f"id: {new_id}")
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    p = tmp_path / f"{new_id}.yaml"
+    p.write_text(text)
+    return p
