@@ -102,7 +102,6 @@ class EventType(enum.StrEnum):
     UNREADY = "unready"
     EXITED = "exited"
     BACKOFF = "backoff"
-    STOPPED = "stopped"
     AUX_STARTED = "aux_started"
     AUX_STOPPED = "aux_stopped"
 

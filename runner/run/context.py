@@ -15,8 +15,9 @@ import httpx
 from runner.journal import Journal
 from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.probes import Probe, ProbeEnv, ProbeResult, run_probes
-from runner.results import Verdict
+from runner.results import Phase, Verdict
 from runner.run.record import Recorder
+from runner.scenario import Window
 from runner.timing import TimeScale
 
 Progress = Callable[[str], None]
@@ -114,6 +115,18 @@ class Context:
         """Let `lab_s` pass, recording the lab's events meanwhile; with `until_event`, the
         target's next event ends it early."""
         self.wait_for(lambda _s, evs: until_event and bool(evs), lab_s)
+
+    def check_window(
+        self, phase: Phase, name: str, window: Window, real_s: float, observed: str
+    ) -> bool:
+        """A measured time (real-world seconds) against the scenario's window."""
+        return self.rec.check(
+            phase=phase,
+            name=name,
+            ok=self.scale.check(window, real_s),
+            expected=self.scale.describe(window),
+            observed=observed,
+        )
 
     def probe(self, probes: Sequence[Probe]) -> list[ProbeResult]:
         env = ProbeEnv(

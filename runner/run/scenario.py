@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
+from datetime import datetime
 
 import httpx
 
@@ -25,6 +27,16 @@ from runner.timing import TimeScale
 LAB_CARRIES_OUT = "the lab carries out the scenario"
 
 
+@dataclass
+class Times:
+    """The run's measured times, real-world seconds (None: not measured), filled in phase by
+    phase: what was measured before an error stays measured."""
+
+    to_fail: float | None = None
+    to_detect: float | None = None
+    to_recover: float | None = None
+
+
 def run_scenario(
     ls: LoadedScenario,
     lab: LabDriver,
@@ -35,40 +47,29 @@ def run_scenario(
 ) -> ScenarioResult:
     """Run every phase; whatever happens, clean up. `http`: the probes' client (default: the
     process's own)."""
-    sc = ls.scenario
-    rec = Recorder()
     started = utcnow()
-    spec = lab.inventory.lab
-    if note := sc.lab_notes.get(lab.kind):
-        rec.notes.append(f"{lab.kind.value} lab: {note}")
-    ttf = ttd = ttr = None
     ctx = Context(
         lab=lab,
-        scale=TimeScale.of(spec),
+        scale=TimeScale.of(lab.inventory.lab),
         journal=journal,
-        scenario_id=sc.metadata.id,
-        target=sc.target,
+        scenario_id=ls.scenario.metadata.id,
+        target=ls.scenario.target,
         progress=progress,
-        rec=rec,
+        rec=Recorder(),
         http=http or http_client(),
         seq=lab.last_event_seq(),
     )
+    if note := ls.scenario.lab_notes.get(lab.kind):
+        ctx.rec.notes.append(f"{lab.kind.value} lab: {note}")
+    times = Times()
     try:
-        if not lab.inventory.resolve(sc.target):
-            raise LabError(
-                f"scenario target {sc.target!r} is not a host or group of {lab.inventory.path}"
-            )
-        baseline(ctx, ls)
-        inject(ctx, ls)
-        ttf = expect(ctx, ls).time_to_fail_s
-        ttd = detect(ctx, ls).time_to_detect_s
-        ttr = recover(ctx, ls).time_to_recover_s
+        phases(ctx, ls, times)
     except ScenarioAborted:
         pass
     except GamedayError as exc:
-        rec.error(phase=Phase.RUN, name="lab", expected=LAB_CARRIES_OUT, observed=str(exc))
+        ctx.rec.error(phase=Phase.RUN, name="lab", expected=LAB_CARRIES_OUT, observed=str(exc))
     except Exception as exc:  # a bug or an unmapped error: this scenario's verdict is `error`
-        rec.error(
+        ctx.rec.error(
             phase=Phase.RUN,
             name="lab",
             expected=LAB_CARRIES_OUT,
@@ -78,15 +79,33 @@ def run_scenario(
     finally:
         with shielded_from_sigint():
             cleanup(ctx)
+    return result(ls, ctx, times, started)
+
+
+def phases(ctx: Context, ls: LoadedScenario, times: Times) -> None:
+    if not ctx.lab.inventory.resolve(ls.scenario.target):
+        raise LabError(
+            f"scenario target {ls.scenario.target!r} is not a host or group of "
+            f"{ctx.lab.inventory.path}"
+        )
+    baseline(ctx, ls)
+    inject(ctx, ls)
+    times.to_fail = expect(ctx, ls).time_to_fail_s
+    times.to_detect = detect(ctx, ls).time_to_detect_s
+    times.to_recover = recover(ctx, ls).time_to_recover_s
+
+
+def result(ls: LoadedScenario, ctx: Context, times: Times, started: datetime) -> ScenarioResult:
+    rec = ctx.rec
     return ScenarioResult(
-        id=sc.metadata.id,
-        title=sc.metadata.title,
+        id=ls.scenario.metadata.id,
+        title=ls.scenario.metadata.title,
         file=str(ls.path),
-        lab=spec.name,
+        lab=ctx.lab.inventory.lab.name,
         verdict=combine([a.verdict for a in rec.assertions]),
-        time_to_fail_s=ttf,
-        time_to_recover_s=ttr,
-        time_to_detect_s=ttd,
+        time_to_fail_s=times.to_fail,
+        time_to_recover_s=times.to_recover,
+        time_to_detect_s=times.to_detect,
         started_at=started,
         finished_at=utcnow(),
         assertions=rec.assertions,

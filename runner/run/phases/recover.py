@@ -83,12 +83,12 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
     start = max(applied_at, state.first_output_at or applied_at)
     ttr = elapsed_real(ctx.scale, start, passed_at)
     ctx.rec.event("service verified (health and inference)", ts=passed_at)
-    ctx.rec.check(
-        phase=Phase.VERIFY,
-        name="verify: time to recover",
-        ok=ctx.scale.check(v.time_to_recover, ttr),
-        expected=ctx.scale.describe(v.time_to_recover),
-        observed=f"{ttr:.1f} s real (first output of the new incarnation -> probes pass)",
+    ctx.check_window(
+        Phase.VERIFY,
+        "verify: time to recover",
+        v.time_to_recover,
+        ttr,
+        f"{ttr:.1f} s real (first output of the new incarnation -> probes pass)",
     )
     return round(ttr, 3)
 

@@ -375,3 +375,17 @@ def test_prometheus_not_answering_is_a_detect_error(tmp_path: Path) -> None:
     detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
     assert detect.verdict is Verdict.ERROR
     assert detect.observed.startswith("probe error: ") and "connection refused" in detect.observed
+
+
+def test_times_measured_before_an_error_stay_in_the_result(tmp_path: Path) -> None:
+    from runner.errors import LabError
+
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag(exit_after_s=0.2))
+
+    def fail_restart(name: str) -> None:
+        if name == "restart":
+            raise LabError("the lab lost its node")
+
+    run.lab.on_call = fail_restart
+    result = run.run()
+    assert (result.time_to_fail_s, result.time_to_recover_s) == (200.0, None)
