@@ -18,6 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from runner.inventory import load_inventory
+from runner.labs import planning
 from runner.labs.base import ChangeKind, NodeConfig
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
@@ -113,7 +114,7 @@ def test_exit_time_and_previous_logs_come_from_the_container_status(
     before = lab.config("serving")
     args = list(before.args)
     args[args.index("--max-model-len") + 1] = "131072"
-    change = lab.service_links("serving", "vllm", 8000, False)  # same config: a no-op change
+    change = planning.service_links(lab, "serving", "vllm", 8000, False)  # a no-op change
     assert change.after == before
     from runner.labs.base import Change
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from runner.inventory import load_inventory
+from runner.labs import planning
 from runner.labs.local.driver import LocalLab
 from runner.probes import ProbeEnv, run_probe
 from runner.results import Verdict
@@ -178,7 +179,7 @@ def _lab_pids(lab: LocalLab) -> set[int]:
 
 
 def test_lab_down_leaves_no_process(lab: LocalLab) -> None:
-    change = lab.start_process("node1", "omniparser", ["vllm-lab", "stray"])
+    change = planning.start_process(lab, "node1", "omniparser", ["vllm-lab", "stray"])
     lab.apply(change)
     time.sleep(0.3)
     pids = _lab_pids(lab)
@@ -217,7 +218,7 @@ def test_scrape_on_unknown_lab_network_is_refused(lab: LocalLab) -> None:
     from runner.errors import LabError
 
     with pytest.raises(LabError, match="no address on the wifi network"):
-        lab.set_address("node3", "wifi", "127.0.80.99")
+        planning.set_address(lab, "node3", "wifi", "127.0.80.99")
     _ = signal  # (imported for the hang test's readers)
 
 
