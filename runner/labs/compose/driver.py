@@ -62,8 +62,6 @@ from runner.labs.events import Incarnation
 from runner.labs.monitoring import write_prometheus
 from runner.scenario import LabKind
 
-__all__ = ["LABEL", "ComposeLab", "compose_command"]
-
 STOP_TIMEOUT_S = 3
 PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
 
