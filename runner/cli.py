@@ -5,83 +5,36 @@ maps them to exit codes:
     1  an assertion failed (or: triage found no known failure)
     2  invalid input: scenario, inventory, arguments
     3  lab or infrastructure error (lab not up, port in use, an assertion gameday could not judge)
+
+The `lab` command group is in runner.cli_lab; the error mapping and the shared options in
+runner.cli_options.
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from runner import __version__, output
-from runner.errors import GamedayError, InputError, LabError, ScenarioError
+from runner.cli_lab import lab
+from runner.cli_options import handled, lab_option, parallel_option, reports_option
+from runner.errors import GamedayError, InputError, ScenarioError
 from runner.fsutil import read_bytes
 from runner.inventory import check_scenario, load_inventory
-from runner.labs import open_lab, wait_all_ready
+from runner.labs import open_lab
 from runner.labs.capabilities import lacking
 from runner.report import load_result, write_reports
 from runner.results import Verdict
 from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
-from runner.timing import TimeScale
 from runner.undo import cleanup_lab
 
-DEFAULT_LAB = Path("inventories/local.yaml")
 DEFAULT_SCENARIOS = Path("scenarios")
 MAX_LOG_BYTES = 256 * 1024 * 1024
 EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM (a CI timeout, `kill`) cleans up like Ctrl-C
-
-
-def handled(fn: F) -> F:
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        signal.signal(signal.SIGTERM, _terminate)
-        try:
-            return fn(*args, **kwargs)
-        except GamedayError as exc:
-            output.error(exc)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            output.message("interrupted (cleanup ran; `gameday cleanup` undoes anything left)")
-            sys.exit(130)
-
-    return wrapper  # type: ignore[return-value]
-
-
-parallel_option = click.option(
-    "--parallel",
-    type=click.IntRange(1, 64),
-    default=1,
-    show_default=True,
-    help="Run the scenarios on N isolated instances of the (local or compose) lab at once.",
-)
-reports_option = click.option(
-    "--reports",
-    "reports_dir",
-    type=click.Path(path_type=Path),
-    default=Path("reports"),
-    show_default=True,
-    help="Where run directories go.",
-)
-lab_option = click.option(
-    "--lab",
-    "lab_path",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_LAB,
-    show_default=True,
-    help="Inventory of the lab to use.",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -89,6 +42,9 @@ lab_option = click.option(
 def main() -> None:
     """Chaos-engineering scenarios for LLM-serving stacks: inject a fault, assert the failure
     signature and time-to-fail, walk the recovery path, verify service is back."""
+
+
+main.add_command(lab)
 
 
 def load_all(paths: tuple[Path, ...]) -> list[LoadedScenario]:
@@ -351,113 +307,6 @@ def _read_log(name: str) -> str:
     else:
         data = read_bytes(name, MAX_LOG_BYTES, InputError, "log")
     return data.decode("utf-8", errors="replace")
-
-
-@main.group()
-def lab() -> None:
-    """Bring a lab up or down, or show its state."""
-
-
-@lab.command("up")
-@lab_option
-@handled
-def lab_up(lab_path: Path) -> None:
-    """Start the lab and wait until every node serves."""
-    inventory = load_inventory(lab_path)
-    driver = open_lab(inventory)
-    was_up = driver.is_up()
-    driver.up()
-    try:
-        spec = inventory.lab
-        states = wait_all_ready(driver, TimeScale.of(spec).boot_timeout_lab(spec))
-        driver.monitoring_ready(60)
-    except LabError:
-        if not was_up:  # a lab that cannot come up is not left half-up
-            driver.down()
-        raise
-    output.message(
-        f"lab {inventory.lab.name!r} is up: " + ", ".join(f"{n} {driver.url(n)}" for n in states)
-    )
-
-
-@lab.command("build")
-@lab_option
-@click.option("--force", is_flag=True, help="Rebuild even when the cached image matches.")
-@handled
-def lab_build(lab_path: Path, force: bool) -> None:
-    """Build the compose lab's image (offline-capable; cached by its inputs)."""
-    from runner.labs.compose.build import build
-    from runner.scenario import LabKind
-
-    inventory = load_inventory(lab_path)
-    if inventory.lab.kind is not LabKind.COMPOSE or inventory.lab.compose is None:
-        raise InputError(
-            f"lab {inventory.lab.name!r} is a {inventory.lab.kind.value} lab: it has no images",
-            file=lab_path,
-            hint="gameday lab build --lab inventories/compose.yaml",
-        )
-    result = build(inventory.lab.compose, output.message, force=force)
-    what = "built" if result.built else "cached (inputs unchanged)"
-    output.message(
-        f"image {result.image} = {result.tag}: {what} in {result.seconds:.1f} s "
-        f"(base {result.base})"
-    )
-
-
-@lab.command("manifests")
-@lab_option
-@handled
-def lab_manifests(lab_path: Path) -> None:
-    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them)."""
-    import yaml
-
-    from runner.labs.kubernetes.manifests import all_manifests
-    from runner.scenario import LabKind
-
-    inventory = load_inventory(lab_path)
-    if inventory.lab.kind is not LabKind.KUBERNETES:
-        raise InputError(
-            f"lab {inventory.lab.name!r} is a {inventory.lab.kind.value} lab: it has no "
-            "Kubernetes manifests",
-            file=lab_path,
-            hint="gameday lab manifests --lab inventories/eks.yaml",
-        )
-    text = yaml.safe_dump_all(all_manifests(inventory), sort_keys=False)
-    output.out.print(f"# gameday lab manifests --lab {lab_path}\n" + text, markup=False, end="")
-
-
-@lab.command("down")
-@lab_option
-@handled
-def lab_down(lab_path: Path) -> None:
-    """Stop the lab's nodes and its supervisor."""
-    inventory = load_inventory(lab_path)
-    open_lab(inventory).down()
-    output.message(f"lab {inventory.lab.name!r} is down")
-
-
-@lab.command("status")
-@lab_option
-@click.option("--json", "as_json", is_flag=True)
-@handled
-def lab_status(lab_path: Path, as_json: bool) -> None:
-    """Show each node's state. Exit 3 when the lab is not up."""
-    inventory = load_inventory(lab_path)
-    driver = open_lab(inventory)
-    if not driver.is_up():
-        raise LabError(
-            f"lab {inventory.lab.name!r} is not up", hint=f"gameday lab up --lab {lab_path}"
-        )
-    states = driver.states()
-    if as_json:
-        output.json_out({n: s.model_dump(mode="json") for n, s in states.items()})
-        return
-    for n, s in states.items():
-        last = f", last exit {s.last_exit.code}" if s.last_exit else ""
-        output.out.print(
-            f"{n:<12} {s.status.value:<14} ready={s.ready!s:<5} "
-            f"restarts={s.restarts}{last}  {driver.url(n)}"
-        )
 
 
 @main.command()

@@ -28,6 +28,7 @@ from runner.scenario import MAX_WINDOW_S, LabKind, LoadedScenario, Restart
 from runner.yamlsrc import Source, load
 
 HINT = "see inventories/local.yaml and README.md 'Inventories'"
+Loc = tuple[Any, ...]  # where in the YAML: keys and list indices from the top
 
 
 class Model(BaseModel):
@@ -283,11 +284,21 @@ def load_inventory(path: Path) -> Inventory:
             line=1,
             hint=HINT,
         )
-    hosts: dict[str, dict[str, Any]] = {}
-    groups: dict[str, list[str]] = {}
-    host_lines: dict[str, tuple[Any, ...]] = {}
-    _walk_group(src, "all", data["all"], ("all",), {}, hosts, groups, host_lines)
-    all_vars = data["all"].get("vars") or {}
+    walk = _Walk(src)
+    walk.group("all", data["all"], ("all",), {})
+    lab = _lab_spec(src, data["all"].get("vars") or {})
+    nodes = [
+        _node(src, name, hv, walk.groups.get(name, []), walk.host_lines[name])
+        for name, hv in walk.hosts.items()
+    ]
+    if not nodes:
+        raise InventoryError("the inventory has no hosts", file=path, line=1, hint=HINT)
+    return Inventory(path=path, lab=lab, nodes=tuple(nodes))
+
+
+def _lab_spec(src: Source, all_vars: Any) -> LabSpec:
+    """all.vars.gameday_lab: which lab this is."""
+    path = src.path
     lab_raw = all_vars.get("gameday_lab") if isinstance(all_vars, dict) else None
     if not isinstance(lab_raw, dict):
         raise InventoryError(
@@ -318,50 +329,49 @@ def load_inventory(path: Path) -> Inventory:
             hint="set gameday_lab.kubernetes.context to your cluster's context "
             "(`kubectl config get-contexts` lists them); see inventories/eks.yaml",
         )
-    nodes = []
-    for name, hv in hosts.items():
-        fields: dict[str, Any] = {"name": name, "groups": tuple(groups.get(name, []))}
-        conn: dict[str, Any] = {}
-        for k, v in hv.items():
-            if not isinstance(k, str):
-                raise InventoryError(
-                    f"host variable name {k!r} is not a string",
-                    file=path,
-                    line=src.line_of((*host_lines[name], k)),
-                    field=f"{name}.{k}",
-                    hint="quote it, or name it as Ansible does (letters, digits, _)",
-                )
-            if k in _HOST_KEYS:
-                fields[_HOST_KEYS[k]] = v
-            elif k.startswith("gameday_"):
-                raise InventoryError(
-                    f"unknown host variable {k!r}; known: {sorted(_HOST_KEYS)}",
-                    file=path,
-                    line=src.line_of((*host_lines[name], k)),
-                    field=f"{name}.{k}",
-                    hint=HINT,
-                )
-            else:
-                conn[k] = v
-        fields["connection"] = conn
-        try:
-            nodes.append(Node.model_validate(fields))
-        except pydantic.ValidationError as exc:
-            err = exc.errors()[0]
-            key = next(
-                (hk for hk, f in _HOST_KEYS.items() if err["loc"] and f == err["loc"][0]), None
-            )
-            loc = (*host_lines[name], key) if key else host_lines[name]
+    return lab
+
+
+def _node(src: Source, name: str, hv: dict[Any, Any], groups: list[str], at: Loc) -> Node:
+    """A host's node from its merged variables (`at`: where the host is in the file)."""
+    path = src.path
+    fields: dict[str, Any] = {"name": name, "groups": tuple(groups)}
+    conn: dict[str, Any] = {}
+    for k, v in hv.items():
+        if not isinstance(k, str):
             raise InventoryError(
-                _msg(err),
+                f"host variable name {k!r} is not a string",
                 file=path,
-                line=src.line_of(loc),
-                field=f"{name}.{key or err['loc'][0]}",
+                line=src.line_of((*at, k)),
+                field=f"{name}.{k}",
+                hint="quote it, or name it as Ansible does (letters, digits, _)",
+            )
+        if k in _HOST_KEYS:
+            fields[_HOST_KEYS[k]] = v
+        elif k.startswith("gameday_"):
+            raise InventoryError(
+                f"unknown host variable {k!r}; known: {sorted(_HOST_KEYS)}",
+                file=path,
+                line=src.line_of((*at, k)),
+                field=f"{name}.{k}",
                 hint=HINT,
-            ) from None
-    if not nodes:
-        raise InventoryError("the inventory has no hosts", file=path, line=1, hint=HINT)
-    return Inventory(path=path, lab=lab, nodes=tuple(nodes))
+            )
+        else:
+            conn[k] = v
+    fields["connection"] = conn
+    try:
+        return Node.model_validate(fields)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        key = next((hk for hk, f in _HOST_KEYS.items() if err["loc"] and f == err["loc"][0]), None)
+        loc = (*at, key) if key else at
+        raise InventoryError(
+            _msg(err),
+            file=path,
+            line=src.line_of(loc),
+            field=f"{name}.{key or err['loc'][0]}",
+            hint=HINT,
+        ) from None
 
 
 def _msg(err: Any) -> str:
@@ -375,68 +385,77 @@ def _msg(err: Any) -> str:
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-def _walk_group(
-    src: Source,
-    name: str,
-    body: Any,
-    loc: tuple[Any, ...],
-    inherited: dict[str, Any],
-    hosts: dict[str, dict[str, Any]],
-    groups: dict[str, list[str]],
-    host_lines: dict[str, tuple[Any, ...]],
-    chain: tuple[str, ...] = (),
-) -> None:
-    chain = (*chain, name) if name != "all" else chain
-    if body is None:
-        return
-    if not isinstance(body, dict):
-        raise InventoryError(
-            f"group {name!r} must be a mapping of hosts/children/vars",
-            file=src.path,
-            line=src.line_of(loc),
-            field=".".join(map(str, loc)),
-        )
-    for key in body:
-        if key not in ("hosts", "children", "vars"):
+class _Walk:
+    """The hosts of an inventory's groups, walked as Ansible does: each host's variables merged
+    (group vars, children's over parents', the host's own last), the groups it is in, and where
+    it first appears in the file."""
+
+    def __init__(self, src: Source) -> None:
+        self.src = src
+        self.hosts: dict[str, dict[str, Any]] = {}
+        self.groups: dict[str, list[str]] = {}
+        self.host_lines: dict[str, Loc] = {}
+
+    def group(
+        self, name: str, body: Any, loc: Loc, inherited: dict[str, Any], chain: tuple[str, ...] = ()
+    ) -> None:
+        chain = (*chain, name) if name != "all" else chain
+        if body is None:
+            return
+        self._check_group(name, body, loc)
+        gvars = {**inherited, **(body.get("vars") or {})}
+        for host, hv in (body.get("hosts") or {}).items():
+            self._host(host, hv, (*loc, "hosts", host), gvars, chain)
+        for child, cbody in (body.get("children") or {}).items():
+            self.group(child, cbody, (*loc, "children", child), gvars, chain)
+
+    def _check_group(self, name: str, body: Any, loc: Loc) -> None:
+        src = self.src
+        if not isinstance(body, dict):
             raise InventoryError(
-                f"unknown key {key!r} in group {name!r} (Ansible groups have "
-                "hosts, children and vars)",
+                f"group {name!r} must be a mapping of hosts/children/vars",
                 file=src.path,
-                line=src.line_of((*loc, key)),
-                field=".".join(map(str, (*loc, key))),
+                line=src.line_of(loc),
+                field=".".join(map(str, loc)),
             )
-    for key in ("hosts", "children", "vars"):
-        if body.get(key) is not None and not isinstance(body[key], dict):
-            raise InventoryError(
-                f"{key} of group {name!r} must be a mapping",
-                file=src.path,
-                line=src.line_of((*loc, key)),
-                field=".".join(map(str, (*loc, key))),
-                hint=HINT,
-            )
-    gvars = {**inherited, **(body.get("vars") or {})}
-    for host, hv in (body.get("hosts") or {}).items():
+        for key in body:
+            if key not in ("hosts", "children", "vars"):
+                raise InventoryError(
+                    f"unknown key {key!r} in group {name!r} (Ansible groups have "
+                    "hosts, children and vars)",
+                    file=src.path,
+                    line=src.line_of((*loc, key)),
+                    field=".".join(map(str, (*loc, key))),
+                )
+        for key in ("hosts", "children", "vars"):
+            if body.get(key) is not None and not isinstance(body[key], dict):
+                raise InventoryError(
+                    f"{key} of group {name!r} must be a mapping",
+                    file=src.path,
+                    line=src.line_of((*loc, key)),
+                    field=".".join(map(str, (*loc, key))),
+                    hint=HINT,
+                )
+
+    def _host(
+        self, host: Any, hv: Any, loc: Loc, gvars: dict[str, Any], chain: tuple[str, ...]
+    ) -> None:
+        src = self.src
         if not _NAME.match(str(host)):
-            raise InventoryError(
-                f"bad host name {host!r}", file=src.path, line=src.line_of((*loc, "hosts", host))
-            )
+            raise InventoryError(f"bad host name {host!r}", file=src.path, line=src.line_of(loc))
         if hv is not None and not isinstance(hv, dict):
             raise InventoryError(
                 f"host {host!r} must map to its variables",
                 file=src.path,
-                line=src.line_of((*loc, "hosts", host)),
+                line=src.line_of(loc),
             )
-        merged = {**hosts.get(host, {}), **gvars, **(hv or {})}
+        merged = {**self.hosts.get(host, {}), **gvars, **(hv or {})}
         merged.pop("gameday_lab", None)
-        hosts[host] = merged
+        self.hosts[host] = merged
         for g in chain:
-            if g not in groups.setdefault(host, []):
-                groups[host].append(g)
-        host_lines.setdefault(host, (*loc, "hosts", host))
-    for child, cbody in (body.get("children") or {}).items():
-        _walk_group(
-            src, child, cbody, (*loc, "children", child), gvars, hosts, groups, host_lines, chain
-        )
+            if g not in self.groups.setdefault(host, []):
+                self.groups[host].append(g)
+        self.host_lines.setdefault(host, loc)
 
 
 def check_scenario(ls: LoadedScenario, inventory: Inventory) -> None:
@@ -461,7 +480,7 @@ def check_scenario(ls: LoadedScenario, inventory: Inventory) -> None:
         )
 
 
-def _node_refs(obj: Any, loc: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str, bool]]:
+def _node_refs(obj: Any, loc: Loc) -> list[tuple[Loc, str, bool]]:
     """(location, node name, whether a group is allowed) of every node a scenario names."""
     if isinstance(obj, BaseModel):
         refs = []

@@ -99,6 +99,26 @@ def run_suite(
 ) -> SuiteOutcome:
     """Run the scenarios that apply to the lab, on `parallel` isolated instances of it (one:
     in this thread, in order), and write one report."""
+    labs = _open_labs(scenarios, inventory, parallel)
+    run_id = new_run_id()
+    report_dir = reports_root / run_id
+    started = datetime.now(UTC)
+    todo = [ls for ls in scenarios if applies(ls, labs[0])]
+    workers = max(1, min(parallel, len(todo)))  # no lab instance without a scenario for it
+    suite = _Suite(labs, run_id, report_dir, progress, tagged=parallel > 1)
+    ran = suite.run(todo, workers)
+    by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
+    results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
+    result = _run_result(run_id, inventory, started, workers, results)
+    write_reports(result, report_dir)
+    return SuiteOutcome(result, report_dir)
+
+
+def _open_labs(
+    scenarios: list[LoadedScenario], inventory: Inventory, parallel: int
+) -> list[LabDriver]:
+    """The lab's `parallel` instances, once the scenarios fit the lab and no instance has
+    changes an interrupted run left."""
     check_parallel(inventory, parallel)
     for ls in scenarios:
         if inventory.lab.kind in ls.scenario.labs:
@@ -113,65 +133,90 @@ def run_suite(
                 hint=f"gameday cleanup --lab {inventory.path}"
                 + (f" --parallel {parallel}" if parallel > 1 else ""),
             )
-    run_id = new_run_id()
-    report_dir = reports_root / run_id
-    started = datetime.now(UTC)
-    todo = [ls for ls in scenarios if applies(ls, labs[0])]
-    journals: dict[int, journal.Journal] = {}
-    started_here: set[int] = set()
+    return labs
 
-    def setup(k: int) -> None:
-        lab = labs[k]
+
+class _Suite:
+    """One suite run's lab instances (k: which), each with its journal; `tagged`: progress
+    messages name the instance."""
+
+    def __init__(
+        self,
+        labs: list[LabDriver],
+        run_id: str,
+        report_dir: Path,
+        progress: Progress,
+        *,
+        tagged: bool,
+    ) -> None:
+        self.labs = labs
+        self.run_id = run_id
+        self.report_dir = report_dir
+        self.progress = progress
+        self.tagged = tagged
+        self.journals: dict[int, journal.Journal] = {}
+        self.started_here: set[int] = set()
+
+    def run(self, todo: list[LoadedScenario], workers: int) -> list[ScenarioResult]:
+        """The scenarios' results, in order."""
+        if workers == 1:
+            try:
+                self.setup(0)
+                return [self.work(0, ls) for ls in todo]
+            finally:
+                self.teardown(0)
+        ran, errors = run_workers(todo, workers, self.work, self.setup, self.teardown)
+        if errors:
+            raise errors[0]
+        return ran
+
+    def setup(self, k: int) -> None:
+        lab = self.labs[k]
         if not lab.is_up():
-            progress(f"bringing up lab {lab.inventory.lab.name!r}")
+            self.progress(f"bringing up lab {lab.inventory.lab.name!r}")
             lab.up()
-            started_here.add(k)
+            self.started_here.add(k)
             # every node serving; Prometheus's first scrape is waited for only by the scenarios
             # that use it (its discovery takes 5 s of wall time whatever the scale)
             spec = lab.inventory.lab
             wait_all_ready(lab, TimeScale.of(spec).boot_timeout_lab(spec))
-        lab.artifacts_dir = report_dir / "ansible"  # host actions' Ansible events
-        journals[k] = journal.Journal(lab.state_dir, run_id)
+        lab.artifacts_dir = self.report_dir / "ansible"  # host actions' Ansible events
+        self.journals[k] = journal.Journal(lab.state_dir, self.run_id)
 
-    def work(k: int, ls: LoadedScenario) -> ScenarioResult:
+    def work(self, k: int, ls: LoadedScenario) -> ScenarioResult:
         sid = ls.scenario.metadata.id
-        tag = f"{sid}@{labs[k].inventory.lab.name}" if parallel > 1 else sid
+        tag = f"{sid}@{self.labs[k].inventory.lab.name}" if self.tagged else sid
 
         def scoped(message: str) -> None:
-            progress(f"[{tag}] {message}")
+            self.progress(f"[{tag}] {message}")
 
         scoped("starting")
         started_at = datetime.now(UTC)
         try:
-            result = run_scenario(ls, labs[k], journals[k], scoped)
+            result = run_scenario(ls, self.labs[k], self.journals[k], scoped)
         except Exception as exc:  # an error in one scenario is its verdict, not the suite's end
-            result = errored(ls, labs[k], started_at, exc)
+            result = errored(ls, self.labs[k], started_at, exc)
         scoped(result.verdict.value)
         return result
 
-    def teardown(k: int) -> None:
-        lab = labs[k]
-        if k in journals and not journal.open_changes(lab.state_dir):
-            journals[k].close()
-        if k in started_here:
-            progress(f"taking lab {lab.inventory.lab.name!r} down")
+    def teardown(self, k: int) -> None:
+        lab = self.labs[k]
+        if k in self.journals and not journal.open_changes(lab.state_dir):
+            self.journals[k].close()
+        if k in self.started_here:
+            self.progress(f"taking lab {lab.inventory.lab.name!r} down")
             lab.down()
 
-    workers = max(1, min(parallel, len(todo)))  # no lab instance without a scenario for it
-    if workers == 1:
-        try:
-            setup(0)
-            ran = [work(0, ls) for ls in todo]
-        finally:
-            teardown(0)
-    else:
-        ran, errors = run_workers(todo, workers, work, setup, teardown)
-        if errors:
-            raise errors[0]
-    by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
-    results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
+
+def _run_result(
+    run_id: str,
+    inventory: Inventory,
+    started: datetime,
+    workers: int,
+    results: list[ScenarioResult],
+) -> RunResult:
     spec = inventory.lab
-    result = RunResult(
+    return RunResult(
         run_id=run_id,
         gameday_version=__version__,
         started_at=started,
@@ -187,5 +232,3 @@ def run_suite(
         verdict=combine([r.verdict for r in results]),
         scenarios=results,
     )
-    write_reports(result, report_dir)
-    return SuiteOutcome(result, report_dir)

@@ -12,11 +12,11 @@ import httpx
 import yaml
 
 from runner.errors import LabError
-from runner.inventory import Inventory, Role
+from runner.inventory import Inventory, Monitoring, Role
 
 # One client for every look at Prometheus: a new one per call builds a TLS context (the CA
-# bundle read and parsed, ~5 ms of CPU), which the profile of a suite run showed as 2.2 s of the
-# runner's 4 s of CPU when this looked every 50 ms. httpx clients are thread-safe.
+# bundle read and parsed, ~5 ms of CPU), and wait_scraped looks every 50 ms. httpx clients are
+# thread-safe.
 _HTTP = httpx.Client(timeout=1)
 
 
@@ -36,27 +36,9 @@ def write_prometheus(
     Prometheus sees rules.yml (a container mounts `pdir` elsewhere)."""
     mon = inventory.lab.monitoring
     assert mon is not None
-    scale = inventory.lab.time_scale
     pdir.mkdir(parents=True, exist_ok=True)
+    scale = inventory.lab.time_scale
     interval = f"{max(int(mon.scrape_interval_s / scale * 1000), 50)}ms"
-
-    def engine_target(name: str, address: str, port: int) -> str:
-        address = (vllm_hosts or {}).get(name, address)
-        return f"{address}:{port}"
-
-    vllm = [
-        {"targets": [engine_target(n.name, n.address, n.port)], "labels": {"node": n.name}}
-        for n in inventory.nodes
-        if n.role in (Role.SERVING, Role.HEAD)
-    ]
-    exporters = [
-        {
-            "targets": [f"{addresses[n.name][exporter_network]}:{mon.exporter_port}"],
-            "labels": {"node": n.name},
-        }
-        for n in inventory.nodes
-        if addresses.get(n.name, {}).get(exporter_network)
-    ]
     config = {
         "global": {
             "scrape_interval": interval,
@@ -65,11 +47,47 @@ def write_prometheus(
         },
         "rule_files": [rules_path or str(pdir / "rules.yml")],
         "scrape_configs": [
-            {"job_name": "vllm", "static_configs": vllm},
-            {"job_name": "node-exporter", "static_configs": exporters},
+            {"job_name": "vllm", "static_configs": _engines(inventory, vllm_hosts or {})},
+            {
+                "job_name": "node-exporter",
+                "static_configs": _exporters(inventory, mon, exporter_network, addresses),
+            },
         ],
     }
-    rules = {
+    (pdir / "rules.yml").write_text(yaml.safe_dump(_rules(mon, scale), sort_keys=False))
+    tmp = pdir / "prometheus.yml.tmp"
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.replace(pdir / "prometheus.yml")
+    (pdir / "scrape_network").write_text(exporter_network)
+
+
+def _engines(inventory: Inventory, hosts: dict[str, str]) -> list[dict[str, Any]]:
+    """The static configs of job `vllm`: each server's or head's engine, at `hosts`' host for
+    it or else its own address."""
+    return [
+        {"targets": [f"{hosts.get(n.name, n.address)}:{n.port}"], "labels": {"node": n.name}}
+        for n in inventory.nodes
+        if n.role in (Role.SERVING, Role.HEAD)
+    ]
+
+
+def _exporters(
+    inventory: Inventory, mon: Monitoring, network: str, addresses: dict[str, dict[str, str]]
+) -> list[dict[str, Any]]:
+    """The static configs of job `node-exporter`: each node with an address on `network`."""
+    return [
+        {
+            "targets": [f"{addresses[n.name][network]}:{mon.exporter_port}"],
+            "labels": {"node": n.name},
+        }
+        for n in inventory.nodes
+        if addresses.get(n.name, {}).get(network)
+    ]
+
+
+def _rules(mon: Monitoring, scale: float) -> dict[str, Any]:
+    """The seeds' alert rules, their `for:` in lab time."""
+    return {
         "groups": [
             {
                 "name": "gameday-seed-rules",
@@ -90,11 +108,6 @@ def write_prometheus(
             }
         ]
     }
-    (pdir / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
-    tmp = pdir / "prometheus.yml.tmp"
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    tmp.replace(pdir / "prometheus.yml")
-    (pdir / "scrape_network").write_text(exporter_network)
 
 
 def expected_scrape_urls(pdir: Path) -> set[str]:

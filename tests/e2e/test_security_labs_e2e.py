@@ -15,7 +15,7 @@ import pytest
 
 from runner.errors import LabError
 from runner.inventory import load_inventory
-from runner.labs.compose import driver as compose_driver
+from runner.labs.compose import project as compose_project
 from runner.labs.compose.driver import ComposeLab
 from tests.support.cli import ROOT, docker_or_skip, gameday, variant
 
@@ -114,7 +114,7 @@ def test_an_exec_that_hangs_is_a_lab_error(monkeypatch: pytest.MonkeyPatch) -> N
     try:
         lab = ComposeLab(load_inventory(ROOT / "inventories" / "compose.yaml"))
         assert lab._exec(box, ["sleep", "0.1"]) == (0, "")
-        monkeypatch.setattr(compose_driver, "EXEC_TIMEOUT_S", 2, raising=False)
+        monkeypatch.setattr(compose_project, "EXEC_TIMEOUT_S", 2)
         t0 = time.monotonic()
         with pytest.raises(
             LabError, match=r"`sleep 60` in container gameday-exec-.* did not finish"

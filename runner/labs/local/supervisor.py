@@ -13,8 +13,8 @@ Reads STATE_DIR/lab.json, runs every node's engine as a child process and keeps,
   does, and resets its restart count;
 - readiness: GET /health on the node's URL every probe period.
 
-Control API: HTTP over the unix socket STATE_DIR/supervisor.sock. Events are pushed to long-poll
-waiters the moment they happen (no polling on the runner's side).
+Control API (runner.labs.local.control): HTTP over the unix socket STATE_DIR/supervisor.sock.
+Events are pushed to long-poll waiters the moment they happen (no polling on the runner's side).
 """
 
 from __future__ import annotations
@@ -36,13 +36,11 @@ from typing import Any
 import httpx
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
 
 from runner.fsutil import private_dir, write_private
 from runner.labs.base import EventType, ExitInfo, LabEvent
 from runner.labs.common import crash_loop_backoff_s
+from runner.labs.local.control import ControlApi
 
 BACKOFF_RESET_S = 600.0
 PROBE_PERIOD_S = 10.0
@@ -286,37 +284,17 @@ class Supervisor:
                 await asyncio.wait_for(n.wake.wait(), timeout=delay)
 
     async def run_incarnation(self, n: Node) -> int:
+        """Start the node's engine once, copy its output to the incarnation's log, record its
+        exit: its exit code (127: it could not be started)."""
         n.incarnation += 1
         inc = n.incarnation
-        env = {**n.base_env, **n.env}
         log_path = n.dir / f"{inc}.log"
         n.first_output_at = None
         n.ready = False
         started = now()
         t0 = time.monotonic()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *n.command,
-                *n.args,
-                env=env,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            finished = now()
-            log_path.write_text(f"{finished.isoformat()} exec {n.command[0]}: {exc.strerror}\n")
-            n.last_exit = {
-                "incarnation": inc,
-                "code": 127,
-                "started_at": started.isoformat(),
-                "first_output_at": None,
-                "finished_at": finished.isoformat(),
-                "ran_s": 0.0,
-                "generation": n.generation,
-                "stopped": False,
-            }
-            await self.emit(n.name, EventType.EXITED, **exited(n.last_exit))
+        proc = await self.spawn(n, log_path, started)
+        if proc is None:
             return 127
         n.proc = proc
         n.started_at = started
@@ -326,14 +304,7 @@ class Supervisor:
             n.name, EventType.STARTED, incarnation=inc, pid=proc.pid, generation=n.generation
         )
         probe = asyncio.create_task(self.probe_loop(n, inc))
-        assert proc.stdout is not None
-        with log_path.open("w", buffering=1) as out:
-            async for raw in read_lines(proc.stdout):
-                ts = now()
-                if n.first_output_at is None:
-                    n.first_output_at = ts
-                    await self.emit(n.name, EventType.FIRST_OUTPUT, incarnation=inc)
-                out.write(f"{ts.isoformat()} {raw.decode(errors='replace').rstrip()}\n")
+        await self.copy_output(n, inc, proc, log_path)
         rc = await proc.wait()
         finished = now()
         probe.cancel()
@@ -354,6 +325,49 @@ class Supervisor:
         n.reason = "Completed" if code == 0 else "Error"
         await self.emit(n.name, EventType.EXITED, **exited(n.last_exit))
         return code
+
+    async def spawn(
+        self, n: Node, log_path: Path, started: datetime
+    ) -> asyncio.subprocess.Process | None:
+        """The engine's process; None when it cannot be started (recorded as an exit 127)."""
+        try:
+            return await asyncio.create_subprocess_exec(
+                *n.command,
+                *n.args,
+                env={**n.base_env, **n.env},
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            finished = now()
+            log_path.write_text(f"{finished.isoformat()} exec {n.command[0]}: {exc.strerror}\n")
+            n.last_exit = {
+                "incarnation": n.incarnation,
+                "code": 127,
+                "started_at": started.isoformat(),
+                "first_output_at": None,
+                "finished_at": finished.isoformat(),
+                "ran_s": 0.0,
+                "generation": n.generation,
+                "stopped": False,
+            }
+            await self.emit(n.name, EventType.EXITED, **exited(n.last_exit))
+            return None
+
+    async def copy_output(
+        self, n: Node, inc: int, proc: asyncio.subprocess.Process, log_path: Path
+    ) -> None:
+        """The engine's output into its log, each line stamped with when it was read; the
+        first line is the incarnation's first output."""
+        assert proc.stdout is not None
+        with log_path.open("w", buffering=1) as out:
+            async for raw in read_lines(proc.stdout):
+                ts = now()
+                if n.first_output_at is None:
+                    n.first_output_at = ts
+                    await self.emit(n.name, EventType.FIRST_OUTPUT, incarnation=inc)
+                out.write(f"{ts.isoformat()} {raw.decode(errors='replace').rstrip()}\n")
 
     async def probe_loop(self, n: Node, inc: int) -> None:
         if not n.http_health:  # a headless worker serves no HTTP: ready once it has started
@@ -398,118 +412,7 @@ class Supervisor:
     # ---- API --------------------------------------------------------------------------------
 
     def app(self) -> Starlette:
-        async def status(_: Request) -> Response:
-            return JSONResponse(
-                {
-                    "pid": os.getpid(),
-                    "scale": self.scale,
-                    "last_seq": len(self.events),
-                    "nodes": {k: n.snapshot() for k, n in self.nodes.items()},
-                    "aux": {
-                        owner: {k: a.snapshot() for k, a in procs.items()}
-                        for owner, procs in self.aux.items()
-                    },
-                }
-            )
-
-        async def config(request: Request) -> Response:
-            n = self.nodes[request.path_params["node"]]
-            if request.method == "PUT":
-                body = await request.json()
-                await self.stop(n)
-                n.args = list(body["args"])
-                n.env = dict(body["env"])
-                n.generation += 1
-                n.restarts = 0
-                await self.emit(n.name, EventType.APPLIED, generation=n.generation)
-                self.start_loop(n)
-            return JSONResponse({"args": n.args, "env": n.env})
-
-        async def restart(request: Request) -> Response:
-            body = await request.json()
-            nodes = [self.nodes[x] for x in body["nodes"]]
-            await asyncio.gather(*(self.stop(n) for n in nodes))
-            for n in nodes:
-                n.generation += 1
-                n.restarts = 0
-            for n in nodes:
-                self.start_loop(n)
-            return JSONResponse({"restarted": [n.name for n in nodes]})
-
-        async def aux(request: Request) -> Response:
-            owner = request.path_params["node"]
-            if owner not in self.aux:
-                return JSONResponse({"error": f"no node {owner}"}, status_code=404)
-            if request.method == "POST":  # start (or replace) an aux process
-                body = await request.json()
-                old = self.aux[owner].get(body["name"])
-                if old is not None:
-                    await old.stop()
-                a = self.add_aux(owner, body)
-                a.start()
-                await asyncio.sleep(0)
-                await self.emit_lab(owner, EventType.AUX_STARTED, name=a.name)
-                return JSONResponse(a.snapshot())
-            if request.method == "DELETE":
-                name = request.query_params["name"]
-                gone = self.aux[owner].pop(name, None)
-                if gone is not None:
-                    await gone.stop()
-                    await self.emit_lab(owner, EventType.AUX_STOPPED, name=name)
-                return JSONResponse({"stopped": gone is not None})
-            return JSONResponse({k: a.snapshot() for k, a in self.aux[owner].items()})
-
-        async def signal_node(request: Request) -> Response:
-            n = self.nodes[request.path_params["node"]]
-            body = await request.json()
-            proc = n.proc
-            if proc is None or proc.returncode is not None:
-                return JSONResponse({"error": "node not running"}, status_code=409)
-            pid = proc.pid
-            if body.get("process") == "engine_core":
-                kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                if not kids:
-                    return JSONResponse({"error": "no engine-core process"}, status_code=409)
-                pid = int(kids[0])
-            os.kill(pid, getattr(signal, "SIG" + body["signal"]))
-            return JSONResponse({"pid": pid})
-
-        async def logs(request: Request) -> Response:
-            n = self.nodes[request.path_params["node"]]
-            inc = int(request.query_params.get("incarnation", n.incarnation))
-            f = n.dir / f"{inc}.log"
-            return PlainTextResponse(f.read_text() if f.exists() else "")
-
-        async def events(request: Request) -> Response:
-            since = int(request.query_params.get("since", 0))
-            timeout = float(request.query_params.get("timeout", 0))
-            async with self.cond:
-                if len(self.events) <= since and timeout > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(
-                            self.cond.wait_for(lambda: len(self.events) > since), timeout
-                        )
-            return JSONResponse(self.events[since:])
-
-        async def shutdown(_: Request) -> Response:
-            await asyncio.gather(*(self.stop(n) for n in self.nodes.values()))
-            await self.stop_aux()
-            if self.server is not None:
-                self.server.should_exit = True
-            return JSONResponse({"stopped": list(self.nodes)})
-
-        return Starlette(
-            routes=[
-                Route("/status", status),
-                Route("/nodes/{node}/config", config, methods=["GET", "PUT"]),
-                Route("/restart", restart, methods=["POST"]),
-                Route("/nodes/{node}/logs", logs),
-                Route("/nodes/{node}/aux", aux, methods=["GET", "POST", "DELETE"]),
-                Route("/nodes/{node}/signal", signal_node, methods=["POST"]),
-                Route("/events", events),
-                Route("/shutdown", shutdown, methods=["POST"]),
-            ]
-        )
+        return ControlApi(self).app()
 
     async def main(self) -> None:
         sock = self.dir / "supervisor.sock"

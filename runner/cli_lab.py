@@ -1,0 +1,122 @@
+"""`gameday lab`: bring a lab up or down, build its image, print its manifests, show its
+state. A thin layer over runner.labs, like the rest of runner.cli."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from runner import output
+from runner.cli_options import handled, lab_option
+from runner.errors import InputError, LabError
+from runner.inventory import load_inventory
+from runner.labs import open_lab, wait_all_ready
+from runner.timing import TimeScale
+
+
+@click.group()
+def lab() -> None:
+    """Bring a lab up or down, or show its state."""
+
+
+@lab.command("up")
+@lab_option
+@handled
+def lab_up(lab_path: Path) -> None:
+    """Start the lab and wait until every node serves."""
+    inventory = load_inventory(lab_path)
+    driver = open_lab(inventory)
+    was_up = driver.is_up()
+    driver.up()
+    try:
+        spec = inventory.lab
+        states = wait_all_ready(driver, TimeScale.of(spec).boot_timeout_lab(spec))
+        driver.monitoring_ready(60)
+    except LabError:
+        if not was_up:  # a lab that cannot come up is not left half-up
+            driver.down()
+        raise
+    output.message(
+        f"lab {inventory.lab.name!r} is up: " + ", ".join(f"{n} {driver.url(n)}" for n in states)
+    )
+
+
+@lab.command("build")
+@lab_option
+@click.option("--force", is_flag=True, help="Rebuild even when the cached image matches.")
+@handled
+def lab_build(lab_path: Path, force: bool) -> None:
+    """Build the compose lab's image (offline-capable; cached by its inputs)."""
+    from runner.labs.compose.build import build
+    from runner.scenario import LabKind
+
+    inventory = load_inventory(lab_path)
+    if inventory.lab.kind is not LabKind.COMPOSE or inventory.lab.compose is None:
+        raise InputError(
+            f"lab {inventory.lab.name!r} is a {inventory.lab.kind.value} lab: it has no images",
+            file=lab_path,
+            hint="gameday lab build --lab inventories/compose.yaml",
+        )
+    result = build(inventory.lab.compose, output.message, force=force)
+    what = "built" if result.built else "cached (inputs unchanged)"
+    output.message(
+        f"image {result.image} = {result.tag}: {what} in {result.seconds:.1f} s "
+        f"(base {result.base})"
+    )
+
+
+@lab.command("manifests")
+@lab_option
+@handled
+def lab_manifests(lab_path: Path) -> None:
+    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them)."""
+    import yaml
+
+    from runner.labs.kubernetes.manifests import all_manifests
+    from runner.scenario import LabKind
+
+    inventory = load_inventory(lab_path)
+    if inventory.lab.kind is not LabKind.KUBERNETES:
+        raise InputError(
+            f"lab {inventory.lab.name!r} is a {inventory.lab.kind.value} lab: it has no "
+            "Kubernetes manifests",
+            file=lab_path,
+            hint="gameday lab manifests --lab inventories/eks.yaml",
+        )
+    text = yaml.safe_dump_all(all_manifests(inventory), sort_keys=False)
+    output.out.print(f"# gameday lab manifests --lab {lab_path}\n" + text, markup=False, end="")
+
+
+@lab.command("down")
+@lab_option
+@handled
+def lab_down(lab_path: Path) -> None:
+    """Stop the lab's nodes and its supervisor."""
+    inventory = load_inventory(lab_path)
+    open_lab(inventory).down()
+    output.message(f"lab {inventory.lab.name!r} is down")
+
+
+@lab.command("status")
+@lab_option
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def lab_status(lab_path: Path, as_json: bool) -> None:
+    """Show each node's state. Exit 3 when the lab is not up."""
+    inventory = load_inventory(lab_path)
+    driver = open_lab(inventory)
+    if not driver.is_up():
+        raise LabError(
+            f"lab {inventory.lab.name!r} is not up", hint=f"gameday lab up --lab {lab_path}"
+        )
+    states = driver.states()
+    if as_json:
+        output.json_out({n: s.model_dump(mode="json") for n, s in states.items()})
+        return
+    for n, s in states.items():
+        last = f", last exit {s.last_exit.code}" if s.last_exit else ""
+        output.out.print(
+            f"{n:<12} {s.status.value:<14} ready={s.ready!s:<5} "
+            f"restarts={s.restarts}{last}  {driver.url(n)}"
+        )
