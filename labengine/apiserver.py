@@ -208,6 +208,8 @@ def _run_headless(s: CoreSettings, log: VllmLog) -> int:
             f"address tcp://{s.master_addr}:{s.master_port} for torch.distributed "
             "process group.",
         )
+        # the worker's name before the process's: once `ps` shows it, its lines carry it too
+        log.rebind(core.worker_name(s))
         _set_comm(s.process_name)
         return core.run_worker(s, log)
     finally:

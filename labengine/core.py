@@ -401,6 +401,11 @@ def heartbeat_line(rank: int) -> str:
     )
 
 
+def worker_name(s: CoreSettings) -> str:
+    """How vLLM's log names a headless node's worker process."""
+    return f"Worker_TP{s.node_rank}"
+
+
 def run_worker(s: CoreSettings, log: VllmLog) -> int:
     """A headless node's worker: join rank 0's store, answer every collective, and when rank 0
     goes away block forever (vLLM prints nothing) while PyTorch's heartbeat monitor complains
@@ -409,7 +414,7 @@ def run_worker(s: CoreSettings, log: VllmLog) -> int:
 
     scale = s.time_scale
     shared = SharedGpu.from_env(s.gpus.gpu, s.env)
-    log.rebind(f"Worker_TP{s.node_rank}")
+    log.rebind(worker_name(s))
     while True:
         try:
             peer = socket.create_connection((s.master_addr, s.master_port), timeout=5)

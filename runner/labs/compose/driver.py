@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from runner.errors import LabError, LabNotUp
-from runner.inventory import ComposeSpec, Inventory, Node
+from runner.inventory import ComposeSpec, Inventory
 from runner.labs import common
 from runner.labs.base import (
     Change,
@@ -58,7 +58,6 @@ from runner.labs.compose.configs import ConfigFiles, config_of
 from runner.labs.compose.hosts import NodeHosts
 from runner.labs.compose.project import LABEL, compose_command
 from runner.labs.compose.watch import DockerWatch
-from runner.labs.events import Incarnation
 from runner.labs.monitoring import write_prometheus
 from runner.scenario import LabKind
 
@@ -460,28 +459,3 @@ class ComposeLab(LabDriver):
         moved = common.moved_addresses(configured_addresses(self.inventory), self.hosts.addresses())
         scrape = common.scrape_drift(self.inventory, self._scrape_network())
         return common.leftovers(self, [*strays, *moved, *scrape])
-
-    # ---- the watch's and the config files' records, by the names the unit tests use ----------
-
-    @property
-    def _incs(self) -> dict[str, list[Incarnation]]:
-        return self.watch.incs
-
-    @property
-    def _stopping(self) -> dict[str, float]:
-        return self.watch.stopping
-
-    def _current(self, node: str) -> Incarnation | None:
-        return self.watch.current(node)
-
-    def _on_start(self, node: Node, cid: str, ts: datetime) -> None:
-        self.watch.on_start(node, cid, ts)
-
-    def _on_die(self, node: Node, cid: str, attrs: dict[str, str], ts: datetime) -> None:
-        self.watch.on_die(node, cid, attrs, ts)
-
-    def _generation(self, node: str) -> int:
-        return self.files.generation(node)
-
-    def _bump_generation(self, nodes: Sequence[str]) -> None:
-        self.files.bump_generation(nodes)

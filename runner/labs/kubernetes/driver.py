@@ -268,24 +268,6 @@ class KubernetesLab(LabDriver):
         self._require_lab_namespace()
         self.pods.sync(WATCH_TIMEOUT_S)
 
-    def _watch_loop(self, rv: str) -> None:
-        """The pod watch from resourceVersion `rv`, until the lab closes it."""
-        self.pods.loop(rv, WATCH_TIMEOUT_S)
-
-    @property
-    def _stop(self) -> Any:
-        """Set: the pod watch ends."""
-        return self.pods.stop
-
-    # ---- the API, by the names the tests use --------------------------------------------------
-
-    @property
-    def core(self) -> Any:
-        return self.kube.core
-
-    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return self.kube.call(what, fn, *args, **kwargs)
-
     # ---- observation -------------------------------------------------------------------------
 
     def states(self) -> dict[str, NodeState]:

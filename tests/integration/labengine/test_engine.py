@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 
@@ -57,6 +59,7 @@ def serve_traceback(frames: int, *final: str) -> list[str]:
 
 
 VLLM = "/usr/local/lib/python3.12/dist-packages/vllm"
+HEADLESS_COMM = "VLLM::Worker_TP1"  # what `ps` shows for rank 1 of a group
 PYDANTIC_TAIL = "    For further information visit https://errors.pydantic.dev/2.12/v/value_error"
 
 
@@ -269,7 +272,7 @@ def test_fail_on_environ_validation() -> None:
     assert logged(p.stdout)[-len(expected) :] == expected
 
 
-def sigterm_once(logged: str, *args: str) -> tuple[int, str]:
+def sigterm_once(logged: str, *args: str, comm: str | None = None) -> tuple[int, str]:
     """Start `vllm-lab serve ARGS` in a 2-node group, SIGTERM it once it has logged `logged`;
     its exit code and everything it printed."""
     group = ["Qwen/Qwen2.5-14B-Instruct-AWQ", "--tensor-parallel-size", "2", "--nnodes", "2",
@@ -289,6 +292,11 @@ def sigterm_once(logged: str, *args: str) -> tuple[int, str]:
             line = proc.stdout.readline()
             assert line, f"{logged!r} never logged: {seen[-2000:]}"
             seen += line
+        if comm is not None:  # the line is logged before the process takes its name
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{proc.pid}/comm").read_text().strip() != comm[:15]:
+                assert time.monotonic() < deadline, f"the process never took the name {comm!r}"
+                time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=5)
     finally:
@@ -314,6 +322,8 @@ def test_sigterm_while_a_head_waits_for_its_group() -> None:
 
 def test_sigterm_ends_a_headless_node() -> None:
     """vLLM's run_headless: a signal ends the node with SystemExit, and it says so."""
-    code, out = sigterm_once("headless multiproc executor", "--node-rank", "1", "--headless")
+    code, out = sigterm_once(
+        "headless multiproc executor", "--node-rank", "1", "--headless", comm=HEADLESS_COMM
+    )
     assert code == 0
     assert logged(out)[-1] == "(Worker_TP1) INFO [api_server.py:153] Shutting down."

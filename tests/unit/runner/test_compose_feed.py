@@ -79,10 +79,10 @@ def test_a_restart_seen_late_is_its_own_incarnation(lab: ComposeLab) -> None:
     # the container started at 1.0, exited at 1.5 and was restarted at 1.6 by its policy before
     # the lab handled the first start event
     b.finished, b.started, b.restarts = 1.5, 1.6, 1
-    lab._on_start(node, "b", at(1.01))
-    lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
-    lab._on_start(node, "b", at(1.61))
-    incs = lab._incs["serving"]
+    lab.watch.on_start(node, "b", at(1.01))
+    lab.watch.on_die(node, "b", {"exitCode": "1"}, at(1.5))
+    lab.watch.on_start(node, "b", at(1.61))
+    incs = lab.watch.incs["serving"]
     assert [i.number for i in incs] == [1, 2]
     assert incs[0].started_at == at(1.01) and incs[0].finished_at == at(1.5)
     assert incs[1].started_at == at(1.6)
@@ -94,20 +94,20 @@ def test_an_exit_of_a_container_the_lab_is_replacing_is_the_labs_own(lab: Compos
     docker: FakeDocker = lab._client
     node = lab.inventory.node("serving")
     b = docker.by_id["b"] = FakeContainer("b", started=1.0)
-    lab._on_start(node, "b", at(1.0))
+    lab.watch.on_start(node, "b", at(1.0))
     b.running, b.finished = False, 1.5
-    lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
+    lab.watch.on_die(node, "b", {"exitCode": "1"}, at(1.5))
     seq = len(lab.feed.events)
     # the re-apply begins (as _reapply marks it) before the restart at 1.6 reaches the lab
-    lab._stopping["b"] = math.inf
+    lab.watch.stopping["b"] = math.inf
     b.running, b.started, b.restarts = True, 1.6, 1
-    lab._on_start(node, "b", at(1.6))
+    lab.watch.on_start(node, "b", at(1.6))
     b.running, b.finished = False, 1.8
-    lab._on_die(node, "b", {"exitCode": "137"}, at(1.8))
+    lab.watch.on_die(node, "b", {"exitCode": "137"}, at(1.8))
     c = docker.by_id["c"] = FakeContainer("c", started=2.0)
-    lab._on_start(node, "c", at(2.0))
+    lab.watch.on_start(node, "c", at(2.0))
     c.running, c.finished = False, 2.5
-    lab._on_die(node, "c", {"exitCode": "1"}, at(2.5))
+    lab.watch.on_die(node, "c", {"exitCode": "1"}, at(2.5))
     failure = first_exit(lab.feed.events[seq:])
     assert failure is not None
     assert (failure.incarnation, failure.code) == (3, 1)
@@ -120,14 +120,14 @@ def test_a_restart_by_the_lab_ends_the_stop_window(lab: ComposeLab) -> None:
     docker: FakeDocker = lab._client
     node = lab.inventory.node("serving")
     b = docker.by_id["b"] = FakeContainer("b", started=1.0)
-    lab._on_start(node, "b", at(1.0))
-    lab._stopping["b"] = at(1.2).timestamp()  # the lab's stop returned at 1.2
+    lab.watch.on_start(node, "b", at(1.0))
+    lab.watch.stopping["b"] = at(1.2).timestamp()  # the lab's stop returned at 1.2
     b.running, b.finished = False, 1.1
-    lab._on_die(node, "b", {"exitCode": "0"}, at(1.1))
+    lab.watch.on_die(node, "b", {"exitCode": "0"}, at(1.1))
     b.running, b.started = True, 1.3
-    lab._on_start(node, "b", at(1.3))
+    lab.watch.on_start(node, "b", at(1.3))
     b.running, b.finished = False, 1.9
-    lab._on_die(node, "b", {"exitCode": "1"}, at(1.9))
+    lab.watch.on_die(node, "b", {"exitCode": "1"}, at(1.9))
     exits = [e for e in lab.feed.events if e.type is EventType.EXITED]
     assert [e.stopped for e in exits] == [True, False]
 
@@ -138,7 +138,7 @@ def test_a_replayed_exit_from_before_the_known_start_is_ignored(lab: ComposeLab)
     docker: FakeDocker = lab._client
     node = lab.inventory.node("serving")
     docker.by_id["b"] = FakeContainer("b", started=2.0)
-    lab._on_start(node, "b", at(2.0))
-    lab._on_die(node, "b", {"exitCode": "1"}, at(1.5))
-    assert lab._incs["serving"][-1].finished_at is None
+    lab.watch.on_start(node, "b", at(2.0))
+    lab.watch.on_die(node, "b", {"exitCode": "1"}, at(1.5))
+    assert lab.watch.incs["serving"][-1].finished_at is None
     assert not [e for e in lab.feed.events if e.type is EventType.EXITED]

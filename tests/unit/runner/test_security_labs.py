@@ -163,7 +163,7 @@ def silent_kube(tmp_path: Path) -> Any:
     inv.write_text(text)
     lab = KubernetesLab(load_inventory(inv))
     yield srv, lab
-    lab._stop.set()
+    lab.pods.stop.set()
     srv.close()
 
 
@@ -176,16 +176,11 @@ def test_a_watch_that_never_answers_ends_in_a_lab_error(silent_kube: Any) -> Non
     assert time.monotonic() - t0 < 15  # the watch's read timeout: 2 s + request_timeout_s
 
 
-def test_the_pod_watch_is_reopened_when_the_server_stops_answering(
-    silent_kube: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_pod_watch_is_reopened_when_the_server_stops_answering(silent_kube: Any) -> None:
     import threading
 
-    from runner.labs.kubernetes import driver as kube_driver
-
     srv, lab = silent_kube
-    monkeypatch.setattr(kube_driver, "WATCH_TIMEOUT_S", 1)
-    threading.Thread(target=lab._watch_loop, args=("5",), daemon=True).start()
+    threading.Thread(target=lab.pods.loop, args=("5", 1), daemon=True).start()
     deadline = time.monotonic() + 15
     while srv.watches < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -196,5 +191,5 @@ def test_an_api_call_that_never_answers_is_a_lab_error(silent_kube: Any) -> None
     _srv, lab = silent_kube
     t0 = time.monotonic()
     with pytest.raises(LabError, match="not reachable"):
-        lab.call("watch pods", lab.core.list_namespaced_pod, "gameday-lab", watch=True)
+        lab.kube.call("watch pods", lab.kube.core.list_namespaced_pod, "gameday-lab", watch=True)
     assert time.monotonic() - t0 < 10

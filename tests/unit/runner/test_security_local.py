@@ -45,7 +45,6 @@ def test_compose_override_and_configs_are_owner_only(
     # what re-applying a config writes, short of recreating the container
     monkeypatch.setattr(lab, "compose", lambda *a, **k: "")
     monkeypatch.setattr(lab, "engine", no_container)
-    monkeypatch.setattr(lab, "_current", lambda node: None)
     lab._reapply("serving", changed)
     for name in ("compose.override.yaml", "configs.json", "generations.json"):
         path = lab.state_dir / name
@@ -99,7 +98,7 @@ def test_generations_survive_an_interrupted_write(
 ) -> None:
     lab = ComposeLab(compose_inventory(tmp_path, monkeypatch))
     lab.state_dir.mkdir(parents=True)
-    lab._bump_generation(["serving"])
+    lab.files.bump_generation(["serving"])
     before = (lab.state_dir / "generations.json").read_text()
 
     def crash(*_: object) -> None:
@@ -107,9 +106,9 @@ def test_generations_survive_an_interrupted_write(
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="mid-write"):
-        lab._bump_generation(["serving"])
+        lab.files.bump_generation(["serving"])
     assert (lab.state_dir / "generations.json").read_text() == before
-    assert lab._generation("serving") == 2
+    assert lab.files.generation("serving") == 2
 
 
 def test_journal_directory_is_fsynced_once_the_journal_exists(
