@@ -60,9 +60,9 @@ def line_time(text: str, zone: tzinfo, year: int) -> tuple[datetime, bool] | Non
         local = datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}").replace(
             microsecond=_frac(m.group(3))
         )
-    elif m := _SYSLOG.match(text):
+    elif (m := _SYSLOG.match(text)) and m.group(1) in _MONTHS:  # "Foo 19 ..." is no stamp
         hh, mm, ss = map(int, m.group(3).split(":"))
-        local = datetime(year, _MONTHS.get(m.group(1), 1), int(m.group(2)), hh, mm, ss)
+        local = datetime(year, _MONTHS[m.group(1)], int(m.group(2)), hh, mm, ss)
     elif m := _VLLM.match(text):
         hh, mm, ss = map(int, m.group(3).split(":"))
         local = datetime(year, int(m.group(1)), int(m.group(2)), hh, mm, ss)
