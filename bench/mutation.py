@@ -57,7 +57,21 @@ class Equivalent:
     reason: str
 
 
-EQUIVALENT: list[Equivalent] = []
+EQUIVALENT: list[Equivalent] = [
+    Equivalent(
+        "runner/journal.py",
+        'torn = f.read(1) != b"\\n"',
+        "1 -> 2",
+        "the read starts at the file's last byte, so asking for two bytes still returns one",
+    ),
+    Equivalent(
+        "runner/journal.py",
+        '"change": change.model_dump(mode="json"),',
+        "'json' -> 'XXjsonXX'",
+        "pydantic reads any other mode as 'python', and a Change holds only str enums, strings, "
+        "tuples, dicts, bools and None, which json.dumps writes the same in either mode",
+    ),
+]
 
 _COMPARE: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE,

@@ -4,13 +4,14 @@ records of older versions."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from runner.errors import LabError
 from runner import journal as journal_module
+from runner.errors import LabError
 from runner.journal import Journal, OpenChange, close_journals, mark_undone, open_changes
 from runner.labs.base import Change, ChangeKind, NodeConfig, ProcessState, Value
 
@@ -58,8 +59,53 @@ def test_unreadable_record_is_one_message(tmp_path: Path) -> None:
     (tmp_path / "journal").mkdir()
     bad = {**OLD, "change": {"kind": "teleport", "node": "n", "before": {}, "after": {}}}
     (tmp_path / "journal" / "r2.jsonl").write_text(json.dumps(bad) + "\n")
-    with pytest.raises(LabError, match=r"r2\.jsonl: journal record 1 cannot be read"):
+    with pytest.raises(LabError) as err:
         open_changes(tmp_path)
+    assert err.value.message == (
+        f"{tmp_path}/journal/r2.jsonl: journal record 1 cannot be read by this version of gameday "
+        "(3 problem(s), first: Input should be 'node_config', 'process', 'address' or "
+        "'scrape_targets')"
+    )
+    assert err.value.hint == "check the lab by hand, then move the journal file out of the way"
+
+
+@pytest.mark.parametrize(
+    ("change", "problems"),
+    [
+        # a state tagged with its type is read as that type, never guessed over
+        (
+            {
+                "kind": "node_config",
+                "node": "n",
+                "before": {"type": "value", "args": ["m"], "env": {}},
+                "after": {"type": "value", "value": "x"},
+            },
+            "3 problem(s), first: Field required",
+        ),
+        (
+            {"kind": "process", "node": "n", "after": {"running": True}},
+            "1 problem(s), first: Field required",
+        ),
+    ],
+)
+def test_records_that_cannot_be_read(
+    tmp_path: Path, change: dict[str, object], problems: str
+) -> None:
+    (tmp_path / "journal").mkdir()
+    (tmp_path / "journal" / "r4.jsonl").write_text(json.dumps({**OLD, "change": change}) + "\n")
+    with pytest.raises(LabError) as err:
+        open_changes(tmp_path)
+    assert err.value.message.endswith(f"cannot be read by this version of gameday ({problems})")
+
+
+def test_a_record_without_scenario(tmp_path: Path) -> None:
+    (tmp_path / "journal").mkdir()
+    rec = {k: v for k, v in OLD.items() if k != "scenario"}
+    (tmp_path / "journal" / "r5.jsonl").write_text(json.dumps(rec) + "\n")
+    [item] = open_changes(tmp_path)
+    assert (item.seq, item.scenario) == (1, "")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.seq = 2  # type: ignore[misc]
 
 
 def node_change(before: str, after: str) -> Change:
