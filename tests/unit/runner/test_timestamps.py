@@ -3,6 +3,7 @@ memory errors land 9 hours after the crash; on one UTC clock they are 18 hours b
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -197,17 +198,34 @@ def test_merge_carries_times_and_zones() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "line"),
+    ("text", "year", "line"),
     [
-        ("2026-04-19 10:00:00 ok\n2026-13-45 10:00:00 bad\n", 2),
-        ("ok\nFeb 31 10:00:00 h x\n", 2),
-        ("2026-04-19T25:00:00Z x\n", 1),
-        ("x\ny\n04-00 10:00:00\nINFO 02-30 10:00:00 z\n", 4),
+        ("2026-04-19 10:00:00 ok\n2026-13-45 10:00:00 bad\n", 2026, 2),
+        ("ok\nFeb 31 10:00:00 h x\n", 2026, 2),
+        ("2026-04-19T25:00:00Z x\n", 2026, 1),
+        ("x\ny\n04-00 10:00:00\nINFO 02-30 10:00:00 z\n", 2026, 4),
+        ("Jan  1 00:00:00 h x\n", 1, 1),  # in KST, before the first UTC time there is
     ],
 )
-def test_a_stamp_that_is_no_date(text: str, line: int) -> None:
+def test_a_stamp_that_is_no_date(text: str, year: int, line: int) -> None:
     with pytest.raises(InputError) as err:
-        merge([("host.log", text, UTC, 2026)])
+        merge([("host.log", text, KST, year)])
     assert (err.value.file, err.value.line) == ("host.log", line)
     assert str(err.value).startswith(f"host.log:{line}: time stamp that is no time: ")
     assert err.value.hint == "fix or remove the line, or give the right --year"
+
+
+def test_a_stamp_that_is_no_date_quotes_the_line_start() -> None:
+    line = "2026-13-45 10:00:00 " + "x" * 80
+    with pytest.raises(InputError) as err:
+        merge([("h", line, UTC, 2026)])
+    assert err.value.message == (  # the first 60 characters: the stamp and 40 x
+        "h:1: time stamp that is no time: month must be in 1..12 "
+        f"('2026-13-45 10:00:00 {'x' * 40}')"
+    )
+
+
+def test_stamped_is_frozen() -> None:
+    [s] = merge([("h", "2026-04-19T01:59:50Z x", UTC, 2026)])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.text = "y"  # type: ignore[misc]
