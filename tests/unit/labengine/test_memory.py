@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -165,6 +167,7 @@ def test_plan_small_numbers() -> None:
         (360, 1, 0, 0, False),  # nothing available
         (300, 1, -30, 0, False),  # less than nothing: no blocks, not a negative count
         (360, 0, 0, 0, False),  # nothing available fits nothing, not even a zero length
+        (362, 0, 1, 0, True),  # a zero length needs no block: one byte is enough
     ],
 )
 def test_block_boundaries(
@@ -229,3 +232,8 @@ def test_estimate_against_brute_force(
 )
 def test_estimate_edges(era: Era, available: int, max_model_len: int, expected: int) -> None:
     assert memory.estimate_max_model_len(era, available, 96, max_model_len) == expected
+
+
+def test_plan_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        small_plan().num_blocks = 4  # type: ignore[misc]

@@ -26,6 +26,8 @@ SECRET = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
         ("HF_TOKEN='abc def' next", f"HF_TOKEN='{MASK}' next"),
         ('HF_TOKEN="abc def', f'HF_TOKEN="{MASK}'),
         ('HF_TOKEN="', f'HF_TOKEN="{MASK}'),
+        ('HF_TOKEN="" x', f'HF_TOKEN="{MASK}" x'),
+        ("HF_TOKEN=abc", "HF_TOKEN=<redacted>"),  # the mask itself
         ('{"api_key": "abc", "model": "m"}', f'{{"api_key": "{MASK}", "model": "m"}}'),
         (
             "non-default args: {'model': 'm', 'api_key': 's3cr3t'}",
@@ -76,6 +78,7 @@ def test_redact_text(text: str, expected: str) -> None:
         ("key", True),
         ("api-key", True),
         ("num_tokens_secret", True),
+        ("max_tokenskey", True),  # what remains once a count is taken out is judged alone
         ("HF_HOME", False),
         ("max_tokens", False),
         ("tokenizer", False),

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -194,3 +195,11 @@ def test_edit_args() -> None:
         "--max-model-len",
         "8",
     ]
+
+
+def test_results_are_frozen() -> None:
+    r = match(lines("a"), [Pattern(regex="a")])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.absent = []  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.in_order[0].matched = False  # type: ignore[misc]

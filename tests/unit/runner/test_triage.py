@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,18 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         text=True,
     )
     assert none.returncode == 1 and "no known failure" in none.stdout
+
+
+def test_an_empty_line_can_be_the_match(tmp_path: Path) -> None:
+    ls = edited_kv(
+        tmp_path,
+        ("        identifies: true\n", ""),
+        (
+            "      - regex: 'EngineCore failed to start'\n",
+            "      - regex: '^$'\n        identifies: true\n",
+        ),
+    )
+    [f] = triage("x\n\ny", [ls])
+    assert f.matched == [(1, "")]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.fixes = []  # type: ignore[misc]
