@@ -1,6 +1,6 @@
 """gameday mutation check: do the unit tests of the pure-logic modules fail when the code is wrong?
 
-    python bench/mutation.py [--module runner/timing.py ...] [--workers 2] [--write bench/MUTATION.md]
+    python bench/mutation.py [--module runner/timing.py ...] [--workers 2] [--write FILE] [--list]
 
 Each mutant changes one thing in one module: a comparison (`<` <-> `<=`, `==` <-> `!=`, `in` <->
 `not in`, `is` <-> `is not`), an arithmetic or bitwise operator (`+` <-> `-`, `*` <-> `/`, `//`
@@ -146,7 +146,7 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _mutated_constant(value: object) -> object | None:
+def _mutated_constant(value: object) -> bool | int | float | str | None:
     if isinstance(value, bool):
         return not value
     if isinstance(value, int | float):
@@ -197,9 +197,9 @@ def _candidates(node: ast.AST) -> Iterator[tuple[str, int, str]]:
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not | ast.USub):
         yield "unary", 0, "`not` dropped" if isinstance(node.op, ast.Not) else "`-` dropped"
     elif isinstance(node, ast.Constant):
-        new = _mutated_constant(node.value)
-        if new is not None:
-            yield "constant", 0, f"{_short(node.value)} -> {_short(new)}"
+        new_value = _mutated_constant(node.value)
+        if new_value is not None:
+            yield "constant", 0, f"{_short(node.value)} -> {_short(new_value)}"
     elif isinstance(node, ast.List | ast.Tuple | ast.Set) and not isinstance(
         getattr(node, "ctx", None), ast.Store
     ):
@@ -235,7 +235,7 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
                 setattr(parent, field, new)
                 return
             if isinstance(value, list) and any(v is old for v in value):
-                value[[i for i, v in enumerate(value) if v is old][0]] = new
+                value[next(i for i, v in enumerate(value) if v is old)] = new
                 return
 
 
@@ -325,8 +325,11 @@ def run_module(module: str, trees: Queue[Path], workers: int) -> tuple[list[Outc
         raise SystemExit(f"{module}: its tests fail without any mutation: {MODULES[module]}")
     timeout = max(10.0, 4 * baseline)
     todo = [m for m in mutants(module) if equivalent(m) is None]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
         outcomes = list(pool.map(lambda m: _run_one(trees, m, timeout), todo))
+    finally:  # on Ctrl-C, the mutants not started yet are not started at all
+        pool.shutdown(wait=True, cancel_futures=True)
     return outcomes, baseline
 
 
@@ -351,9 +354,7 @@ def _report(results: dict[str, tuple[list[Outcome], float]], seconds: float) -> 
     survivors = [o.mutant for outs, _ in results.values() for o in outs if not o.killed]
     out += [f"- `{m.where}` {m.change}: `{m.source_line}`" for m in survivors] or ["None."]
     out += ["", "## Equivalent mutants (excluded from the score)", ""]
-    out += [f"- `{e.module}` {e.change} in `{e.line}`: {e.reason}" for e in EQUIVALENT] or [
-        "None."
-    ]
+    out += [f"- `{e.module}` {e.change} in `{e.line}`: {e.reason}" for e in EQUIVALENT] or ["None."]
     return "\n".join(out) + "\n"
 
 
@@ -390,4 +391,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the copies of the tree are gone by now; the tree was never touched
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
