@@ -45,13 +45,17 @@ def load(path: Path, inventory: bool) -> Any:
     return (load_inventory if inventory else load_scenario)(path)
 
 
+def names_file(err: InputError, path: Path) -> InputError:
+    assert err.file == str(path)
+    assert str(err).startswith(f"{path}:")
+    return err
+
+
 def refused(path: Path, inventory: bool) -> InputError:
     """The loader refuses the file with an InputError that names it."""
     with pytest.raises(InputError) as err:
         load(path, inventory)
-    assert err.value.file == str(path)
-    assert str(err.value).startswith(f"{path}:")
-    return err.value
+    return names_file(err.value, path)
 
 
 @FAST
@@ -122,8 +126,8 @@ def test_type_confused_real_files(tmp_path_factory: Any, seed: int, value: Any) 
         p.write_text(yaml.safe_dump(_set(data, path, copy.deepcopy(value))))
         try:
             got = load(p, inventory)
-        except InputError:
-            err = refused(p, inventory)
+        except InputError as exc:
+            err = names_file(exc, p)
             assert err.field is None or _field_on_path(err.field, path, inventory), (path, err)
             continue
         if inventory:
@@ -150,8 +154,8 @@ def test_every_truncation(tmp_path: Path) -> None:
             p.write_text(text[:cut])
             try:
                 got = load(p, inventory)
-            except InputError:
-                refused(p, inventory)
+            except InputError as exc:
+                names_file(exc, p)
                 outcomes.add("refused")
                 continue
             outcomes.add("accepted")
