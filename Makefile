@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench clean lab-deps docker
+.PHONY: run test bench mutation clean lab-deps docker
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(VENV)/.installed lab-deps docker
 bench: $(VENV)/.installed lab-deps docker
 	$(BIN)/gameday lab build --lab inventories/compose.yaml
 	$(BIN)/python bench/bench.py --labs local,compose
+
+# the unit tests of the pure-logic modules against one-change mutants of them (bench/mutation.py);
+# the report is kept in bench/MUTATION.md
+mutation: $(VENV)/.installed
+	$(BIN)/python bench/mutation.py --write bench/MUTATION.md
 
 clean:
 	rm -rf $(VENV)

@@ -28,6 +28,24 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def _append(path: Path, record: dict[str, object]) -> bool:
+    """Append one record and fsync it; whether the file was created. The journal keeps values as
+    they were (undo needs them): owner-only. A last line torn by a kill mid-write is ended first,
+    or the record would join it and be lost with it."""
+    created = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "r+b") as f:
+        torn = False
+        end = f.seek(0, os.SEEK_END)
+        if end:
+            f.seek(end - 1)
+            torn = f.read(1) != b"\n"
+        f.write((("\n" if torn else "") + json.dumps(record) + "\n").encode())
+        f.flush()
+        os.fsync(f.fileno())
+    return created
+
+
 @dataclass(frozen=True)
 class OpenChange:
     journal: Path
@@ -44,14 +62,7 @@ class Journal:
         self._seq = 0
 
     def _write(self, record: dict[str, object]) -> None:
-        # the journal keeps values as they were (undo needs them): owner-only
-        created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        if created:  # the file's name, too, must survive a crash for cleanup to find it
+        if _append(self.path, record):  # the file's name, too, must survive a crash for cleanup
             fsync_dir(self.dir)
 
     def record(self, scenario: str, change: Change) -> int:
@@ -83,7 +94,6 @@ def open_changes(lab_state_dir: Path) -> list[OpenChange]:
         return out
     for path in sorted(jdir.glob("*.jsonl")):
         changes: dict[int, OpenChange] = {}
-        closed = False
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
                 rec = json.loads(line)
@@ -95,10 +105,8 @@ def open_changes(lab_state_dir: Path) -> list[OpenChange]:
                 )
             elif rec.get("op") == "undone":
                 changes.pop(rec["seq"], None)
-            elif rec.get("op") == "closed":
-                closed = True
-        if closed and not changes:
-            continue
+        # a "closed" record says the run finished its cleanup; a change still open after it (its
+        # undo failed) is still to be undone, so only the change and undone records count here
         out += sorted(changes.values(), key=lambda c: c.seq, reverse=True)
     return out
 
@@ -125,10 +133,7 @@ def _change(path: Path, rec: dict[str, Any]) -> Change:
 
 
 def mark_undone(item: OpenChange) -> None:
-    with item.journal.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({"op": "undone", "seq": item.seq, "ts": _now()}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    _append(item.journal, {"op": "undone", "seq": item.seq, "ts": _now()})
 
 
 def close_journals(lab_state_dir: Path) -> None:
@@ -136,7 +141,5 @@ def close_journals(lab_state_dir: Path) -> None:
     if not jdir.is_dir():
         return
     for path in jdir.glob("*.jsonl"):
-        text = path.read_text(encoding="utf-8")
-        if '"op": "closed"' not in text:
-            with path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"op": "closed", "ts": _now()}) + "\n")
+        if '"op": "closed"' not in path.read_text(encoding="utf-8"):
+            _append(path, {"op": "closed", "ts": _now()})

@@ -74,7 +74,7 @@ def secret_name(name: str) -> bool:
 
 def _assignment(m: Match) -> str:
     name, sep, scheme, value = m.group("name", "sep", "scheme", "value")
-    if not secret_name(name.lstrip("-")):
+    if not secret_name(name):
         return str(m.group(0))
     quote = value[0] if value[:1] in ("'", '"') else ""
     closed = quote if len(value) > 1 and value.endswith(quote) else ""
@@ -91,10 +91,6 @@ def redact(text: str) -> str:
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     return {k: (MASK if secret_name(k) else v) for k, v in env.items()}
-
-
-# fields of gameday's own results whose text says what happened, never a value to hide
-_PROSE_KEYS = ("name", "event", "title", "text", "expected", "observed", "detail")
 
 
 def _same(text: str) -> str:
@@ -116,9 +112,7 @@ def redact_obj(obj: Any, then: Callable[[str], str] = _same) -> Any:
             obj = {**obj, "value": MASK}
         return {
             then(str(k)): (
-                MASK
-                if isinstance(v, str) and k not in _PROSE_KEYS and secret_name(str(k))
-                else redact_obj(v, then)
+                MASK if isinstance(v, str) and secret_name(str(k)) else redact_obj(v, then)
             )
             for k, v in obj.items()
         }

@@ -109,11 +109,10 @@ def match(
                 found = r
                 break
             first_bad = first_bad or r
-        if found is not None:
-            results.append(found)
-            pos = found.line_index + 1 if found.line_index is not None else pos
-        else:
-            results.append(first_bad or PatternResult(pat, False))
+        result = found or first_bad or PatternResult(pat, False)
+        results.append(result)
+        if result.line_index is not None:  # the next pattern looks after the line this one names
+            pos = result.line_index + 1
     absents = []
     for pat in absent:
         rx = compile_user(pat.regex)

@@ -48,10 +48,8 @@ def line_time(text: str, zone: tzinfo, year: int) -> tuple[datetime, bool] | Non
     """(UTC time, whether the line carried its own zone), or None when it has no stamp."""
     m = _RFC3339.match(text)
     if m:
-        off = m.group(4).replace("Z", "+00:00")
-        if len(off) == 5:
-            off = off[:3] + ":" + off[3:]
-        dt = datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}{off}").replace(
+        # Python 3.11's fromisoformat reads Z, +09:00 and +0900 alike
+        dt = datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}{m.group(4)}").replace(
             microsecond=_frac(m.group(3))
         )
         return dt.astimezone(UTC), True
@@ -60,9 +58,9 @@ def line_time(text: str, zone: tzinfo, year: int) -> tuple[datetime, bool] | Non
         local = datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}").replace(
             microsecond=_frac(m.group(3))
         )
-    elif m := _SYSLOG.match(text):
+    elif (m := _SYSLOG.match(text)) and m.group(1) in _MONTHS:  # "Foo 19 ..." is no stamp
         hh, mm, ss = map(int, m.group(3).split(":"))
-        local = datetime(year, _MONTHS.get(m.group(1), 1), int(m.group(2)), hh, mm, ss)
+        local = datetime(year, _MONTHS[m.group(1)], int(m.group(2)), hh, mm, ss)
     elif m := _VLLM.match(text):
         hh, mm, ss = map(int, m.group(3).split(":"))
         local = datetime(year, int(m.group(1)), int(m.group(2)), hh, mm, ss)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labengine import memory
 from labengine.gpu import gpu_types
@@ -123,3 +127,113 @@ def test_models_differ_in_shape() -> None:
     assert small.num_layers * small.kv_bytes_per_token_per_layer() == 12 * 1024  # 24x2x64x2x2
     assert llama.num_layers * llama.kv_bytes_per_token_per_layer() == 128 * 1024
     assert llama.checkpoint_bytes == 16_060_522_496  # the real checkpoint's total_size
+
+
+# ---- the arithmetic at exact block boundaries, and against a brute-force reference ----------
+
+
+def small_plan(**kw: int | float) -> memory.KvPlan:
+    args: dict[str, int | float] = {
+        "cuda_total": 1000,
+        "utilization": 0.5,
+        "loaded_weights": 100,
+        "activation_peak": 50,
+        "non_torch": 30,
+        "layers": 2,
+        "per_token_per_layer": 3,
+        "max_model_len": 40,
+    }
+    return memory.plan(**{**args, **kw})  # type: ignore[arg-type]
+
+
+def test_plan_small_numbers() -> None:
+    p = small_plan()
+    # budget 500, non-KV 100+50+30, page 16 tokens x 2 layers x 3 bytes
+    assert (p.budget, p.non_kv, p.available, p.page_bytes, p.num_blocks) == (500, 180, 320, 96, 3)
+    assert (p.max_model_len, p.tokens, p.needed, p.fits) == (40, 48, 288, True)
+    assert p.concurrency == 1.2
+    assert small_plan(utilization=0.3333).budget == 334  # rounded up, as vLLM does
+    assert small_plan(cuda_total=1001).budget == 501
+
+
+@pytest.mark.parametrize(
+    ("cuda_total", "max_model_len", "available", "blocks", "fits"),
+    [
+        (1000, 48, 320, 3, True),  # 3 blocks of 96 = 288 needed, 320 available
+        (952, 48, 296, 3, True),  # exactly 288 + 8: fits
+        (936, 48, 288, 3, True),  # exactly the 288 needed
+        (934, 48, 287, 2, False),  # one byte short of 3 blocks
+        (934, 32, 287, 2, True),  # 2 blocks needed
+        (360, 1, 0, 0, False),  # nothing available
+        (300, 1, -30, 0, False),  # less than nothing: no blocks, not a negative count
+        (360, 0, 0, 0, False),  # nothing available fits nothing, not even a zero length
+        (362, 0, 1, 0, True),  # a zero length needs no block: one byte is enough
+    ],
+)
+def test_block_boundaries(
+    cuda_total: int, max_model_len: int, available: int, blocks: int, fits: bool
+) -> None:
+    p = small_plan(cuda_total=cuda_total, max_model_len=max_model_len)
+    assert (p.available, p.num_blocks, p.tokens, p.fits) == (available, blocks, 16 * blocks, fits)
+
+
+def test_block_boundaries_first_row_fits() -> None:
+    assert small_plan(max_model_len=48).fits is True  # 288 of 320
+    assert small_plan(max_model_len=49).needed == 384  # a fourth block begins
+    assert small_plan(max_model_len=49).fits is False
+
+
+@pytest.mark.parametrize(
+    ("length", "blocks"), [(0, 0), (1, 1), (15, 1), (16, 1), (17, 2), (32, 2), (33, 3)]
+)
+def test_needed_bytes_edges(length: int, blocks: int) -> None:
+    assert memory.BLOCK_SIZE == 16
+    assert memory.needed_bytes(length, 96) == blocks * 96
+    assert memory.page_bytes(2, 3) == 96
+
+
+def brute_max_len(available: int, page: int, max_model_len: int) -> int:
+    """The largest length in 1..max_model_len whose whole blocks fit, by trying every length."""
+    best = 0
+    for n in range(1, max_model_len + 1):
+        if ((n + 15) // 16) * page <= available:
+            best = n
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    available=st.integers(-200, 20_000),
+    page=st.integers(1, 400),
+    max_model_len=st.integers(1, 700),
+    era=st.sampled_from(Era),
+)
+def test_estimate_against_brute_force(
+    available: int, page: int, max_model_len: int, era: Era
+) -> None:
+    kept = page if era is Era.V0_33 else 0  # 0.33 keeps one block back
+    expected = brute_max_len(available - kept, page, max_model_len)
+    assert memory.estimate_max_model_len(era, available, page, max_model_len) == expected
+
+
+@pytest.mark.parametrize(
+    ("era", "available", "max_model_len", "expected"),
+    [
+        (Era.V0_19, 96 * 3, 48, 48),  # all of it fits, exactly
+        (Era.V0_19, 96 * 3, 47, 47),
+        (Era.V0_19, 96 * 3, 49, 48),
+        (Era.V0_19, 96 * 3 - 1, 48, 32),
+        (Era.V0_19, 95, 48, 0),
+        (Era.V0_19, 96, 1, 1),
+        (Era.V0_33, 96 * 4, 48, 48),
+        (Era.V0_33, 96 * 3, 48, 32),
+        (Era.V0_33, 96, 48, 0),
+    ],
+)
+def test_estimate_edges(era: Era, available: int, max_model_len: int, expected: int) -> None:
+    assert memory.estimate_max_model_len(era, available, 96, max_model_len) == expected
+
+
+def test_plan_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        small_plan().num_blocks = 4  # type: ignore[misc]

@@ -1,8 +1,11 @@
 """Hostile input to the loaders: malformed, truncated, deeply nested, huge and type-confused
-scenario and inventory files. Never a traceback: always an InputError naming the file."""
+scenario and inventory files. Never a traceback: each case states whether the file must be
+refused (an InputError naming the file, and the field or line where there is one) or accepted
+(with the value it holds)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -38,11 +41,21 @@ json_like = st.recursive(
 )
 
 
-def load_any(path: Path, inventory: bool) -> None:
-    try:
-        (load_inventory if inventory else load_scenario)(path)
-    except InputError as exc:
-        assert str(path) in str(exc)  # the message names the file
+def load(path: Path, inventory: bool) -> Any:
+    return (load_inventory if inventory else load_scenario)(path)
+
+
+def names_file(err: InputError, path: Path) -> InputError:
+    assert err.file == str(path)
+    assert str(err).startswith(f"{path}:")
+    return err
+
+
+def refused(path: Path, inventory: bool) -> InputError:
+    """The loader refuses the file with an InputError that names it."""
+    with pytest.raises(InputError) as err:
+        load(path, inventory)
+    return names_file(err.value, path)
 
 
 @FAST
@@ -50,8 +63,8 @@ def load_any(path: Path, inventory: bool) -> None:
 def test_random_text(tmp_path_factory: Any, text: str) -> None:
     p = tmp_path_factory.mktemp("fuzz") / "s.yaml"
     p.write_text(text)
-    load_any(p, inventory=False)
-    load_any(p, inventory=True)
+    refused(p, inventory=False)
+    refused(p, inventory=True)
 
 
 @FAST
@@ -59,8 +72,10 @@ def test_random_text(tmp_path_factory: Any, text: str) -> None:
 def test_random_structures(tmp_path_factory: Any, data: Any) -> None:
     p = tmp_path_factory.mktemp("fuzz") / "s.yaml"
     p.write_text(yaml.safe_dump(data))
-    load_any(p, inventory=False)
-    load_any(p, inventory=True)
+    err = refused(p, inventory=False)
+    # a mapping is first asked for its apiVersion, anything else for being a mapping at all
+    assert (err.field, err.line) == (("apiVersion", 1) if isinstance(data, dict) else (None, 1))
+    refused(p, inventory=True)
 
 
 def _leaves(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -78,27 +93,77 @@ def _set(obj: Any, path: tuple[Any, ...], value: Any) -> Any:
     return obj
 
 
+def _at(obj: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        obj = obj[key]
+    return obj
+
+
+def _field_on_path(field: str, path: tuple[Any, ...], inventory: bool) -> bool:
+    """Whether an error's field names the replaced part: in a scenario the path itself, a part
+    above it or below its parent (a sibling the new value makes required or forbidden); in an
+    inventory, where fields are <host>.<variable>, the host or variable the path goes through."""
+    parts = [str(k) for k in path]
+    if inventory:
+        return bool(set(field.split(".")) & set(parts)) or field == "all.vars"
+    dotted, parent = ".".join(parts), ".".join(parts[:-1])
+    return dotted.startswith(field) or field.startswith(parent)
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(0, 2**32 - 1), value=json_like)
 def test_type_confused_real_files(tmp_path_factory: Any, seed: int, value: Any) -> None:
+    """A part of a real file replaced by anything: accepted with exactly that value in its place,
+    or refused naming the file and the replaced field (or, when the structure itself broke, a
+    line)."""
     rnd = random.Random(seed)
     for src, inventory in [*((s, False) for s in SCENARIOS), (INVENTORY, True)]:
         data = yaml.safe_load(src.read_text())
         path = rnd.choice(_leaves(data))
         p = tmp_path_factory.mktemp("fuzz") / src.name
-        p.write_text(yaml.safe_dump(_set(data, path, value)))
-        load_any(p, inventory)
+        p.write_text(yaml.safe_dump(_set(data, path, copy.deepcopy(value))))
+        try:
+            got = load(p, inventory)
+        except InputError as exc:
+            err = names_file(exc, p)
+            assert err.field is None or _field_on_path(err.field, path, inventory), (path, err)
+            continue
+        if inventory:
+            # Ansible's own variables and empty parts are ignored; any other value is kept
+            dumped = got.model_dump(mode="json")
+            kept = value in [_at(dumped, q) for q in _leaves(dumped)]  # == : False is 0 here
+            assert kept or str(path[-1]).startswith("ansible_") or value in (None, {}, [], "")
+        elif value == {} and path == ("detect",):
+            assert got.scenario.model_dump()["detect"] == {"alerts": []}  # every default
+        else:
+            assert _at(got.scenario.model_dump(by_alias=True, mode="json"), path) == value
 
 
 def test_every_truncation(tmp_path: Path) -> None:
+    """A file cut anywhere is refused naming it, or, where YAML still reads the cut text as a
+    document, accepted as that smaller file: a scenario only when no more than a comment was
+    cut, an inventory with a subset of its hosts."""
+    full_hosts = {n.name for n in load_inventory(INVENTORY).nodes}
+    outcomes = set()
     for src, inventory in [*((s, False) for s in SCENARIOS[:3]), (INVENTORY, True)]:
         text = src.read_text()
         for cut in range(0, len(text), max(1, len(text) // 120)):
             p = tmp_path / src.name
             p.write_text(text[:cut])
-            load_any(p, inventory)
+            try:
+                got = load(p, inventory)
+            except InputError as exc:
+                names_file(exc, p)
+                outcomes.add("refused")
+                continue
+            outcomes.add("accepted")
+            if inventory:
+                assert {n.name for n in got.nodes} <= full_hosts
+            else:
+                assert yaml.safe_load(text[:cut]) == yaml.safe_load(text), cut
+    assert outcomes == {"refused", "accepted"}
 
 
 def test_deep_and_huge(tmp_path: Path) -> None:
@@ -116,7 +181,7 @@ def test_deep_and_huge(tmp_path: Path) -> None:
     )
     for f in (deep, huge, bomb):
         for inventory in (False, True):
-            load_any(f, inventory)
+            refused(f, inventory)
 
 
 # ---- issue 13, item 7: input that made the CLI print a traceback --------------------------------

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from runner.scenario import discover, load_scenario
-from runner.triage import triage
+from runner.scenario import LoadedScenario, Phase, discover, load_scenario
+from runner.triage import identifying, to_lines, triage
 
 ROOT = Path(__file__).resolve().parents[3]
 SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
@@ -66,10 +67,98 @@ def test_no_known_failure(text: str) -> None:
     assert triage(text, SCEN) == []
 
 
+KV_LINE = SEED_019["kv-cache-shortage"].splitlines()[2]
+
+
 def test_phase_and_recovery_in_finding() -> None:
-    f = triage(SEED_019["kv-cache-shortage"], SCEN)[0]
-    assert f.phase.value == "kv_cache_check"
-    assert f.fixes and f.shortcuts
+    [f] = triage(SEED_019["kv-cache-shortage"], SCEN)
+    assert f.phase is Phase.KV_CACHE_CHECK
+    assert f.matched == [(2, KV_LINE)]
+    assert f.fixes == ["Back to the baseline args (util 0.9, max-model-len 4096)"]
+    assert f.shortcuts == [
+        "Restart the pod and hope: nothing changed; the same budget gives the same 0.18 GiB"
+    ]
+
+
+def test_forbidden_shortcut_is_marked() -> None:
+    [f] = triage(SEED_019["context-window-overflow"], SCEN)
+    assert f.phase is Phase.CONFIG_VALIDATION
+    assert f.matched == [(1, SEED_019["context-window-overflow"].splitlines()[1])]
+    assert f.fixes == [
+        "Put --max-model-len back within max_position_embeddings (re-apply the baseline)"
+    ]
+    assert f.shortcuts == [
+        "Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to get past the check: the bypass only moves the "
+        "failure to the second wall: 131072 tokens need 24 GiB of KV cache that one A10G does not "
+        "have\n [FORBIDDEN: positions beyond max_position_embeddings were never trained with RoPE "
+        "and give NaN: silently garbage output even where memory would allow it\n]"
+    ]
+
+
+def test_runtime_stamps_are_stripped() -> None:
+    stamped = [
+        "2026-11-29T07:00:01.123456789Z (EngineCore pid=81) INFO ok",
+        "2026-11-29T07:00:01+09:00 (EngineCore pid=81) ERROR x",
+        "2026-11-29T07:00:01-0500 plain",
+        "2026-11-29T07:00:01Znot a stamp: no space after it",
+        "2026-11-29 07:00:01Z naive: kept",
+    ]
+    assert [ln.text for ln in to_lines("\n".join(stamped))] == [
+        "(EngineCore pid=81) INFO ok",
+        "(EngineCore pid=81) ERROR x",
+        "plain",
+        "2026-11-29T07:00:01Znot a stamp: no space after it",
+        "2026-11-29 07:00:01Z naive: kept",
+    ]
+    [f] = triage(V033["kv-cache-shortage"], SCEN)
+    stamp, line = V033["kv-cache-shortage"].rstrip("\n").split(" ", 1)
+    assert (stamp, f.matched) == ("2026-11-29T07:00:01.123456789Z", [(0, line)])
+    assert f.matched[0][0] == 0
+
+
+def test_identifying_patterns() -> None:
+    by_id = {ls.scenario.metadata.id: [p.description for p in identifying(ls)] for ls in SCEN}
+    assert by_id == {
+        "context-window-overflow": ["requested length above the derived window"],
+        "dhcp-address-change": [],  # no log signature at all
+        "head-only-restart": ["the API server finds its engine dead"],
+        "kv-cache-shortage": ["3.0 GiB needed, 0.18 GiB available, estimate 976"],
+        "service-name-collision": [""],
+        "stray-gpu-process": ["a runtime kernel load refused with CUDA error 800"],
+        "tp-mismatch": [""],
+    }
+
+
+def edited_kv(tmp_path: Path, *edits: tuple[str, str]) -> LoadedScenario:
+    text = (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "kv.yaml"
+    path.write_text(text)
+    return load_scenario(path)
+
+
+def test_every_identifying_pattern_in_order_captures_unchecked(tmp_path: Path) -> None:
+    ls = edited_kv(
+        tmp_path,
+        (
+            "      - regex: 'EngineCore failed to start'\n",
+            "      - regex: 'EngineCore failed to start'\n        identifies: true\n",
+        ),
+        ("    why: nothing changed; the same budget gives the same 0.18 GiB\n", ""),
+    )
+    log = SEED_019["kv-cache-shortage"]
+    [f] = triage(log, [ls])
+    lines = log.splitlines()
+    assert f.matched == [(1, lines[1]), (2, lines[2])]
+    assert f.shortcuts == ["Restart the pod and hope: does not restore service"]
+    # a value the scenario's captures would refuse is the same failure here
+    [g] = triage(log.replace("is 976.", "is 123."), [ls])
+    assert g.matched == [(1, lines[1]), (2, lines[2].replace("is 976.", "is 123."))]
+    # out of order is not the failure; one identifying pattern alone is not either
+    assert triage("\n".join([lines[2], lines[1]]), [ls]) == []
+    assert triage(lines[2], [ls]) == []
 
 
 def test_cli_exit_codes(tmp_path: Path) -> None:
@@ -90,3 +179,18 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         text=True,
     )
     assert none.returncode == 1 and "no known failure" in none.stdout
+
+
+def test_an_empty_line_can_be_the_match(tmp_path: Path) -> None:
+    ls = edited_kv(
+        tmp_path,
+        ("        identifies: true\n", ""),
+        (
+            "      - regex: 'EngineCore failed to start'\n",
+            "      - regex: '^$'\n        identifies: true\n",
+        ),
+    )
+    [f] = triage("x\n\ny", [ls])
+    assert f.matched == [(1, "")]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.fixes = []  # type: ignore[misc]
