@@ -4,29 +4,16 @@ memory errors land 9 hours after the crash; on one UTC clock they are 18 hours b
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from runner.errors import InputError
 from runner.timestamps import line_time, merge
+from tests.support.seedlogs import CONTAINER, HOST
 
-ROOT = Path(__file__).resolve().parents[3]
 KST = ZoneInfo("Asia/Seoul")
-
-CONTAINER = """\
-2026-04-19T01:59:50.100000000Z (EngineCore pid=81) ERROR 04-19 01:59:50 [core.py:935] EngineCore encountered a fatal error.
-2026-04-19T01:59:50.200000000Z (APIServer pid=1) INFO:     Finished server process [1]
-"""
-HOST = """\
-2026-04-18 17:02:11 kernel: NVRM: nvAssertOkFailedNoLog: NV_ERR_NO_MEMORY
-2026-04-19 10:59:49 dockerd: container vllm_glm53 health status: healthy
-2026-04-19 11:05:00 cron: daily backup started
-"""
 
 
 def test_each_stamp_kind() -> None:
@@ -65,34 +52,6 @@ def test_kst_host_and_utc_container_in_causal_order() -> None:
     assert "NV_ERR_NO_MEMORY" in right[0].text  # 18 hours before the crash, not after it
     assert (right[2].utc - right[0].utc).total_seconds() > 8 * 3600
     assert right[1].zone == "Asia/Seoul" and right[2].zone == "stamped"
-
-
-def test_cli(tmp_path: Path) -> None:
-    (tmp_path / "c.log").write_text(CONTAINER)
-    (tmp_path / "h.log").write_text(HOST)
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner.cli",
-            "timeline",
-            str(tmp_path / "c.log"),
-            f"{tmp_path / 'h.log'}@Asia/Seoul",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
-    assert "healthy" in lines[1] and "fatal error" in lines[2]
-    bad = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "timeline", f"{tmp_path / 'h.log'}@Mars/Olympus"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert bad.returncode == 2 and "unknown time zone" in bad.stderr
 
 
 # ---- every stamp kind at its edges -------------------------------------------------------------
