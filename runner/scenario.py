@@ -50,7 +50,7 @@ class NodeStatus(enum.StrEnum):
     CRASH_LOOPING = "crash_looping"  # waiting to restart after failures (CrashLoopBackOff)
 
 
-class Phase(enum.StrEnum):
+class StartupPhase(enum.StrEnum):
     """vLLM's start-up phases, in order (see runner.startup for how logs reveal them)."""
 
     CONFIG_VALIDATION = "config_validation"
@@ -486,7 +486,7 @@ class Expectation(Model):
     signature: Signature | None = None
     exit_code: int | None = None
     state: StateExpectation | None = None
-    phase: Phase | None = None
+    phase: StartupPhase | None = None
     probes: list[Probe] = Field(
         default=[],
         description="Checked once the failure shows (for `silent`: they are how it "

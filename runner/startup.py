@@ -12,28 +12,31 @@ import re
 from collections.abc import Sequence
 
 from runner.labs.base import LogLine
-from runner.scenario import Phase
+from runner.scenario import StartupPhase
 
-MARKERS: list[tuple[Phase, re.Pattern[str]]] = [
+MARKERS: list[tuple[StartupPhase, re.Pattern[str]]] = [
     (
-        Phase.ENGINE_CORE_INIT,
+        StartupPhase.ENGINE_CORE_INIT,
         re.compile(r"^\(EngineCore(?:_DP\d+)? pid=\d+\)|Initializing a V1 LLM engine"),
     ),
-    (Phase.WEIGHTS_LOAD, re.compile(r"Starting to load model|Loading weights took")),
+    (StartupPhase.WEIGHTS_LOAD, re.compile(r"Starting to load model|Loading weights took")),
     (
-        Phase.KV_CACHE_CHECK,
+        StartupPhase.KV_CACHE_CHECK,
         re.compile(r"Model loading took .* GiB|Available KV cache memory|Memory profiling takes"),
     ),
-    (Phase.CUDA_GRAPHS, re.compile(r"GPU KV cache size: [\d,]+ tokens|Capturing CUDA graph")),
     (
-        Phase.SERVING,
+        StartupPhase.CUDA_GRAPHS,
+        re.compile(r"GPU KV cache size: [\d,]+ tokens|Capturing CUDA graph"),
+    ),
+    (
+        StartupPhase.SERVING,
         re.compile(r"Starting vLLM API server|Application startup complete|Uvicorn running on"),
     ),
 ]
 
 
-def reached(lines: Sequence[LogLine]) -> Phase:
-    phase = Phase.CONFIG_VALIDATION
+def reached(lines: Sequence[LogLine]) -> StartupPhase:
+    phase = StartupPhase.CONFIG_VALIDATION
     order = [p for p, _ in MARKERS]
     for ln in lines:
         for p, rx in MARKERS:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from runner import signature as sig
 from runner import startup
 from runner.labs.base import LogLine
-from runner.scenario import LoadedScenario, Outcome, Pattern, Phase
+from runner.scenario import LoadedScenario, Outcome, Pattern, StartupPhase
 
 _RUNTIME_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s")
 
@@ -25,7 +25,7 @@ _RUNTIME_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+
 @dataclass(frozen=True)
 class Finding:
     scenario: LoadedScenario
-    phase: Phase
+    phase: StartupPhase
     matched: list[tuple[int, str]]
     fixes: list[str]
     shortcuts: list[str]

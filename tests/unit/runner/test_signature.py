@@ -7,8 +7,7 @@ import pytest
 
 from runner import startup
 from runner.labs.base import LogLine
-from runner.labs.planning import edit_args
-from runner.scenario import CaptureCheck, Pattern, Phase
+from runner.scenario import CaptureCheck, Pattern, StartupPhase
 from runner.signature import MAX_LINE, PatternResult, check_captures, match
 
 NOW = datetime.now(UTC)
@@ -153,10 +152,13 @@ def test_absent() -> None:
 
 
 def test_phase_reached() -> None:
-    assert startup.reached(lines("(APIServer pid=1) ValidationError")) is Phase.CONFIG_VALIDATION
+    assert (
+        startup.reached(lines("(APIServer pid=1) ValidationError"))
+        is StartupPhase.CONFIG_VALIDATION
+    )
     assert (
         startup.reached(lines("(APIServer pid=1) x", "(EngineCore pid=2) INFO ... y"))
-        is Phase.ENGINE_CORE_INIT
+        is StartupPhase.ENGINE_CORE_INIT
     )
     assert (
         startup.reached(
@@ -165,36 +167,12 @@ def test_phase_reached() -> None:
                 "Available KV cache memory: 0.18 GiB",
             )
         )
-        is Phase.KV_CACHE_CHECK
+        is StartupPhase.KV_CACHE_CHECK
     )
     assert (
-        startup.reached(lines("Starting vLLM API server 0 on http://0.0.0.0:8000")) is Phase.SERVING
+        startup.reached(lines("Starting vLLM API server 0 on http://0.0.0.0:8000"))
+        is StartupPhase.SERVING
     )
-
-
-def test_edit_args() -> None:
-    base = ["m", "--gpu-memory-utilization", "0.9", "--max-model-len", "4096", "--enforce-eager"]
-    assert edit_args(base, {"--max-model-len": 16384}) == [
-        "m",
-        "--gpu-memory-utilization",
-        "0.9",
-        "--max-model-len",
-        "16384",
-        "--enforce-eager",
-    ]
-    assert edit_args(base, {"--tensor-parallel-size": 2})[-2:] == ["--tensor-parallel-size", "2"]
-    assert edit_args(base, {"--enforce-eager": None}) == base[:-1]
-    assert edit_args(base, {"--max-model-len": None}) == [
-        "m",
-        "--gpu-memory-utilization",
-        "0.9",
-        "--enforce-eager",
-    ]
-    assert edit_args(["m", "--max-model-len=4096"], {"--max-model-len": 8}) == [
-        "m",
-        "--max-model-len",
-        "8",
-    ]
 
 
 def test_results_are_frozen() -> None:

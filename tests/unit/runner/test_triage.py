@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.scenario import LoadedScenario, Phase, discover, load_scenario
+from runner.scenario import LoadedScenario, StartupPhase, discover, load_scenario
 from runner.triage import identifying, to_lines, triage
 from tests.support.seedlogs import HEALTHY, SEED_019
 
@@ -43,7 +43,7 @@ KV_LINE = SEED_019["kv-cache-shortage"].splitlines()[2]
 
 def test_phase_and_recovery_in_finding() -> None:
     [f] = triage(SEED_019["kv-cache-shortage"], SCEN)
-    assert f.phase is Phase.KV_CACHE_CHECK
+    assert f.phase is StartupPhase.KV_CACHE_CHECK
     assert f.matched == [(2, KV_LINE)]
     assert f.fixes == ["Back to the baseline args (util 0.9, max-model-len 4096)"]
     assert f.shortcuts == [
@@ -53,7 +53,7 @@ def test_phase_and_recovery_in_finding() -> None:
 
 def test_forbidden_shortcut_is_marked() -> None:
     [f] = triage(SEED_019["context-window-overflow"], SCEN)
-    assert f.phase is Phase.CONFIG_VALIDATION
+    assert f.phase is StartupPhase.CONFIG_VALIDATION
     assert f.matched == [(1, SEED_019["context-window-overflow"].splitlines()[1])]
     assert f.fixes == [
         "Put --max-model-len back within max_position_embeddings (re-apply the baseline)"
