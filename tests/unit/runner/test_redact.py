@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from runner.redact import MASK, redact, redact_env, redact_obj, secret_name
 from runner.report import write_reports
-from runner.results import LabInfo, RunResult, ScenarioResult, TimelineEvent, Verdict
+from runner.results import TimelineEvent, Verdict
+from tests.support.results import NOW, run_result, scenario_result
 
 SECRET = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
 
@@ -133,38 +133,16 @@ def test_redact_env() -> None:
 
 
 def test_reports_never_carry_secrets(tmp_path: Path) -> None:
-    now = datetime.now(UTC)
-    sc = ScenarioResult(
-        id="s",
-        title="t",
-        file="f",
-        lab="l",
+    event = f"inject: serving: env set HF_TOKEN={SECRET}"
+    sc = scenario_result(
+        "t",
         verdict=Verdict.PASSED,
-        time_to_fail_s=1.0,
-        time_to_recover_s=1.0,
-        started_at=now,
-        finished_at=now,
         assertions=[],
-        timeline=[
-            TimelineEvent(
-                ts=now,
-                source="runner",
-                clock="c",
-                event=f"inject: serving: env set HF_TOKEN={SECRET}",
-            )
-        ],
+        timeline=[TimelineEvent(ts=NOW, source="runner", clock="c", event=event)],
         evidence=[],
         notes=[f"--api-key {SECRET}"],
     )
-    r = RunResult(
-        run_id="r",
-        gameday_version="0",
-        started_at=now,
-        finished_at=now,
-        lab=LabInfo(name="l", kind="local", inventory="i", time_scale=1, timing_allowance_s=0),
-        verdict=Verdict.PASSED,
-        scenarios=[sc],
-    )
+    r = run_result(sc)
     write_reports(r, tmp_path)
     for f in tmp_path.iterdir():
         assert SECRET not in f.read_text(), f.name

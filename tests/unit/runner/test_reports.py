@@ -2,60 +2,19 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.report import write_reports
 from runner.results import (
-    Assertion,
-    Evidence,
-    EvidenceLine,
-    LabInfo,
     RunResult,
-    ScenarioResult,
-    TimelineEvent,
-    Verdict,
 )
+from tests.support.results import run_result, scenario_result
 
-NOW = datetime.now(UTC)
 EVIL = "<script>alert('x')</script> & <b>bold</b>"
 
 
 def result() -> RunResult:
-    sc = ScenarioResult(
-        id="s1",
-        title=EVIL,
-        file="scenarios/s1.yaml",
-        lab="local",
-        verdict=Verdict.FAILED,
-        time_to_fail_s=9.0,
-        time_to_recover_s=None,
-        started_at=NOW,
-        finished_at=NOW,
-        assertions=[
-            Assertion(
-                name="expect: exit code",
-                phase="expect",
-                verdict=Verdict.FAILED,
-                expected="exit code 0",
-                observed=EVIL,
-            )
-        ],
-        timeline=[TimelineEvent(ts=NOW, source="log:serving", clock="runtime", event=EVIL)],
-        evidence=[Evidence(title="logs", lines=[EvidenceLine(ts=NOW, text=EVIL, highlight=True)])],
-        notes=[EVIL],
-    )
-    return RunResult(
-        run_id="r1",
-        gameday_version="0",
-        started_at=NOW,
-        finished_at=NOW,
-        lab=LabInfo(
-            name="local", kind="local", inventory="i", time_scale=100, timing_allowance_s=0.1
-        ),
-        verdict=Verdict.FAILED,
-        scenarios=[sc],
-    )
+    return run_result(scenario_result(EVIL, file="scenarios/s1.yaml"))
 
 
 def test_all_four_files(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import io
 import textwrap
 import time
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,13 @@ from runner.results import (
     Assertion,
     Evidence,
     EvidenceLine,
-    LabInfo,
+    Phase,
     RunResult,
-    ScenarioResult,
-    TimelineEvent,
     Verdict,
 )
 from runner.scenario import load_scenario
 from runner.triage import triage
+from tests.support.results import NOW, run_result, scenario_result
 
 ROOT = Path(__file__).resolve().parents[3]
 GOOD = ROOT / "scenarios" / "context-window-overflow.yaml"
@@ -126,41 +124,31 @@ def _result(
     text: str = "x",
     verdict: Verdict = Verdict.FAILED,
 ) -> RunResult:
-    now = datetime.now(UTC)
-    sc = ScenarioResult(
+    """`text` in every free-text field, with a failed and an erred assertion."""
+    sc = scenario_result(
+        text,
         id=title,
         title=title,
         file=f"scenarios/{title}.yaml",
-        lab="local",
         verdict=verdict,
         time_to_fail_s=1.0,
-        time_to_recover_s=None,
-        started_at=now,
-        finished_at=now,
         assertions=[
             Assertion(
                 name=title,
-                phase="expect",
+                phase=Phase.EXPECT,
                 verdict=Verdict.FAILED,
                 expected=text,
                 observed=text,
                 detail=text,
             ),
-            Assertion(name="e", phase="expect", verdict=Verdict.ERROR, expected="", observed=text),
+            Assertion(
+                name="e", phase=Phase.EXPECT, verdict=Verdict.ERROR, expected="", observed=text
+            ),
         ],
-        timeline=[TimelineEvent(ts=now, source="log:serving", clock="c", event=text)],
-        evidence=[Evidence(title=title, lines=[EvidenceLine(ts=now, text=text, highlight=True)])],
+        evidence=[Evidence(title=title, lines=[EvidenceLine(ts=NOW, text=text, highlight=True)])],
         notes=list(notes),
     )
-    return RunResult(
-        run_id="r",
-        gameday_version="0",
-        started_at=now,
-        finished_at=now,
-        lab=LabInfo(name="l", kind="local", inventory="i", time_scale=1, timing_allowance_s=0),
-        verdict=verdict,
-        scenarios=[sc],
-    )
+    return run_result(sc, verdict=verdict)
 
 
 def test_no_report_file_carries_any_form(tmp_path: Path) -> None:
