@@ -5,16 +5,23 @@ scenario: its verdict is error, not failed."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from datetime import datetime
 
 from runner.errors import LabError
 from runner.results import Phase, Verdict
-from runner.run.context import Context, ScenarioAborted
+from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.scenario import LoadedScenario
 
 PROMETHEUS_READY_S = 60.0  # wall seconds for the lab's Prometheus to scrape every target once
 
 
-def baseline(ctx: Context, ls: LoadedScenario) -> None:
+@dataclass(frozen=True)
+class Steady:
+    at: datetime  # every baseline probe passed
+
+
+def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
     ctx.progress("baseline: waiting for the target to be ready")
     ctx.rec.event("phase baseline")
     if ctx.lab.config(ctx.target) != ctx.lab.baseline_config(ctx.target):
@@ -56,3 +63,4 @@ def baseline(ctx: Context, ls: LoadedScenario) -> None:
         ctx.rec.probe(Phase.BASELINE, r, verdict=Verdict.PASSED if passed else Verdict.ERROR)
     if any(r.verdict is not Verdict.PASSED for r in results):
         raise ScenarioAborted
+    return Steady(utcnow())

@@ -3,9 +3,11 @@ made and get the baseline serving again."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from runner.errors import GamedayError
 from runner.labs import group_restart_needed, restart_scope
-from runner.labs.base import ChangeKind
+from runner.labs.base import Change, ChangeKind
 from runner.results import Phase
 from runner.run.actions import undo_all
 from runner.run.context import Context
@@ -13,39 +15,38 @@ from runner.run.context import Context
 SELF_HEAL_S = 30.0  # real seconds a target gets to come back by itself before its group restarts
 
 
-def cleanup(ctx: Context) -> None:
+@dataclass(frozen=True)
+class Cleaned:
+    undone: list[Change]  # the undos applied
+    restarted: list[str]  # the group restarted together (empty: none)
+    serving: bool  # the target serves at baseline again
+
+
+def cleanup(ctx: Context) -> Cleaned:
     """If the target does not come back on its own (a head that exited 0 is not restarted by
     its policy), restart its whole group together, as the runbook says."""
     ctx.progress("cleanup")
     ctx.rec.event("phase cleanup")
+    undone: list[Change] = []
     try:
         undone = undo_all(ctx, "cleanup")
         if ctx.lab.states()[ctx.target].ready:
-            return
-        group = restart_scope(ctx.lab.inventory, ctx.target)
-        reapplied = {c.node for c in undone if c.kind is ChangeKind.NODE_CONFIG}
-        ok = False
-        if not group_restart_needed(group, reapplied):
-            settle = ctx.scale.to_lab(SELF_HEAL_S) + ctx.scale.allowance_s
-            ok = ctx.wait_for(lambda s, _: s.ready, settle).done
-        if not ok:
-            ctx.rec.event(f"cleanup: restart {', '.join(group)} together")
-            ctx.lab.restart(group)
-            w = ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab)
-            ok = w.done
+            return Cleaned(undone, [], True)
+        restarted = rejoin(ctx, undone)
         st = ctx.lab.states()[ctx.target]
         ctx.rec.event(
             "baseline serving again"
-            if ok
+            if st.ready
             else f"baseline NOT ready after cleanup ({st.status.value})"
         )
-        if not ok:
+        if not st.ready:
             ctx.rec.error(
                 phase=Phase.CLEANUP,
                 name="cleanup: baseline restored",
                 expected="the target serves again at baseline",
                 observed=f"{st.status.value}, ready={st.ready}",
             )
+        return Cleaned(undone, restarted, st.ready)
     except GamedayError as exc:
         ctx.rec.error(
             phase=Phase.CLEANUP,
@@ -54,3 +55,19 @@ def cleanup(ctx: Context) -> None:
             observed=f"cleanup failed: {exc}",
             detail="run `gameday cleanup` to undo what is left",
         )
+        return Cleaned(undone, [], False)
+
+
+def rejoin(ctx: Context, undone: list[Change]) -> list[str]:
+    """Give the target its chance to come back by itself, unless part of its group was
+    re-applied alone; then restart its group together. Returns the group if restarted."""
+    group = restart_scope(ctx.lab.inventory, ctx.target)
+    reapplied = {c.node for c in undone if c.kind is ChangeKind.NODE_CONFIG}
+    if not group_restart_needed(group, reapplied):
+        settle = ctx.scale.to_lab(SELF_HEAL_S) + ctx.scale.allowance_s
+        if ctx.wait_for(lambda s, _: s.ready, settle).done:
+            return []
+    ctx.rec.event(f"cleanup: restart {', '.join(group)} together")
+    ctx.lab.restart(group)
+    ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab)
+    return group
