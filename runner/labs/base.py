@@ -194,6 +194,9 @@ class LabDriver(abc.ABC):
     # Lab seconds allowed on top of a converted window for what does not scale with the lab's
     # time: starting an interpreter, importing, stopping the previous incarnation.
     start_cost_s: float = 3.0
+    # Lab seconds a restart policy may take beyond its scaled back-off (the runtime noticing the
+    # exit, scheduling the restart).
+    restart_slack_s: float = 5.0
 
     # ---- lifecycle ----
     @property

@@ -107,6 +107,7 @@ class FakeLab(LabDriver):
         self.script = script
         self.alerts = alerts  # what Prometheus's /api/v1/alerts answers, asked each time
         self.start_cost_s = 0.0  # nothing to start: no interpreter, no imports
+        self.restart_slack_s = 0.0  # a scripted restart policy acts at once
         self._state_dir = state_dir
         self._cond = threading.Condition()
         self._events: list[LabEvent] = []
@@ -237,7 +238,7 @@ class FakeLab(LabDriver):
             if kind == ChangeKind.PROCESS.value and n == node and isinstance(v, ProcessState)
         ]
         return [
-            GpuProcess(pid=1000 + i, name=p.command[3] if len(p.command) > 3 else "", mib=1400)
+            GpuProcess(pid=1000 + i, name=_process_name(p.command), mib=1400)
             for i, p in enumerate(running)
             if p.running
         ]
@@ -336,6 +337,13 @@ class FakeLab(LabDriver):
                     return httpx.Response(200, json=answer)
                 return httpx.Response(200)
         raise httpx.ConnectError("no route to host", request=request)
+
+
+def _process_name(command: tuple[str, ...]) -> str:
+    """The name a program holds the GPU under: its `--name`, or its program."""
+    if "--name" in command[:-1]:
+        return command[command.index("--name") + 1]
+    return command[0] if command else ""
 
 
 __all__ = ["Exits", "FakeLab", "Hangs", "Outcome", "Script", "Serves", "serves"]

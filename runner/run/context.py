@@ -49,6 +49,16 @@ class Waited:
 
 
 @dataclass
+class Times:
+    """The run's measured times, real-world seconds (None: not measured). What was measured
+    before an error stays measured."""
+
+    to_fail: float | None = None
+    to_detect: float | None = None  # the first expected alert's
+    to_recover: float | None = None
+
+
+@dataclass
 class Context:
     lab: LabDriver
     scale: TimeScale
@@ -67,6 +77,7 @@ class Context:
     # its first change in place: an alert may fire on that alone (one node of two moved)
     fault_began_at: datetime | None = None
     inject_seq: int = 0
+    times: Times = field(default_factory=Times)
 
     @property
     def boot_timeout_lab(self) -> float:

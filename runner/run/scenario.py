@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
 from datetime import datetime
 
 import httpx
@@ -25,16 +24,6 @@ from runner.scenario import LoadedScenario
 from runner.timing import TimeScale
 
 LAB_CARRIES_OUT = "the lab carries out the scenario"
-
-
-@dataclass
-class Times:
-    """The run's measured times, real-world seconds (None: not measured), filled in phase by
-    phase: what was measured before an error stays measured."""
-
-    to_fail: float | None = None
-    to_detect: float | None = None
-    to_recover: float | None = None
 
 
 def run_scenario(
@@ -61,9 +50,8 @@ def run_scenario(
     )
     if note := ls.scenario.lab_notes.get(lab.kind):
         ctx.rec.notes.append(f"{lab.kind.value} lab: {note}")
-    times = Times()
     try:
-        phases(ctx, ls, times)
+        phases(ctx, ls)
     except ScenarioAborted:
         pass
     except GamedayError as exc:
@@ -79,10 +67,10 @@ def run_scenario(
     finally:
         with shielded_from_sigint():
             cleanup(ctx)
-    return result(ls, ctx, times, started)
+    return result(ls, ctx, started)
 
 
-def phases(ctx: Context, ls: LoadedScenario, times: Times) -> None:
+def phases(ctx: Context, ls: LoadedScenario) -> None:
     if not ctx.lab.inventory.resolve(ls.scenario.target):
         raise LabError(
             f"scenario target {ls.scenario.target!r} is not a host or group of "
@@ -90,13 +78,13 @@ def phases(ctx: Context, ls: LoadedScenario, times: Times) -> None:
         )
     baseline(ctx, ls)
     inject(ctx, ls)
-    times.to_fail = expect(ctx, ls).time_to_fail_s
-    times.to_detect = detect(ctx, ls).time_to_detect_s
-    times.to_recover = recover(ctx, ls).time_to_recover_s
+    ctx.times.to_fail = expect(ctx, ls).time_to_fail_s
+    detect(ctx, ls)  # records the first alert's time as it fires
+    ctx.times.to_recover = recover(ctx, ls).time_to_recover_s
 
 
-def result(ls: LoadedScenario, ctx: Context, times: Times, started: datetime) -> ScenarioResult:
-    rec = ctx.rec
+def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResult:
+    rec, times = ctx.rec, ctx.times
     return ScenarioResult(
         id=ls.scenario.metadata.id,
         title=ls.scenario.metadata.title,

@@ -3,7 +3,7 @@ loaded through the real loaders, so a test's scenario is one a user could write.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,11 +139,12 @@ class FakeRun:
     lab: FakeLab
     ls: LoadedScenario
     journal_dir: Path
+    progress: list[str] = field(default_factory=list)  # what the run said, in order
 
     def run(self) -> ScenarioResult:
         journal = Journal(self.lab.state_dir, "run-1")
         http = httpx.Client(transport=self.lab.transport)
-        return run_scenario(self.ls, self.lab, journal, lambda _m: None, http=http)
+        return run_scenario(self.ls, self.lab, journal, self.progress.append, http=http)
 
     def open_changes(self) -> int:
         return len(open_changes(self.lab.state_dir))

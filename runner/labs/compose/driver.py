@@ -51,7 +51,6 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.labs.changes import configured_addresses
 from runner.labs.compose import hostactions, project
 from runner.labs.compose.build import docker_client
 from runner.labs.compose.configs import ConfigFiles, config_of
@@ -59,6 +58,7 @@ from runner.labs.compose.hosts import NodeHosts
 from runner.labs.compose.project import LABEL, compose_command
 from runner.labs.compose.watch import DockerWatch
 from runner.labs.monitoring import write_prometheus
+from runner.labs.network import configured_addresses
 from runner.scenario import LabKind
 
 STOP_TIMEOUT_S = 3

@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.errors import LabError
 from runner.inventory import ComposeSpec, Inventory
-from runner.labs.changes import ensure_free
+from runner.labs.network import ensure_free
 
 LABEL = "gameday.lab"
 PROJECT_LABEL = "com.docker.compose.project"

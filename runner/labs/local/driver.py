@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pydantic
 
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
@@ -34,8 +35,8 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.labs.changes import configured_addresses, ensure_free
 from runner.labs.monitoring import write_prometheus
+from runner.labs.network import configured_addresses, ensure_free
 from runner.programs import command_argv, resolve_command
 from runner.scenario import LabKind
 
@@ -334,7 +335,15 @@ class LocalLab(LabDriver):
             params={"since": since, "timeout": max(timeout, 0)},
             timeout=timeout + 10,
         )
-        return [LabEvent.model_validate(e) for e in raw]
+        try:
+            return [LabEvent.model_validate(e) for e in raw]
+        except pydantic.ValidationError as exc:
+            raise LabError(
+                f"lab {self.inventory.lab.name!r}: its supervisor sends events this version of "
+                f"gameday does not read ({exc.errors()[0]['msg']})",
+                hint=f"a lab brought up by another version: gameday lab down --lab "
+                f"{self.inventory.path}, then up again",
+            ) from None
 
     def last_event_seq(self) -> int:
         return int(self._call("GET", "/status")["last_seq"])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from runner.errors import GamedayError
 from runner.labs import group_restart_needed, restart_scope
-from runner.labs.base import Change, ChangeKind
+from runner.labs.base import Change, ChangeKind, NodeState
 from runner.results import Phase
 from runner.run.actions import undo_all
 from runner.run.context import Context
@@ -32,8 +32,7 @@ def cleanup(ctx: Context) -> Cleaned:
         undone = undo_all(ctx, "cleanup")
         if ctx.lab.states()[ctx.target].ready:
             return Cleaned(undone, [], True)
-        restarted = rejoin(ctx, undone)
-        st = ctx.lab.states()[ctx.target]
+        restarted, st = rejoin(ctx, undone)
         ctx.rec.event(
             "baseline serving again"
             if st.ready
@@ -58,16 +57,17 @@ def cleanup(ctx: Context) -> Cleaned:
         return Cleaned(undone, [], False)
 
 
-def rejoin(ctx: Context, undone: list[Change]) -> list[str]:
+def rejoin(ctx: Context, undone: list[Change]) -> tuple[list[str], NodeState]:
     """Give the target its chance to come back by itself, unless part of its group was
-    re-applied alone; then restart its group together. Returns the group if restarted."""
+    re-applied alone; then restart its group together. Returns the group if restarted, and the
+    target's state as the wait ended."""
     group = restart_scope(ctx.lab.inventory, ctx.target)
     reapplied = {c.node for c in undone if c.kind is ChangeKind.NODE_CONFIG}
     if not group_restart_needed(group, reapplied):
         settle = ctx.scale.to_lab(SELF_HEAL_S) + ctx.scale.allowance_s
-        if ctx.wait_for(lambda s, _: s.ready, settle).done:
-            return []
+        healed = ctx.wait_for(lambda s, _: s.ready, settle)
+        if healed.done:
+            return [], healed.state
     ctx.rec.event(f"cleanup: restart {', '.join(group)} together")
     ctx.lab.restart(group)
-    ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab)
-    return group
+    return group, ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab).state

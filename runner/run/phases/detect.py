@@ -35,11 +35,11 @@ def detect(ctx: Context, ls: LoadedScenario) -> Detected:
     ctx.progress("detect: waiting for alerts")
     ctx.rec.event("phase detect")
     since = ctx.fault_began_at or ctx.injected_at or utcnow()
-    ttd: float | None = None
     for a in alerts:
         got = one_alert(ctx, a, since)
-        ttd = got if ttd is None else ttd
-    return Detected(ttd)
+        if ctx.times.to_detect is None:
+            ctx.times.to_detect = got
+    return Detected(ctx.times.to_detect)
 
 
 def one_alert(ctx: Context, a: AlertExpectation, since: datetime) -> float | None:

@@ -140,10 +140,9 @@ def expect_state(ctx: Context, ls: LoadedScenario, want: StateExpectation) -> No
     # restarts happen after back-off: allow for the back-off schedule, scaled
     backoff_real = sum(crash_loop_backoff_s(i) for i in range(want.min_restarts + 1))
     budget = ctx.scale.to_lab(backoff_real + ttf_max * (want.min_restarts + 1))
-    starts = want.min_restarts + 1  # each start costs what does not scale
     st = ctx.wait_for(
         lambda s, _: s.status is want.status and s.restarts >= want.min_restarts,
-        budget + ctx.lab.start_cost_s * starts,
+        budget + ctx.lab.restart_slack_s,
     ).state
     if want.max_restarts is not None:
         most = want.max_restarts

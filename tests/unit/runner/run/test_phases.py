@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from runner.results import Phase, ScenarioResult, Verdict
+from tests.support.fakelab import WRONG_FLAG_LOGS as WRONG_LOGS
 from tests.support.fakelab import fake_run, scenario_doc, wrong_flag
+
+ROLL_BACK = {"name": "Roll back", "outcome": "restores", "actions": [{"kind": "rollback"}]}
 
 
 def by_name(result: ScenarioResult) -> dict[str, Verdict]:
@@ -222,9 +225,9 @@ def test_a_bug_is_an_error_with_its_traceback(tmp_path: Path) -> None:
     [
         ("states", 1, "baseline"),
         ("apply node_config", 1, "inject"),
-        ("wait_events", 2, "expect"),
-        ("restart", 1, "recover"),
-        ("apply node_config", 2, "recover (rollback)"),
+        ("wait_events", 1, "expect"),
+        ("restart", 1, "recover 1/2"),
+        ("apply node_config", 2, "recover 2/2"),
     ],
 )
 def test_an_interrupt_in_any_phase_still_cleans_up(
@@ -232,19 +235,23 @@ def test_an_interrupt_in_any_phase_still_cleans_up(
 ) -> None:
     run = fake_run(tmp_path, scenario_doc(), wrong_flag())
     seen = {"n": 0}
+    interrupted_in: list[str] = []
 
     def interrupt(name: str) -> None:
         if name == call:
             seen["n"] += 1
             if seen["n"] == nth:
                 run.lab.on_call = lambda _n: None  # cleanup's own calls go through
+                interrupted_in.append(run.progress[-1])
                 raise KeyboardInterrupt
 
     run.lab.on_call = interrupt
     with pytest.raises(KeyboardInterrupt):
         run.run()
-    assert run.lab.leftovers() == [], phase
-    assert run.open_changes() == 0, phase
+    assert interrupted_in[0].startswith(phase), interrupted_in
+    assert run.progress[-1] == "cleanup"
+    assert run.lab.leftovers() == []
+    assert run.open_changes() == 0
 
 
 # ---- cleanup ----
@@ -389,3 +396,179 @@ def test_times_measured_before_an_error_stay_in_the_result(tmp_path: Path) -> No
     run.lab.on_call = fail_restart
     result = run.run()
     assert (result.time_to_fail_s, result.time_to_recover_s) == (200.0, None)
+
+
+def test_a_node_that_comes_back_by_itself_is_not_restarted_by_cleanup(tmp_path: Path) -> None:
+    doc = scenario_doc()
+    restart = {"kind": "restart", "nodes": ["serving"]}
+    doc["recover"] = [{"name": "Restart", "outcome": "restores", "actions": [restart]}]
+    run = fake_run(tmp_path, doc, wrong_flag())
+    result = run.run()
+    # cleanup's undo re-applies the baseline: the node serves again, no group restart
+    assert run.lab.restarted == [["serving"]]  # the recovery step's own
+    cleanup = [e.event for e in result.timeline if e.event.startswith("cleanup")]
+    model = "Qwen/Qwen2.5-0.5B-Instruct --port 8000"
+    assert cleanup == [f"cleanup: restore serving: args {model} --max-model-len 99999 -> {model}"]
+
+
+# ---- the other expectations ----
+
+
+def test_a_shortcut_with_its_own_signature(tmp_path: Path) -> None:
+    doc = scenario_doc()
+    doc["recover"][0]["expect"] = {"in_order": [{"regex": "max_model_len \\(99999\\)"}]}
+    result = fake_run(tmp_path, doc, wrong_flag()).run()
+    names = {a.name: (a.phase, a.verdict) for a in result.assertions}
+    assert names["recover 1: Restart and hope: signature 1/1: max_model_len \\(99999\\)"] == (
+        Phase.RECOVER,
+        Verdict.PASSED,
+    )
+    titles = [e.title for e in result.evidence]
+    assert titles == [
+        "expect: previous logs (incarnation 2)",
+        "recover 1: Restart and hope: logs of incarnation 3",
+    ]
+
+
+def test_lines_another_node_must_log_after_the_failure(tmp_path: Path) -> None:
+    from runner.labs.fake import Exits, Serves
+
+    doc = scenario_doc(target="node1")
+    doc["inject"] = [{"kind": "set_args", "node": "node1", "args": {"--max-model-len": 99999}}]
+    doc["expect"]["elsewhere"] = [
+        {"node": "node2", "within_s": 60, "in_order": [{"regex": "TCPStore.*Broken pipe"}]}
+    ]
+    doc["recover"] = [
+        {"name": "Roll back", "outcome": "restores", "actions": [{"kind": "rollback"}]}
+    ]
+    doc["verify"]["probes"] = [{"kind": "http", "path": "/health", "node": "node1"}]
+    lab_ref: list[object] = []
+
+    def script(node: str, config: object) -> object:
+        if "99999" in getattr(config, "args", ()):
+            # the worker notices its head is gone: a line in its current log, after the exit
+            worker = lab_ref[0]._nodes["node2"]  # type: ignore[attr-defined]
+            from datetime import timedelta
+
+            from runner.labs.base import LogLine
+
+            first = worker.logs[worker.incarnation][0].ts
+            worker.logs[worker.incarnation].append(
+                LogLine(ts=first + timedelta(seconds=5), text="[W] TCPStore: Broken pipe")
+            )
+            return Exits(code=1, logs=WRONG_LOGS, after_s=0.2)
+        return Serves()
+
+    run = fake_run(tmp_path, doc, script)  # type: ignore[arg-type]
+    lab_ref.append(run.lab)
+    result = run.run()
+    names = {a.name: a.verdict for a in result.assertions}
+    assert names["expect on node2: signature 1/1: TCPStore.*Broken pipe"] is Verdict.PASSED
+    assert names["expect on node2: within 60 s"] is Verdict.PASSED
+    worker_lines = [e for e in result.timeline if e.source == "log:node2"]
+    assert [e.event for e in worker_lines] == ["log: [W] TCPStore: Broken pipe"]
+
+
+def test_a_silent_failure_is_what_the_probes_see(tmp_path: Path) -> None:
+    from runner.labs.fake import Hangs, Serves
+
+    doc = scenario_doc()
+    doc["expect"] = {
+        "failure": "silent",
+        "probes": [{"kind": "node_state", "node": "serving", "status": "running"}],
+        "time_to_fail": {"max_s": 60},
+    }
+    doc["recover"] = [
+        {"name": "Roll back", "outcome": "restores", "actions": [{"kind": "rollback"}]}
+    ]
+    run = fake_run(
+        tmp_path,
+        doc,
+        lambda _n, c: Hangs() if "99999" in c.args else Serves(),  # type: ignore[arg-type]
+    )
+    result = run.run()
+    names = {a.name: a.verdict for a in result.assertions}
+    assert names["expect: state of serving"] is Verdict.PASSED
+    assert names["expect: time to fail"] is Verdict.PASSED
+    assert result.time_to_fail_s is not None and result.time_to_fail_s < 60
+    assert "failure observed (silent: seen by the probes)" in [e.event for e in result.timeline]
+
+
+def test_a_node_that_must_not_be_restarted_by_its_policy(tmp_path: Path) -> None:
+    doc = scenario_doc()
+    doc["expect"]["state"] = {"status": "crash_looping", "min_restarts": 0, "max_restarts": 0}
+    kept = fake_run(tmp_path / "a", doc, wrong_flag(restarts=0)).run()
+    restarted = fake_run(tmp_path / "b", doc, wrong_flag(restarts=2)).run()
+    state = "expect: state"
+    assert by_name(kept)[state] is Verdict.PASSED
+    assert by_name(restarted)[state] is Verdict.FAILED
+    assert [a.observed for a in restarted.assertions if a.name == state] == [
+        "crash_looping (no reason), restarts 2"
+    ]
+
+
+# ---- the timeline's texts for lab events ----
+
+
+def test_lab_events_on_the_timeline() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from runner.labs.base import EventType, ExitInfo, LabEvent
+    from runner.run.record import Recorder
+
+    t0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    ended = ExitInfo(
+        incarnation=3, code=0, started_at=t0, first_output_at=None, finished_at=t0 + timedelta(1)
+    )
+    rec = Recorder()
+    for e in [
+        LabEvent(seq=1, ts=t0, node="n", type=EventType.STARTED, incarnation=2, pid=41),
+        LabEvent(seq=2, ts=t0, node="n", type=EventType.BACKOFF, delay_s=0.1, restarts=1),
+        LabEvent(seq=3, ts=t0, node="n", type=EventType.EXITED, exit=ended),
+        LabEvent(seq=4, ts=t0, node="n", type=EventType.EXITED, exit=ended, stopped=True),
+        LabEvent(
+            seq=5,
+            ts=t0,
+            node="n",
+            type=EventType.EXITED,
+            exit=ended,
+            stopped=True,
+            stop_took_s=0.25,
+        ),
+        LabEvent(seq=6, ts=t0, node="n", type=EventType.READY, incarnation=2),
+    ]:
+        rec.lab_event(e)
+    assert [(e.event, e.ts, e.clock) for e in rec.timeline] == [
+        ("started incarnation 2 pid 41", t0, "lab runtime (UTC)"),
+        ("back-off 0.100 s (restarts 1)", t0, "lab runtime (UTC)"),
+        ("exited with code 0 (incarnation 3)", ended.finished_at, "lab runtime (exit time)"),
+        (
+            "stopped by the lab to re-apply (exit 0, incarnation 3)",
+            ended.finished_at,
+            "lab runtime (exit time)",
+        ),
+        (
+            "stopped by the lab to re-apply (exit 0, incarnation 3, 0.250 s after SIGTERM)",
+            ended.finished_at,
+            "lab runtime (exit time)",
+        ),
+        ("ready", t0, "lab runtime (UTC)"),
+    ]
+
+
+def test_lab_events_cross_a_socket_as_json_unchanged() -> None:
+    import json
+    from datetime import UTC, datetime
+
+    from runner.labs.base import EventType, ExitInfo, LabEvent
+
+    t0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    info = ExitInfo(incarnation=1, code=1, started_at=t0, first_output_at=t0, finished_at=t0)
+    events = [
+        LabEvent(seq=1, ts=t0, node="n", type=EventType.EXITED, exit=info, stop_took_s=0.5),
+        LabEvent(seq=2, ts=t0, node="n", type=EventType.AUX_STARTED, name="node-exporter"),
+    ]
+    # as the local supervisor writes them and its driver reads them back
+    wire = [json.dumps(e.model_dump(mode="json", exclude_defaults=True)) for e in events]
+    assert [LabEvent.model_validate(json.loads(w)) for w in wire] == events
+    assert events[0].failure == info and events[1].failure is None
