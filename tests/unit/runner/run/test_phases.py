@@ -572,3 +572,61 @@ def test_lab_events_cross_a_socket_as_json_unchanged() -> None:
     wire = [json.dumps(e.model_dump(mode="json", exclude_defaults=True)) for e in events]
     assert [LabEvent.model_validate(json.loads(w)) for w in wire] == events
     assert events[0].failure == info and events[1].failure is None
+
+
+PIPE = {"regex": "Broken pipe"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "name", "verdict", "observed"),
+    [
+        (
+            {"phase": "weights_load"},
+            "expect: phase where it broke",
+            Verdict.PASSED,
+            "weights_load",  # "Loading weights took" is the last start-up marker logged
+        ),
+        (
+            {"phase": "kv_cache_check"},
+            "expect: phase where it broke",
+            Verdict.FAILED,
+            "weights_load",
+        ),
+        (
+            {"signature": {"source": "previous", "in_order": [{"regex": "Loading weights"}],
+                           "absent": [{"regex": "too large"}]}},
+            "expect: absent: too large",
+            Verdict.FAILED,
+            "line 1: ValueError: max_model_len (99999) is too large",
+        ),
+        (
+            {"elsewhere": [{"node": "node2", "within_s": 30, "in_order": [PIPE]}]},
+            "expect on node2: signature 1/1: Broken pipe",
+            Verdict.FAILED,
+            # node2 logged only before the failure: nothing after it to match
+            "not found in 0 lines of node2 logs after the failure (within 30 s real)",
+        ),
+    ],
+)  # fmt: skip
+def test_expectations_pass_and_fail_exactly(
+    tmp_path: Path, edit: dict[str, object], name: str, verdict: Verdict, observed: str
+) -> None:
+    doc = scenario_doc()
+    doc["expect"].update(edit)
+    result = fake_run(tmp_path, doc, wrong_flag()).run()
+    got = next(a for a in result.assertions if a.name == name)
+    assert (got.verdict, got.observed) == (verdict, observed)
+
+
+def test_a_shortcut_expected_to_fail_that_does_not_fail(tmp_path: Path) -> None:
+    doc = scenario_doc()
+    doc["recover"][0]["expect"] = {"in_order": [{"regex": "too large"}]}
+    starts = {"n": 0}
+
+    def healed_by_restart(node: str, config: object) -> object:
+        starts["n"] += node == "serving"
+        return wrong_flag()(node, config) if starts["n"] == 2 else wrong_flag()(node, _base())
+
+    result = fake_run(tmp_path, doc, healed_by_restart).run()  # type: ignore[arg-type]
+    got = next(a for a in result.assertions if a.name == "recover 1: Restart and hope: signature")
+    assert (got.verdict, got.observed) == (Verdict.FAILED, "the node did not fail")
