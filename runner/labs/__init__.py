@@ -1,4 +1,4 @@
-"""Lab drivers: one protocol (runner.labs.base.LabDriver), one native implementation per lab kind.
+"""Lab drivers: one abstract class (runner.labs.base.LabDriver), one implementation per lab kind.
 
 - local: engine nodes as local processes under a supervisor daemon (runner.labs.local)
 - compose: engine nodes as containers, Compose CLI + docker SDK + Ansible (runner.labs.compose)
