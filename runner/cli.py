@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from runner import __version__, output
+from runner.checks import check_engine_names, check_unique_ids
 from runner.cli_lab import lab
 from runner.cli_options import handled, lab_option, parallel_option, reports_option
 from runner.errors import GamedayError, InputError, ScenarioError
@@ -113,6 +114,7 @@ def validate(paths: tuple[Path, ...], lab_path: Path | None) -> None:
     inventory = load_inventory(lab_path) if lab_path is not None else None
     lab = open_lab(inventory) if inventory is not None else None  # reads nothing yet
     errors: list[GamedayError] = []
+    loaded: list[LoadedScenario] = []
     for f in files:
         try:
             notes: list[str] = []
@@ -120,6 +122,8 @@ def validate(paths: tuple[Path, ...], lab_path: Path | None) -> None:
                 load_inventory(f)
             else:
                 ls = load_scenario(f)
+                check_engine_names(ls, inventory)
+                loaded.append(ls)
                 if inventory is not None and lab is not None:
                     if inventory.lab.kind in ls.scenario.labs:
                         check_scenario(ls, inventory)
@@ -130,6 +134,11 @@ def validate(paths: tuple[Path, ...], lab_path: Path | None) -> None:
         except InputError as exc:
             errors.append(exc)
             output.error(exc)
+    try:
+        check_unique_ids(loaded)
+    except InputError as exc:
+        errors.append(exc)
+        output.error(exc)
     if errors:
         sys.exit(2)
 

@@ -15,6 +15,7 @@ vars apply to the group's hosts, host vars win, as in Ansible.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 from pathlib import Path
@@ -476,7 +477,8 @@ def check_scenario(ls: LoadedScenario, inventory: Inventory) -> None:
             file=ls.path,
             line=load(ls.path, ScenarioError, "scenario").line_of(loc),
             field=".".join(map(str, loc)),
-            hint=f"name one of its hosts: {known}",
+            hint=_near(name, hosts | (groups if groups_too else set()))
+            + f"name one of its hosts: {known}",
         )
 
 
@@ -498,3 +500,8 @@ def _node_refs(obj: Any, loc: Loc) -> list[tuple[Loc, str, bool]]:
     if isinstance(obj, list | tuple):
         return [r for i, v in enumerate(obj) for r in _node_refs(v, (*loc, i))]
     return []
+
+
+def _near(name: str, known: set[str]) -> str:
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"did you mean {near[0]!r}? " if near else ""

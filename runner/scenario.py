@@ -203,13 +203,19 @@ Probe = Annotated[AnyProbe, Field(discriminator="kind")]
 ArgValue = str | int | float | bool | None
 
 
+MODEL_TAG = "model_tag"  # `vllm serve MODEL`'s positional argument, by vLLM's own name for it
+
+
 class SetArgs(Model):
     """Change engine flags, as editing the Deployment's args and re-applying does. A value of
-    `true` is a bare flag; `null` removes the flag."""
+    `true` is a bare flag; `null` removes the flag. The key `model_tag` is the positional model
+    (`vllm serve MODEL`), which wins over `--model`."""
 
     kind: Literal["set_args"]
     node: str = "serving"
-    args: dict[Annotated[str, Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_-]*$")], ArgValue]
+    args: dict[
+        Annotated[str, Field(pattern=rf"^(--?[A-Za-z0-9][A-Za-z0-9_-]*|{MODEL_TAG})$")], ArgValue
+    ]
 
 
 class SetEnv(Model):

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner import __version__, journal
+from runner.checks import check_engine_names
 from runner.errors import LeftoversError
 from runner.inventory import Inventory, check_scenario
 from runner.labs import LabDriver, open_lab, wait_all_ready
@@ -123,6 +124,7 @@ def _open_labs(
     for ls in scenarios:
         if inventory.lab.kind in ls.scenario.labs:
             check_scenario(ls, inventory)
+            check_engine_names(ls, inventory)
     labs = [open_lab(instance(inventory, k)) for k in range(parallel)]
     for lab in labs:
         leftovers = journal.open_changes(lab.state_dir)

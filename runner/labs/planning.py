@@ -20,6 +20,7 @@ from runner.labs.base import (
 )
 from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
 from runner.scenario import (
+    MODEL_TAG,
     PROGRAMS,
     ChangeAddress,
     ScrapeTargets,
@@ -153,9 +154,13 @@ def service_links(lab: LabDriver, node: str, service: str, port: int, enabled: b
 
 
 def edit_args(args: list[str], edits: dict[str, str | int | float | bool | None]) -> list[str]:
-    """Set, add or remove `--flag value` pairs (also `--flag=value`) in an engine command line."""
+    """Set, add or remove `--flag value` pairs (also `--flag=value`) in an engine command line;
+    `model_tag` is the positional model, the command line's first word."""
     out = list(args)
     for flag, value in edits.items():
+        if flag == MODEL_TAG:
+            out = _set_model_tag(out, value)
+            continue
         i = 0
         found = False
         while i < len(out):
@@ -175,6 +180,12 @@ def edit_args(args: list[str], edits: dict[str, str | int | float | bool | None]
         if not found and value is not None and value is not False:
             out += [flag] if value is True else [flag, _arg(value)]
     return out
+
+
+def _set_model_tag(args: list[str], value: str | int | float | bool | None) -> list[str]:
+    has = bool(args) and not args[0].startswith("-")
+    rest = args[1:] if has else args
+    return rest if value is None or value is False else [_arg(value), *rest]
 
 
 def _arg(v: str | int | float | bool) -> str:
