@@ -57,17 +57,7 @@ def load_all(paths: tuple[Path, ...]) -> list[LoadedScenario]:
             hint="pass scenario files or a directory",
         )
     loaded = [load_scenario(f) for f in files]
-    ids: dict[str, Path] = {}
-    for ls in loaded:
-        sid = ls.scenario.metadata.id
-        if sid in ids:
-            raise ScenarioError(
-                f"scenario id {sid!r} is also used by {ids[sid]}",
-                file=ls.path,
-                field="metadata.id",
-                hint="ids must be unique",
-            )
-        ids[sid] = ls.path
+    check_unique_ids(loaded)
     return loaded
 
 
