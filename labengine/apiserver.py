@@ -223,13 +223,16 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         return 1
     # imported once the engine core is forked: that process needs none of the HTTP stack
     from labengine.server import ServerState, serve
-    from labengine.server.routes import ROUTES
+    from labengine.server.routes import DEV_MODE_WARNING, DEV_ROUTES, ROUTES
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
     sleep_real(API_START_S, s.time_scale)
     log.info("api_server.py:1850", "Supported_tasks: ['generate']")
     log.info("launcher.py:37", f"Starting vLLM API server 0 on http://{host}:{port}")
-    for route, method in ROUTES:
+    dev_mode = envs.truthy(s.env, "VLLM_SERVER_DEV_MODE")
+    if dev_mode:
+        log.warning("__init__.py:44", DEV_MODE_WARNING)
+    for route, method in ROUTES + (DEV_ROUTES if dev_mode else ()):
         log.info("launcher.py:45", f"Route: {route}, Methods: {method}")
     st = ServerState(
         era=s.era,
@@ -241,6 +244,8 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         log=log,
         keep_alive_on_death=envs.truthy(s.env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH"),
         stats_interval_s=10.0 / s.time_scale,
+        time_scale=s.time_scale,
+        dev_mode=dev_mode,
     )
     try:
         serve(st, sock, host, port)

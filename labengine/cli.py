@@ -55,6 +55,8 @@ def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--block-size", type=int, default=16, choices=[16])
     p.add_argument("--enforce-eager", action="store_true")
+    # GPU memory lent out between rollouts (POST /sleep, /wake_up: VLLM_SERVER_DEV_MODE=1)
+    p.add_argument("--enable-sleep-mode", action="store_true")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--download-dir", default=None)
     p.add_argument("--seed", type=int, default=0)

@@ -28,6 +28,19 @@ ROUTES = (
     ("/v1/chat/completions", "POST"),
     ("/v1/completions", "POST"),
 )
+# vLLM's development routes (`VLLM_SERVER_DEV_MODE=1`): sleep mode, as RLHF trainers drive it to
+# lend the GPU to a training step between rollouts
+DEV_ROUTES = (
+    ("/sleep", "POST"),
+    ("/wake_up", "POST"),
+    ("/is_sleeping", "GET"),
+)
+DEV_MODE_WARNING = (
+    "SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!"
+)
+# what a request gets while the scheduler is paused (vllm/v1/engine/core.py, 0.33)
+PAUSED = "Generation is paused. Please retry after it resumes."
+SLEEP_TAGS = "{'weights', 'kv_cache'}"
 
 
 def error(status: int, message: str, etype: str) -> JSONResponse:
@@ -219,13 +232,49 @@ class Api:
         p = await read_request(st, request, chat)
         if isinstance(p, JSONResponse):
             return p
+        if st.sleeping is not None:
+            return error(503, PAUSED, "ServiceUnavailableError")
         cid = f"{'chatcmpl' if chat else 'cmpl'}-{next(st.ids):032x}"
         out = Completion(chat, cid, int(time.time()), st.served_name)
         if p.stream:
             return StreamingResponse(_events(st, p, out), media_type="text/event-stream")
         return await _whole(st, p, out)
 
+    async def sleep(self, request: Request) -> Response:
+        """Pause the scheduler, then (level 1 and 2) release the GPU memory. The GPU-less engine
+        holds no memory to release: only the pause, which is what clients see, is modelled."""
+        raw = request.query_params.get("level", "1")
+        if not raw.isdigit() or not 0 <= int(raw) <= 2:
+            return error(400, f"level: Input should be 0, 1 or 2, got {raw!r}", "BadRequestError")
+        level = int(raw)
+        if self.st.sleeping is None:
+            self.st.sleeping = level
+            if level >= 1:
+                took = 0.05 / max(self.st.time_scale, 1.0)
+                self.st.log.info("abstract.py:408", f"It took {took:.6f} seconds to fall asleep.")
+        elif level >= 1:
+            self.st.log.warning("abstract.py:402", "Executor is already sleeping.")
+        return JSONResponse({"status": "sleeping", "level": level})
+
+    async def wake_up(self, request: Request) -> Response:
+        tags = request.query_params.getlist("tags") or None
+        self.st.log.info("api_router.py:50", f"wake up the engine with tags: {tags}")
+        if self.st.sleeping is None:
+            self.st.log.warning("abstract.py:414", "Executor is not sleeping.")
+        elif self.st.sleeping >= 1:
+            took = 0.1 / max(self.st.time_scale, 1.0)
+            self.st.log.info(
+                "abstract.py:426", f"It took {took:.6f} seconds to wake up tags {SLEEP_TAGS}."
+            )
+        self.st.sleeping = None
+        return JSONResponse({"status": "awake", "tags": tags})
+
+    async def is_sleeping(self, _: Request) -> Response:
+        return JSONResponse({"is_sleeping": self.st.sleeping is not None})
+
     def routes(self) -> list[Route]:
+        dev = {"/sleep": self.sleep, "/wake_up": self.wake_up, "/is_sleeping": self.is_sleeping}
+        extra = [Route(p, dev[p], methods=[m]) for p, m in DEV_ROUTES] if self.st.dev_mode else []
         endpoints = {
             "/health": self.health,
             "/metrics": self.metrics,
@@ -234,4 +283,4 @@ class Api:
             "/v1/chat/completions": self.chat,
             "/v1/completions": self.completions,
         }
-        return [Route(path, endpoints[path], methods=[method]) for path, method in ROUTES]
+        return [Route(path, endpoints[path], methods=[method]) for path, method in ROUTES] + extra

@@ -36,7 +36,10 @@ class ServerState:
     log: VllmLog
     keep_alive_on_death: bool
     stats_interval_s: float
+    time_scale: float = 1.0
+    dev_mode: bool = False  # VLLM_SERVER_DEV_MODE: the /sleep, /wake_up, /is_sleeping routes
     dead: bool = False
+    sleeping: int | None = None  # the sleep level while asleep (0: the scheduler paused only)
     queues: dict[str, asyncio.Queue[tuple[Any, ...]]] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=itertools.count)
     server: uvicorn.Server | None = None

@@ -8,6 +8,7 @@ process, so they run against `vllm-lab serve` itself.
 from __future__ import annotations
 
 import asyncio
+import io
 import multiprocessing
 import time
 from collections.abc import Iterator
@@ -170,3 +171,57 @@ def test_metrics_at_rest(app: App) -> None:
 
 
 # ---- against the engine process -------------------------------------------------------------
+
+
+def dev_app(stream: io.StringIO) -> App:
+    conn, _ = multiprocessing.Pipe()
+    st = ServerState(
+        era=Era.V0_33,
+        served_name=QWEN,
+        model_root=QWEN,
+        max_model_len=4096,
+        kv_tokens=60_000,
+        conn=conn,
+        log=VllmLog("APIServer", stream),
+        keep_alive_on_death=False,
+        stats_interval_s=10.0,
+        time_scale=100.0,
+        dev_mode=True,
+    )
+    return App(st)
+
+
+def test_sleep_routes_exist_only_in_dev_mode(app: App) -> None:
+    assert app.post("/sleep").status_code == 404
+    assert app.post("/wake_up").status_code == 404
+    assert app.get("/is_sleeping").status_code == 404
+
+
+def test_asleep_health_answers_and_generation_is_refused_as_vllm_does() -> None:
+    stream = io.StringIO()
+    dev = dev_app(stream)
+    assert dev.get("/is_sleeping").json() == {"is_sleeping": False}
+    assert dev.post("/sleep?level=1").json() == {"status": "sleeping", "level": 1}
+    assert dev.get("/is_sleeping").json() == {"is_sleeping": True}
+    assert dev.get("/health").status_code == 200
+    r = dev.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 503
+    assert r.json() == error_body(
+        503, "Generation is paused. Please retry after it resumes.", "ServiceUnavailableError"
+    )
+    assert dev.post("/sleep?level=3").status_code == 400
+    assert dev.post("/wake_up").json() == {"status": "awake", "tags": None}
+    assert dev.get("/is_sleeping").json() == {"is_sleeping": False}
+    lines = [line.split("] ", 1)[1] for line in stream.getvalue().splitlines()]
+    assert lines == [
+        "It took 0.000500 seconds to fall asleep.",
+        "wake up the engine with tags: None",
+        "It took 0.001000 seconds to wake up tags {'weights', 'kv_cache'}.",
+    ]
+
+
+def test_waking_an_awake_engine_warns() -> None:
+    stream = io.StringIO()
+    dev = dev_app(stream)
+    assert dev.post("/wake_up?tags=weights").json() == {"status": "awake", "tags": ["weights"]}
+    assert stream.getvalue().splitlines()[-1].endswith("] Executor is not sleeping.")
