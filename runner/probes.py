@@ -63,7 +63,7 @@ def describe(p: Probe) -> str:
         return (
             f"inference ({p.api})"
             + (f" on {p.node}" if p.node else "")
-            + (" hangs" if p.expect == "hangs" else "")
+            + ("" if p.expect == "completes" else f" {p.expect}")
         )
     if isinstance(p, TargetsProbe):
         return f"Prometheus targets of {p.job}"
@@ -136,11 +136,11 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             f"HTTP {r.status_code}",
         )
     want = p.expect_finish_reason.value if p.expect_finish_reason else "any"
-    expected = (
-        f"no answer within {timeout:.1f} s (a hang, not an error)"
-        if p.expect == "hangs"
-        else f"HTTP 200, non-empty answer, finish_reason {want}"
-    )
+    expected = {
+        "hangs": f"no answer within {timeout:.1f} s (a hang, not an error)",
+        "refused": f"an error answer, HTTP {p.expect_status or '4xx or 5xx'}",
+        "completes": f"HTTP 200, non-empty answer, finish_reason {want}",
+    }[p.expect]
     try:
         if p.api == "chat":
             body = {
@@ -153,14 +153,23 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             body = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": p.temperature}
             r = client.post(base_url + "/v1/completions", json=body, timeout=timeout)
     except httpx.TimeoutException as exc:
-        verdict = Verdict.PASSED if p.expect == "hangs" else Verdict.ERROR
+        verdict = {"hangs": Verdict.PASSED, "refused": Verdict.FAILED}.get(p.expect, Verdict.ERROR)
         return ProbeResult(name, verdict, expected, _err(exc))
     except httpx.HTTPError as exc:
-        verdict = Verdict.FAILED if p.expect == "hangs" else Verdict.ERROR
+        # a refusal is an answer: a server that cannot be reached has not refused anything
+        verdict = Verdict.ERROR if p.expect == "completes" else Verdict.FAILED
         return ProbeResult(name, verdict, expected, _err(exc))
     if p.expect == "hangs":
         return ProbeResult(
             name, Verdict.FAILED, expected, f"answered HTTP {r.status_code}: {r.text[:120]}"
+        )
+    if p.expect == "refused":
+        refused = r.status_code == p.expect_status if p.expect_status else r.status_code >= 400
+        return ProbeResult(
+            name,
+            Verdict.PASSED if refused else Verdict.FAILED,
+            expected,
+            f"HTTP {r.status_code}: {r.text[:200]}",
         )
     if r.status_code != 200:
         return ProbeResult(name, Verdict.FAILED, expected, f"HTTP {r.status_code}: {r.text[:200]}")

@@ -103,10 +103,15 @@ class InferenceProbe(Model):
 
     kind: Literal["inference"]
     node: str | None = None
-    expect: Literal["completes", "hangs"] = Field(
+    expect: Literal["completes", "hangs", "refused"] = Field(
         default="completes",
         description="`hangs`: the request must neither complete nor fail before the timeout "
-        "(e.g. /health 200 while a tensor-parallel peer is stuck).",
+        "(e.g. /health 200 while a tensor-parallel peer is stuck). `refused`: the server must "
+        "answer with an error status (`expect_status` when given), e.g. 503 from a paused "
+        "engine.",
+    )
+    expect_status: Annotated[int, Field(ge=400, le=599)] | None = Field(
+        default=None, description="With `expect: refused`: the error status it must answer."
     )
     api: Literal["chat", "completions"] = "chat"
     prompt: str
@@ -114,6 +119,12 @@ class InferenceProbe(Model):
     temperature: float = 0.0
     expect_finish_reason: FinishReason | None = FinishReason.STOP
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+    @model_validator(mode="after")
+    def _status_with_refused(self) -> InferenceProbe:
+        if self.expect_status is not None and self.expect != "refused":
+            raise ValueError("expect_status goes with `expect: refused`")
+        return self
 
 
 def safe_regex(v: str) -> str:

@@ -79,3 +79,58 @@ def test_a_set_of_hanging_probes_costs_one_timeout(silent: SilentServer) -> None
         Verdict.PASSED,  # a hang was what it expected
     ]
     assert lab.read_logs == 1
+
+
+def answering(status: int, body: dict[str, Any]) -> httpx.Client:
+    return httpx.Client(transport=httpx.MockTransport(lambda _: httpx.Response(status, json=body)))
+
+
+PAUSED = {
+    "error": {
+        "message": "Generation is paused. Please retry after it resumes.",
+        "type": "ServiceUnavailableError",
+        "param": None,
+        "code": 503,
+    }
+}
+COMPLETION = {"choices": [{"message": {"content": "Hello."}, "finish_reason": "stop"}]}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expect_status", "verdict"),
+    [
+        (503, PAUSED, 503, Verdict.PASSED),
+        (503, PAUSED, None, Verdict.PASSED),
+        (500, PAUSED, 503, Verdict.FAILED),
+        (200, COMPLETION, 503, Verdict.FAILED),
+        (200, COMPLETION, None, Verdict.FAILED),
+    ],
+)
+def test_a_refused_inference(
+    status: int, body: dict[str, Any], expect_status: int | None, verdict: Verdict
+) -> None:
+    probe = InferenceProbe(
+        kind="inference", prompt="hi", expect="refused", expect_status=expect_status
+    )
+    with answering(status, body) as http:
+        env = ProbeEnv(http=http, lab=cast(LabDriver, UrlOnly("http://lab")), scale=1, target="s")
+        (result,) = run_probes(env, [probe])
+    assert result.name == "inference (chat) refused"
+    assert result.verdict is verdict
+    assert result.expected == f"an error answer, HTTP {expect_status or '4xx or 5xx'}"
+    assert result.observed.startswith(f"HTTP {status}: ")
+
+
+def test_a_refusal_needs_an_answer(silent: SilentServer) -> None:
+    url = silent.url
+    silent.sock.close()  # nothing listens: connection refused, which is not the engine refusing
+    probe = InferenceProbe(kind="inference", prompt="hi", expect="refused", expect_status=503)
+    with httpx.Client() as http:
+        env = ProbeEnv(http=http, lab=cast(LabDriver, UrlOnly(url)), scale=1, target="s")
+        (result,) = run_probes(env, [probe])
+    assert result.verdict is Verdict.FAILED
+
+
+def test_expect_status_goes_with_refused() -> None:
+    with pytest.raises(ValueError, match="expect_status goes with `expect: refused`"):
+        InferenceProbe(kind="inference", prompt="hi", expect_status=503)
