@@ -21,8 +21,9 @@ BUILTIN = "builtin"
 
 
 def builtin_dir() -> Path:
-    """The folder of the built-in catalogue (in a checkout: a link to scenarios/)."""
-    return Path(str(files("runner") / "catalogue"))
+    """The folder of the built-in catalogue: runner/builtin_scenarios (in a checkout, a link to
+    scenarios/)."""
+    return Path(str(files("runner") / "builtin_scenarios"))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ one action to the next in the order a run applies them.
 
 from __future__ import annotations
 
+import json
 from typing import Any, assert_never
 
 from pydantic import BaseModel, ConfigDict
@@ -155,11 +156,20 @@ class _Configs:
 
 def _probe(p: Probe) -> str:
     fields = p.model_dump(mode="json", exclude_defaults=True, exclude={"kind"})
-    return f"{p.kind} " + " ".join(f"{k}={v}" for k, v in fields.items())
+    return f"{p.kind} " + " ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
 
 
 def _pattern(p: Pattern) -> str:
-    return f"/{p.regex}/" + (f" ({p.description})" if p.description else "")
+    checks = [
+        f"{name} {op} {json.dumps(v)}"
+        for name, check in p.captures.items()
+        for op, v in check.model_dump(mode="json", by_alias=True, exclude_none=True).items()
+    ]
+    return (
+        f"/{p.regex}/"
+        + (f" where {', '.join(checks)}" if checks else "")
+        + (f" ({p.description})" if p.description else "")
+    )
 
 
 def _within(scale: TimeScale, seconds: float) -> str:
