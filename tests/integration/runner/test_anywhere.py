@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from runner.catalogue import builtin_dir
+from runner.report import write_reports
+from runner.results import Verdict
 from tests.support.cli import ROOT, gameday, scenario_variant, variant
+from tests.support.results import run_result, scenario_result
 from tests.support.seedlogs import SEED_019
 
 SHIPPED = [
@@ -160,4 +163,27 @@ def test_the_wheel_carries_the_catalogue(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n for n in names if n.startswith("runner/builtin_scenarios/")) == [
         f"runner/builtin_scenarios/{sid}.yaml" for sid in SHIPPED
+    ]
+
+
+def test_selection_errors_and_last_failed(team: Path) -> None:
+    bad = run(team, "list", "-k", "kv and")
+    assert bad.returncode == 2
+    assert bad.stderr.splitlines()[0] == (
+        "error: [-k]: expected a word, `not` or `(`; the expression ended at column 7 of 'kv and'"
+    )
+    last = run_result(
+        scenario_result(id="our-kv-cache", verdict=Verdict.FAILED),
+        scenario_result(id="tp-mismatch", verdict=Verdict.PASSED),
+        run_id="20261130T120000Z-cccccc",
+    )
+    write_reports(last, team / "out" / last.run_id)
+    p = run(team, "plan", "--last-failed")
+    assert p.returncode == 0, p.stderr
+    assert [line for line in p.stdout.splitlines() if not line.startswith(" ")] == [
+        "our-kv-cache on lab team-lab (local): KV-cache shortage after the weights load "
+        "(the second wall)"
+    ]
+    assert p.stderr.splitlines() == [
+        f"--last-failed: 1 that failed in {team / 'out' / last.run_id}"
     ]
