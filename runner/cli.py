@@ -24,14 +24,19 @@ from runner.catalogue import BUILTIN, Entry, builtin_dir, resolve
 from runner.checks import check_engine_names, check_unique_ids
 from runner.cli_lab import lab
 from runner.cli_options import (
+    chosen,
     config,
+    dry_run_option,
+    fail_fast_option,
     handled,
     lab_option,
+    last_failed_option,
+    load_all,
     parallel_option,
     reports_option,
     selection_options,
 )
-from runner.errors import GamedayError, InputError, ScenarioError
+from runner.errors import GamedayError, InputError
 from runner.fsutil import read_bytes
 from runner.inventory import Inventory, check_scenario, load_inventory
 from runner.labs import open_lab
@@ -39,7 +44,7 @@ from runner.labs.capabilities import lacking
 from runner.report import load_result, write_reports
 from runner.results import Verdict
 from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
-from runner.select import Selection, last_failed
+from runner.select import Selection
 from runner.undo import cleanup_lab
 
 MAX_LOG_BYTES = 256 * 1024 * 1024
@@ -54,59 +59,6 @@ def main() -> None:
 
 
 main.add_command(lab)
-
-
-def load_all(args: tuple[str, ...]) -> list[Entry]:
-    """The scenarios the arguments name (files, folders or ids); none: the team's folders, then
-    the built-in catalogue."""
-    entries = resolve(args, config().scenarios)
-    if not entries:
-        raise ScenarioError(
-            "no scenario files found",
-            file=", ".join(args),
-            hint="pass scenario files, folders or ids",
-        )
-    return entries
-
-
-def chosen(
-    args: tuple[str, ...], selection: Selection, failed_only: bool, reports_dir: Path
-) -> list[LoadedScenario]:
-    """The scenarios a `run` or `plan` works on: named, selected, and with --last-failed those
-    that failed or errored in the latest run (none recorded: all, as pytest does)."""
-    loaded = selection([e.loaded for e in load_all(args)])
-    if failed_only:
-        lf = last_failed(reports_dir)
-        if lf.run is None:
-            output.message(f"--last-failed: no run in {reports_dir}: all selected scenarios")
-        elif not lf.ids:
-            output.message(f"--last-failed: nothing failed in {lf.run}: all selected scenarios")
-        else:
-            loaded = [ls for ls in loaded if ls.scenario.metadata.id in lf.ids]
-            output.message(f"--last-failed: {len(loaded)} that failed in {lf.run}")
-    if not loaded:
-        raise InputError(
-            "no scenario is selected",
-            hint="`gameday list` with the same -k/--tag shows what matches",
-        )
-    return loaded
-
-
-fail_fast_option = click.option(
-    "--fail-fast",
-    is_flag=True,
-    help="Stop after the first scenario that fails or errs; the rest are skipped (not run).",
-)
-last_failed_option = click.option(
-    "--last-failed",
-    "failed_only",
-    is_flag=True,
-    help="Only the scenarios that failed or errored in the latest run in the reports folder "
-    "(none recorded there: all of them, as pytest does).",
-)
-dry_run_option = click.option(
-    "--dry-run", is_flag=True, help="Print the plan (see `gameday plan`) and touch nothing."
-)
 
 
 @main.command()

@@ -1,6 +1,7 @@
 """What every `gameday` command shares: the mapping of gameday's errors to exit codes (and of
-SIGTERM to an interrupt), the options several commands take, and the configuration
-(runner.config) that fills in `--lab` and `--reports` when they are not given."""
+SIGTERM to an interrupt), the options several commands take, the configuration (runner.config)
+that fills in `--lab` and `--reports` when they are not given, and the choice of scenarios from
+the arguments and the selection options."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from typing import Any, TypeVar
 import click
 
 from runner import output
+from runner.catalogue import Entry, resolve
 from runner.config import Config, load_config
-from runner.errors import GamedayError
+from runner.errors import GamedayError, InputError, ScenarioError
+from runner.scenario import LoadedScenario
+from runner.select import Selection, last_failed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,7 +82,6 @@ lab_option = click.option(
 
 def selection_options(fn: F) -> F:
     """-k, --tag and --exclude-tag, passed to the command as one `selection`."""
-    from runner.select import Selection
 
     @click.option(
         "-k",
@@ -109,3 +112,56 @@ def selection_options(fn: F) -> F:
         return fn(*args, selection=Selection(keyword, tags, exclude_tags), **kw)
 
     return wrapper  # type: ignore[return-value]
+
+
+def load_all(args: tuple[str, ...]) -> list[Entry]:
+    """The scenarios the arguments name (files, folders or ids); none: the team's folders, then
+    the built-in catalogue."""
+    entries = resolve(args, config().scenarios)
+    if not entries:
+        raise ScenarioError(
+            "no scenario files found",
+            file=", ".join(args),
+            hint="pass scenario files, folders or ids",
+        )
+    return entries
+
+
+def chosen(
+    args: tuple[str, ...], selection: Selection, failed_only: bool, reports_dir: Path
+) -> list[LoadedScenario]:
+    """The scenarios a `run` or `plan` works on: named, selected, and with --last-failed those
+    that failed or errored in the latest run (none recorded: all, as pytest does)."""
+    loaded = selection([e.loaded for e in load_all(args)])
+    if failed_only:
+        lf = last_failed(reports_dir)
+        if lf.run is None:
+            output.message(f"--last-failed: no run in {reports_dir}: all selected scenarios")
+        elif not lf.ids:
+            output.message(f"--last-failed: nothing failed in {lf.run}: all selected scenarios")
+        else:
+            loaded = [ls for ls in loaded if ls.scenario.metadata.id in lf.ids]
+            output.message(f"--last-failed: {len(loaded)} that failed in {lf.run}")
+    if not loaded:
+        raise InputError(
+            "no scenario is selected",
+            hint="`gameday list` with the same -k/--tag shows what matches",
+        )
+    return loaded
+
+
+fail_fast_option = click.option(
+    "--fail-fast",
+    is_flag=True,
+    help="Stop after the first scenario that fails or errs; the rest are skipped (not run).",
+)
+last_failed_option = click.option(
+    "--last-failed",
+    "failed_only",
+    is_flag=True,
+    help="Only the scenarios that failed or errored in the latest run in the reports folder "
+    "(none recorded there: all of them, as pytest does).",
+)
+dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Print the plan (see `gameday plan`) and touch nothing."
+)
