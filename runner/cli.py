@@ -20,20 +20,33 @@ from typing import Any
 import click
 
 from runner import __version__, output
+from runner.catalogue import BUILTIN, Entry, builtin_dir, resolve
 from runner.checks import check_engine_names, check_unique_ids
 from runner.cli_lab import lab
-from runner.cli_options import handled, lab_option, parallel_option, reports_option
-from runner.errors import GamedayError, InputError, ScenarioError
+from runner.cli_options import (
+    chosen,
+    config,
+    dry_run_option,
+    fail_fast_option,
+    handled,
+    lab_option,
+    last_failed_option,
+    load_all,
+    parallel_option,
+    reports_option,
+    selection_options,
+)
+from runner.errors import GamedayError, InputError
 from runner.fsutil import read_bytes
-from runner.inventory import check_scenario, load_inventory
+from runner.inventory import Inventory, check_scenario, load_inventory
 from runner.labs import open_lab
 from runner.labs.capabilities import lacking
 from runner.report import load_result, write_reports
 from runner.results import Verdict
 from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
+from runner.select import Selection
 from runner.undo import cleanup_lab
 
-DEFAULT_SCENARIOS = Path("scenarios")
 MAX_LOG_BYTES = 256 * 1024 * 1024
 EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
 
@@ -48,36 +61,41 @@ def main() -> None:
 main.add_command(lab)
 
 
-def load_all(paths: tuple[Path, ...]) -> list[LoadedScenario]:
-    files = discover(list(paths) or [DEFAULT_SCENARIOS])
-    if not files:
-        raise ScenarioError(
-            "no scenario files found",
-            file=", ".join(map(str, paths or (DEFAULT_SCENARIOS,))),
-            hint="pass scenario files or a directory",
-        )
-    loaded = [load_scenario(f) for f in files]
-    check_unique_ids(loaded)
-    return loaded
-
-
 @main.command()
-@click.argument("scenarios", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("scenarios", nargs=-1)
+@selection_options
 @lab_option
 @reports_option
 @parallel_option
+@fail_fast_option
+@last_failed_option
+@dry_run_option
 @click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
 @handled
 def run(
-    scenarios: tuple[Path, ...], lab_path: Path, reports_dir: Path, parallel: int, as_json: bool
+    scenarios: tuple[str, ...],
+    selection: Selection,
+    lab_path: Path,
+    reports_dir: Path,
+    parallel: int,
+    fail_fast: bool,
+    failed_only: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
-    """Run scenarios (default: every one in scenarios/ that applies to the lab)."""
+    """Run scenarios: files, folders or ids (default: the team's folders from gameday.toml,
+    then the built-in catalogue), those that apply to the lab."""
     from runner.suite import run_suite
 
-    loaded = load_all(scenarios)
+    loaded = chosen(scenarios, selection, failed_only, reports_dir)
     inventory = load_inventory(lab_path)
+    if dry_run:
+        print_plans(loaded, inventory, as_json)
+        return
     with output.ProgressLine() as progress:
-        outcome = run_suite(loaded, inventory, reports_dir, progress, parallel=parallel)
+        outcome = run_suite(
+            loaded, inventory, reports_dir, progress, parallel=parallel, fail_fast=fail_fast
+        )
     if as_json:
         output.json_out(json.loads(outcome.result.model_dump_json()))
     else:
@@ -85,19 +103,58 @@ def run(
     sys.exit(EXIT[outcome.result.verdict])
 
 
+def print_plans(loaded: list[LoadedScenario], inventory: Inventory, as_json: bool) -> None:
+    from runner.plan import plan_scenario, render
+
+    lab = open_lab(inventory)  # opened, never contacted
+    plans = [plan_scenario(ls, lab) for ls in loaded]
+    if as_json:
+        output.json_out([p.model_dump(mode="json") for p in plans])
+        return
+    for p in plans:
+        output.out.print("\n".join(output.escape(line) for line in render(p)))
+
+
 @main.command()
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("scenarios", nargs=-1)
+@selection_options
+@lab_option
+@reports_option
+@last_failed_option
+@click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON.")
+@handled
+def plan(
+    scenarios: tuple[str, ...],
+    selection: Selection,
+    lab_path: Path,
+    reports_dir: Path,
+    failed_only: bool,
+    as_json: bool,
+) -> None:
+    """What a run would do, without touching the lab: per scenario, the actions on each node
+    (and the engine configuration they lead to), the expected failure and its windows in real
+    and lab seconds, the alerts, the recovery steps in order, the verification, and what the lab
+    cannot do. Scenarios are chosen as for `run`."""
+    loaded = chosen(scenarios, selection, failed_only, reports_dir)
+    print_plans(loaded, load_inventory(lab_path), as_json)
+
+
+@main.command()
+@click.argument("paths", nargs=-1)
 @click.option(
     "--lab",
-    "lab_path",
+    "check_lab",
     type=click.Path(path_type=Path),
     default=None,
     help="Also check that every node the scenarios for this lab name is one of its hosts.",
 )
 @handled
-def validate(paths: tuple[Path, ...], lab_path: Path | None) -> None:
-    """Check scenario and inventory files (default: scenarios/ and inventories/)."""
-    targets = list(paths) or [DEFAULT_SCENARIOS, Path("inventories")]
+def validate(paths: tuple[str, ...], check_lab: Path | None) -> None:
+    """Check scenario and inventory files, folders or scenario ids (default: the team's folders
+    from gameday.toml, or the built-in catalogue when it names none; inventories/ and the
+    configured lab)."""
+    lab_path = check_lab
+    targets = [_by_id(p) for p in paths] or _validate_defaults()
     files = discover(targets)
     if not files:
         raise InputError("nothing to validate", file=", ".join(map(str, targets)))
@@ -133,6 +190,23 @@ def validate(paths: tuple[Path, ...], lab_path: Path | None) -> None:
         sys.exit(2)
 
 
+def _by_id(arg: str) -> Path:
+    """The argument as a path, or the file of the scenario with that id."""
+    if Path(arg).exists():
+        return Path(arg)
+    return resolve((arg,), config().scenarios)[0].loaded.path
+
+
+def _validate_defaults() -> list[Path]:
+    cfg = config()
+    targets = list(cfg.scenarios) or [builtin_dir()]
+    if Path("inventories").is_dir():
+        targets.append(Path("inventories"))
+    if cfg.file is not None and cfg.lab.is_file():
+        targets.append(cfg.lab)
+    return targets
+
+
 def _kinds(ls: LoadedScenario) -> str:
     return ", ".join(k.value for k in ls.scenario.labs)
 
@@ -149,28 +223,39 @@ def _is_inventory(path: Path) -> bool:
 
 
 @main.command("list")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("scenarios", nargs=-1)
+@selection_options
 @click.option("--json", "as_json", is_flag=True)
 @handled
-def list_(paths: tuple[Path, ...], as_json: bool) -> None:
-    """List scenarios: id, labs, title."""
-    loaded = load_all(paths)
-    rows = [
-        {
-            "id": ls.scenario.metadata.id,
-            "title": ls.scenario.metadata.title,
-            "labs": [k.value for k in ls.scenario.labs],
-            "file": str(ls.path),
-            "tags": ls.scenario.metadata.tags,
-        }
-        for ls in loaded
-    ]
+def list_(scenarios: tuple[str, ...], selection: Selection, as_json: bool) -> None:
+    """List scenarios: id, labs, title, and where each comes from (`builtin`: the catalogue
+    that ships with gameday; a team file with a built-in id overrides it)."""
+    entries = load_all(scenarios)
+    keep = {id(ls) for ls in selection([e.loaded for e in entries])}
+    entries = [e for e in entries if id(e.loaded) in keep]
     if as_json:
-        output.json_out(rows)
+        output.json_out([_row(e) for e in entries])
         return
-    for ls in loaded:
-        md, labs = ls.scenario.metadata, ",".join(k.value for k in ls.scenario.labs)
-        output.out.print(f"{output.escape(md.id):<28} {labs:<26} {output.escape(md.title)}")
+    for e in entries:
+        md, labs = e.loaded.scenario.metadata, ",".join(k.value for k in e.loaded.scenario.labs)
+        source = e.origin + (f" (overrides {BUILTIN})" if e.overrides else "")
+        output.out.print(
+            f"{output.escape(md.id):<28} {labs:<26} {output.escape(md.title)}  "
+            + output.escape(f"[{source}]")
+        )
+
+
+def _row(e: Entry) -> dict[str, Any]:
+    sc = e.loaded.scenario
+    return {
+        "id": sc.metadata.id,
+        "title": sc.metadata.title,
+        "labs": [k.value for k in sc.labs],
+        "file": str(e.loaded.path),
+        "tags": sc.metadata.tags,
+        "source": e.origin,
+        "overrides_builtin": e.overrides,
+    }
 
 
 @main.command()
@@ -198,17 +283,19 @@ def schema(dest: Path | None) -> None:
     "--scenarios",
     "scenario_dir",
     type=click.Path(path_type=Path),
-    default=DEFAULT_SCENARIOS,
-    show_default=True,
+    default=None,
+    help="Recognise only the scenarios in this folder [default: the team's folders from "
+    "gameday.toml, then the built-in catalogue].",
 )
 @click.option("--json", "as_json", is_flag=True)
 @handled
-def triage(logfiles: tuple[str, ...], scenario_dir: Path, as_json: bool) -> None:
+def triage(logfiles: tuple[str, ...], scenario_dir: Path | None, as_json: bool) -> None:
     """Name the known failure in a captured log (e.g. `kubectl logs --previous`); `-` is stdin.
     Exit 0 when a known failure is recognised, 1 when none is."""
     from runner.triage import triage as do_triage
 
-    loaded = load_all((scenario_dir,))
+    args = (str(scenario_dir),) if scenario_dir is not None else ()
+    loaded = [e.loaded for e in load_all(args)]
     any_found = False
     report: list[dict[str, Any]] = []
     for name in logfiles:

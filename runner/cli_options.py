@@ -1,21 +1,25 @@
 """What every `gameday` command shares: the mapping of gameday's errors to exit codes (and of
-SIGTERM to an interrupt), and the options several commands take."""
+SIGTERM to an interrupt), the options several commands take, the configuration (runner.config)
+that fills in `--lab` and `--reports` when they are not given, and the choice of scenarios from
+the arguments and the selection options."""
 
 from __future__ import annotations
 
 import signal
 import sys
 from collections.abc import Callable
-from functools import wraps
+from functools import cache, wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from runner import output
-from runner.errors import GamedayError
-
-DEFAULT_LAB = Path("inventories/local.yaml")
+from runner.catalogue import Entry, resolve
+from runner.config import Config, load_config
+from runner.errors import GamedayError, InputError, ScenarioError
+from runner.scenario import LoadedScenario
+from runner.select import Selection, last_failed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,6 +33,11 @@ def handled(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         signal.signal(signal.SIGTERM, _terminate)
         try:
+            # an option left out comes from the configuration, read only when one is left out
+            if "lab_path" in kwargs and kwargs["lab_path"] is None:
+                kwargs["lab_path"] = config().lab
+            if "reports_dir" in kwargs and kwargs["reports_dir"] is None:
+                kwargs["reports_dir"] = config().reports
             return fn(*args, **kwargs)
         except GamedayError as exc:
             output.error(exc)
@@ -38,6 +47,12 @@ def handled(fn: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+@cache
+def config() -> Config:
+    """The configuration that applies in the current folder (read once per process)."""
+    return load_config()
 
 
 parallel_option = click.option(
@@ -51,15 +66,102 @@ reports_option = click.option(
     "--reports",
     "reports_dir",
     type=click.Path(path_type=Path),
-    default=Path("reports"),
-    show_default=True,
-    help="Where run directories go.",
+    default=None,
+    help="Where run directories go [default: $GAMEDAY_REPORTS, else `reports` in gameday.toml "
+    "or [tool.gameday], else reports/].",
 )
 lab_option = click.option(
     "--lab",
     "lab_path",
     type=click.Path(path_type=Path),
-    default=DEFAULT_LAB,
-    show_default=True,
-    help="Inventory of the lab to use.",
+    default=None,
+    help="Inventory of the lab to use [default: $GAMEDAY_LAB, else `lab` in gameday.toml or "
+    "[tool.gameday], else inventories/local.yaml].",
+)
+
+
+def selection_options(fn: F) -> F:
+    """-k, --tag and --exclude-tag, passed to the command as one `selection`."""
+
+    @click.option(
+        "-k",
+        "keyword",
+        default=None,
+        metavar="EXPR",
+        help="Only scenarios whose id or title contains these words (case-insensitive), joined "
+        "by and, or, not and parentheses: -k 'kv or (tp and not head)'.",
+    )
+    @click.option(
+        "--tag", "tags", multiple=True, metavar="TAG", help="Only scenarios with one of these tags."
+    )
+    @click.option(
+        "--exclude-tag",
+        "exclude_tags",
+        multiple=True,
+        metavar="TAG",
+        help="Leave out scenarios with this tag.",
+    )
+    @wraps(fn)
+    def wrapper(
+        *args: Any,
+        keyword: str | None,
+        tags: tuple[str, ...],
+        exclude_tags: tuple[str, ...],
+        **kw: Any,
+    ) -> Any:
+        return fn(*args, selection=Selection(keyword, tags, exclude_tags), **kw)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load_all(args: tuple[str, ...]) -> list[Entry]:
+    """The scenarios the arguments name (files, folders or ids); none: the team's folders, then
+    the built-in catalogue."""
+    entries = resolve(args, config().scenarios)
+    if not entries:
+        raise ScenarioError(
+            "no scenario files found",
+            file=", ".join(args),
+            hint="pass scenario files, folders or ids",
+        )
+    return entries
+
+
+def chosen(
+    args: tuple[str, ...], selection: Selection, failed_only: bool, reports_dir: Path
+) -> list[LoadedScenario]:
+    """The scenarios a `run` or `plan` works on: named, selected, and with --last-failed those
+    that failed or errored in the latest run (none recorded: all, as pytest does)."""
+    loaded = selection([e.loaded for e in load_all(args)])
+    if failed_only:
+        lf = last_failed(reports_dir)
+        if lf.run is None:
+            output.message(f"--last-failed: no run in {reports_dir}: all selected scenarios")
+        elif not lf.ids:
+            output.message(f"--last-failed: nothing failed in {lf.run}: all selected scenarios")
+        else:
+            loaded = [ls for ls in loaded if ls.scenario.metadata.id in lf.ids]
+            output.message(f"--last-failed: {len(loaded)} that failed in {lf.run}")
+    if not loaded:
+        raise InputError(
+            "no scenario is selected",
+            hint="`gameday list` with the same -k/--tag shows what matches",
+        )
+    return loaded
+
+
+fail_fast_option = click.option(
+    "--fail-fast",
+    is_flag=True,
+    help="Stop after the first scenario that fails or errs; the rest are skipped (not run).",
+)
+last_failed_option = click.option(
+    "--last-failed",
+    "failed_only",
+    is_flag=True,
+    help="Only the scenarios that failed or errored in the latest run in the reports folder "
+    "(none recorded there: all of them, as pytest does).",
+)
+dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Print the plan (see `gameday plan`) and touch nothing."
 )

@@ -4,6 +4,7 @@ run each scenario, write the reports."""
 from __future__ import annotations
 
 import secrets
+import threading
 import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +22,8 @@ from runner.results import Assertion, LabInfo, Phase, RunResult, ScenarioResult,
 from runner.run import Progress, run_scenario
 from runner.scenario import LoadedScenario
 from runner.timing import TimeScale
+
+FAIL_FAST_NOTE = "not run: --fail-fast"
 
 
 @dataclass(frozen=True)
@@ -97,16 +100,18 @@ def run_suite(
     progress: Progress,
     *,
     parallel: int = 1,
+    fail_fast: bool = False,
 ) -> SuiteOutcome:
     """Run the scenarios that apply to the lab, on `parallel` isolated instances of it (one:
-    in this thread, in order), and write one report."""
+    in this thread, in order), and write one report. With `fail_fast`, the first scenario that
+    fails or errs stops the run: those not started yet are skipped ("not run: --fail-fast")."""
     labs = _open_labs(scenarios, inventory, parallel)
     run_id = new_run_id()
     report_dir = reports_root / run_id
     started = datetime.now(UTC)
     todo = [ls for ls in scenarios if applies(ls, labs[0])]
     workers = max(1, min(parallel, len(todo)))  # no lab instance without a scenario for it
-    suite = _Suite(labs, run_id, report_dir, progress, tagged=parallel > 1)
+    suite = _Suite(labs, run_id, report_dir, progress, tagged=parallel > 1, fail_fast=fail_fast)
     ran = suite.run(todo, workers)
     by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
     results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
@@ -150,12 +155,15 @@ class _Suite:
         progress: Progress,
         *,
         tagged: bool,
+        fail_fast: bool = False,
     ) -> None:
         self.labs = labs
         self.run_id = run_id
         self.report_dir = report_dir
         self.progress = progress
         self.tagged = tagged
+        self.fail_fast = fail_fast
+        self.stopped = threading.Event()  # set by the first failure under fail_fast
         self.journals: dict[int, journal.Journal] = {}
         self.started_here: set[int] = set()
 
@@ -187,6 +195,10 @@ class _Suite:
 
     def work(self, k: int, ls: LoadedScenario) -> ScenarioResult:
         sid = ls.scenario.metadata.id
+        if self.stopped.is_set():
+            return _unrun(
+                ls, self.labs[k], Verdict.SKIPPED, datetime.now(UTC), [], [FAIL_FAST_NOTE]
+            )
         tag = f"{sid}@{self.labs[k].inventory.lab.name}" if self.tagged else sid
 
         def scoped(message: str) -> None:
@@ -199,6 +211,8 @@ class _Suite:
         except Exception as exc:  # an error in one scenario is its verdict, not the suite's end
             result = errored(ls, self.labs[k], started_at, exc)
         scoped(result.verdict.value)
+        if self.fail_fast and result.verdict in (Verdict.FAILED, Verdict.ERROR):
+            self.stopped.set()
         return result
 
     def teardown(self, k: int) -> None:

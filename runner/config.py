@@ -1,0 +1,170 @@
+"""Where a team keeps its scenarios, its lab and its reports: `gameday.toml`, or `[tool.gameday]`
+in a `pyproject.toml`, found by walking up from the current folder.
+
+The first folder that has a `gameday.toml`, or a `pyproject.toml` with a `[tool.gameday]` table,
+wins (a `pyproject.toml` without the table does not stop the walk; in one folder `gameday.toml`
+comes first). Paths in the file are relative to the file's folder. The environment
+(`GAMEDAY_LAB`, `GAMEDAY_REPORTS`, relative to the current folder) overrides the file, and the
+command line overrides both (the CLI applies its own options).
+
+    # gameday.toml                     # pyproject.toml
+    scenarios = ["chaos/scenarios"]    [tool.gameday]
+    lab = "chaos/lab.yaml"             scenarios = ["chaos/scenarios"]
+    reports = "chaos/reports"
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, StrictStr
+
+from runner.errors import InputError
+
+CONFIG_NAME = "gameday.toml"
+PYPROJECT = "pyproject.toml"
+MAX_BYTES = 1_000_000
+HINT = (
+    'keys: scenarios = ["folder", ...], lab = "inventory", reports = "folder" '
+    "(README: 'Using gameday in your repository')"
+)
+
+# Without a configuration file: the layout of gameday's own checkout.
+DEFAULT_SCENARIOS = Path("scenarios")
+DEFAULT_LAB = Path("inventories/local.yaml")
+DEFAULT_REPORTS = Path("reports")
+
+
+class _File(BaseModel):
+    """The keys a configuration file may hold (strict: a number is not a path)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    scenarios: list[StrictStr] | None = None
+    lab: StrictStr | None = None
+    reports: StrictStr | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """Where things are. `file`: the configuration file (None: none found). `scenarios`: the
+    team's own folders (the built-in catalogue comes after them)."""
+
+    file: Path | None
+    scenarios: tuple[Path, ...]
+    lab: Path
+    reports: Path
+
+
+def find_config(start: Path) -> tuple[Path, tuple[str, ...]] | None:
+    """The configuration file that applies in `start`, with the table path that holds gameday's
+    keys in it (`()` for gameday.toml, `("tool", "gameday")` for pyproject.toml)."""
+    for folder in (start, *start.parents):
+        own = folder / CONFIG_NAME
+        if own.is_file():
+            return own, ()
+        py = folder / PYPROJECT
+        if py.is_file() and "gameday" in _parse(py).get("tool", {}):
+            return py, ("tool", "gameday")
+    return None
+
+
+def load_config(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """The configuration for a command run in `cwd` (default: the current folder), with the
+    environment's overrides."""
+    cwd = (cwd or Path.cwd()).absolute()
+    env = os.environ if environ is None else environ
+    found = find_config(cwd)
+    if found is None:
+        team = (DEFAULT_SCENARIOS,) if (cwd / DEFAULT_SCENARIOS).is_dir() else ()
+        cfg = Config(None, tuple(cwd / p for p in team), cwd / DEFAULT_LAB, cwd / DEFAULT_REPORTS)
+    else:
+        cfg = _from_file(*found)
+    lab, reports = env.get("GAMEDAY_LAB"), env.get("GAMEDAY_REPORTS")
+    return Config(
+        file=cfg.file,
+        scenarios=cfg.scenarios,
+        lab=cwd / lab if lab else cfg.lab,
+        reports=cwd / reports if reports else cfg.reports,
+    )
+
+
+def _from_file(path: Path, table: tuple[str, ...]) -> Config:
+    data: Any = _parse(path)
+    for key in table:
+        data = data[key]
+    if not isinstance(data, dict):
+        raise InputError(
+            f"[{'.'.join(table)}] must be a table", file=path, line=_line(path, table, None)
+        )
+    try:
+        f = _File.model_validate(data)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        field = ".".join((*table, *map(str, err["loc"])))
+        raise InputError(
+            msg, file=path, line=_line(path, table, key), field=field, hint=HINT
+        ) from None
+    base = path.parent
+    folders = tuple(base / p for p in f.scenarios or [])
+    for p in folders:
+        if not p.is_dir():
+            raise InputError(
+                f"scenario folder {str(p)!r} does not exist",
+                file=path,
+                line=_line(path, table, "scenarios"),
+                field=".".join((*table, "scenarios")),
+                hint="paths are relative to the configuration file's folder",
+            )
+    return Config(
+        file=path,
+        scenarios=folders,
+        lab=base / f.lab if f.lab else base / DEFAULT_LAB,
+        reports=base / f.reports if f.reports else base / DEFAULT_REPORTS,
+    )
+
+
+def _parse(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=path) from None
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"larger than {MAX_BYTES} bytes", file=path)
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text", file=path) from None
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+)", str(exc))
+        raise InputError(
+            f"not valid TOML: {exc}", file=path, line=int(m.group(1)) if m else None
+        ) from None
+
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+
+
+def _line(path: Path, table: tuple[str, ...], key: str | None) -> int | None:
+    """The line that sets `key` in `table` (None: the table's header), found in the text:
+    tomllib does not keep positions."""
+    current: tuple[str, ...] = ()
+    k = re.escape(key or "")
+    wanted = re.compile(rf"^\s*(\"{k}\"|'{k}'|{k})\s*=")
+    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if m := _HEADER.match(text):
+            current = tuple(p.strip().strip("\"'") for p in m.group(1).split("."))
+            if key is None and current == table:
+                return n
+        elif key is not None and current == table and wanted.match(text):
+            return n
+    return None
