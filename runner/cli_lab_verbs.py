@@ -106,17 +106,18 @@ def lab_logs(lab_path: Path, node: str, previous: bool, follow: bool, timestamps
         _print_line(ln, timestamps)
     if follow:
         try:
-            _follow(driver, name, lines[-1].ts if lines else None, timestamps)
+            _follow(driver, name, lines, timestamps)
         except KeyboardInterrupt:
             return
 
 
-def _follow(driver: LabDriver, node: str, since: datetime | None, timestamps: bool) -> None:
-    """Print the node's new lines as they come. A node's output makes no lab event, so the
-    log is read again after each wait; the wait ends at once on an event (a start, an exit),
-    which is when a new incarnation's lines begin."""
+def _follow(driver: LabDriver, node: str, shown: list[LogLine], timestamps: bool) -> None:
+    """Print the node's lines that come after those `shown`, as they come. A node's output
+    makes no lab event, so the log is read again after each wait; the wait ends at once on an
+    event (a start, an exit), which is when a new incarnation's lines begin."""
     seq = driver.last_event_seq()
-    printed = 0  # lines already printed that carry the stamp `since`
+    since: datetime | None = shown[-1].ts if shown else None
+    printed = sum(1 for ln in shown if ln.ts == since)  # lines shown that carry the stamp `since`
     while True:
         fresh = driver.logs_since(node, since)
         same = [ln for ln in fresh if ln.ts == since]
