@@ -185,3 +185,33 @@ def test_compose_ps_restart_config(tmp_path: Path) -> None:
         assert args[args.index("--max-model-len") + 1] == "2048"
     finally:
         ok(gameday("lab", "down", "--lab", str(inv), timeout=300))
+
+
+def test_kubernetes_stop_scales_to_zero_and_start_back(tmp_path: Path) -> None:
+    from kubernetes import client, config
+
+    from runner.labs.kubernetes.driver import KubernetesLab
+    from tests.kubeapi.server import Server
+
+    kubeconfig = ROOT / "build" / "kubeapi" / "kubeconfig"
+    inv = ROOT / "inventories" / "kube-testserver.yaml"
+    server = Server(0, kubeconfig, time_scale=100).start()  # writes the inventory's kubeconfig
+    try:
+        apps = client.AppsV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        ok(gameday("lab", "up", "--lab", str(inv)))
+        lab = KubernetesLab(load_inventory(inv))
+        try:
+            assert ps(inv)["serving"]["process"].startswith("pod serving-")
+            # a generation on Kubernetes counts the pods a driver's watch saw: this one's, from now
+            gen = lab.states()["serving"].generation
+            ok(gameday("lab", "stop", "serving", "--lab", str(inv)))
+            assert apps.read_namespaced_deployment("serving", lab.ns).spec.replicas == 0
+            wait(lab, "serving", lambda s: s.status is NodeStatus.PENDING and s.reason == "no pod")
+            ok(gameday("lab", "start", "serving", "--lab", str(inv)))
+            assert apps.read_namespaced_deployment("serving", lab.ns).spec.replicas == 1
+            st = wait(lab, "serving", lambda s: s.ready, 60)
+            assert st.generation == gen + 1
+        finally:
+            ok(gameday("lab", "down", "--lab", str(inv), timeout=120))
+    finally:
+        server.stop()
