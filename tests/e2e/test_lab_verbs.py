@@ -183,6 +183,14 @@ def test_compose_ps_restart_config(tmp_path: Path) -> None:
         assert ps(inv)["serving"]["generation"] == gen + 2
         args = ComposeLab(load_inventory(inv)).config("serving").args
         assert args[args.index("--max-model-len") + 1] == "2048"
+        ok(gameday("lab", "stop", "serving", "--lab", str(inv)))
+        st = lab.states()["serving"]
+        assert (st.status, st.ready) == (NodeStatus.EXITED, False)
+        time.sleep(1)  # its `always` policy would have restarted a container that failed
+        assert lab.states()["serving"].status is NodeStatus.EXITED
+        ok(gameday("lab", "start", "serving", "--lab", str(inv)))
+        st = wait(lab, "serving", lambda s: s.ready, 120)
+        assert st.generation == gen + 3
     finally:
         ok(gameday("lab", "down", "--lab", str(inv), timeout=300))
 
@@ -211,6 +219,10 @@ def test_kubernetes_stop_scales_to_zero_and_start_back(tmp_path: Path) -> None:
             assert apps.read_namespaced_deployment("serving", lab.ns).spec.replicas == 1
             st = wait(lab, "serving", lambda s: s.ready, 60)
             assert st.generation == gen + 1
+            flag = ["--set-arg", "--max-model-len=2048"]
+            ok(gameday("lab", "config", "serving", "--lab", str(inv), *flag))
+            args = KubernetesLab(load_inventory(inv)).config("serving").args
+            assert args[args.index("--max-model-len") + 1] == "2048"
         finally:
             ok(gameday("lab", "down", "--lab", str(inv), timeout=120))
     finally:
