@@ -120,3 +120,13 @@ def lab_status(lab_path: Path, as_json: bool) -> None:
             f"{n:<12} {s.status.value:<14} ready={s.ready!s:<5} "
             f"restarts={s.restarts}{last}  {driver.url(n)}"
         )
+
+
+def _add_verbs() -> None:
+    from runner.cli_lab_verbs import VERBS
+
+    for verb in VERBS:
+        lab.add_command(verb)
+
+
+_add_verbs()

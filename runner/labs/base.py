@@ -272,6 +272,15 @@ class LabDriver(abc.ABC):
     def restart(self, nodes: Sequence[str]) -> None:
         """Restart the nodes together: all stopped, then all started."""
 
+    @abc.abstractmethod
+    def stop(self, node: str) -> None:
+        """Stop the node and keep it stopped (status `exited`, no restart by its policy) until
+        `start`, a restart or a re-apply starts it again."""
+
+    @abc.abstractmethod
+    def start(self, node: str) -> None:
+        """Start a node `stop` stopped (a new generation); a running node is left as it is."""
+
     def applied_via(self, kind: ChangeKind) -> str:
         """How this lab applies a change of that kind, for the change's note (empty: directly)."""
         return ""

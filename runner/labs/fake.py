@@ -222,6 +222,21 @@ class FakeLab(LabDriver):
         for n in nodes:
             self._start(n)
 
+    def stop(self, node: str) -> None:
+        self.on_call("stop")
+        self._stop(node)
+        n = self._nodes[node]
+        n.status, n.ready = NodeStatus.EXITED, False  # a crash loop ends too
+
+    def start(self, node: str) -> None:
+        self.on_call("start")
+        n = self._nodes[node]
+        if n.status is NodeStatus.RUNNING:
+            return
+        n.generation += 1
+        n.restarts = 0
+        self._start(node)
+
     def signal(self, node: str, process: str, signal: str) -> None:
         self.on_call("signal")
         if Capability.SIGNALS not in self.capabilities:

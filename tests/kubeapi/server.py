@@ -344,7 +344,11 @@ class Cluster:
         if old:
             return  # Recreate: the new pod waits until every old one is gone
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        for _ in range(int(d["spec"].get("replicas", 1)) - len(live)):
+        replicas = int(d["spec"].get("replicas", 1))
+        for p in live[replicas:]:  # scaled down
+            self.delete_pod(ns, p["metadata"]["name"], None)
+        live = live[:replicas]
+        for _ in range(replicas - len(live)):
             self.create_pod(d, want)
         ready = sum(1 for p in live if _pod_ready(p))
         status = {
@@ -364,6 +368,11 @@ class Cluster:
         ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
         want = self.template_hash(sts)
         pods = {p["metadata"]["name"]: p for p in self.owned(sts)}
+        replicas = int(sts["spec"].get("replicas", 1))
+        for pname, p in pods.items():  # scaled down: ordinals from `replicas` on go
+            ordinal = int(pname.rsplit("-", 1)[1])
+            if ordinal >= replicas and not p["metadata"].get("deletionTimestamp"):
+                self.delete_pod(ns, pname, None)
         ready = 0
         for i in range(int(sts["spec"].get("replicas", 1))):
             pod = pods.get(f"{name}-{i}")

@@ -453,6 +453,33 @@ class ComposeLab(LabDriver):
                 self.watch.stopping[c.id] = stopped_by
         each(lambda c: c.start())
 
+    def stop(self, node: str) -> None:
+        """`docker stop` of the node's engine container: a stopped container stays stopped
+        whatever its restart policy, until it is started."""
+        self.watch.sync()
+        c = self.engine(node)
+        self.watch.stopping[c.id] = math.inf
+        try:
+            c.stop(timeout=STOP_TIMEOUT_S)
+        except Exception as exc:
+            raise LabError(f"docker could not stop {node}: {exc}") from exc
+        finally:
+            self.watch.stopping[c.id] = time.time()
+
+    def start(self, node: str) -> None:
+        """`docker start` of the node's engine container, in a new generation (a running
+        container is left as it is)."""
+        self.watch.sync()
+        c = self.engine(node)
+        c.reload()
+        if c.status == "running":
+            return
+        self.files.bump_generation([node])
+        try:
+            c.start()
+        except Exception as exc:
+            raise LabError(f"docker could not start {node}: {exc}") from exc
+
     def leftovers(self) -> list[str]:
         """Everything that differs from the lab's baseline (empty when clean)."""
         strays = self.hosts.strays()

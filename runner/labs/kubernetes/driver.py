@@ -407,5 +407,26 @@ class KubernetesLab(LabDriver):
             self.kube.delete(self.kube.core.delete_namespaced_pod, pod.metadata.name)
         self.pods.wait_replacing(old)
 
+    def stop(self, node: str) -> None:
+        """`kubectl scale --replicas=0` of the node's workload. Deleting the pod is no stop on
+        Kubernetes (its controller creates a new one at once), and a pod has no stopped state:
+        the real-cluster equivalent of a stopped container is a workload with no replica."""
+        self._sync()
+        self.pods.expect_stop_now([node])
+        self._scale(node, 0)
+
+    def start(self, node: str) -> None:
+        """`kubectl scale --replicas=1` of a workload `stop` scaled to none."""
+        self._scale(node, 1)
+
+    def _scale(self, node: str, replicas: int) -> None:
+        self._require_lab_namespace()
+        calls = self.kube.calls(self.inventory.node(node))
+        obj = self.kube.call(f"read {calls.kind} {node}", calls.read, node, self.ns)
+        if obj.spec.replicas == replicas:
+            return
+        obj.spec.replicas = replicas
+        self.kube.call(f"scale {calls.kind} {node}", calls.replace, node, self.ns, obj)
+
     def leftovers(self) -> list[str]:
         return common.leftovers(self, [], config="deployment")

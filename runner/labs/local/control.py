@@ -32,6 +32,8 @@ class ControlApi:
                 Route("/status", self.status),
                 Route("/nodes/{node}/config", self.config, methods=["GET", "PUT"]),
                 Route("/restart", self.restart, methods=["POST"]),
+                Route("/nodes/{node}/stop", self.stop_node, methods=["POST"]),
+                Route("/nodes/{node}/start", self.start_node, methods=["POST"]),
                 Route("/nodes/{node}/logs", self.logs),
                 Route("/nodes/{node}/aux", self.aux, methods=["GET", "POST", "DELETE"]),
                 Route("/nodes/{node}/signal", self.signal_node, methods=["POST"]),
@@ -80,6 +82,22 @@ class ControlApi:
         for n in nodes:
             self.sup.start_loop(n)
         return JSONResponse({"restarted": [n.name for n in nodes]})
+
+    async def stop_node(self, request: Request) -> Response:
+        """Stop the node and keep it stopped: no restart policy acts until it is started."""
+        n = self.sup.nodes[request.path_params["node"]]
+        await self.sup.stop(n)
+        self.sup.persist(n)
+        return JSONResponse(n.snapshot())
+
+    async def start_node(self, request: Request) -> Response:
+        """Start a stopped node in a new generation; a node whose loop runs is left alone."""
+        n = self.sup.nodes[request.path_params["node"]]
+        if n.task is None or n.task.done():
+            n.generation += 1
+            n.restarts = 0
+            self.sup.start_loop(n)
+        return JSONResponse(n.snapshot())
 
     async def aux(self, request: Request) -> Response:
         """A node's (or the lab's) other processes: GET lists, POST starts one (replacing one

@@ -458,6 +458,12 @@ class LocalLab(LabDriver):
     def restart(self, nodes: Sequence[str]) -> None:
         self._call("POST", "/restart", json={"nodes": list(nodes)})
 
+    def stop(self, node: str) -> None:
+        self._call("POST", f"/nodes/{node}/stop")
+
+    def start(self, node: str) -> None:
+        self._call("POST", f"/nodes/{node}/start")
+
 
 def _is_supervisor(pid: int, state_dir: Path) -> bool:
     """Whether `pid` is a process of this user's, started by `up` as the supervisor of the lab
