@@ -1,8 +1,8 @@
 """`gameday lab ps|logs|restart|stop|start|config`: acting on a running lab by hand, whatever it
 is made of (the local lab has no docker or kubectl to do it with).
 
-These verbs take the lab from `--lab`, else $GAMEDAY_LAB (a runbook's `command` step gets the
-inventory there), else inventories/local.yaml. They run beside a `gameday run` and write no
+These verbs take the lab as every command does (`--lab`, else $GAMEDAY_LAB, which a runbook's
+`command` step gets, else the configuration's, see runner.config). They run beside a `gameday run` and write no
 journal: what they change is the lab's own state, which the run reads back from the lab, and a
 run's cleanup restores the baseline. The argument checks and the change building are in
 runner.lab_edits; this module is the thin CLI layer over them.
@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from runner import output
-from runner.cli_options import DEFAULT_LAB, handled
+from runner.cli_options import handled, lab_option
 from runner.errors import LabNotUp
 from runner.inventory import load_inventory
 from runner.lab_edits import config_change, node_names, parse_arg_edits, parse_env_edits, process_of
@@ -28,17 +28,6 @@ from runner.redact import redact, redact_env
 from runner.scenario import LogSource
 
 FOLLOW_WAIT_S = 0.5  # longest wait for an event before `logs -f` reads the log again
-
-verb_lab_option = click.option(
-    "--lab",
-    "lab_path",
-    type=click.Path(path_type=Path),
-    envvar="GAMEDAY_LAB",
-    show_envvar=True,
-    default=DEFAULT_LAB,
-    show_default=True,
-    help="Inventory of the lab to act on.",
-)
 
 
 def _open_up(lab_path: Path) -> LabDriver:
@@ -53,7 +42,7 @@ def _open_up(lab_path: Path) -> LabDriver:
 
 
 @click.command("ps")
-@verb_lab_option
+@lab_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per node, by name.")
 @handled
 def lab_ps(lab_path: Path, as_json: bool) -> None:
@@ -89,7 +78,7 @@ def lab_ps(lab_path: Path, as_json: bool) -> None:
 
 
 @click.command("logs")
-@verb_lab_option
+@lab_option
 @click.argument("node")
 @click.option("--previous", is_flag=True, help="The last exited incarnation's log.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
@@ -139,7 +128,7 @@ def _print_line(ln: LogLine, timestamps: bool) -> None:
 
 
 @click.command("restart")
-@verb_lab_option
+@lab_option
 @click.argument("names", nargs=-1, required=True, metavar="NODE|GROUP...")
 @handled
 def lab_restart(lab_path: Path, names: tuple[str, ...]) -> None:
@@ -152,7 +141,7 @@ def lab_restart(lab_path: Path, names: tuple[str, ...]) -> None:
 
 
 @click.command("stop")
-@verb_lab_option
+@lab_option
 @click.argument("node")
 @handled
 def lab_stop(lab_path: Path, node: str) -> None:
@@ -164,7 +153,7 @@ def lab_stop(lab_path: Path, node: str) -> None:
 
 
 @click.command("start")
-@verb_lab_option
+@lab_option
 @click.argument("node")
 @handled
 def lab_start(lab_path: Path, node: str) -> None:
@@ -176,7 +165,7 @@ def lab_start(lab_path: Path, node: str) -> None:
 
 
 @click.command("config")
-@verb_lab_option
+@lab_option
 @click.argument("node")
 @click.option(
     "--set-arg",

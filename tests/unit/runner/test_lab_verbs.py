@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli import main
+from runner.cli_options import config
 from runner.inventory import Inventory
 from runner.labs.base import NodeConfig
 from runner.labs.fake import FakeLab
@@ -30,6 +31,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeLab:
         return fake
 
     monkeypatch.setattr("runner.cli_lab_verbs.open_lab", open_lab)
+    config.cache_clear()  # each invocation reads its own environment, as a new process does
     fake.opened = opened  # type: ignore[attr-defined]
     return fake
 
@@ -59,9 +61,10 @@ def test_ps_lists_every_node(lab: FakeLab) -> None:
 def test_lab_from_env_then_default(lab: FakeLab) -> None:
     res = gd(lab, "lab", "ps", env={"GAMEDAY_LAB": str(lab.inventory.path)})
     assert res.exit_code == 0, res.output
+    config.cache_clear()
     res = CliRunner().invoke(main, ["lab", "ps"], env={"GAMEDAY_LAB": None})
     assert res.exit_code == 0, res.output
-    assert lab.opened == [lab.inventory.path, Path("inventories/local.yaml")]  # type: ignore[attr-defined]
+    assert lab.opened == [lab.inventory.path, Path.cwd() / "inventories/local.yaml"]  # type: ignore[attr-defined]
 
 
 def test_config_applies_one_change_with_args_and_env(lab: FakeLab) -> None:
