@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,6 +146,42 @@ def test_an_opted_in_compose_project_is_adopted_faulted_recovered_and_left_as_fo
     assert after["State"]["Running"] is True
     # the run adopted it and let go of it, still running: no record of it is left
     assert sorted(p.name for p in (state / LAB).iterdir()) == ["journal"]
+
+
+def test_after_a_crash_cleanup_returns_the_containers_to_the_saved_baseline(
+    opted_in: Path, tmp_path: Path
+) -> None:
+    (before,) = containers()
+    state = tmp_path / "state"
+    log = tmp_path / "run.log"
+    argv = ["run", SCENARIO, "--lab", str(opted_in), "--reports", str(tmp_path)]
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", *argv],
+            cwd=ROOT,
+            env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        deadline = time.monotonic() + 120
+        while "expect: waiting for the failure" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    (faulted,) = containers()
+    assert "16384" in faulted["Config"]["Cmd"]  # killed with the fault in place
+    r = gd(state, "cleanup", "--lab", str(opted_in))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (after,) = containers()
+    for key in ("Cmd", "Env", "Labels", "Image"):
+        assert after["Config"][key] == before["Config"][key], key
+    assert after["State"]["Running"] is True
+    down = gd(state, "lab", "down", "--lab", str(opted_in))
+    assert down.returncode == 0, down.stderr
+    assert f"lab '{LAB}' let go of compose project '{PROJECT}': it is still running" in down.stderr
+    assert not (state / LAB / "adopted.json").exists()
+    assert containers()[0]["Id"] == after["Id"]
 
 
 def test_a_project_without_the_opt_in_label_is_refused_and_untouched(
