@@ -4,7 +4,7 @@ naming the file, line and field of what is wrong."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from runner.errors import InventoryError
 from runner.scenario import LabKind
@@ -23,6 +23,14 @@ def check_adoption(
     """InventoryError unless `adopt:` fits the lab's kind and its hosts map onto what it
     adopts; `gameday_service` only on an adopted compose lab."""
     adopt = lab.adopt
+    if adopt is not None and lab.kind is LabKind.LOCAL:
+        _fail(
+            src,
+            ADOPT_LOC,
+            ".".join(ADOPT_LOC),
+            "a local lab cannot adopt a deployment: its nodes are processes gameday starts",
+            "adopt a Compose project (kind: compose) or a Kubernetes workload (kind: kubernetes)",
+        )
     compose_adopted = adopt is not None and lab.kind is LabKind.COMPOSE
     for n in nodes:
         if n.service is not None and not compose_adopted:
@@ -36,14 +44,6 @@ def check_adoption(
             )
     if adopt is None:
         return
-    if lab.kind is LabKind.LOCAL:
-        _fail(
-            src,
-            ADOPT_LOC,
-            ".".join(ADOPT_LOC),
-            "a local lab cannot adopt a deployment: its nodes are processes gameday starts",
-            "adopt a Compose project (kind: compose) or a Kubernetes workload (kind: kubernetes)",
-        )
     if lab.kind is LabKind.COMPOSE:
         _check_compose(src, lab, nodes, host_lines)
     else:
@@ -120,7 +120,7 @@ def _check_kubernetes(
         )
 
 
-def _fail(src: Source, loc: tuple[Any, ...], field: str, msg: str, hint: str) -> None:
+def _fail(src: Source, loc: tuple[Any, ...], field: str, msg: str, hint: str) -> NoReturn:
     raise InventoryError(
         msg, file=src.path, line=src.line_of(loc), field=field, hint=f"{hint}; {HINT}"
     )
