@@ -44,6 +44,16 @@ def check_adoption(
             )
     if adopt is None:
         return
+    if lab.monitoring is not None:
+        loc = ("all", "vars", "gameday_lab", "monitoring")
+        _fail(
+            src,
+            loc,
+            ".".join(loc),
+            "an adopted deployment has no Prometheus that gameday runs: monitoring is for the "
+            "labs gameday creates",
+            "point gameday_lab.prometheus_url at your own Prometheus instead",
+        )
     if lab.kind is LabKind.COMPOSE:
         _check_compose(src, lab, nodes, host_lines)
     else:

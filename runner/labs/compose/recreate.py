@@ -27,7 +27,9 @@ def recreate(
     import docker as docker_sdk
 
     attrs = old.attrs
-    name = attrs["Name"].lstrip("/")
+    # a container set aside by a recreate that was interrupted is recreated under its own name
+    parked = attrs["Name"].lstrip("/")
+    name = parked.removesuffix(PARKED_SUFFIX)
     config = copy.deepcopy(attrs["Config"])
     config["Cmd"] = list(command)
     config["Env"] = list(env)
@@ -41,7 +43,8 @@ def recreate(
     if endpoints and not shared:  # one network at create (API < 1.44), the rest connected
         config["NetworkingConfig"] = {"EndpointsConfig": dict(endpoints[:1])}
     old.stop(timeout=stop_timeout)
-    old.rename(name + PARKED_SUFFIX)
+    if parked == name:
+        old.rename(name + PARKED_SUFFIX)
     new_id: str | None = None
     try:
         new_id = docker.api.create_container_from_config(config, name=name)["Id"]

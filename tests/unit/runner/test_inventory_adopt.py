@@ -123,6 +123,13 @@ def test_a_kubernetes_adoption_names_one_workload(tmp_path: Path) -> None:
             "lab adopts none",
         ),
         (
+            COMPOSE.replace("      adopt:", "      monitoring: {}\n      adopt:"),
+            6,
+            "all.vars.gameday_lab.monitoring",
+            "an adopted deployment has no Prometheus that gameday runs: monitoring is for the "
+            "labs gameday creates",
+        ),
+        (
             KUBE.replace("deployment: team-vllm", "project: my-stack"),
             8,
             "all.vars.gameday_lab.adopt.project",
