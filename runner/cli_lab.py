@@ -24,7 +24,8 @@ def lab() -> None:
 @lab_option
 @handled
 def lab_up(lab_path: Path) -> None:
-    """Start the lab and wait until every node serves."""
+    """Start the lab and wait until every node serves. An adopted deployment (gameday_lab.adopt)
+    is not started: it must be running and opted in; its baseline is saved."""
     inventory = load_inventory(lab_path)
     driver = open_lab(inventory)
     was_up = driver.is_up()
@@ -92,10 +93,19 @@ def lab_manifests(lab_path: Path) -> None:
 @lab_option
 @handled
 def lab_down(lab_path: Path) -> None:
-    """Stop the lab's nodes and its supervisor."""
+    """Stop the lab's nodes and its supervisor. An adopted deployment is let go, still
+    running: gameday removes nothing of it."""
     inventory = load_inventory(lab_path)
     open_lab(inventory).down()
-    output.message(f"lab {inventory.lab.name!r} is down")
+    adopt = inventory.lab.adopt
+    if adopt is None:
+        output.message(f"lab {inventory.lab.name!r} is down")
+        return
+    what = f"compose project {adopt.project!r}" if adopt.project else " ".join(adopt.workload or ())
+    output.message(
+        f"lab {inventory.lab.name!r} let go of {what}: it is still running "
+        "(gameday neither creates nor removes an adopted deployment)"
+    )
 
 
 @lab.command("status")

@@ -78,6 +78,11 @@ class Node(Model):
         "address:port (a container's port published on 127.0.0.1).",
     )
     connection: dict[str, Any] = {}
+    service: str | None = Field(
+        default=None,
+        description="On an adopted compose lab: the Compose service this node is "
+        "(default: the host's name).",
+    )
 
     @property
     def url(self) -> str:
@@ -218,6 +223,29 @@ class KubernetesSpec(Model):
     request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
 
+class AdoptSpec(Model):
+    """A deployment the team already runs, adopted instead of created: a Compose project
+    (compose labs), or one Deployment or StatefulSet in `kubernetes.namespace` (Kubernetes
+    labs). gameday neither creates nor removes it."""
+
+    project: Annotated[str | None, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")] = None
+    deployment: Annotated[str | None, Field(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")] = None
+    statefulset: Annotated[str | None, Field(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")] = None
+    container: Annotated[str | None, Field(min_length=1)] = Field(
+        default=None,
+        description="Kubernetes: the pod's container that is the engine (default: the first).",
+    )
+
+    @property
+    def workload(self) -> tuple[str, str] | None:
+        """(kind, name) of an adopted Kubernetes workload."""
+        if self.deployment:
+            return "deployment", self.deployment
+        if self.statefulset:
+            return "statefulset", self.statefulset
+        return None
+
+
 class LabSpec(Model):
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
     kind: LabKind
@@ -235,6 +263,7 @@ class LabSpec(Model):
     monitoring: Monitoring | None = None
     compose: ComposeSpec | None = None
     kubernetes: KubernetesSpec | None = None
+    adopt: AdoptSpec | None = None
 
     @property
     def prometheus(self) -> str | None:
@@ -272,7 +301,10 @@ _HOST_KEYS = {
     "gameday_management_address": "management_address",
     "gameday_overlay_address": "overlay_address",
     "gameday_published": "published",
+    "gameday_service": "service",
 }
+# what an adopted deployment's hosts may leave out: their engine runs as the team deployed it
+_ADOPTED_DEFAULTS = {"role": Role.SERVING, "address": "0.0.0.0", "args": ()}
 
 
 def load_inventory(path: Path) -> Inventory:
@@ -288,12 +320,16 @@ def load_inventory(path: Path) -> Inventory:
     walk = _Walk(src)
     walk.group("all", data["all"], ("all",), {})
     lab = _lab_spec(src, data["all"].get("vars") or {})
+    adopted = lab.adopt is not None
     nodes = [
-        _node(src, name, hv, walk.groups.get(name, []), walk.host_lines[name])
+        _node(src, name, hv, walk.groups.get(name, []), walk.host_lines[name], adopted)
         for name, hv in walk.hosts.items()
     ]
     if not nodes:
         raise InventoryError("the inventory has no hosts", file=path, line=1, hint=HINT)
+    from runner.inventory_adopt import check_adoption  # it names this module's types
+
+    check_adoption(src, lab, nodes, walk.host_lines)
     return Inventory(path=path, lab=lab, nodes=tuple(nodes))
 
 
@@ -333,10 +369,14 @@ def _lab_spec(src: Source, all_vars: Any) -> LabSpec:
     return lab
 
 
-def _node(src: Source, name: str, hv: dict[Any, Any], groups: list[str], at: Loc) -> Node:
+def _node(
+    src: Source, name: str, hv: dict[Any, Any], groups: list[str], at: Loc, adopted: bool = False
+) -> Node:
     """A host's node from its merged variables (`at`: where the host is in the file)."""
     path = src.path
     fields: dict[str, Any] = {"name": name, "groups": tuple(groups)}
+    if adopted:
+        fields |= _ADOPTED_DEFAULTS
     conn: dict[str, Any] = {}
     for k, v in hv.items():
         if not isinstance(k, str):

@@ -24,6 +24,14 @@ def open_lab(inventory: Inventory) -> LabDriver:
             from runner.labs.local.driver import LocalLab
 
             return LocalLab(inventory)
+        case LabKind.COMPOSE if inventory.lab.adopt is not None:
+            from runner.labs.compose.adopt import AdoptedComposeLab
+
+            return AdoptedComposeLab(inventory)
+        case LabKind.KUBERNETES if inventory.lab.adopt is not None:
+            from runner.labs.kubernetes.adopt import AdoptedKubernetesLab
+
+            return AdoptedKubernetesLab(inventory)
         case LabKind.COMPOSE:
             from runner.labs.compose.driver import ComposeLab
 

@@ -38,6 +38,11 @@ def _at_or_before(recorded: datetime, event_ts: datetime) -> datetime:
     return recorded if recorded <= event_ts else event_ts
 
 
+def _gameday_node(labels: dict[str, str]) -> str | None:
+    """The node of one of the lab's own engine containers."""
+    return labels.get("gameday.node", "") if labels.get("gameday.role") == "engine" else None
+
+
 def _never(ts: str) -> bool:
     return ts.startswith("0001-01-01")
 
@@ -53,8 +58,14 @@ class DockerWatch:
         docker: Callable[[], Any],
         engine: Callable[[str], Any],
         generation: Callable[[str], int],
+        labels: list[str] | None = None,
+        node_of: Callable[[dict[str, str]], str | None] | None = None,
     ) -> None:
         self.inventory = inventory
+        # the engine containers' labels and how a container's labels name its node: the lab's
+        # own by default; an adopted project's are its Compose labels
+        self._labels = labels or [f"{LABEL}={inventory.lab.name}"]
+        self._engine_node = node_of or _gameday_node
         self._docker = docker
         self._engine = engine
         self._generation = generation
@@ -78,7 +89,7 @@ class DockerWatch:
         self._events = self._docker().api.events(
             since=since - 1,
             decode=True,
-            filters={"type": "container", "label": f"{LABEL}={self.inventory.lab.name}"},
+            filters={"type": "container", "label": self._labels},
         )
         threading.Thread(target=self._watch, name="docker-events", daemon=True).start()
         for n in self.inventory.nodes:
@@ -106,9 +117,9 @@ class DockerWatch:
         self._synced = False
 
     def _node_of(self, attrs: dict[str, str]) -> Node | None:
-        if attrs.get("gameday.role") != "engine":
+        name = self._engine_node(attrs)
+        if name is None:
             return None
-        name = attrs.get("gameday.node", "")
         try:
             return self.inventory.node(name)
         except KeyError:

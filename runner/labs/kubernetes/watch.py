@@ -69,6 +69,11 @@ class PodWatch:
         self.ns = kube.ns
         self.feed = feed
         self.views: dict[str, NodeView] = {n.name: NodeView() for n in inventory.nodes}
+        # which pods are the lab's and the engine's container in them: the lab's own labels
+        # and container by default; an adopted workload's selector and container otherwise
+        self.selector = mf.selector(inventory)
+        self.container = mf.CONTAINER
+        self.adopted_node: str | None = None  # every selected pod is this node's
         self._expect_stop: dict[str, int] = {}
         self.synced = False
         self.stop = threading.Event()
@@ -82,7 +87,7 @@ class PodWatch:
             "list pods",
             self.kube.core.list_namespaced_pod,
             self.ns,
-            label_selector=mf.selector(self.inventory),
+            label_selector=self.selector,
         )
         for p in sorted(pods.items, key=lambda p: p.metadata.creation_timestamp):
             self._on_pod("ADDED", p, initial=True)
@@ -125,7 +130,7 @@ class PodWatch:
                 for ev in w.stream(  # type: ignore[no-untyped-call]
                     self.kube.core.list_namespaced_pod,
                     self.ns,
-                    label_selector=mf.selector(self.inventory),
+                    label_selector=self.selector,
                     resource_version=rv,
                     timeout_seconds=timeout_s,
                     allow_watch_bookmarks=False,
@@ -141,7 +146,7 @@ class PodWatch:
                     with contextlib.suppress(Exception):
                         rv = self.kube.core.list_namespaced_pod(
                             self.ns,
-                            label_selector=mf.selector(self.inventory),
+                            label_selector=self.selector,
                             _request_timeout=self.kube.spec.request_timeout_s,
                         ).metadata.resource_version
                     continue
@@ -152,6 +157,8 @@ class PodWatch:
                 time.sleep(0.2)  # the connection dropped: re-open from the last version
 
     def _node_of(self, pod: Any) -> str | None:
+        if self.adopted_node is not None:
+            return self.adopted_node
         name = (pod.metadata.labels or {}).get(mf.NODE_LABEL)
         return name if name in self.views else None
 
@@ -182,7 +189,7 @@ class PodWatch:
 
     def _container_status(self, pod: Any) -> Any | None:
         for cs in pod.status.container_statuses or [] if pod.status else []:
-            if cs.name == mf.CONTAINER:
+            if cs.name == self.container:
                 return cs
         return None
 
@@ -296,7 +303,7 @@ class PodWatch:
             self.kube.core.read_namespaced_pod_log,
             pod,
             self.ns,
-            container=mf.CONTAINER,
+            container=self.container,
             previous=previous,
             timestamps=True,
         )

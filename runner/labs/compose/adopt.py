@@ -1,0 +1,249 @@
+"""A Compose project the team already runs, adopted as a lab (`gameday_lab.adopt.project`).
+
+gameday neither creates nor removes it: `lab up` checks that each inventory host's service
+(`gameday_service`, default the host's name) has a running container and adopts it; `lab down`
+lets go and leaves it running. Every container of an adopted service must carry the opt-in
+label `gameday.io/allow-faults: "<lab name>"`: without it, nothing is touched (no stop, no
+recreate, no exec).
+
+The baseline is read from the live containers at adoption (their command and environment, raw
+and as a NodeConfig) and saved in the lab's state directory, so `gameday cleanup` after a crash
+returns them to it. A changed command or environment recreates the service's container from
+its own configuration (runner.labs.compose.recreate says why the docker SDK, not Compose);
+restart, signals, logs and events work as on gameday's own compose lab.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from runner.errors import LabError, LabNotUp
+from runner.fsutil import write_private
+from runner.inventory import Inventory
+from runner.labs import common
+from runner.labs.base import Capability, Change, ChangeKind, NodeConfig, ProcessState, Value
+from runner.labs.compose.configs import config_of
+from runner.labs.compose.driver import STOP_TIMEOUT_S, ComposeLab
+from runner.labs.compose.project import PROJECT_LABEL
+from runner.labs.compose.recreate import PARKED_SUFFIX, recreate
+from runner.labs.compose.watch import DockerWatch
+
+ALLOW_LABEL = "gameday.io/allow-faults"
+SERVICE_LABEL = "com.docker.compose.service"
+
+
+class AdoptedComposeLab(ComposeLab):
+    label = "adopted compose project"
+
+    def __init__(self, inventory: Inventory) -> None:
+        super().__init__(inventory)
+        adopt = inventory.lab.adopt
+        if adopt is None or adopt.project is None:
+            raise LabError(f"{inventory.path}: gameday_lab.adopt.project is not set")
+        self.adopted = adopt.project
+        # signals go to the engine in the container; programs, addresses and GPU lists need
+        # the lab's own host containers and tools
+        self.capabilities = frozenset({Capability.SIGNALS})
+        self.services = {n.name: n.service or n.name for n in inventory.nodes}
+        nodes = {svc: node for node, svc in self.services.items()}
+        self.baseline_path = self.state_dir / "adopted.json"
+        self.watch = DockerWatch(
+            inventory,
+            docker=lambda: self.docker,
+            engine=self.engine,
+            generation=self.files.generation,
+            labels=[f"{PROJECT_LABEL}={self.adopted}"],
+            node_of=lambda labels: nodes.get(labels.get(SERVICE_LABEL, "")),
+        )
+        self.feed = self.watch.feed
+
+    @property
+    def project(self) -> str:
+        return self.adopted
+
+    # ---- the adopted containers -------------------------------------------------------------
+
+    def _containers(self, role: str | None = None, node: str | None = None) -> list[Any]:
+        labels = [f"{PROJECT_LABEL}={self.adopted}"]
+        if node:
+            labels.append(f"{SERVICE_LABEL}={self.services[node]}")
+        found = self.docker.containers.list(all=True, filters={"label": labels})
+        return [c for c in found if c.labels.get(SERVICE_LABEL) in self.services.values()]
+
+    def _engines(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for node in self.services:
+            found = self._containers(node=node)
+            if found:
+                out[node] = max(found, key=lambda c: c.attrs["Created"])
+        return out
+
+    def engine(self, node: str) -> Any:
+        found = self._containers(node=node)
+        if not found:
+            raise LabNotUp(
+                f"compose project {self.adopted!r} has no container of service "
+                f"{self.services[node]!r} (host {node})",
+                hint=f"gameday does not start an adopted project: docker compose -p "
+                f"{self.adopted} up -d",
+            )
+        return max(found, key=lambda c: c.attrs["Created"])
+
+    def host(self, node: str) -> Any:
+        return self.engine(node)
+
+    def check_opt_in(self) -> None:
+        """LabError unless every container of an adopted service carries the opt-in label
+        with this lab's name; it reads labels only."""
+        lab = self.inventory.lab.name
+        missing = [c.name for c in self._containers() if c.labels.get(ALLOW_LABEL) != lab]
+        if missing:
+            raise LabError(
+                f"compose project {self.adopted!r} has not opted in to faults from lab "
+                f"{lab!r}: container(s) {', '.join(sorted(missing))} lack the label "
+                f'{ALLOW_LABEL}: "{lab}"; nothing was touched',
+                hint=f"add to each adopted service in your compose file\n"
+                f"    labels:\n"
+                f'      {ALLOW_LABEL}: "{lab}"\n'
+                f"then recreate them (docker compose -p {self.adopted} up -d)",
+            )
+
+    # ---- lifecycle: adopt and let go --------------------------------------------------------
+
+    def is_up(self) -> bool:
+        if not self.baseline_path.exists():
+            return False
+        try:
+            return len(self._engines()) == len(self.services)
+        except LabError:
+            return False
+
+    def up(self) -> None:
+        """Adopt the running project: check it runs and has opted in, save its baseline."""
+        engines = {node: self.engine(node) for node in self.services}
+        stopped = [c.name for c in engines.values() if c.attrs["State"]["Status"] != "running"]
+        if stopped:
+            raise LabError(
+                f"compose project {self.adopted!r} is not running: {', '.join(stopped)}",
+                hint=f"gameday does not start an adopted project: docker compose -p "
+                f"{self.adopted} up -d",
+            )
+        self.check_opt_in()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if not self.baseline_path.exists():  # after a crash the saved one is the baseline
+            saved = {
+                node: {
+                    "container": c.name,
+                    "cmd": list(c.attrs["Config"]["Cmd"] or []),
+                    "env": list(c.attrs["Config"].get("Env") or []),
+                    "config": self._config_of(c).model_dump(mode="json"),
+                }
+                for node, c in engines.items()
+            }
+            write_private(self.baseline_path, json.dumps(saved, indent=1))
+        self.watch.sync()
+
+    def down(self) -> None:
+        """Let go of the project, which keeps running: refused while a container differs from
+        the saved baseline (`gameday cleanup` puts it back first)."""
+        self.watch.close()
+        if not self.baseline_path.exists():
+            return
+        drift = [
+            n
+            for n in self.services
+            if n in self._engines() and self.config(n) != self.baseline_config(n)
+        ]
+        if drift:
+            raise LabError(
+                f"adopted service(s) {', '.join(self.services[n] for n in drift)} differ from "
+                "the baseline gameday saved; nothing was changed",
+                hint=f"gameday cleanup --lab {self.inventory.path}, then lab down again",
+            )
+        self.baseline_path.unlink()
+        self.files.remove()
+
+    def leftover_objects(self) -> list[str]:
+        """What gameday keeps of the adoption: its saved baseline, and a container it set
+        aside while recreating one."""
+        parked = [
+            f"container {c.name}"
+            for c in self.docker.containers.list(
+                all=True, filters={"label": f"{PROJECT_LABEL}={self.adopted}"}
+            )
+            if c.name.endswith(PARKED_SUFFIX)
+        ]
+        saved = [f"adoption record {self.baseline_path}"] if self.baseline_path.exists() else []
+        return saved + parked
+
+    def leftovers(self) -> list[str]:
+        return common.leftovers(self, [o for o in self.leftover_objects() if "container" in o])
+
+    # ---- configs ------------------------------------------------------------------------------
+
+    def _saved(self) -> dict[str, Any]:
+        if not self.baseline_path.exists():
+            raise LabNotUp(
+                f"compose project {self.adopted!r} is not adopted yet",
+                hint=f"gameday lab up --lab {self.inventory.path}",
+            )
+        return dict(json.loads(self.baseline_path.read_text()))
+
+    def baseline_config(self, node: str) -> NodeConfig:
+        return NodeConfig.model_validate(self._saved()[node]["config"])
+
+    def _config_of(self, c: Any) -> NodeConfig:
+        image = self.docker.images.get(c.attrs["Image"])
+        env = image.attrs["Config"].get("Env") or []
+        return config_of(c, self.inventory.lab.engine_command, dict(e.split("=", 1) for e in env))
+
+    def config(self, node: str) -> NodeConfig:
+        return self._config_of(self.engine(node))
+
+    def current(self, change: Change) -> NodeConfig | ProcessState | Value:
+        if change.kind is ChangeKind.NODE_CONFIG:
+            return self.config(change.node)
+        raise LabError(f"an adopted compose project has no {change.kind.value} changes")
+
+    def apply(self, change: Change) -> None:
+        if change.kind is ChangeKind.NODE_CONFIG and isinstance(change.after, NodeConfig):
+            self._reapply(change.node, change.after)
+            return
+        self.current(change)  # raises: not a change this lab makes
+
+    def _reapply(self, node: str, cfg: NodeConfig) -> None:
+        """Recreate the service's container with `cfg`; at the baseline, with the command and
+        environment it had at adoption, exactly."""
+        self.check_opt_in()
+        saved = self._saved()[node]
+        old = self.engine(node)
+        if cfg == self.baseline_config(node):
+            cmd, env = list(saved["cmd"]), list(saved["env"])
+        else:
+            prefix = list(self.inventory.lab.engine_command)
+            cmd = (prefix if saved["cmd"][: len(prefix)] == prefix else []) + list(cfg.args)
+            visible = self._config_of(old).env  # what a scenario sees and sets
+            env = [
+                e for e in old.attrs["Config"].get("Env") or [] if e.split("=", 1)[0] not in visible
+            ]
+            env += [f"{k}={v}" for k, v in cfg.env.items()]
+        self.files.bump_generation([node])
+        self.watch.stopping[old.id] = math.inf
+        try:
+            recreate(self.docker, old, cmd, env, STOP_TIMEOUT_S)
+        except BaseException:
+            self.watch.stopping[old.id] = time.time()  # back as it was: its exits are its own
+            raise
+        self.watch.stopping[old.id] = time.time()
+
+    def restart(self, nodes: Sequence[str]) -> None:
+        self.check_opt_in()
+        super().restart(nodes)
+
+    def signal(self, node: str, process: str, signal: str) -> None:
+        self.check_opt_in()
+        super().signal(node, process, signal)
