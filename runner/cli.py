@@ -349,6 +349,8 @@ def cleanup(lab_path: Path, parallel: int) -> None:
                 "undo (it starts from its baseline)"
             )
         else:
+            for line in outcome.steps:
+                output.message(line)
             for c in outcome.applied:
                 output.message(f"restored {c.node}: {c.kind.value} {c.subject}".rstrip())
             output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner import journal
 from runner.errors import LabError
 from runner.labs import heal, wait_all_ready
-from runner.labs.base import Change, LabDriver
+from runner.labs.base import Change, ChangeKind, LabDriver
 from runner.timing import TimeScale
 
 
@@ -44,27 +44,63 @@ def restore(
     return applied
 
 
+def reapply_baseline(
+    lab: LabDriver, applied_hook: Callable[[Change, float], None] | None = None
+) -> list[Change]:
+    """Every node whose configuration differs from the lab's baseline gets the baseline again
+    (a user-written step may change the lab behind the journal's back). Returns the re-applies."""
+    drifted = []
+    for n in lab.inventory.nodes:
+        base, now = lab.baseline_config(n.name), lab.config(n.name)
+        if now != base:
+            drifted.append(Change(kind=ChangeKind.NODE_CONFIG, node=n.name, before=base, after=now))
+    return restore(lab, drifted, "re-apply the baseline", applied_hook)
+
+
+def baseline_notes(applied: list[Change], reasons: list[str]) -> list[str]:
+    """What the report says of a baseline check, one line per reason it was made."""
+    nodes = ", ".join(c.node for c in applied)
+    if nodes:
+        return [f"cleanup re-applied the baseline of {nodes}: {r}" for r in reasons]
+    return [f"cleanup found every node at its baseline ({r})" for r in reasons]
+
+
 @dataclass(frozen=True)
 class CleanupOutcome:
     open_changes: int
     applied: list[Change]
     lab_was_down: bool
     restarted: list[list[str]]
+    steps: list[str] = field(default_factory=list)  # user-step undos run, baselines re-applied
 
 
 def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
     """`gameday cleanup`: undo whatever interrupted runs left, close their journals, and get
     every node serving again (a killed run may have left a head that exited 0, which no journal
     entry undoes: its group is restarted together). Idempotent."""
+    # runner.run imports this module: its user-step runner is imported when needed
+    from runner.run.usersteps import run_undo_steps
+
     items = journal.open_changes(lab.state_dir)  # newest first
+    steps = journal.open_steps(lab.state_dir)
     applied: list[Change] = []
     restarted: list[list[str]] = []
+    lines: list[str] = []
+    failed: list[journal.OpenStep] = []
     down = not lab.is_up()
     # A local lab that is down holds no changes: its nodes start from the inventory's baseline.
     if not down:
         lab.settle()
+        undone = run_undo_steps(lab, steps, None, lambda _t, _ts: None)
+        lines += undone.lines
+        failed = [s for s in steps if s.seq in undone.failed]
         if items:
             applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
+        reasons = [s.reason for s in steps if s.undo is None]
+        if reasons:
+            again = reapply_baseline(lab)
+            applied += again
+            lines += baseline_notes(again, reasons)
         spec = lab.inventory.lab
         scale = TimeScale.of(spec)
         boot = scale.boot_timeout_lab(spec)
@@ -75,7 +111,22 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
             restarted = heal(lab, boot)
     for item in items:
         journal.mark_undone(item)
+    for step in steps:
+        if step not in failed:
+            journal.mark_undone(step)
     journal.close_journals(lab.state_dir)
+    if failed:
+        raise LabError(
+            "the undo of "
+            + "; ".join(f"{s.what} (scenario {s.scenario})" for s in failed)
+            + " failed: "
+            + "; ".join(ln for ln in lines if "FAILED" in ln),
+            hint="fix what it needs and run `gameday cleanup` again (the undo stays journalled)",
+        )
     return CleanupOutcome(
-        open_changes=len(items), applied=applied, lab_was_down=down, restarted=restarted
+        open_changes=len(items) + len(steps),
+        applied=applied,
+        lab_was_down=down,
+        restarted=restarted,
+        steps=lines,
     )
