@@ -96,7 +96,7 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
         failed = [s for s in steps if s.seq in undone.failed]
         if items:
             applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
-        reasons = [s.reason for s in steps if s.undo is None]
+        reasons = list(dict.fromkeys(s.reason for s in reversed(steps) if s.undo is None))
         if reasons:
             again = reapply_baseline(lab)
             applied += again

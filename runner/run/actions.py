@@ -187,7 +187,7 @@ def undo_all(ctx: Context, reason: str) -> list[Change]:
         ctx.rec.event(f"{reason}: {line}")
         ctx.rec.notes.append(line)
     done = restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})", applied)
-    reasons = list(dict.fromkeys(s.reason for s in steps if s.undo is None))
+    reasons = list(dict.fromkeys(s.reason for s in ctx.open_steps if s.undo is None))
     if reasons:
         again = reapply_baseline(ctx.lab, applied)
         done += again

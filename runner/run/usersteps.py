@@ -42,6 +42,7 @@ from runner.usersteps import (
 HEAD_BYTES = 64 * 1024  # output kept from the start
 TAIL_BYTES = 64 * 1024  # and from the end
 KILL_GRACE_S = 5.0  # SIGTERM to SIGKILL, for a step past its timeout
+POLL_S = 0.05  # how often a step's leftover group members are looked at while they have grace
 DRAIN_S = 1.0  # how long the output of a step that exited is read on (a daemon child holds it)
 PASSED_ENV = ("HOME", "LANG", "TMPDIR")
 OnEvent = Callable[[str, datetime | None], None]
@@ -121,23 +122,29 @@ class _Capture:
         )
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the step's whole process group, SIGKILL to it KILL_GRACE_S later."""
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return  # the group is gone
-        if grace is None:
-            break
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            continue
-        try:  # the leader is gone; a member that ignored SIGTERM is not let off
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
+    """SIGTERM to the step's whole process group; SIGKILL to what is left of it KILL_GRACE_S
+    later. The leader is awaited on its exit; members it leaves behind have no such event, so
+    they are looked at every POLL_S until the grace ends."""
+    deadline = time.monotonic() + KILL_GRACE_S
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(KILL_GRACE_S)
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
@@ -147,7 +154,6 @@ def run_command(step: CommandStep, folder: Path, env: dict[str, str]) -> StepRun
         where = f"in {folder}" if "/" in step.argv[0] else "on PATH"
         return StepRun(False, f"cannot run {step.argv[0]!r}: no such executable {where}")
     cap = _Capture()
-    t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
             [prog, *step.argv[1:]],
@@ -177,7 +183,6 @@ def run_command(step: CommandStep, folder: Path, env: dict[str, str]) -> StepRun
         )
     reader.join(DRAIN_S)
     out = cap.text()
-    took = time.monotonic() - t0
     if rc != step.expect_exit:
         return StepRun(
             False,
@@ -191,7 +196,7 @@ def run_command(step: CommandStep, folder: Path, env: dict[str, str]) -> StepRun
                 f"exit {rc}, but no output matches /{rx}/; last output: {_last_output(out)}",
                 out,
             )
-    return StepRun(True, f"exit {rc} after {took:.2f} s", out)
+    return StepRun(True, f"exit {rc}", out)
 
 
 # ---- playbook ------------------------------------------------------------------------------
