@@ -26,7 +26,8 @@ from runner.labs.planning import plan_change
 from runner.scenario import SetArgs
 
 lab = LocalLab(load_inventory(os.environ["GAMEDAY_LAB"]))
-lab.apply(plan_change(lab, SetArgs(kind="set_args", node="serving", args={"--max-model-len": 131072})))
+wrong = SetArgs(kind="set_args", node="serving", args={"--max-model-len": 131072})
+lab.apply(plan_change(lab, wrong))
 print("serving re-applied with --max-model-len 131072")
 """
 FIX = """
