@@ -71,7 +71,11 @@ def load_all(paths: tuple[Path, ...]) -> list[LoadedScenario]:
 def run(
     scenarios: tuple[Path, ...], lab_path: Path, reports_dir: Path, parallel: int, as_json: bool
 ) -> None:
-    """Run scenarios (default: every one in scenarios/ that applies to the lab)."""
+    """Run scenarios (default: every one in scenarios/ that applies to the lab).
+
+    A scenario's own `command`, `playbook` and `http` steps run in its folder with the lab's
+    facts (GAMEDAY_LAB, GAMEDAY_NODE_<NAME>_URL, ...) in their environment; README.md, "User-written
+    steps"."""
     from runner.suite import run_suite
 
     loaded = load_all(scenarios)
@@ -332,7 +336,8 @@ def report(run: Path | None, reports_dir: Path) -> None:
 @handled
 def cleanup(lab_path: Path, parallel: int) -> None:
     """Undo whatever an interrupted run left on the lab (idempotent); with --parallel N, on
-    each of the N instances a `run --parallel N` used."""
+    each of the N instances a `run --parallel N` used. Journalled undos of user-written steps run
+    too, and the baseline is re-applied where a user step had no undo."""
     from runner.parallel import check_parallel, instance
 
     inventory = load_inventory(lab_path)
