@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from runner.errors import ScenarioError
 from runner.patterns import compile_user
@@ -48,9 +48,9 @@ class CommandStep(_Model):
     argv: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] = 60.0
     expect_exit: int = 0
-    expect_output: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
-        default=[], description="RE2 regexes that must each match stdout+stderr."
-    )
+    expect_output: list[
+        Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_regex)]
+    ] = Field(default=[], description="RE2 regexes that must each match stdout+stderr.")
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = {}
 
     @field_validator("argv", mode="before")
@@ -59,11 +59,6 @@ class CommandStep(_Model):
         if isinstance(v, str):
             raise ValueError("argv is a list: [prog, arg, ...]; no shell")
         return v
-
-    @field_validator("expect_output")
-    @classmethod
-    def _compiles(cls, v: list[str]) -> list[str]:
-        return [_regex(x) for x in v]
 
 
 class PlaybookStep(_Model):

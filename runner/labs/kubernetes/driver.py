@@ -331,8 +331,10 @@ class KubernetesLab(LabDriver):
         if self.spec.kubeconfig:
             cfg = (self.inventory.path.parent / self.spec.kubeconfig).resolve()
             facts["GAMEDAY_KUBECONFIG"] = str(cfg)
-        elif os.environ.get("KUBECONFIG"):
-            facts["GAMEDAY_KUBECONFIG"] = os.environ["KUBECONFIG"]
+        else:  # where the lab's client reads it from, as kubectl does
+            facts["GAMEDAY_KUBECONFIG"] = os.environ.get(
+                "KUBECONFIG", str(Path.home() / ".kube" / "config")
+            )
         return facts
 
     def url(self, node: str) -> str:
