@@ -57,12 +57,13 @@ def reapply_baseline(
     return restore(lab, drifted, "re-apply the baseline", applied_hook)
 
 
-def baseline_notes(applied: list[Change], reasons: list[str]) -> list[str]:
-    """What the report says of a baseline check, one line per reason it was made."""
+def baseline_notes(applied: list[Change], reasons: list[str], who: str = "cleanup") -> list[str]:
+    """What the report says of a baseline check, one line per reason it was made; `who` made it
+    (cleanup, or a rollback in a recovery step)."""
     nodes = ", ".join(c.node for c in applied)
     if nodes:
-        return [f"cleanup re-applied the baseline of {nodes}: {r}" for r in reasons]
-    return [f"cleanup found every node at its baseline ({r})" for r in reasons]
+        return [f"{who} re-applied the baseline of {nodes}: {r}" for r in reasons]
+    return [f"{who} found every node at its baseline ({r})" for r in reasons]
 
 
 @dataclass(frozen=True)

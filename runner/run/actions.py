@@ -181,7 +181,7 @@ def undo_all(ctx: Context, reason: str) -> list[Change]:
 
     steps = list(reversed(ctx.open_steps))
     ran = run_undo_steps(
-        ctx.lab, steps, ctx.http, lambda t, ts: ctx.rec.event(t, ts=ts, source="ansible")
+        ctx.lab, steps, ctx.http, lambda t, ts: ctx.rec.event(t, ts=ts, source="ansible"), reason
     )
     for line in ran.lines:
         ctx.rec.event(f"{reason}: {line}")
@@ -191,7 +191,7 @@ def undo_all(ctx: Context, reason: str) -> list[Change]:
     if reasons:
         again = reapply_baseline(ctx.lab, applied)
         done += again
-        ctx.rec.notes += baseline_notes(again, reasons)
+        ctx.rec.notes += baseline_notes(again, reasons, reason)
     for seq, _ in reversed(ctx.open_changes):
         ctx.journal.undone(seq)
     for s in steps:

@@ -356,6 +356,7 @@ def run_undo_steps(
     steps: Sequence[OpenStep],
     client: httpx.Client | None,
     on_event: OnEvent,
+    who: str = "cleanup",
 ) -> UndoneSteps:
     """Run the journalled undos (given newest first) in the folders their steps ran in, with the
     lab's facts. Baseline entries (no undo) are the caller's: they come after the changes'."""
@@ -380,7 +381,7 @@ def run_undo_steps(
             )
             verdict = "ok" if r.ok else "FAILED"
             lines.append(
-                f"cleanup ran the undo of {s.what}: {describe_user_step(s.undo)}: {verdict}, "
+                f"{who} ran the undo of {s.what}: {describe_user_step(s.undo)}: {verdict}, "
                 f"{r.observed}"
             )
             if not r.ok:

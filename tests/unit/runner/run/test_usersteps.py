@@ -59,7 +59,7 @@ def scripted(
     return calls
 
 
-def test_an_undo_is_journalled_before_its_step_runs_and_run_at_cleanup(
+def test_an_undo_is_journalled_before_its_step_runs_and_run_by_a_rollback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     doc = scenario_doc()
@@ -67,11 +67,12 @@ def test_an_undo_is_journalled_before_its_step_runs_and_run_at_cleanup(
     run = fake_run(tmp_path, doc, wrong_flag())
     calls = scripted(monkeypatch, run)
     result = run.run()
-    # the step ran with its own journal entry already on disk; the undo ran after cleanup began
+    # the step ran with its own journal entry already on disk; its undo ran once, in the
+    # rollback of recover 2 ("put back everything this run changed"), and cleanup had none left
     assert calls == [("./fault.sh", 1), ("./unfault.sh", 1)]
     assert result.verdict is Verdict.PASSED
     assert result.notes == [
-        "cleanup ran the undo of command ./fault.sh (timeout 60 s): "
+        "recover 2 ran the undo of command ./fault.sh (timeout 60 s): "
         "command ./unfault.sh --all (timeout 60 s): ok, exit 0"
     ]
     assert journal.open_steps(run.lab.state_dir) == []
@@ -85,14 +86,15 @@ def test_an_injected_step_without_undo_makes_cleanup_reapply_the_baseline(
     run = fake_run(tmp_path, doc, wrong_flag())
     scripted(monkeypatch, run, {}, {"./break.py": set_wrong_flag})
     result = run.run()
-    # nothing journalled a change, yet the rollback step put serving back
+    # nothing journalled a change, yet the rollback step put serving back (cleanup then finds
+    # nothing left to do: the step's journal entry is closed)
     assert [(a.name, a.verdict) for a in result.assertions if a.phase is Phase.RECOVER] == [
         ("recover 1: Restart and hope: does NOT restore service", Verdict.PASSED),
         ("recover 2: Roll back: restores service", Verdict.PASSED),
     ]
     assert result.verdict is Verdict.PASSED
     assert result.notes == [
-        "cleanup re-applied the baseline of serving: an injected command has no undo"
+        "recover 2 re-applied the baseline of serving: an injected command has no undo"
     ]
     assert run.lab.config("serving") == run.lab.baseline_config("serving")
     assert run.lab.leftovers() == []
@@ -164,6 +166,10 @@ def test_a_failing_injected_step_is_an_error_and_cleanup_undoes_what_ran(
     ]
     assert result.verdict is Verdict.ERROR
     assert [c[0] for c in calls] == ["./more-fault", "./unfault"]  # its undo still ran
+    assert result.notes == [
+        "cleanup ran the undo of command ./more-fault (timeout 60 s): "
+        "command ./unfault (timeout 60 s): ok, exit 0"
+    ]
     assert run.lab.leftovers() == [] and run.open_changes() == 0
 
 
