@@ -363,3 +363,43 @@ def test_gameday_cleanup_runs_journalled_undos_and_reapplies_the_baseline(
     assert outcome.open_changes == 2
     assert journal.open_steps(run.lab.state_dir) == []
     assert run.lab.config("serving") == run.lab.baseline_config("serving")
+
+
+def test_a_playbook_in_a_run_puts_its_tasks_on_the_timeline(tmp_path: Path) -> None:
+    """A real playbook injected in a run on the fake lab (its inventory run locally by Ansible):
+    the tasks' results are on the timeline as `ansible`, its output is evidence, and cleanup
+    checks the baseline (the playbook has no undo)."""
+    (tmp_path / "note.yaml").write_text(PLAYBOOK)
+    out = tmp_path / "out"
+    out.mkdir()
+    step = {
+        "kind": "playbook",
+        "name": "leave a note",
+        "playbook": "note.yaml",
+        "limit": "serving",
+        "tags": ["kv"],
+        "extra_vars": {"out_dir": str(out), "note": "{{ lookup('pipe','id') }}"},
+    }
+    doc = scenario_doc()
+    doc["inject"].append(step)
+    run = fake_run(tmp_path, doc, wrong_flag())
+    inv = run.lab.inventory.path
+    data = yaml.safe_load(inv.read_text())
+    data["all"]["vars"] |= {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+    }
+    inv.write_text(yaml.safe_dump(data))
+    result = run.run()
+    assert result.verdict.value == "passed"
+    assert [(e.source, e.event) for e in result.timeline if e.source == "ansible"] == [
+        ("ansible", "task 'write the extra variable as it arrived' on serving: changed")
+    ]
+    assert (out / "serving.txt").read_text() == "{{ lookup('pipe','id') }}"
+    assert [e.title for e in result.evidence if e.title.startswith("inject")] == [
+        "inject: leave a note: playbook note.yaml --limit serving --tags kv (timeout 600 s): output"
+    ]
+    assert result.notes == [
+        "recover 2 found every node at its baseline (an injected playbook has no undo)"
+    ]
+    assert journal.open_steps(run.lab.state_dir) == []
