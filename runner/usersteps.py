@@ -159,9 +159,10 @@ def check_files(src: Source, path: Path, data: Any) -> None:
         for j, action in enumerate(step.actions):
             refs += _playbooks(("recover", i, "actions", j), action)
     for loc, ref, what in refs:
-        if not (folder / ref).exists():
+        file = folder / ref.split("#", 1)[0]  # a runbook's section: runbooks/kv.md#raise
+        if not file.exists():
             raise ScenarioError(
-                f"{what} {ref!r} does not exist (looked for {(folder / ref).resolve()})",
+                f"{what} {ref!r} does not exist (looked for {file.resolve()})",
                 file=path,
                 line=src.line_of(loc),
                 field=".".join(map(str, loc)),

@@ -29,6 +29,7 @@ import yaml
 
 from runner.journal import OpenStep
 from runner.labs.base import LabDriver
+from runner.labs.compose.hostactions import _write_unsafe, ansible_bin
 from runner.patterns import compile_user
 from runner.redact import redact
 from runner.usersteps import (
@@ -211,9 +212,7 @@ def run_playbook(
 ) -> StepRun:
     """Through ansible-runner against (an `!unsafe`-tagged copy of) the lab's inventory; each
     task's result per host goes to `on_event`."""
-    import ansible_runner
-
-    from runner.labs.compose.hostactions import _write_unsafe, ansible_bin
+    import ansible_runner  # a second of imports, paid only by a run with a playbook step
 
     playbook = (folder / step.playbook).resolve()
     if not playbook.is_file():

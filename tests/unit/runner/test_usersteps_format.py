@@ -72,3 +72,18 @@ def test_a_url_runbook_needs_no_file(tmp_path: Path) -> None:
     doc["recover"][1]["runbook"] = "https://wiki.example/kv#raise"
     path, _ = load(tmp_path, doc)
     assert load_scenario(path).scenario.recover[1].runbook == "https://wiki.example/kv#raise"
+
+
+def test_a_runbook_path_may_name_its_section(tmp_path: Path) -> None:
+    (tmp_path / "runbooks").mkdir()
+    (tmp_path / "runbooks" / "kv.md").write_text("# KV cache\n## Raise\n")
+    doc = scenario_doc()
+    doc["recover"][1]["runbook"] = "runbooks/kv.md#raise"
+    path, _ = load(tmp_path, doc)
+    assert load_scenario(path).scenario.recover[1].runbook == "runbooks/kv.md#raise"
+    doc["recover"][1]["runbook"] = "runbooks/db.md#raise"
+    err = refused(tmp_path, doc)
+    assert (err.field, err.message.split("]: ")[1]) == (
+        "recover.1.runbook",
+        f"runbook 'runbooks/db.md#raise' does not exist (looked for {tmp_path}/runbooks/db.md)",
+    )
