@@ -6,6 +6,7 @@ re-apply of that node's configuration from before the first of them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from runner.errors import LabError
 from runner.labs import heal, wait_all_ready
 from runner.labs.base import Change, ChangeKind, LabDriver
 from runner.timing import TimeScale
+from runner.usersteps import HttpStep
 
 
 def restore(
@@ -75,13 +77,37 @@ class CleanupOutcome:
     steps: list[str] = field(default_factory=list)  # user-step undos run, baselines re-applied
 
 
-def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
-    """`gameday cleanup`: undo whatever interrupted runs left, close their journals, and get
-    every node serving again (a killed run may have left a head that exited 0, which no journal
-    entry undoes: its group is restarted together). Idempotent."""
-    # runner.run imports this module: its user-step runner is imported when needed
-    from runner.run.usersteps import run_undo_steps
+def unwind(
+    lab: LabDriver,
+    changes: Sequence[tuple[int, Change]],
+    steps: Sequence[journal.OpenStep],
+    undo_step: Callable[[journal.OpenStep], None],
+    note: str,
+    applied_hook: Callable[[Change, float], None] | None = None,
+) -> list[Change]:
+    """Undo one journal's changes and user-written steps, newest first: the changes made since
+    the newest user step are restored together, then that step's undo runs, and so on back to
+    the oldest (an undo may need the lab as it was when its step ran). Returns what `restore`
+    applied. Baseline entries (steps without an undo) are the caller's, after all of this."""
+    items: list[tuple[int, Change | journal.OpenStep]] = [*changes, *((s.seq, s) for s in steps)]
+    done: list[Change] = []
+    batch: list[Change] = []  # newest first
+    for _, item in sorted(items, key=lambda x: x[0], reverse=True):
+        if isinstance(item, Change):
+            batch.append(item)
+            continue
+        done += restore(lab, batch[::-1], note, applied_hook)
+        batch = []
+        if item.undo is not None:
+            undo_step(item)
+    return done + restore(lab, batch[::-1], note, applied_hook)
 
+
+def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
+    """`gameday cleanup`: undo whatever interrupted runs left (their user-written steps' undos
+    included), close their journals, and get every node serving again (a killed run may have
+    left a head that exited 0, which no journal entry undoes: its group is restarted together).
+    Idempotent."""
     items = journal.open_changes(lab.state_dir)  # newest first
     steps = journal.open_steps(lab.state_dir)
     applied: list[Change] = []
@@ -92,11 +118,7 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
     # A local lab that is down holds no changes: its nodes start from the inventory's baseline.
     if not down:
         lab.settle()
-        undone = run_undo_steps(lab, steps, None, lambda _t, _ts: None)
-        lines += undone.lines
-        failed = [s for s in steps if s.seq in undone.failed]
-        if items:
-            applied = restore(lab, [i.change for i in reversed(items)], "gameday cleanup")
+        applied, lines, failed = _unwind_journals(lab, items, steps)
         reasons = list(dict.fromkeys(s.reason for s in reversed(steps) if s.undo is None))
         if reasons:
             again = reapply_baseline(lab)
@@ -131,3 +153,38 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
         restarted=restarted,
         steps=lines,
     )
+
+
+def _unwind_journals(
+    lab: LabDriver, items: list[journal.OpenChange], steps: list[journal.OpenStep]
+) -> tuple[list[Change], list[str], list[journal.OpenStep]]:
+    """`unwind` each journal, the newest run's first. Returns what was applied, the report's
+    lines for the undos run, and the steps whose undo failed."""
+    import httpx
+
+    # runner.run imports this module: its user-step runner is imported when needed
+    from runner.run.usersteps import run_undo
+
+    applied: list[Change] = []
+    lines: list[str] = []
+    failed: list[journal.OpenStep] = []
+    spec = lab.inventory.lab
+    scale = TimeScale.of(spec)
+
+    with httpx.Client() as client:
+
+        def undo_step(step: journal.OpenStep) -> None:
+            if isinstance(step.undo, HttpStep):
+                # an admin endpoint answers once its node serves again after the undos so far
+                with contextlib.suppress(LabError):
+                    wait_all_ready(lab, min(scale.boot_timeout_lab(spec), scale.to_lab(30) + 1))
+            ok, line = run_undo(lab, step, client, lambda _t, _ts: None)
+            lines.append(line)
+            if not ok:
+                failed.append(step)
+
+        for path in sorted({i.journal for i in items} | {s.journal for s in steps}, reverse=True):
+            changes = [(i.seq, i.change) for i in items if i.journal == path]
+            mine = [s for s in steps if s.journal == path]
+            applied += unwind(lab, changes, mine, undo_step, "gameday cleanup")
+    return applied, lines, failed

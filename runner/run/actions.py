@@ -14,7 +14,7 @@ from runner.labs.base import Change, ChangeKind
 from runner.labs.planning import describe_change, plan_change
 from runner.results import Evidence, EvidenceLine, Phase
 from runner.run.context import POLL_S, Context, utcnow
-from runner.run.usersteps import StepRun, run_step, run_undo_steps, step_env
+from runner.run.usersteps import OnEvent, StepRun, run_step, run_undo, step_env
 from runner.scenario import (
     GPU_PROCESS_NAMES,
     Action,
@@ -24,7 +24,7 @@ from runner.scenario import (
     StartProcess,
     Traffic,
 )
-from runner.undo import baseline_notes, reapply_baseline, restore
+from runner.undo import baseline_notes, reapply_baseline, unwind
 from runner.usersteps import Command, Http, HttpStep, Playbook, UserStep, describe_user_step
 
 GPU_HOLD_TIMEOUT_S = 30.0  # wall seconds a started program has to take its GPU memory
@@ -119,6 +119,15 @@ def send_traffic(ctx: Context, action: Traffic, why: str) -> None:
         ctx.rec.event(f"{why}: traffic ({len(req.prompt)} chars) -> {outcome}")
 
 
+def ansible_event(ctx: Context) -> OnEvent:
+    """A playbook's task result, as a timeline entry of its own source."""
+
+    def event(text: str, ts: datetime | None) -> None:
+        ctx.rec.event(text, ts=ts, source="ansible", clock="ansible (UTC)")
+
+    return event
+
+
 class UserStepFailed(LabError):
     """A user-written step did not do what it was to do (exit, output, status, time)."""
 
@@ -147,9 +156,6 @@ def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
     )
     ctx.rec.event(f"{why}: {what}")
 
-    def task(text: str, ts: datetime | None) -> None:
-        ctx.rec.event(text, ts=ts, source="ansible", clock="ansible (UTC)")
-
     run = run_step(
         step,
         folder=folder,
@@ -158,7 +164,7 @@ def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
         url_of=ctx.lab.url,
         target=ctx.target,
         client=ctx.http,
-        on_event=task,
+        on_event=ansible_event(ctx),
     )
     ctx.rec.event(f"{why}: {step.name or step.kind}: {run.observed}")
     if run.output:
@@ -170,23 +176,29 @@ def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
 
 
 def undo_all(ctx: Context, reason: str) -> list[Change]:
-    """Put every node this run changed back to how it was before its first change, after
-    running the undos of its user-written steps (newest first); then, if a user step ran without
-    an undo, re-apply the baseline where a node differs from it. Returns the undos applied."""
+    """Put every node this run changed back to how it was before its first change, newest
+    first, running the undos of its user-written steps in their place among the changes
+    (runner.undo.unwind); then, if a user step ran without an undo, re-apply the baseline where
+    a node differs from it. Returns the undos applied."""
 
     def applied(undo: Change, seconds: float) -> None:
         ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
         if undo.kind is ChangeKind.SCRAPE_TARGETS:
             note_prometheus_load(ctx, seconds)
 
-    steps = list(reversed(ctx.open_steps))
-    ran = run_undo_steps(
-        ctx.lab, steps, ctx.http, lambda t, ts: ctx.rec.event(t, ts=ts, source="ansible"), reason
-    )
-    for line in ran.lines:
+    failed: dict[int, str] = {}  # journal sequence number -> what the report says
+
+    def undo_step(step: OpenStep) -> None:
+        if isinstance(step.undo, HttpStep) and step.undo.node:
+            # an admin endpoint answers once its node serves again after the undos so far
+            ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab, node=step.undo.node)
+        ok, line = run_undo(ctx.lab, step, ctx.http, ansible_event(ctx), reason)
         ctx.rec.event(f"{reason}: {line}")
         ctx.rec.notes.append(line)
-    done = restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})", applied)
+        if not ok:
+            failed[step.seq] = line
+
+    done = unwind(ctx.lab, ctx.open_changes, ctx.open_steps, undo_step, f"undo ({reason})", applied)
     reasons = list(dict.fromkeys(s.reason for s in ctx.open_steps if s.undo is None))
     if reasons:
         again = reapply_baseline(ctx.lab, applied)
@@ -194,17 +206,17 @@ def undo_all(ctx: Context, reason: str) -> list[Change]:
         ctx.rec.notes += baseline_notes(again, reasons, reason)
     for seq, _ in reversed(ctx.open_changes):
         ctx.journal.undone(seq)
-    for s in steps:
-        if s.seq not in ran.failed:
+    for s in ctx.open_steps:
+        if s.seq not in failed:
             ctx.journal.undone(s.seq)
     ctx.open_changes.clear()
     ctx.open_steps.clear()
-    if ran.failed:
+    if failed:
         ctx.rec.error(
             phase=Phase.CLEANUP,
             name=f"{reason}: undo of user-written steps",
             expected="every undo step succeeds",
-            observed="; ".join(ln for ln in ran.lines if ": FAILED, " in ln),
+            observed="; ".join(failed.values()),
             detail="the failed undos stay journalled: `gameday cleanup` runs them again",
         )
     return done

@@ -18,7 +18,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -344,45 +344,25 @@ def run_step(
 # ---- undo at cleanup -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class UndoneSteps:
-    lines: list[str]  # what ran, for the report
-    failed: list[int]  # journal sequence numbers of the undos that failed
-
-
-def run_undo_steps(
-    lab: LabDriver,
-    steps: Sequence[OpenStep],
-    client: httpx.Client | None,
-    on_event: OnEvent,
-    who: str = "cleanup",
-) -> UndoneSteps:
-    """Run the journalled undos (given newest first) in the folders their steps ran in, with the
-    lab's facts. Baseline entries (no undo) are the caller's: they come after the changes'."""
-    lines: list[str] = []
-    failed: list[int] = []
-    todo = [s for s in steps if s.undo is not None]
-    if not todo:
-        return UndoneSteps(lines, failed)
-    facts = lab.facts()
-    with httpx.Client() if client is None else contextlib.nullcontext(client) as http:
-        for s in todo:
-            assert s.undo is not None
-            r = run_step(
-                s.undo,
-                folder=s.folder,
-                env=step_env(facts, s.scenario, {}),
-                inventory=lab.inventory.path,
-                url_of=lab.url,
-                target="",  # an undo's HTTP node is filled in when it is journalled
-                client=http,
-                on_event=on_event,
-            )
-            verdict = "ok" if r.ok else "FAILED"
-            lines.append(
-                f"{who} ran the undo of {s.what}: {describe_user_step(s.undo)}: {verdict}, "
-                f"{r.observed}"
-            )
-            if not r.ok:
-                failed.append(s.seq)
-    return UndoneSteps(lines, failed)
+def run_undo(
+    lab: LabDriver, step: OpenStep, client: httpx.Client, on_event: OnEvent, who: str = "cleanup"
+) -> tuple[bool, str]:
+    """Run a journalled undo in the folder its step ran in, with the lab's facts; whether it
+    succeeded, and the line the report gives it."""
+    assert step.undo is not None
+    r = run_step(
+        step.undo,
+        folder=step.folder,
+        env=step_env(lab.facts(), step.scenario, {}),
+        inventory=lab.inventory.path,
+        url_of=lab.url,
+        target="",  # an undo's HTTP node is filled in when it is journalled
+        client=client,
+        on_event=on_event,
+    )
+    verdict = "ok" if r.ok else "FAILED"
+    line = (
+        f"{who} ran the undo of {step.what}: {describe_user_step(step.undo)}: {verdict}, "
+        f"{r.observed}"
+    )
+    return r.ok, line

@@ -4,6 +4,7 @@ has no undo. The steps themselves are scripted here (tests/integration runs real
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -208,3 +209,57 @@ def test_describe_user_step_is_one_line() -> None:
     )
     http = Http(kind="http", method="POST", path="/admin/reset", expect_status=204)
     assert describe_user_step(http) == "http POST target/admin/reset (expect 204, timeout 30 s)"
+
+
+def test_http_steps_against_the_fake_lab(tmp_path: Path) -> None:
+    """Real HTTP steps (the fake lab answers in-process): the undo's node is journalled as the
+    scenario's target, so that `gameday cleanup` can run it; a wrong status fails the step."""
+    drain = {"kind": "http", "method": "POST", "path": "/admin/drain", "json": {"all": True}}
+    drain["undo"] = {"kind": "http", "method": "POST", "path": "/admin/undrain"}
+    ready = {"kind": "http", "method": "POST", "path": "/admin/ready", "expect_status": 204}
+    fix = {"name": "Fix", "outcome": "restores", "actions": [{"kind": "rollback"}, ready]}
+    doc = scenario_doc(recover=[HOPE, fix])
+    doc["inject"].insert(0, drain)  # while serving serves: the wrong flag then stops it
+    run = fake_run(tmp_path, doc, wrong_flag())
+    result = run.run()
+    records = [json.loads(ln) for ln in (run.journal_dir / "journal" / "run-1.jsonl").open()]
+    undo = next(r["undo"] for r in records if r["op"] == "step" and r["undo"])
+    assert (undo["node"], undo["path"]) == ("serving", "/admin/undrain")
+    assert [(a.name, a.verdict, a.observed) for a in result.assertions if "itself" in a.name] == [
+        (
+            "recover 2: Fix: the step itself failed: "
+            "http POST target/admin/ready (expect 204, timeout 30 s)",
+            Verdict.FAILED,
+            "HTTP 200 (expected 204); body: (none)",
+        )
+    ]
+    assert "inject: http: HTTP 200" in [e.event for e in result.timeline]
+    assert result.notes[0] == (
+        "recover 2 ran the undo of http POST target/admin/drain (expect 200, timeout 30 s): "
+        "http POST serving/admin/undrain (expect 200, timeout 30 s): ok, HTTP 200"
+    )
+    assert result.verdict is Verdict.FAILED
+    assert run.lab.leftovers() == [] and journal.open_steps(run.lab.state_dir) == []
+
+
+def test_undo_runs_newest_first_among_the_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inject: a flag, then a step, then the fault. Its undo runs after the fault's change is
+    undone and before the first flag's: it sees the lab as its step left it."""
+    seed = {"kind": "set_args", "node": "serving", "args": {"--seed": 1}}
+    fault = {"kind": "set_args", "node": "serving", "args": {"--max-model-len": 99999}}
+    doc = scenario_doc(
+        inject=[seed, command("./step", undo=command("./unstep")), fault],
+        recover=[HOPE, ROLL_BACK],
+    )
+    run = fake_run(tmp_path, doc, wrong_flag())
+    seen: list[tuple[str, ...]] = []
+    scripted(
+        monkeypatch, run, {}, {"./unstep": lambda lab: seen.append(lab.config("serving").args)}
+    )
+    result = run.run()
+    assert result.verdict is Verdict.PASSED
+    base = run.lab.baseline_config("serving").args
+    assert seen == [(*base, "--seed", "1")]
+    assert run.lab.config("serving").args == base
