@@ -403,3 +403,23 @@ def test_a_playbook_in_a_run_puts_its_tasks_on_the_timeline(tmp_path: Path) -> N
         "recover 2 found every node at its baseline (an injected playbook has no undo)"
     ]
     assert journal.open_steps(run.lab.state_dir) == []
+
+
+def test_gameday_cleanup_keeps_a_failed_undo_journalled(tmp_path: Path) -> None:
+    from runner.errors import LabError
+
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    j = journal.Journal(run.lab.state_dir, "crashed")
+    undo = CommandStep(kind="command", argv=["python3", "-c", "print('no access'); exit(4)"])
+    j.record_step("fake-startup", tmp_path, "command ./fault.sh (timeout 60 s)", undo, "x")
+    with pytest.raises(LabError) as exc:
+        cleanup_lab(run.lab)
+    assert exc.value.message == (
+        "the undo of command ./fault.sh (timeout 60 s) (scenario fake-startup) failed: "
+        "cleanup ran the undo of command ./fault.sh (timeout 60 s): "
+        "command python3 -c print('no access'); exit(4) (timeout 60 s): FAILED, "
+        "exit 4 (expected 0); last output: no access"
+    )
+    assert [s.what for s in journal.open_steps(run.lab.state_dir)] == [
+        "command ./fault.sh (timeout 60 s)"
+    ]
