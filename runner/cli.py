@@ -84,7 +84,11 @@ def run(
     as_json: bool,
 ) -> None:
     """Run scenarios: files, folders or ids (default: the team's folders from gameday.toml,
-    then the built-in catalogue), those that apply to the lab."""
+    then the built-in catalogue), those that apply to the lab.
+
+    A scenario's own `command`, `playbook` and `http` steps run in its folder with the lab's
+    facts (GAMEDAY_LAB, GAMEDAY_NODE_<NAME>_URL, ...) in their environment; README.md,
+    "User-written steps"."""
     from runner.suite import run_suite
 
     loaded = chosen(scenarios, selection, failed_only, reports_dir)
@@ -419,7 +423,8 @@ def report(run: Path | None, reports_dir: Path) -> None:
 @handled
 def cleanup(lab_path: Path, parallel: int) -> None:
     """Undo whatever an interrupted run left on the lab (idempotent); with --parallel N, on
-    each of the N instances a `run --parallel N` used."""
+    each of the N instances a `run --parallel N` used. Journalled undos of user-written steps run
+    too, and the baseline is re-applied where a user step had no undo."""
     from runner.parallel import check_parallel, instance
 
     inventory = load_inventory(lab_path)
@@ -436,6 +441,8 @@ def cleanup(lab_path: Path, parallel: int) -> None:
                 "undo (it starts from its baseline)"
             )
         else:
+            for line in outcome.steps:
+                output.message(line)
             for c in outcome.applied:
                 output.message(f"restored {c.node}: {c.kind.value} {c.subject}".rstrip())
             output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")

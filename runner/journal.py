@@ -3,6 +3,9 @@ interrupted, even by SIGKILL, can be undone later by `gameday cleanup`.
 
 One JSON-lines file per run under <lab state dir>/journal/. Records:
     {"op": "change", "seq": 3, "run": ..., "scenario": ..., "change": {...}, "ts": ...}
+    {"op": "step", "seq": 4, "run": ..., "scenario": ..., "folder": ..., "what": ...,
+     "undo": {...} | null, "reason": ..., "ts": ...}   (a user-written step, before it runs:
+                                                     its undo, or null: re-apply the baseline)
     {"op": "undone", "seq": 3, "ts": ...}
     {"op": "closed", "ts": ...}                      (the run finished its cleanup)
 A change with no "undone" record is open; a journal with no "closed" record may have leftovers.
@@ -22,6 +25,9 @@ import pydantic
 from runner.errors import LabError
 from runner.fsutil import fsync_dir, private_dir
 from runner.labs.base import Change
+from runner.usersteps import AnyUndoStep, UndoStep
+
+_UNDO_STEP: pydantic.TypeAdapter[AnyUndoStep] = pydantic.TypeAdapter(UndoStep)
 
 
 def _now() -> str:
@@ -74,6 +80,27 @@ class Journal:
                 "run": self.run_id,
                 "scenario": scenario,
                 "change": change.model_dump(mode="json"),
+                "ts": _now(),
+            }
+        )
+        return self._seq
+
+    def record_step(
+        self, scenario: str, folder: Path, what: str, undo: AnyUndoStep | None, reason: str
+    ) -> int:
+        """A user-written step about to run: its undo (None: cleanup re-applies the lab's
+        baseline, for `reason`) and the folder it runs in."""
+        self._seq += 1
+        self._write(
+            {
+                "op": "step",
+                "seq": self._seq,
+                "run": self.run_id,
+                "scenario": scenario,
+                "folder": str(folder.resolve()),
+                "what": what,
+                "undo": undo.model_dump(mode="json", by_alias=True) if undo else None,
+                "reason": reason,
                 "ts": _now(),
             }
         )
@@ -132,7 +159,61 @@ def _change(path: Path, rec: dict[str, Any]) -> Change:
         ) from None
 
 
-def mark_undone(item: OpenChange) -> None:
+@dataclass(frozen=True)
+class OpenStep:
+    """A user-written step whose undo (or baseline re-apply) has not run."""
+
+    journal: Path
+    seq: int
+    scenario: str
+    folder: Path
+    what: str
+    undo: AnyUndoStep | None
+    reason: str
+
+
+def open_steps(lab_state_dir: Path) -> list[OpenStep]:
+    """User-written steps not yet undone, newest first."""
+    out: list[OpenStep] = []
+    jdir = lab_state_dir / "journal"
+    if not jdir.is_dir():
+        return out
+    for path in sorted(jdir.glob("*.jsonl")):
+        steps: dict[int, OpenStep] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("op") == "step":
+                steps[rec["seq"]] = _step(path, rec)
+            elif rec.get("op") == "undone":
+                steps.pop(rec["seq"], None)
+        out += sorted(steps.values(), key=lambda c: c.seq, reverse=True)
+    return out
+
+
+def _step(path: Path, rec: dict[str, Any]) -> OpenStep:
+    try:
+        undo = _UNDO_STEP.validate_python(rec["undo"]) if rec.get("undo") else None
+    except pydantic.ValidationError as exc:
+        raise LabError(
+            f"{path}: journal record {rec.get('seq')} cannot be read by this version of gameday "
+            f"({exc.errors()[0]['msg']})",
+            hint="check the lab by hand, then move the journal file out of the way",
+        ) from None
+    return OpenStep(
+        path,
+        rec["seq"],
+        rec.get("scenario", ""),
+        Path(rec.get("folder", ".")),
+        rec.get("what", ""),
+        undo,
+        rec.get("reason", ""),
+    )
+
+
+def mark_undone(item: OpenChange | OpenStep) -> None:
     _append(item.journal, {"op": "undone", "seq": item.seq, "ts": _now()})
 
 

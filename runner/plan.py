@@ -36,6 +36,7 @@ from runner.scenario import (
     Window,
 )
 from runner.timing import TimeScale
+from runner.usersteps import Command, Http, Playbook, describe_user_step
 
 
 class _Model(BaseModel):
@@ -119,6 +120,13 @@ def describe_action(action: Action) -> str:
             return f"change_address on {action.node}: new {action.network} address {to}"
         case ScrapeTargets():
             return f"scrape_targets: Prometheus job {action.job} on the {action.network} network"
+        case Command() | Playbook() | Http():
+            undo = (
+                f"; undo at cleanup: {describe_user_step(action.undo)}"
+                if action.undo
+                else "; no undo: cleanup re-applies the lab's baseline"
+            )
+            return describe_user_step(action) + undo
         case _:
             assert_never(action)
 

@@ -105,7 +105,7 @@ def _session_lab(config: pytest.Config) -> dict[str, Any]:
     if "lab" not in state:
         inventory: Inventory = load_inventory(Path(config.getoption("gameday_lab")))
         lab = open_lab(inventory)
-        left = journal.open_changes(lab.state_dir)
+        left = [*journal.open_changes(lab.state_dir), *journal.open_steps(lab.state_dir)]
         if left:
             raise LeftoversError(
                 f"lab {inventory.lab.name!r} has changes left by an interrupted run",

@@ -116,6 +116,9 @@ class ScenarioResult(Frozen):
     timeline: list[TimelineEvent]
     evidence: list[Evidence]
     notes: list[str]
+    # a recovery step's `runbook:` (a path relative to the scenario, or a URL), by the step's
+    # label ("recover 2: scale the KV cache")
+    runbooks: dict[str, str] = {}
 
 
 class LabInfo(Frozen):

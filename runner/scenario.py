@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from runner.errors import ScenarioError
 from runner.patterns import compile_user
+from runner.usersteps import USER_STEP_KINDS, Command, Http, Playbook, check_files
 from runner.yamlsrc import load, register_union_tags
 
 API_VERSION = "gameday/v1"
@@ -361,7 +362,10 @@ Action = Annotated[
     | Signal
     | Traffic
     | ChangeAddress
-    | ScrapeTargets,
+    | ScrapeTargets
+    | Command
+    | Playbook
+    | Http,
     Field(discriminator="kind"),
 ]
 register_union_tags(
@@ -383,6 +387,7 @@ register_union_tags(
     "traffic",
     "change_address",
     "scrape_targets",
+    *USER_STEP_KINDS,
 )
 
 
@@ -554,6 +559,21 @@ class RecoveryStep(Model):
         "(default: verify.time_to_recover.max_s). Bounds the wait when the step "
         "hangs instead of failing.",
     )
+    runbook: str | None = Field(
+        default=None,
+        description="The runbook section this step exercises: a path relative to the scenario's "
+        "folder, or an http(s) URL. Shown in the reports.",
+    )
+
+    @model_validator(mode="after")
+    def _no_undo(self) -> RecoveryStep:
+        for a in self.actions:
+            if isinstance(a, Command | Playbook | Http) and a.undo is not None:
+                raise ValueError(
+                    "undo: belongs on an injected step; cleanup undoes a recovery step's changes "
+                    "and re-applies the baseline after a user step"
+                )
+        return self
 
 
 class Baseline(Model):
@@ -632,6 +652,7 @@ def load_scenario(path: Path) -> LoadedScenario:
         sc = Scenario.model_validate(src.data)
     except pydantic.ValidationError as exc:
         raise src.validation_error(exc, ScenarioError, HINT) from None
+    check_files(src, path, sc)
     return LoadedScenario(path=path, scenario=sc)
 
 

@@ -132,7 +132,11 @@ def _open_labs(
             check_engine_names(ls, inventory)
     labs = [open_lab(instance(inventory, k)) for k in range(parallel)]
     for lab in labs:
-        leftovers = journal.open_changes(lab.state_dir)
+        # a user-written step's undo (or baseline re-apply) left open counts as a change
+        leftovers: list[journal.OpenChange | journal.OpenStep] = [
+            *journal.open_changes(lab.state_dir),
+            *journal.open_steps(lab.state_dir),
+        ]
         if leftovers:
             raise LeftoversError(
                 f"lab {lab.inventory.lab.name!r} has {len(leftovers)} change(s) left by an "

@@ -43,8 +43,9 @@ class Source:
         """The first error of a pydantic failure, as one clear message with file:line."""
         err = exc.errors()[0]
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        # drop discriminated-union tags that pydantic inserts into locations
-        loc = tuple(p for p in loc if p not in _UNION_TAGS)
+        # drop discriminated-union tags that pydantic inserts into locations; the last part is
+        # the field at fault, even when a tag has its name (a playbook step's `playbook`)
+        loc = tuple(p for i, p in enumerate(loc) if p not in _UNION_TAGS or i == len(loc) - 1)
         field = ".".join(str(p) for p in loc) or None
         msg = err["msg"]
         if err["type"] == "extra_forbidden":

@@ -300,6 +300,25 @@ class LabDriver(abc.ABC):
         """LabError unless the lab has a Service of that name with that port."""
         raise self._lacks(Capability.SERVICE_LINKS)
 
+    # ---- facts a user-written step reads from its environment ----
+    def facts(self) -> dict[str, str]:
+        """The lab as environment variables: its inventory (absolute path), name and kind, and
+        each node's URL and address (GAMEDAY_NODE_<NAME>_URL, NAME upper-cased, `-` as `_`).
+        Drivers add their own (a compose project, a kube context)."""
+        facts = {
+            "GAMEDAY_LAB": str(self.inventory.path.resolve()),
+            "GAMEDAY_LAB_NAME": self.inventory.lab.name,
+            "GAMEDAY_LAB_KIND": self.kind.value,
+        }
+        for n in self.inventory.nodes:
+            key = n.name.upper().replace("-", "_")
+            facts[f"GAMEDAY_NODE_{key}_ADDRESS"] = n.address
+            try:
+                facts[f"GAMEDAY_NODE_{key}_URL"] = self.url(n.name)
+            except LabError:
+                continue  # a node with no address yet (a pod not scheduled) has no URL
+        return facts
+
     def _lacks(self, cap: Capability) -> LabError:
         return LabError(
             f"the {self.label} cannot do this: it lacks {cap.value}",

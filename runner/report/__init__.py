@@ -115,8 +115,16 @@ def junit(result: RunResult) -> str:
             el.text = _failure_text(s, Verdict.ERROR)
         elif s.verdict is Verdict.SKIPPED:
             ET.SubElement(case, "skipped", message="; ".join(s.notes))
+        if s.runbooks:  # properties come first in a testcase (pytest writes them there)
+            props = ET.Element("properties")
+            for step, ref in s.runbooks.items():
+                ET.SubElement(props, "property", name=f"runbook {step}", value=ref)
+            case.insert(0, props)
         out = ET.SubElement(case, "system-out")
-        out.text = "\n".join(f"[{a.verdict.value}] {a.name}: {a.observed}" for a in s.assertions)
+        out.text = "\n".join(
+            [f"[{a.verdict.value}] {a.name}: {a.observed}" for a in s.assertions]
+            + [f"runbook of {step}: {ref}" for step, ref in s.runbooks.items()]
+        )
     ET.indent(suites)
     return (
         '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
@@ -148,6 +156,10 @@ def markdown(result: RunResult) -> str:
         for n in s.notes:
             lines.append(f"> {_md(n)}")
         if s.notes:
+            lines.append("")
+        for step, ref in s.runbooks.items():
+            lines.append(f"- runbook of {_md(step)}: {_md(ref)}")
+        if s.runbooks:
             lines.append("")
         if s.assertions:
             lines += ["| | assertion | expected | observed |", "|---|---|---|---|"]

@@ -4,13 +4,17 @@ journalled before it is applied and undone by `undo_all`."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import httpx
 
 from runner.errors import LabError
+from runner.journal import OpenStep
 from runner.labs.base import Change, ChangeKind
 from runner.labs.planning import describe_change, plan_change
+from runner.results import Evidence, EvidenceLine, Phase
 from runner.run.context import POLL_S, Context, utcnow
+from runner.run.usersteps import OnEvent, StepRun, run_step, run_undo, step_env
 from runner.scenario import (
     GPU_PROCESS_NAMES,
     Action,
@@ -20,7 +24,8 @@ from runner.scenario import (
     StartProcess,
     Traffic,
 )
-from runner.undo import restore
+from runner.undo import baseline_notes, reapply_baseline, unwind
+from runner.usersteps import Command, Http, HttpStep, Playbook, UserStep, describe_user_step
 
 GPU_HOLD_TIMEOUT_S = 30.0  # wall seconds a started program has to take its GPU memory
 
@@ -39,6 +44,8 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
             ctx.lab.signal(action.node, action.process, action.signal.value)
         elif isinstance(action, Traffic):
             send_traffic(ctx, action, why)
+        elif isinstance(action, Command | Playbook | Http):
+            user_step(ctx, action, why)
         else:
             record_and_apply(ctx, plan_change(ctx.lab, action), why)
             if isinstance(action, StartProcess):
@@ -112,17 +119,104 @@ def send_traffic(ctx: Context, action: Traffic, why: str) -> None:
         ctx.rec.event(f"{why}: traffic ({len(req.prompt)} chars) -> {outcome}")
 
 
+def ansible_event(ctx: Context) -> OnEvent:
+    """A playbook's task result, as a timeline entry of its own source."""
+
+    def event(text: str, ts: datetime | None) -> None:
+        ctx.rec.event(text, ts=ts, source="ansible", clock="ansible (UTC)")
+
+    return event
+
+
+class UserStepFailed(LabError):
+    """A user-written step did not do what it was to do (exit, output, status, time)."""
+
+    def __init__(self, label: str, run: StepRun) -> None:
+        super().__init__(f"{label}: {run.observed}")
+        self.label = label
+        self.run = run
+
+
+def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
+    """Journal it (its undo, or a baseline re-apply at cleanup), then run it; UserStepFailed
+    when it fails. Its output is evidence; a playbook's task results go on the timeline."""
+    what = describe_user_step(step)
+    undo = step.undo if why == "inject" else None
+    if isinstance(undo, HttpStep) and undo.node is None:
+        undo = undo.model_copy(update={"node": ctx.target})  # `gameday cleanup` has no target
+    reason = (
+        f"an injected {step.kind} has no undo"
+        if why == "inject"
+        else f"{why} ran a {step.kind}, which may change the lab behind the journal's back"
+    )
+    seq = ctx.journal.record_step(ctx.scenario_id, ctx.folder, what, undo, reason)
+    folder = ctx.folder.resolve()
+    ctx.open_steps.append(
+        OpenStep(ctx.journal.path, seq, ctx.scenario_id, folder, what, undo, reason)
+    )
+    ctx.rec.event(f"{why}: {what}")
+
+    run = run_step(
+        step,
+        folder=folder,
+        env=step_env(ctx.lab.facts(), ctx.scenario_id, {}),
+        inventory=ctx.lab.inventory.path,
+        url_of=ctx.lab.url,
+        target=ctx.target,
+        client=ctx.http,
+        on_event=ansible_event(ctx),
+    )
+    ctx.rec.event(f"{why}: {step.name or step.kind}: {run.observed}")
+    if run.output:
+        lines = [EvidenceLine(ts=None, text=ln) for ln in run.output.splitlines()]
+        ctx.rec.evidence.append(Evidence(title=f"{why}: {what}: output", lines=lines))
+    if not run.ok:
+        raise UserStepFailed(f"{why}: {what}", run)
+    return run
+
+
 def undo_all(ctx: Context, reason: str) -> list[Change]:
-    """Put every node this run changed back to how it was before its first change; returns the
-    undos applied."""
+    """Put every node this run changed back to how it was before its first change, newest
+    first, running the undos of its user-written steps in their place among the changes
+    (runner.undo.unwind); then, if a user step ran without an undo, re-apply the baseline where
+    a node differs from it. Returns the undos applied."""
 
     def applied(undo: Change, seconds: float) -> None:
         ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
         if undo.kind is ChangeKind.SCRAPE_TARGETS:
             note_prometheus_load(ctx, seconds)
 
-    done = restore(ctx.lab, [c for _, c in ctx.open_changes], f"undo ({reason})", applied)
+    failed: dict[int, str] = {}  # journal sequence number -> what the report says
+
+    def undo_step(step: OpenStep) -> None:
+        if isinstance(step.undo, HttpStep) and step.undo.node:
+            # an admin endpoint answers once its node serves again after the undos so far
+            ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab, node=step.undo.node)
+        ok, line = run_undo(ctx.lab, step, ctx.http, ansible_event(ctx), reason)
+        ctx.rec.event(f"{reason}: {line}")
+        ctx.rec.notes.append(line)
+        if not ok:
+            failed[step.seq] = line
+
+    done = unwind(ctx.lab, ctx.open_changes, ctx.open_steps, undo_step, f"undo ({reason})", applied)
+    reasons = list(dict.fromkeys(s.reason for s in ctx.open_steps if s.undo is None))
+    if reasons:
+        again = reapply_baseline(ctx.lab, applied)
+        done += again
+        ctx.rec.notes += baseline_notes(again, reasons, reason)
     for seq, _ in reversed(ctx.open_changes):
         ctx.journal.undone(seq)
+    for s in ctx.open_steps:
+        if s.seq not in failed:
+            ctx.journal.undone(s.seq)
     ctx.open_changes.clear()
+    ctx.open_steps.clear()
+    if failed:
+        ctx.rec.error(
+            phase=Phase.CLEANUP,
+            name=f"{reason}: undo of user-written steps",
+            expected="every undo step succeeds",
+            observed="; ".join(failed.values()),
+            detail="the failed undos stay journalled: `gameday cleanup` runs them again",
+        )
     return done

@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 
-from runner.journal import Journal
+from runner.journal import Journal, OpenStep
 from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.probes import Probe, ProbeEnv, ProbeResult, run_probes
 from runner.results import Phase, Verdict
@@ -69,6 +70,9 @@ class Context:
     rec: Recorder
     http: httpx.Client
     open_changes: list[tuple[int, Change]] = field(default_factory=list)
+    # user-written steps run so far (journalled): their undos, or baseline re-applies
+    open_steps: list[OpenStep] = field(default_factory=list)
+    folder: Path = Path(".")  # the scenario's folder: where its user-written steps run
     seq: int = 0  # the last lab event this run has seen
     injected_at: datetime | None = None  # the injection began
     # the injected fault is in place: its last change applied (a playbook or a container

@@ -47,6 +47,7 @@ def run_scenario(
         rec=Recorder(),
         http=http or http_client(),
         seq=lab.last_event_seq(),
+        folder=ls.path.parent,
     )
     if note := ls.scenario.lab_notes.get(lab.kind):
         ctx.rec.notes.append(f"{lab.kind.value} lab: {note}")
@@ -100,4 +101,9 @@ def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResul
         timeline=sorted(rec.timeline, key=lambda e: e.ts),
         evidence=rec.evidence,
         notes=rec.notes,
+        runbooks={
+            f"recover {i}: {step.name}": step.runbook
+            for i, step in enumerate(ls.scenario.recover, 1)
+            if step.runbook
+        },
     )

@@ -294,6 +294,9 @@ class ComposeLab(LabDriver):
     def url(self, node: str) -> str:
         return self.inventory.node(node).url
 
+    def facts(self) -> dict[str, str]:
+        return {**super().facts(), "GAMEDAY_COMPOSE_PROJECT": self.project}
+
     # ---- node configs: re-applied through Compose (an override file) ------------------------
 
     @functools.cached_property

@@ -322,6 +322,21 @@ class KubernetesLab(LabDriver):
         ]
         return f"Kubernetes Events of pod {name}", sorted(out, key=lambda e: e.ts)
 
+    def facts(self) -> dict[str, str]:
+        facts = {
+            **super().facts(),
+            "GAMEDAY_KUBE_CONTEXT": self.spec.context or "",
+            "GAMEDAY_KUBE_NAMESPACE": self.ns,
+        }
+        if self.spec.kubeconfig:
+            cfg = (self.inventory.path.parent / self.spec.kubeconfig).resolve()
+            facts["GAMEDAY_KUBECONFIG"] = str(cfg)
+        else:  # where the lab's client reads it from, as kubectl does
+            facts["GAMEDAY_KUBECONFIG"] = os.environ.get(
+                "KUBECONFIG", str(Path.home() / ".kube" / "config")
+            )
+        return facts
+
     def url(self, node: str) -> str:
         n = self.inventory.node(node)
         if n.published:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner.run.actions import apply_actions
-from runner.run.context import Context, utcnow
+from runner.results import Phase
+from runner.run.actions import UserStepFailed, apply_actions
+from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.scenario import LoadedScenario
 
 
@@ -21,5 +22,16 @@ def inject(ctx: Context, ls: LoadedScenario) -> Injected:
     ctx.rec.event("phase inject")
     ctx.injected_at = utcnow()
     ctx.inject_seq = ctx.seq
-    apply_actions(ctx, ls.scenario.inject, "inject")
+    try:
+        apply_actions(ctx, ls.scenario.inject, "inject")
+    except UserStepFailed as exc:
+        # the fault is not what the scenario says: nothing after it can be judged
+        ctx.rec.error(
+            phase=Phase.INJECT,
+            name=exc.label,
+            expected="the injected step succeeds",
+            observed=exc.run.observed,
+            detail="cleanup undoes what ran",
+        )
+        raise ScenarioAborted from None
     return Injected(ctx.injected_at, ctx.fault_at)

@@ -11,7 +11,7 @@ from datetime import datetime
 from runner import signature as sig
 from runner.labs.base import LabEvent, NodeState
 from runner.results import Phase, Verdict
-from runner.run.actions import apply_actions
+from runner.run.actions import UserStepFailed, apply_actions
 from runner.run.context import Context, all_passed, first_exit, utcnow
 from runner.run.phases.expect import logs_for
 from runner.scenario import LoadedScenario, Outcome, RecoveryStep
@@ -33,13 +33,34 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
         if step.forbidden:
             ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
         since = ctx.seq
-        apply_actions(ctx, step.actions, f"recover {i}")
+        step_failed(ctx, step, label, f"recover {i}")
         applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
             ttr = verify(ctx, ls, label, applied_at)
         else:
             shortcut(ctx, ls, step, label, since)
     return Recovered(ttr)
+
+
+def step_failed(ctx: Context, step: RecoveryStep, label: str, why: str) -> bool:
+    """Apply the step's actions; whether a user-written one failed (the rest then do not run).
+    For a step that `restores`, that is a failed assertion; for one that does not, a failing
+    step is evidence for the claim, and passes. Either way the service is then checked."""
+    try:
+        apply_actions(ctx, step.actions, why)
+    except UserStepFailed as exc:
+        restores = step.outcome is Outcome.RESTORES
+        ctx.rec.check(
+            phase=Phase.RECOVER,
+            name=f"{label}: the step itself failed: {exc.label.removeprefix(why + ': ')}",
+            ok=not restores,
+            expected="the step runs as written"
+            if restores
+            else "a failing step is acceptable for a step that does not restore",
+            observed=exc.run.observed,
+        )
+        return True
+    return False
 
 
 def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -> float | None:

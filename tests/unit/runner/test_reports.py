@@ -38,3 +38,33 @@ def test_html_escapes_everything(tmp_path: Path) -> None:
     assert "<script>" not in html and "<b>bold</b>" not in html
     assert "&lt;script&gt;" in html
     assert "<svg" in html  # the timeline picture
+
+
+def test_runbooks_in_every_report(tmp_path: Path) -> None:
+    runbooks = {
+        "recover 2: Raise the KV cache": "runbooks/kv-cache.md#raise",
+        "recover 3: Page the owner": "https://wiki.example/oncall?token=abc",
+    }
+    s = scenario_result("kv", file="scenarios/kv.yaml").model_copy(update={"runbooks": runbooks})
+    write_reports(run_result(s), tmp_path)
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert data["scenarios"][0]["runbooks"] == {
+        "recover 2: Raise the KV cache": "runbooks/kv-cache.md#raise",
+        "recover 3: Page the owner": "https://wiki.example/oncall?token=<redacted>",
+    }
+    case = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite/testcase")
+    assert case is not None
+    props = [(p.get("name"), p.get("value")) for p in case.iterfind("properties/property")]
+    assert props == [
+        ("runbook recover 2: Raise the KV cache", "runbooks/kv-cache.md#raise"),
+        ("runbook recover 3: Page the owner", "https://wiki.example/oncall?token=<redacted>"),
+    ]
+    assert (case.find("system-out").text or "").endswith(  # type: ignore[union-attr]
+        "runbook of recover 2: Raise the KV cache: runbooks/kv-cache.md#raise\n"
+        "runbook of recover 3: Page the owner: https://wiki.example/oncall?token=<redacted>"
+    )
+    md = (tmp_path / "report.md").read_text()
+    assert "- runbook of recover 2: Raise the KV cache: runbooks/kv-cache.md#raise\n" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "<li>recover 2: Raise the KV cache: <code>runbooks/kv-cache.md#raise</code></li>" in html
+    assert '<a href="https://wiki.example/oncall?token=&lt;redacted&gt;">' in html
