@@ -20,3 +20,15 @@ def lab_down_after() -> Iterator[list[Path]]:
         if (p := gameday("lab", "down", "--lab", str(inv), timeout=60)).returncode != 0
     ]
     assert failed == []
+
+
+@pytest.fixture(scope="session")
+def lab_image() -> str:
+    """The compose lab's image, built (or found cached) by `gameday lab build`: a project the
+    tests create themselves runs it, and a new machine has it only once something built it."""
+    from tests.support.cli import ROOT, docker_or_skip
+
+    docker_or_skip()
+    p = gameday("lab", "build", "--lab", str(ROOT / "inventories" / "compose.yaml"), timeout=900)
+    assert p.returncode == 0, p.stderr
+    return "gameday-lab:latest"

@@ -24,7 +24,7 @@ from kubernetes import client, config
 from runner.labs.compose.build import docker_client
 from runner.labs.compose.project import compose_command
 from tests.kubeapi.server import Server
-from tests.support.cli import ROOT, docker_or_skip, gameday
+from tests.support.cli import ROOT, gameday
 
 pytestmark = pytest.mark.e2e
 PROJECT = "gameday-adopt-test"
@@ -85,8 +85,6 @@ def gd(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def project(tmp_path: Path, opt_in: str) -> Iterator[Path]:
     """The team's project, up (created by the Compose CLI), and the inventory adopting it."""
-    docker = docker_or_skip()
-    docker.images.get("gameday-lab:latest")  # built by `gameday lab build` (test_compose_lab)
     args = ", ".join(json.dumps(a) for a in ENGINE_ARGS)
     (tmp_path / "compose.yaml").write_text(COMPOSE_FILE.format(args=args, opt_in=opt_in))
     cmd = [*compose_command(), "-p", PROJECT, "-f", str(tmp_path / "compose.yaml")]
@@ -100,12 +98,12 @@ def project(tmp_path: Path, opt_in: str) -> Iterator[Path]:
 
 
 @pytest.fixture
-def opted_in(tmp_path: Path) -> Iterator[Path]:
+def opted_in(tmp_path: Path, lab_image: str) -> Iterator[Path]:
     yield from project(tmp_path, f'      gameday.io/allow-faults: "{LAB}"')
 
 
 @pytest.fixture
-def not_opted_in(tmp_path: Path) -> Iterator[Path]:
+def not_opted_in(tmp_path: Path, lab_image: str) -> Iterator[Path]:
     yield from project(tmp_path, "")
 
 
