@@ -1,0 +1,124 @@
+"""A drill as seen from outside: its status (a snapshot) and its events (what changed). The drill
+publishes both on a DrillBus; the live page, the terminal view and a workshop's scoreboard only
+read them. Times are real-world seconds since the fault (`at_s`), like every window of a scenario.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.scenario import NodeStatus, Outcome
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DrillPhase(enum.StrEnum):
+    BASELINE = "baseline"
+    INJECT = "inject"
+    EXPECT = "expect"  # waiting for the failure to show
+    HANDED_OVER = "handed_over"  # the failure showed; the people have the lab
+    RECOVERED = "recovered"  # the verify probes passed
+    GAVE_UP = "gave_up"  # someone gave up (Ctrl-C, `gameday drill stop`, the page)
+    TIMED_OUT = "timed_out"  # --timeout passed before service was back
+    CLEANUP = "cleanup"
+    DONE = "done"
+    ERROR = "error"  # gameday could not carry the drill (lab error, no failure showed)
+
+
+class ActionKind(enum.StrEnum):
+    """What a person did, as the lab's events show it, whatever tool they used."""
+
+    RESTART = "restart"  # one node restarted
+    GROUP_RESTART = "group_restart"  # several nodes restarted together
+    CONFIG_CHANGE = "config_change"  # a node's args or env re-applied
+    STOP = "stop"  # a node stopped and not restarted
+    START = "start"  # a stopped node started
+    PROCESS_STOPPED = "process_stopped"  # a program beside the engine stopped (a stray)
+
+
+class ObservedAction(Frozen):
+    at_s: float
+    kind: ActionKind
+    nodes: tuple[str, ...]
+    detail: str  # e.g. "args: --max-model-len 16384 -> 4096"
+    step: str | None = None  # the recovery step of the scenario it matches, if any
+    outcome: Outcome | None = None  # that step's outcome
+    shortcut: bool = False  # it matches a does_not_restore or forbidden step
+    why: str = ""  # the step's `why` (or `forbidden`), shown at once for a shortcut
+
+
+class NodeView(Frozen):
+    name: str
+    status: NodeStatus
+    ready: bool
+    restarts: int
+    generation: int
+
+
+class ProbeView(Frozen):
+    name: str
+    verdict: str  # passed / failed / error
+    observed: str
+
+
+class HintView(Frozen):
+    index: int  # 1-based, in the scenario's order
+    text: str
+    at_s: float
+    requested: bool  # released on request (a person asked), not by its delay
+
+
+class EventKind(enum.StrEnum):
+    PHASE = "phase"
+    NODE = "node"  # a node's state changed
+    PROBE = "probe"  # the verify probes' results changed
+    ALERT = "alert"  # an alert started or stopped firing
+    TIMELINE = "timeline"  # a line of the run's timeline
+    ACTION = "action"  # a person's action was recognised (data: ObservedAction)
+    HINT = "hint"  # a hint was released (data: HintView)
+    ACK = "ack"  # someone acknowledged the incident
+    DETECTED = "detected"  # the first expected alert fired
+    RECOVERED = "recovered"
+
+
+class DrillEvent(Frozen):
+    seq: int
+    ts: datetime
+    at_s: float | None  # None before the fault
+    kind: EventKind
+    text: str  # one line a person can read
+    data: dict[str, Any] = {}
+
+
+class DrillStatus(Frozen):
+    """Everything a page needs to draw the drill at one moment."""
+
+    scenario: str
+    title: str
+    lab: str
+    seat: int | None = None  # the workshop seat (a --parallel instance), when in one
+    phase: DrillPhase
+    started_at: datetime
+    fault_at: datetime | None = None
+    clock_s: float | None = None  # real-world seconds since the fault, as of this snapshot
+    nodes: tuple[NodeView, ...] = ()
+    probes: tuple[ProbeView, ...] = ()
+    alerts: tuple[str, ...] = ()  # firing now
+    timeline: tuple[str, ...] = ()  # the latest lines, oldest first
+    hints: tuple[HintView, ...] = ()  # released so far
+    hints_left: int = 0
+    actions: tuple[ObservedAction, ...] = ()
+    detected_at_s: float | None = None
+    acked_at_s: float | None = None
+    recovered_at_s: float | None = None
+    page_url: str | None = None
+
+    @property
+    def shortcuts(self) -> tuple[ObservedAction, ...]:
+        return tuple(a for a in self.actions if a.shortcut)
