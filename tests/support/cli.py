@@ -11,6 +11,16 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# the built-in catalogue's ids (scenarios/), in the order `gameday list` gives them
+SHIPPED = [
+    "context-window-overflow",
+    "dhcp-address-change",
+    "head-only-restart",
+    "kv-cache-shortage",
+    "service-name-collision",
+    "stray-gpu-process",
+    "tp-mismatch",
+]
 
 
 def gameday(

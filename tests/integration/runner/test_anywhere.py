@@ -17,19 +17,9 @@ import pytest
 from runner.catalogue import builtin_dir
 from runner.report import write_reports
 from runner.results import Verdict
-from tests.support.cli import ROOT, gameday, scenario_variant, variant
+from tests.support.cli import ROOT, SHIPPED, gameday, scenario_variant, variant
 from tests.support.results import run_result, scenario_result
 from tests.support.seedlogs import SEED_019
-
-SHIPPED = [
-    "context-window-overflow",
-    "dhcp-address-change",
-    "head-only-restart",
-    "kv-cache-shortage",
-    "service-name-collision",
-    "stray-gpu-process",
-    "tp-mismatch",
-]
 
 
 @pytest.fixture

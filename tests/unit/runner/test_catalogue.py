@@ -8,17 +8,7 @@ import pytest
 
 from runner.catalogue import BUILTIN, builtin_dir, resolve, scenario_set
 from runner.errors import ScenarioError
-from tests.support.cli import ROOT
-
-SHIPPED = [
-    "context-window-overflow",
-    "dhcp-address-change",
-    "head-only-restart",
-    "kv-cache-shortage",
-    "service-name-collision",
-    "stray-gpu-process",
-    "tp-mismatch",
-]
+from tests.support.cli import ROOT, SHIPPED
 
 
 def copy(src: str, dest: Path, new_id: str | None = None) -> Path:
