@@ -48,6 +48,9 @@ class Source:
         loc = tuple(p for i, p in enumerate(loc) if p not in _UNION_TAGS or i == len(loc) - 1)
         field = ".".join(str(p) for p in loc) or None
         msg = err["msg"]
+        if err["type"] == "value_error":
+            # our own validators' messages, without pydantic's "Value error, " before them
+            msg = str(err["ctx"]["error"]) if "error" in err.get("ctx", {}) else msg
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not part of the format; check its spelling)"
         elif err["type"] == "missing":

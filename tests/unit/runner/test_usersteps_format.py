@@ -43,7 +43,7 @@ def test_an_undo_on_a_recovery_step_is_refused(tmp_path: Path) -> None:
     err = refused(tmp_path, doc)
     assert err.field == "recover.1"
     assert err.message.endswith(
-        "Value error, undo: belongs on an injected step; cleanup undoes a recovery step's "
+        "undo: belongs on an injected step; cleanup undoes a recovery step's "
         "changes and re-applies the baseline after a user step"
     )
 
