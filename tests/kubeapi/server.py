@@ -618,7 +618,7 @@ class Cluster:
         )
         restarts = 0
         last_terminated: dict[str, Any] | None = None
-        while not rt.deleting.is_set():
+        while not rt.deleting.is_set() and not self.stopping.is_set():
             p = self.pod(rt)
             if p is None:
                 break
@@ -1391,10 +1391,15 @@ class Server:
 
     def stop(self) -> None:
         """Stop serving; kill every container still running."""
-        self.cluster.stopping.set()
+        self.cluster.stopping.set()  # no kubelet starts a container from here on
         self.httpd.shutdown()
         self.httpd.server_close()
-        for rt in list(self.cluster.runtimes.values()):
+        runtimes = list(self.cluster.runtimes.values())
+        for rt in runtimes:
+            rt.deleting.set()
+        for rt in runtimes:
+            # a container a kubelet started while this ran is in rt.containers too
+            rt.gone.wait(5)
             for cont in rt.containers:
                 if cont.proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
