@@ -234,6 +234,7 @@ class Cluster:
         self.ips = itertools.cycle(range(2, 255))
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.started: list[Container] = []  # every container ever started, for stop()
         self.ensure_default_namespace()
         threading.Thread(target=self.controllers, name="controllers", daemon=True).start()
 
@@ -696,6 +697,7 @@ class Cluster:
         )
         cont = Container(id=f"containerd://{secrets.token_hex(32)}", proc=proc, started_at=now())
         rt.containers.append(cont)
+        self.started.append(cont)
         threading.Thread(target=self.read_log, args=(cont,), daemon=True).start()
         return cont
 
@@ -1398,10 +1400,10 @@ class Server:
         for rt in runtimes:
             rt.deleting.set()
         for rt in runtimes:
-            # a container a kubelet started while this ran is in rt.containers too
             rt.gone.wait(5)
-            for cont in rt.containers:
-                if cont.proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(cont.proc.pid, signal.SIGKILL)
-                    cont.proc.wait()
+        # every container this server ever started, whichever pod it belonged to
+        for cont in list(self.cluster.started):
+            if cont.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(cont.proc.pid, signal.SIGKILL)
+                cont.proc.wait()
