@@ -28,7 +28,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from runner.drill.bus import DrillBus, Request
+from runner.drill.bus import DrillBus, Request, Subscription
 from runner.drill.model import DrillEvent, DrillPhase, DrillStatus, EventKind, ObservedAction
 from runner.printable import printable
 
@@ -130,6 +130,7 @@ class DrillView:
         self._threads: list[threading.Thread] = []
         self._live: Live | None = None
         self._saved_tty: Any = None
+        self._sub: Subscription | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -140,10 +141,10 @@ class DrillView:
         self.stop()
 
     def start(self) -> DrillView:
-        self._sub = self._bus.subscribe()
+        self._sub = sub = self._bus.subscribe()
         with self._lock:
-            self._status = self._sub.snapshot.status
-            events = self._sub.snapshot.events
+            self._status = sub.snapshot.status
+            events = sub.snapshot.events
             self._timeline.extend(plain_line(e) for e in events)
             self._clock.sync(self._status, events[-1] if events else None)
         if self._live_mode:
@@ -154,7 +155,7 @@ class DrillView:
         else:
             for e in events:
                 self._print(plain_line(e))
-        self._spawn(self._read, "drill-view")
+        self._spawn(lambda: self._read(sub), "drill-view")
         if self._keys:
             self._cbreak()
             self._spawn(self._read_keys, "drill-keys")
@@ -163,7 +164,8 @@ class DrillView:
     def stop(self) -> None:
         """Stops the view: every event published so far is shown, the terminal restored."""
         self._stopping.set()
-        self._sub.close()
+        if self._sub is not None:
+            self._sub.close()
         for t in self._threads:
             t.join(2)
         if self._live is not None:
@@ -177,8 +179,8 @@ class DrillView:
 
     # ---- events ---------------------------------------------------------------------------
 
-    def _read(self) -> None:
-        for event in self._sub:
+    def _read(self, sub: Subscription) -> None:
+        for event in sub:
             line = plain_line(event)
             with self._lock:
                 self._status = self._bus.status
