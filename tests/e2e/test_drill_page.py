@@ -101,10 +101,11 @@ def drill() -> Iterator[tuple[ScriptedDrill, ServerHandle]]:
 
 
 def text(driver: Any, css: str) -> str:
+    """The text of every element `css` selects, its white space collapsed, joined by ' | '."""
     from selenium.webdriver.common.by import By
 
     found = driver.find_elements(By.CSS_SELECTOR, css)
-    return " | ".join(e.text for e in found)
+    return " | ".join(" ".join(e.text.split()) for e in found)
 
 
 def test_the_page_follows_the_drill_and_its_buttons_reach_it(
