@@ -124,7 +124,7 @@ def test_the_page_follows_the_drill_and_its_buttons_reach_it(
         wait = WebDriverWait(driver, 15)
         driver.get(server.url)
         wait.until(lambda b: text(b, "#conn") == "live")
-        assert text(driver, "#nodes [data-node=node1] .state") == "running"
+        wait.until(lambda b: text(b, "#nodes [data-node=node1] .state") == "running")
         assert text(driver, "#probes td") == "inference | failed | HTTP 503"
         driver.execute_script("window.gamedayMarker = 'no reload';")
         loaded_at = driver.execute_script("return window.gamedayPageLoadedAt;")
