@@ -101,11 +101,12 @@ def drill() -> Iterator[tuple[ScriptedDrill, ServerHandle]]:
 
 
 def text(driver: Any, css: str) -> str:
-    """The text of every element `css` selects, its white space collapsed, joined by ' | '."""
-    from selenium.webdriver.common.by import By
-
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return " | ".join(" ".join(e.text.split()) for e in found)
+    """The rendered text of every element `css` selects, its white space collapsed, joined by
+    ' | '; read in one script, as the page redraws its parts whole."""
+    texts = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText);", css
+    )
+    return " | ".join(" ".join(t.split()) for t in texts)
 
 
 def test_the_page_follows_the_drill_and_its_buttons_reach_it(
