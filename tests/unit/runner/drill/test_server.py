@@ -1,0 +1,225 @@
+"""The drill's page server: its SSE stream (snapshot, one frame per event, keep-alives, the end),
+/status, the POSTs and their header, the loopback-only rules, and stop() with streams open."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from runner.drill.bus import DrillBus, Request
+from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView
+from runner.drill.server import ServerHandle, sse_frame, start_server
+from runner.errors import LabError
+from runner.scenario import NodeStatus
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def status(phase: DrillPhase = DrillPhase.HANDED_OVER, clock: float | None = 4.0) -> DrillStatus:
+    node = NodeView(name="node1", status=NodeStatus.RUNNING, ready=True, restarts=0, generation=1)
+    return DrillStatus(
+        scenario="head-only-restart",
+        title="Head restarted alone",
+        lab="local",
+        phase=phase,
+        started_at=T0,
+        clock_s=clock,
+        nodes=(node,),
+    )
+
+
+@pytest.fixture
+def bus() -> DrillBus:
+    return DrillBus(status())
+
+
+@pytest.fixture
+def server(bus: DrillBus) -> Iterator[ServerHandle]:
+    handle = start_server(bus, keepalive_s=0.2)
+    yield handle
+    handle.stop()
+
+
+def frames(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any] | None, str]]:
+    """(event name, data, raw) per SSE frame; comments come as ("comment", None, text)."""
+    buf: list[str] = []
+    for line in lines:
+        if line:
+            buf.append(line)
+            continue
+        if not buf:
+            continue
+        raw, buf = "\n".join(buf), []
+        if raw.startswith(":"):
+            yield "comment", None, raw
+            continue
+        fields = dict(f.split(": ", 1) for f in raw.splitlines() if ": " in f)
+        if "event" in fields:
+            yield fields["event"], json.loads(fields["data"]), raw
+
+
+def test_an_sse_frame_is_one_data_line_whatever_the_text() -> None:
+    assert sse_frame("drill", {"text": "a\nb"}, 7) == (
+        'event: drill\nid: 7\ndata: {"text":"a\\nb"}\n\n'
+    )
+    assert sse_frame("end", {"phase": "done"}) == 'event: end\ndata: {"phase":"done"}\n\n'
+
+
+def test_the_stream_sends_the_snapshot_each_event_and_the_end(
+    bus: DrillBus, server: ServerHandle
+) -> None:
+    bus.publish(EventKind.PHASE, "handed over")
+    got: list[tuple[str, dict[str, Any] | None, str]] = []
+    with httpx.stream("GET", server.url + "events", timeout=5) as r:
+        assert r.headers["content-type"] == "text/event-stream; charset=utf-8"
+        it = frames(r.iter_lines())
+        got.append(next(it))
+        exited = status().nodes[0].model_copy(update={"status": NodeStatus.EXITED, "ready": False})
+        bus.publish(
+            EventKind.NODE,
+            "node1: exited (code 1)",
+            {"node": "node1"},
+            status=status(clock=9.5).model_copy(update={"nodes": (exited,)}),
+        )
+        bus.close()
+        got.extend(f for f in it if f[0] != "comment")
+    assert [name for name, _, _ in got] == ["snapshot", "drill", "end"]
+    snap, drill, end = (d for _, d, _ in got)
+    assert snap is not None and drill is not None
+    assert snap["status"]["phase"] == "handed_over"
+    assert [(e["seq"], e["text"]) for e in snap["events"]] == [(1, "handed over")]
+    assert got[1][2].startswith("event: drill\nid: 2\ndata: ")
+    assert drill["event"]["kind"] == "node"
+    assert drill["event"]["text"] == "node1: exited (code 1)"
+    assert drill["event"]["data"] == {"node": "node1"}
+    assert drill["event"]["at_s"] == 9.5
+    assert drill["status"]["nodes"] == [
+        {"name": "node1", "status": "exited", "ready": False, "restarts": 0, "generation": 1}
+    ]
+    assert end == {"phase": "handed_over"}
+
+
+def test_an_idle_stream_gets_keep_alive_comments(server: ServerHandle) -> None:
+    with httpx.stream("GET", server.url + "events", timeout=5) as r:
+        it = frames(r.iter_lines())
+        assert next(it)[0] == "snapshot"
+        assert next(it) == ("comment", None, ": keep-alive")
+
+
+def test_status_is_the_bus_status_as_json(bus: DrillBus, server: ServerHandle) -> None:
+    r = httpx.get(server.url + "status")
+    assert r.status_code == 200
+    assert r.json() == json.loads(bus.status.model_dump_json())
+    assert r.json()["clock_s"] == 4.0
+
+
+def test_posts_without_the_header_are_refused(bus: DrillBus, server: ServerHandle) -> None:
+    seen: list[Request] = []
+    bus.on_request(lambda req, data: seen.append(req) or "ok")
+    for path in ("ack", "hint", "give-up"):
+        r = httpx.post(server.url + path)
+        assert r.status_code == 403
+        assert r.json() == {"message": "refused: the header X-Gameday: 1 is missing"}
+    assert seen == []
+
+
+def test_posts_reach_the_drill_and_answer_its_message(bus: DrillBus, server: ServerHandle) -> None:
+    seen: list[tuple[Request, dict[str, Any]]] = []
+
+    def handler(req: Request, data: dict[str, Any]) -> str:
+        seen.append((req, data))
+        return f"{req.value} noted"
+
+    bus.on_request(handler)
+    answers = [
+        httpx.post(server.url + path, headers={"X-Gameday": "1"}).json()
+        for path in ("ack", "hint", "give-up")
+    ]
+    assert answers == [
+        {"message": "ack noted"},
+        {"message": "hint noted"},
+        {"message": "give_up noted"},
+    ]
+    assert seen == [
+        (Request.ACK, {"source": "page"}),
+        (Request.HINT, {"source": "page"}),
+        (Request.GIVE_UP, {"source": "page"}),
+    ]
+
+
+def test_a_post_before_the_drill_takes_requests_is_a_conflict(server: ServerHandle) -> None:
+    r = httpx.post(server.url + "ack", headers={"X-Gameday": "1"})
+    assert (r.status_code, r.json()) == (409, {"message": "this drill takes no requests yet"})
+
+
+def test_a_foreign_host_name_reaches_nothing(server: ServerHandle) -> None:
+    r = httpx.get(server.url + "status", headers={"Host": "attacker.example:80"})
+    assert r.status_code == 400
+
+
+def test_the_page_is_self_contained(server: ServerHandle) -> None:
+    r = httpx.get(server.url)
+    assert r.status_code == 200
+    page = r.text
+    assert re.findall(r"https?://|\bsrc=|\bhref=|@import|url\(", page) == []
+    nonce = re.search(r'<script nonce="([^"]+)">', page)
+    assert nonce is not None and "__GAMEDAY_NONCE__" not in page
+    csp = r.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "connect-src 'self'" in csp
+    assert f"script-src 'nonce-{nonce.group(1)}'" in csp
+    assert ".innerHTML" not in page and "new EventSource(" in page
+
+
+def test_stop_returns_quickly_with_a_stream_open(bus: DrillBus) -> None:
+    handle = start_server(bus)
+    opened = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        try:
+            with httpx.stream("GET", handle.url + "events", timeout=10) as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+                    opened.set()
+        except httpx.HTTPError:
+            pass
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert opened.wait(5)
+    t0 = time.monotonic()
+    handle.stop()
+    took = time.monotonic() - t0
+    reader.join(5)
+    assert took < 2.0
+    assert not reader.is_alive()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(handle.url + "status")
+
+
+def test_only_the_loopback_address() -> None:
+    with pytest.raises(ValueError) as exc:
+        start_server(DrillBus(status()), host="0.0.0.0")
+    assert str(exc.value) == "the drill page listens on 127.0.0.1 only, not '0.0.0.0'"
+
+
+def test_a_port_in_use_is_a_lab_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(LabError) as exc:
+            start_server(DrillBus(status()), port=port)
+    assert exc.value.message == (
+        f"the drill page cannot listen on 127.0.0.1:{port}: the port is in use"
+    )
+    assert exc.value.exit_code == 3
