@@ -131,7 +131,7 @@ def main() -> None:
         *(
             f"| {n} | {'all at once' if j == 'all' else 'one at a time'} | {w:.1f} | {p:.1f} |"
             for n, j, w, p in rows
-        ),  # fmt: skip
+        ),
         "",
         f"Seats that fit in the memory available when the bench started ({avail_mib / 1024:.1f} "
         f"GiB) at {per_seat:.0f} MiB a seat: {fits}.",
