@@ -11,7 +11,7 @@ import click
 
 from runner import output
 from runner.cli_options import handled, lab_option, load_all
-from runner.errors import LabError
+from runner.errors import InputError, LabError
 from runner.inventory import check_scenario, load_inventory
 
 if TYPE_CHECKING:
@@ -85,8 +85,13 @@ def workshop_start(scenario: str, lab_path: Path, chosen: str) -> None:
     ws = load_workshop(inventory)
     seats = parse_seats(chosen, ws.manifest.seats)
     entries = load_all((scenario,))
-    for e in entries:
-        check_scenario(e.loaded, inventory)
+    if len(entries) != 1:
+        raise InputError(
+            f"a workshop drills one scenario; {scenario!r} names {len(entries)}",
+            field="SCENARIO",
+            hint="name one scenario file or id",
+        )
+    check_scenario(entries[0].loaded, inventory)
     arg = str(Path(scenario).resolve()) if os.path.exists(scenario) else scenario
     for k, rec in start_drills(ws, seats, arg).items():
         output.message(f"seat {k}: drill {scenario} started (pid {rec.pid}); {ws.page_url(k)}")

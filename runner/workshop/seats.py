@@ -15,7 +15,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pydantic
@@ -104,6 +104,7 @@ def write_seat_inventory(inventory: Inventory, k: int, folder: Path) -> Inventor
 class Workshop:
     folder: Path
     manifest: Manifest
+    _seats: dict[int, Inventory] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def seats(self) -> list[int]:
@@ -113,7 +114,10 @@ class Workshop:
         return self.folder / f"seat-{k}.yaml"
 
     def seat(self, k: int) -> Inventory:
-        return load_inventory(self.seat_path(k))
+        """Seat k's inventory, read once (the page's watcher asks for it ten times a second)."""
+        if k not in self._seats:
+            self._seats[k] = load_inventory(self.seat_path(k))
+        return self._seats[k]
 
     def drill_dir(self, k: int) -> Path:
         """Where seat k's drill keeps its status.json and server.json."""

@@ -136,3 +136,23 @@ def test_seat_card_text(state: Path) -> None:
         "\n"
         "Your drill's page, once the drill runs: http://127.0.0.1:8703/\n"
     )
+
+
+def test_start_refuses_before_any_drill(state: Path) -> None:
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    create_workshop(load_inventory(LOCAL), 2, 8700)
+    run = CliRunner()
+    lab = ["--lab", str(LOCAL)]
+    r = run.invoke(main, ["workshop", "start", "head-only-restart", "--seats", "3", *lab])
+    assert (r.exit_code, r.stderr) == (2, "error: [--seats]: there is no seat 3: seats are 1..2\n")
+    r = run.invoke(main, ["workshop", "start", str(ROOT / "scenarios"), *lab])
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: [SCENARIO]: a workshop drills one scenario; ")
+    assert sorted(p.name for p in (state / "workshop" / "local").iterdir()) == [
+        "seat-1.yaml",
+        "seat-2.yaml",
+        "workshop.json",
+    ]
