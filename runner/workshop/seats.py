@@ -207,11 +207,12 @@ def bring_up(ws: Workshop, jobs: int) -> float:
         take_down(ws, jobs)
         raise
     if errors:
-        take_down(ws, jobs)
+        left = take_down(ws, jobs)
         first = min(errors)
         raise LabError(
             "workshop not started: "
-            + "; ".join(f"seat {k}: {str(e).splitlines()[0]}" for k, e in sorted(errors.items())),
+            + "; ".join(f"seat {k}: {str(e).splitlines()[0]}" for k, e in sorted(errors.items()))
+            + (f"; and taking the seats down again left: {'; '.join(left)}" if left else ""),
             hint=getattr(errors[first], "hint", None),
         )
     return time.monotonic() - t0

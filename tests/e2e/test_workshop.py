@@ -126,3 +126,18 @@ def test_two_kubernetes_seats_are_two_labelled_namespaces(tmp_path: Path, kubeap
             break
         time.sleep(0.1)
     assert {"gameday-lab-s1", "gameday-lab-s2"} & set(names) == set()
+
+
+def test_a_local_seat_that_cannot_come_up_takes_the_workshop_down(tmp_path: Path) -> None:
+    import socket
+
+    inv = ROOT / "inventories" / "local.yaml"
+    with socket.socket() as taken:  # seat 2's serving node's address and port, in use
+        taken.bind(("127.2.77.10", 8000))
+        taken.listen()
+        r = gd(tmp_path, "workshop", "up", "--seats", "2", "--lab", str(inv))
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("error: workshop not started: seat 2: "), r.stderr
+    assert "seat 1" not in r.stderr.splitlines()[0]
+    assert not (tmp_path / "workshop" / "local").exists()
+    assert processes_naming(str(tmp_path)) == []  # seat 1, which came up, is down again
