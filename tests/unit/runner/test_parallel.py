@@ -9,6 +9,7 @@ import pytest
 
 from runner.errors import InputError
 from runner.inventory import ComposeSpec, load_inventory
+from runner.labs.kubernetes import manifests as mf
 from runner.parallel import check_parallel, instance, run_workers
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,3 +102,13 @@ def test_a_kubernetes_instance_is_a_namespace_of_its_own(
     assert three.lab.kubernetes.kubeconfig == str(ROOT / "build" / "kubeapi" / "kubeconfig")
     assert three.lab.kubernetes.context == "gameday-testserver"
     assert three.nodes == inv.nodes
+    # the driver creates it labelled as the lab labels its own namespace
+    assert mf.namespace(three)["metadata"] == {
+        "name": "gameday-lab-s3",
+        "labels": {"gameday.io/lab": "kube-testserver-p3"},
+        "annotations": {mf.CREATED_BY_ANNOTATION: "gameday"},
+    }
+    assert {o["metadata"].get("namespace") for o in mf.all_manifests(three)} == {
+        None,
+        "gameday-lab-s3",
+    }
