@@ -121,6 +121,8 @@ def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None
         output.message(f"scoreboard of lab {ws.manifest.lab!r} on {handle.url} (Ctrl-C ends)")
         try:
             handle.wait()
+        except KeyboardInterrupt:  # how a facilitator ends the page: nothing to clean up
+            output.message("scoreboard stopped")
         finally:
             handle.stop()
         return

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from runner.workshop.scoreboard import Scoreboard
 WATCH_S = 0.1  # how often the status files' mtimes are read
 REFRESH_S = 2.0  # how often the board is rebuilt without a file change (a lab up or down)
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies and browsers from timing out
+CLOSE_CHECK_S = 0.25  # how soon an open stream ends once the server is stopping
 HOST = "127.0.0.1"
 
 
@@ -43,7 +45,7 @@ class Feed:
         self._files = files
         self._readers: set[asyncio.Queue[Scoreboard]] = set()
         self.current: Scoreboard | None = None
-        self.pushed = 0  # boards pushed so far (tests read it)
+        self.closed = False  # set when the server stops: every open stream ends
 
     def subscribe(self) -> asyncio.Queue[Scoreboard]:
         q: asyncio.Queue[Scoreboard] = asyncio.Queue(maxsize=4)
@@ -67,7 +69,6 @@ class Feed:
         if self.current is not None and board.seats == self.current.seats:
             return
         self.current = board
-        self.pushed += 1
         for q in list(self._readers):
             if q.full():  # a slow reader needs the latest board only
                 with contextlib.suppress(asyncio.QueueEmpty):
@@ -106,11 +107,18 @@ def app(feed: Feed) -> Starlette:
             try:
                 if feed.current is not None:
                     yield _frame(feed.current)
-                while True:
+                quiet = 0.0
+                while not feed.closed:  # the stream ends itself when the server stops
                     try:
-                        yield _frame(await asyncio.wait_for(q.get(), KEEPALIVE_S))
+                        board = await asyncio.wait_for(q.get(), CLOSE_CHECK_S)
                     except TimeoutError:
-                        yield ": keep-alive\n\n"
+                        quiet += CLOSE_CHECK_S
+                        if quiet >= KEEPALIVE_S:
+                            quiet = 0.0
+                            yield ": keep-alive\n\n"
+                        continue
+                    quiet = 0.0
+                    yield _frame(board)
             finally:
                 feed.unsubscribe(q)
 
@@ -146,6 +154,8 @@ class ServerHandle:
     _thread: threading.Thread
 
     def stop(self) -> None:
+        self.feed.closed = True
+        time.sleep(2 * CLOSE_CHECK_S)  # the open streams end, so the server stops at once
         self._server.should_exit = True
         self._thread.join(10)
 
