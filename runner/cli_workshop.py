@@ -43,21 +43,18 @@ def workshop_up(n: int, lab_path: Path, jobs: int | None, page_base: int) -> Non
     """Bring up N seats at once and write a seat card per seat (seat-<k>.md, also printed).
     Exit 2 for N out of 1..32 or a workshop of this lab already up; exit 3 when a seat cannot
     come up (then every seat is taken down again)."""
-    from runner.labs import open_lab
     from runner.workshop.cards import Seat, seat_card
     from runner.workshop.seats import bring_up, create_workshop
 
     inventory = load_inventory(lab_path)
     ws = create_workshop(inventory, n, page_base)
-    seconds = bring_up(ws, jobs or n)
+    seconds, urls = bring_up(ws, jobs or n)
     for k in ws.seats:
-        inv = ws.seat(k)
-        driver = open_lab(inv)
         seat = Seat(
             k=k,
-            inventory=inv,
+            inventory=ws.seat(k),
             inventory_file=str(ws.seat_path(k)),
-            urls={node.name: driver.url(node.name) for node in inv.nodes},
+            urls=urls[k],
             page_url=ws.page_url(k),
         )
         card = seat_card(seat)

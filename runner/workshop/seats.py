@@ -165,15 +165,17 @@ def create_workshop(inventory: Inventory, n: int, page_base: int) -> Workshop:
     return ws
 
 
-def seat_up(inventory: Inventory) -> None:
+def seat_up(inventory: Inventory) -> dict[str, str]:
     """Bring one seat's lab up and wait until every node serves (and its Prometheus has
-    scraped); a seat that cannot come up is taken down again."""
+    scraped); its nodes' URLs (the driver that watched them come up knows them). A seat that
+    cannot come up is taken down again."""
     driver = open_lab(inventory)
     driver.up()
     try:
         spec = inventory.lab
         wait_all_ready(driver, TimeScale.of(spec).boot_timeout_lab(spec))
         driver.monitoring_ready(60)
+        return {n.name: driver.url(n.name) for n in inventory.nodes}
     except BaseException:
         driver.down()
         raise
@@ -197,12 +199,18 @@ def for_each_seat(
     return errors
 
 
-def bring_up(ws: Workshop, jobs: int) -> float:
-    """Every seat up, `jobs` at a time; the wall seconds it took. When a seat fails, every seat
-    is taken down again and the folder removed: a workshop is up whole or not at all."""
+def bring_up(ws: Workshop, jobs: int) -> tuple[float, dict[int, dict[str, str]]]:
+    """Every seat up, `jobs` at a time; the wall seconds it took, and each seat's nodes' URLs.
+    When a seat fails, every seat is taken down again and the folder removed: a workshop is up
+    whole or not at all."""
     t0 = time.monotonic()
+    urls: dict[int, dict[str, str]] = {}
+
+    def up(k: int) -> None:
+        urls[k] = seat_up(ws.seat(k))
+
     try:
-        errors = for_each_seat(ws.seats, lambda k: seat_up(ws.seat(k)), jobs)
+        errors = for_each_seat(ws.seats, up, jobs)
     except BaseException:
         take_down(ws, jobs)
         raise
@@ -215,7 +223,7 @@ def bring_up(ws: Workshop, jobs: int) -> float:
             + (f"; and taking the seats down again left: {'; '.join(left)}" if left else ""),
             hint=getattr(errors[first], "hint", None),
         )
-    return time.monotonic() - t0
+    return time.monotonic() - t0, urls
 
 
 def take_down(ws: Workshop, jobs: int) -> list[str]:

@@ -133,6 +133,7 @@ def test_a_local_seat_that_cannot_come_up_takes_the_workshop_down(tmp_path: Path
 
     inv = ROOT / "inventories" / "local.yaml"
     with socket.socket() as taken:  # seat 2's serving node's address and port, in use
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past earlier TIME_WAITs
         taken.bind(("127.2.77.10", 8000))
         taken.listen()
         r = gd(tmp_path, "workshop", "up", "--seats", "2", "--lab", str(inv))
