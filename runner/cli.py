@@ -36,6 +36,7 @@ from runner.cli_options import (
     reports_option,
     selection_options,
 )
+from runner.cli_workshop import workshop
 from runner.errors import GamedayError, InputError
 from runner.fsutil import read_bytes
 from runner.inventory import Inventory, check_scenario, load_inventory
@@ -59,6 +60,7 @@ def main() -> None:
 
 
 main.add_command(lab)
+main.add_command(workshop)
 
 
 @main.command()

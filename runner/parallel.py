@@ -11,7 +11,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from runner.errors import InputError
 from runner.inventory import Inventory
@@ -30,8 +30,8 @@ class Instances:
     make: Callable[[Inventory, int], Inventory]
 
 
-def _instances(kind: LabKind) -> Instances | None:
-    """How a lab of this kind runs several instances; None when it runs one only."""
+def _instances(kind: LabKind) -> Instances:
+    """How a lab of this kind runs several instances (a Kubernetes instance is a namespace)."""
     match kind:
         case LabKind.LOCAL:
             from runner.labs.local import instance as local
@@ -42,7 +42,11 @@ def _instances(kind: LabKind) -> Instances | None:
 
             return Instances(compose.check_instances, compose.instance)
         case LabKind.KUBERNETES:
-            return None
+            from runner.labs.kubernetes import instance as kubernetes
+
+            return Instances(kubernetes.check_instances, kubernetes.instance)
+        case unknown:
+            assert_never(unknown)
 
 
 def check_parallel(inventory: Inventory, n: int) -> None:
@@ -50,27 +54,14 @@ def check_parallel(inventory: Inventory, n: int) -> None:
         raise InputError(f"--parallel must be 1..{MAX_PARALLEL}, not {n}", field="--parallel")
     if n == 1:
         return
-    instances = _instances(inventory.lab.kind)
-    if instances is None:
-        raise InputError(
-            f"--parallel runs isolated instances of the local or the compose lab; lab "
-            f"{inventory.lab.name!r} is a {inventory.lab.kind.value} lab, which runs one "
-            f"instance in this version",
-            file=inventory.path,
-            field="--parallel",
-            hint="drop --parallel, or use inventories/local.yaml or inventories/compose.yaml",
-        )
-    instances.check(inventory, n)
+    _instances(inventory.lab.kind).check(inventory, n)
 
 
 def instance(inventory: Inventory, k: int) -> Inventory:
     """Instance k of the inventory's lab (k = 0 is the inventory itself)."""
     if k == 0:
         return inventory
-    instances = _instances(inventory.lab.kind)
-    if instances is None:
-        raise InputError(f"a {inventory.lab.kind.value} lab runs one instance", field="--parallel")
-    return instances.make(inventory, k)
+    return _instances(inventory.lab.kind).make(inventory, k)
 
 
 def run_workers(

@@ -9,6 +9,7 @@ import pytest
 
 from runner.errors import InputError
 from runner.inventory import ComposeSpec, load_inventory
+from runner.labs.kubernetes import manifests as mf
 from runner.parallel import check_parallel, instance, run_workers
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,8 +38,13 @@ def test_instance_k_moves_every_loopback_address_and_renames_the_lab() -> None:
 
 
 def test_parallel_is_refused_where_it_cannot_isolate() -> None:
-    with pytest.raises(InputError, match="local or the compose lab"):
-        check_parallel(load_inventory(ROOT / "inventories" / "kube-testserver.yaml"), 2)
+    kube = load_inventory(ROOT / "inventories" / "kube-testserver.yaml")
+    check_parallel(kube, 64)  # a namespace per instance
+    with pytest.raises(InputError, match="longer than 63") as long:
+        check_parallel(kube.model_copy(update={"lab": kube.lab.model_copy(update={
+            "kubernetes": kube.lab.kubernetes.model_copy(update={"namespace": "n" * 61})})}),  # type: ignore[union-attr]
+            2)  # fmt: skip
+    assert long.value.field == "gameday_lab.kubernetes.namespace"
     with pytest.raises(InputError, match=r"1\.\.64"):
         check_parallel(load_inventory(LOCAL), 0)
     check_parallel(load_inventory(ROOT / "inventories" / "kube-testserver.yaml"), 1)
@@ -80,3 +86,29 @@ def test_a_failing_worker_still_tears_its_lab_down() -> None:
 
     _, errors = run_workers([1], 1, work, lambda k: None, lambda k: events.append("down"))  # type: ignore[list-item]
     assert [str(e) for e in errors] == ["lab broke"] and events == ["down"]
+
+
+def test_a_kubernetes_instance_is_a_namespace_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path))
+    inv = load_inventory(ROOT / "inventories" / "kube-testserver.yaml")
+    three = instance(inv, 3)
+    assert three.path == tmp_path / "kube-testserver-p3" / "inventory.yaml"
+    assert three.lab.name == "kube-testserver-p3"
+    assert three.lab.kubernetes is not None
+    assert three.lab.kubernetes.namespace == "gameday-lab-s3"
+    # the relative kubeconfig still reaches the same file from the instance's own folder
+    assert three.lab.kubernetes.kubeconfig == str(ROOT / "build" / "kubeapi" / "kubeconfig")
+    assert three.lab.kubernetes.context == "gameday-testserver"
+    assert three.nodes == inv.nodes
+    # the driver creates it labelled as the lab labels its own namespace
+    assert mf.namespace(three)["metadata"] == {
+        "name": "gameday-lab-s3",
+        "labels": {"gameday.io/lab": "kube-testserver-p3"},
+        "annotations": {mf.CREATED_BY_ANNOTATION: "gameday"},
+    }
+    assert {o["metadata"].get("namespace") for o in mf.all_manifests(three)} == {
+        None,
+        "gameday-lab-s3",
+    }

@@ -1,0 +1,59 @@
+"""A seat card: what one attendee needs to reach their lab, and the commands preset to it. Plain
+Markdown (`seat-<k>.md`), printed as it is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.inventory import Inventory
+
+
+@dataclass(frozen=True)
+class Seat:
+    k: int
+    inventory: Inventory
+    inventory_file: str  # absolute: the card works from any folder
+    urls: dict[str, str]  # node -> its API URL
+    page_url: str  # where the seat's drill page is once a drill runs
+
+
+def restart_group(inventory: Inventory) -> str | None:
+    """The largest group of several nodes (the tensor-parallel group), to restart together."""
+    groups = {g for n in inventory.nodes for g in n.groups}
+    sized = sorted((-len(inventory.resolve(g)), g) for g in groups if len(inventory.resolve(g)) > 1)
+    return sized[0][1] if sized else None
+
+
+def seat_card(seat: Seat) -> str:
+    inv = seat.inventory
+    first = inv.nodes[0].name
+    group = restart_group(inv)
+    width = max(len(n) for n in seat.urls)
+    lines = [
+        f"# Seat {seat.k}: lab {inv.lab.name} ({inv.lab.kind.value})",
+        "",
+        "Your lab's nodes:",
+        "",
+        *(f"    {n:<{width}}  {url}" for n, url in seat.urls.items()),
+        "",
+        "In your terminal, first:",
+        "",
+        f"    export GAMEDAY_LAB={seat.inventory_file}",
+        "",
+        "Then, to look and to act:",
+        "",
+        "    gameday lab ps                      # every node's state",
+        f"    gameday lab logs {first:<18} # a node's log (--previous, -f)",
+        f"    gameday lab restart {first:<15} # one node",
+    ]
+    if group is not None:
+        lines.append(f"    gameday lab restart {group:<15} # a group, together")
+    lines += [
+        f"    gameday lab stop {first} / gameday lab start {first}",
+        "    gameday drill ack                   # you are on it",
+        "    gameday drill hint                  # the next hint",
+        "",
+        f"Your drill's page, once the drill runs: {seat.page_url}",
+        "",
+    ]
+    return "\n".join(lines)

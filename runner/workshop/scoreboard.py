@@ -1,0 +1,128 @@
+"""The facilitator's scoreboard: one row per seat, from the seat's drill status (status.json,
+written by the drill) and whether its lab is up. Rows are plain data; the terminal table, the
+JSON and the page all draw the same rows."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pydantic
+from rich.table import Table
+from rich.text import Text
+
+from runner.drill.bus import STATUS_FILE, read_status
+from runner.labs import open_lab
+from runner.workshop.drills import drilling
+from runner.workshop.seats import Workshop
+
+IDLE = "idle"  # up, no drill (yet)
+DOWN = "down"  # the seat's lab is not up
+
+
+class SeatRow(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+    seat: int
+    lab: str
+    state: str  # a DrillPhase value, IDLE or DOWN
+    scenario: str | None = None
+    elapsed_s: float | None = None  # wall seconds since the fault
+    hints_used: int = 0
+    shortcuts: tuple[str, ...] = ()  # the recovery steps the shortcuts matched
+    acked_at_s: float | None = None
+    recovered_at_s: float | None = None
+    page_url: str | None = None
+    drill_pid: int | None = None  # the drill `workshop start` started, while it runs
+
+
+class Scoreboard(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+    lab: str
+    at: datetime
+    seats: tuple[SeatRow, ...]
+
+
+def seat_row(k: int, lab: str, drill_dir: Path, up: bool, drill_pid: int | None = None) -> SeatRow:
+    """Seat k's row: its drill's last status when it has one (a drill that ended keeps its
+    row: recovered-at is the point), else idle or down."""
+    status = read_status(drill_dir)
+    if status is None:
+        return SeatRow(seat=k, lab=lab, state=IDLE if up else DOWN, drill_pid=drill_pid)
+    shortcuts = tuple(a.step or a.kind.value for a in status.shortcuts)
+    return SeatRow(
+        seat=k,
+        lab=lab,
+        state=status.phase.value,
+        scenario=status.scenario,
+        elapsed_s=status.clock_s,
+        hints_used=len(status.hints),
+        shortcuts=shortcuts,
+        acked_at_s=status.acked_at_s,
+        recovered_at_s=status.recovered_at_s,
+        page_url=status.page_url or _server_url(drill_dir),
+        drill_pid=drill_pid,
+    )
+
+
+def _server_url(drill_dir: Path) -> str | None:
+    """The page URL the drill wrote in its server.json, if it did."""
+    try:
+        url = json.loads((drill_dir / "server.json").read_text())["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url if isinstance(url, str) else None
+
+
+def scoreboard(ws: Workshop) -> Scoreboard:
+    rows = []
+    for k in ws.seats:
+        inv = ws.seat(k)
+        rec = drilling(ws, k)
+        rows.append(
+            seat_row(
+                k,
+                inv.lab.name,
+                ws.drill_dir(k),
+                open_lab(inv).is_up(),
+                rec.pid if rec is not None else None,
+            )
+        )
+    return Scoreboard(lab=ws.manifest.lab, at=datetime.now(UTC), seats=tuple(rows))
+
+
+def status_files(ws: Workshop) -> list[Path]:
+    """The files whose change changes the scoreboard: each seat's status.json and drill record."""
+    return [
+        p
+        for k in ws.seats
+        for p in (ws.drill_dir(k) / STATUS_FILE, ws.folder / f"seat-{k}.drill.json")
+    ]
+
+
+def _secs(v: float | None) -> str:
+    if v is None:
+        return "-"
+    m, s = divmod(int(v), 60)
+    return f"{m}:{s:02d}"
+
+
+def table(board: Scoreboard) -> Table:
+    t = Table(title=f"workshop of lab {board.lab}", title_justify="left")
+    for col in ("seat", "lab", "state", "scenario", "elapsed", "hints", "shortcuts", "acked",
+                "recovered"):  # fmt: skip
+        t.add_column(col)
+    for r in board.seats:
+        cells = (
+            str(r.seat),
+            r.lab,
+            r.state,
+            r.scenario or "-",
+            _secs(r.elapsed_s),
+            str(r.hints_used),
+            ", ".join(r.shortcuts) or "-",
+            _secs(r.acked_at_s),
+            _secs(r.recovered_at_s),
+        )
+        t.add_row(*(Text(c) for c in cells))  # a scenario's words are text, not markup
+    return t

@@ -1,0 +1,144 @@
+"""Workshops on real labs: `workshop up` brings the seats up as isolated instances, the
+scoreboard shows them idle, `workshop down` leaves nothing (no process, no container, no
+namespace, no folder). Local lab (3 seats), compose (2 seats), Kubernetes on the stand-in API
+server (2 seats, a namespace each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.inventory import load_inventory
+from runner.labs import open_lab
+from runner.parallel import instance
+from tests.support.cli import ROOT, gameday, ok
+
+pytestmark = pytest.mark.e2e
+
+
+def gd(state: Path, *args: str, timeout: float = 600) -> Any:
+    return gameday(*args, timeout=timeout, env={"GAMEDAY_STATE_DIR": str(state)})
+
+
+def processes_naming(text: str) -> list[str]:
+    """Command lines of this machine's processes that mention `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(cmd)
+    return found
+
+
+def up_status_down(state: Path, inv: Path, n: int) -> dict[str, Any]:
+    """`workshop up --seats n`, `status --json` (returned), `workshop down`."""
+    up = gd(state, "workshop", "up", "--seats", str(n), "--lab", str(inv), timeout=900)
+    try:
+        ok(up)
+        lab = load_inventory(inv).lab.name
+        for k in range(1, n + 1):
+            assert f"# Seat {k}: lab {lab}-p{k} " in up.stdout
+            assert (state / "workshop" / lab / f"seat-{k}.md").exists()
+        board = json.loads(ok(gd(state, "workshop", "status", "--json", "--lab", str(inv))).stdout)
+    finally:
+        down = gd(state, "workshop", "down", "--lab", str(inv), timeout=600)
+    ok(down)
+    assert "nothing of it is left" in down.stderr
+    assert not (state / "workshop" / load_inventory(inv).lab.name).exists()
+    result: dict[str, Any] = board
+    return result
+
+
+def test_three_local_seats_up_idle_and_down_leaves_nothing(tmp_path: Path) -> None:
+    inv = ROOT / "inventories" / "local.yaml"
+    board = up_status_down(tmp_path, inv, 3)
+    assert [(s["seat"], s["lab"], s["state"]) for s in board["seats"]] == [
+        (1, "local-p1", "idle"),
+        (2, "local-p2", "idle"),
+        (3, "local-p3", "idle"),
+    ]
+    assert processes_naming(str(tmp_path)) == []  # no supervisor, node, exporter or Prometheus
+    os.environ["GAMEDAY_STATE_DIR"] = str(tmp_path)
+    try:
+        base = load_inventory(inv)
+        assert [open_lab(instance(base, k)).leftover_objects() for k in (1, 2, 3)] == [[], [], []]
+    finally:
+        del os.environ["GAMEDAY_STATE_DIR"]
+
+
+def test_two_compose_seats_up_idle_and_down_leaves_nothing(tmp_path: Path, lab_image: str) -> None:
+    from tests.support.cli import docker_or_skip
+
+    docker = docker_or_skip()
+    inv = ROOT / "inventories" / "compose.yaml"
+    board = up_status_down(tmp_path, inv, 2)
+    assert [(s["seat"], s["state"]) for s in board["seats"]] == [(1, "idle"), (2, "idle")]
+    project = load_inventory(inv).lab.compose.project  # type: ignore[union-attr]
+    for k in (1, 2):
+        label = f"com.docker.compose.project={project}-p{k}"
+        assert docker.containers.list(all=True, filters={"label": label}) == []
+        assert docker.networks.list(filters={"label": label}) == []
+
+
+@pytest.fixture(scope="module")
+def kubeapi() -> Iterator[Any]:
+    from tests.kubeapi.server import Server
+
+    srv = Server(0, ROOT / "build" / "kubeapi" / "kubeconfig", time_scale=100).start()
+    yield srv
+    srv.stop()
+
+
+def test_two_kubernetes_seats_are_two_labelled_namespaces(tmp_path: Path, kubeapi: Any) -> None:
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(
+        config.new_client_from_config(config_file=str(ROOT / "build" / "kubeapi" / "kubeconfig"))
+    )
+    inv = ROOT / "inventories" / "kube-testserver.yaml"
+    ok(gd(tmp_path, "workshop", "up", "--seats", "2", "--lab", str(inv), timeout=900))
+    try:
+        labels = {
+            n.metadata.name: (n.metadata.labels or {}).get("gameday.io/lab")
+            for n in core.list_namespace().items
+        }
+        assert labels["gameday-lab-s1"] == "kube-testserver-p1"
+        assert labels["gameday-lab-s2"] == "kube-testserver-p2"
+        assert "gameday-lab" not in labels  # the lab as written is not a seat
+    finally:
+        ok(gd(tmp_path, "workshop", "down", "--lab", str(inv)))
+    deadline = time.monotonic() + 10
+    names: list[str] = []
+    while time.monotonic() < deadline:
+        names = [n.metadata.name for n in core.list_namespace().items]
+        if not {"gameday-lab-s1", "gameday-lab-s2"} & set(names):
+            break
+        time.sleep(0.1)
+    assert {"gameday-lab-s1", "gameday-lab-s2"} & set(names) == set()
+
+
+def test_a_local_seat_that_cannot_come_up_takes_the_workshop_down(tmp_path: Path) -> None:
+    import socket
+
+    inv = ROOT / "inventories" / "local.yaml"
+    with socket.socket() as taken:  # seat 2's serving node's address and port, in use
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past earlier TIME_WAITs
+        taken.bind(("127.2.77.10", 8000))
+        taken.listen()
+        r = gd(tmp_path, "workshop", "up", "--seats", "2", "--lab", str(inv))
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("error: workshop not started: seat 2: "), r.stderr
+    assert "seat 1" not in r.stderr.splitlines()[0]
+    assert not (tmp_path / "workshop" / "local").exists()
+    assert processes_naming(str(tmp_path)) == []  # seat 1, which came up, is down again
