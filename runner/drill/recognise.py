@@ -138,6 +138,11 @@ class Recogniser:
                 n.stopped_at, n.down_by_person = None, True
         return sorted(out, key=lambda a: a.at_s)
 
+    def flush(self, now_s: float) -> list[ObservedAction]:
+        """The end of watching: restarts pending their window are recognised now."""
+        out = self.tick(now_s)
+        return out + (self._flush_restarts() if self._restarts else [])
+
     def _flush_restarts(self) -> list[ObservedAction]:
         nodes = tuple(sorted(self._restarts))
         at_s = min(self._restarts.values())

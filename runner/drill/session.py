@@ -156,6 +156,8 @@ class Drill:
             status = st.model_copy(
                 update={"clock_s": self.clock(), "timeline": timeline, **changes}
             )
+            if "phase" in changes:
+                data = {"phase": changes["phase"].value, **(data or {})}
             self.bus.publish(kind, text, data, status=status)
 
     def _phase(self, phase: DrillPhase, text: str = "") -> None:
@@ -267,6 +269,9 @@ class Drill:
                     last_look = time.monotonic()
                     self._alerts()
                     if self._probes():
+                        # what happened up to now is the people's, before service was back
+                        self._events(lab.wait_events(self.ctx.seq, 0), recogniser)
+                        self._actions(recogniser.flush(self.clock() or 0.0))
                         self._recovered()
                 self._hints_due()
                 with self._lock:

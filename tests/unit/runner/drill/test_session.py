@@ -1,0 +1,204 @@
+"""A drill on the fake lab (runner.drill.session): the hand-over, a scripted person's actions,
+the shortcut flagged at once, recovery, hints and acknowledgement, timeout and giving up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from runner.drill.bus import Request, read_status
+from runner.drill.model import ActionKind, DrillPhase, DrillStatus, EventKind
+from runner.drill.session import Drill, DrillOptions, drill_folder
+from runner.journal import Journal
+from runner.labs.base import Change, ChangeKind
+from runner.results import DrillOutcome, ScenarioResult, Verdict
+from tests.support.fakelab import FakeRun, fake_run, scenario_doc, wrong_flag
+
+Person = Callable[[Drill], None]
+
+
+def drill_of(run: FakeRun, **options: Any) -> Drill:
+    opts = DrillOptions(**{"tick_s": 0.05, "window_s": 0.2, **options})
+    journal = Journal(run.lab.state_dir, "drill-1")
+    http = httpx.Client(transport=run.lab.transport)
+    return Drill(run.ls, run.lab, journal, run.progress.append, http=http, options=opts)
+
+
+def handed_over(d: Drill, timeout: float = 10.0) -> DrillStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = d.bus.status
+        if st.phase is DrillPhase.HANDED_OVER:
+            return st
+        time.sleep(0.01)
+    raise AssertionError(f"not handed over: {d.bus.status.phase}")
+
+
+def drilled(run: FakeRun, person: Person, **options: Any) -> tuple[Drill, ScenarioResult]:
+    d = drill_of(run, **options)
+    errors: list[BaseException] = []
+
+    def act() -> None:
+        try:
+            handed_over(d)
+            person(d)
+        except BaseException as exc:  # the test's assertion, reported by the main thread
+            errors.append(exc)
+            d.bus.request(Request.GIVE_UP)
+
+    t = threading.Thread(target=act)
+    t.start()
+    result = d.run()
+    t.join(10)
+    if errors:
+        raise errors[0]
+    return d, result
+
+
+def rollback(d: Drill) -> None:
+    lab = d.lab
+    base = lab.baseline_config("serving")
+    lab.apply(
+        Change(
+            kind=ChangeKind.NODE_CONFIG, node="serving", before=lab.config("serving"), after=base
+        )
+    )
+
+
+def wait_for_action(d: Drill, n: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(d.bus.status.actions) < n:
+        assert time.monotonic() < deadline, f"actions: {d.bus.status.actions}"
+        time.sleep(0.01)
+
+
+def test_a_shortcut_is_flagged_at_once_then_a_rollback_recovers(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+
+    def person(d: Drill) -> None:
+        d.lab.restart(["serving"])  # the shortcut: the flag is still wrong
+        wait_for_action(d, 1)
+        shortcut = d.bus.status.actions[0]
+        assert (shortcut.kind, shortcut.step, shortcut.shortcut, shortcut.why) == (
+            ActionKind.RESTART,
+            "Restart and hope",
+            True,
+            "the flag is still wrong",
+        )
+        assert [e.text for e in d.bus.events() if e.kind is EventKind.ACTION] == [
+            "shortcut: Restart and hope: the flag is still wrong"
+        ]
+        assert d.bus.status.phase is DrillPhase.HANDED_OVER  # not recovered by the shortcut
+        rollback(d)
+
+    d, result = drilled(run, person)
+    assert result.drill is not None
+    assert result.drill.outcome is DrillOutcome.RECOVERED
+    assert [(a.kind, a.step, a.shortcut) for a in result.drill.actions] == [
+        (ActionKind.RESTART, "Restart and hope", True),
+        (ActionKind.CONFIG_CHANGE, "Roll back", False),
+    ]
+    assert [a.step for a in result.drill.shortcuts] == ["Restart and hope"]
+    first, second = result.drill.actions
+    assert 0 < first.at_s <= second.at_s <= result.drill.time_to_recover_s  # type: ignore[operator]
+    assert result.verdict is Verdict.PASSED
+    assert [a.name for a in result.assertions if a.name.startswith("drill")] == [
+        "drill: time to recover"
+    ]
+    # no recovery step was run by gameday: the lab saw the person's restart and re-apply only,
+    # then cleanup's undo of the injected flag
+    assert run.lab.restarted == [["serving"]]
+    assert [p.phase for p in [d.bus.status]] == [DrillPhase.DONE]
+    on_disk = read_status(drill_folder(run.lab))
+    assert on_disk is not None and on_disk.phase is DrillPhase.DONE
+    assert on_disk.recovered_at_s == result.drill.time_to_recover_s
+    assert run.open_changes() == 0
+
+
+def test_hints_by_delay_and_on_request_and_the_first_ack(tmp_path: Path) -> None:
+    doc = scenario_doc(
+        hints=[
+            {"text": "look at the flags", "after_s": 0},
+            {"text": "roll back the change"},
+            {"text": "never asked for", "after_s": 3600},
+        ]
+    )
+    run = fake_run(tmp_path, doc, wrong_flag())
+    answers: list[str] = []
+
+    def person(d: Drill) -> None:
+        deadline = time.monotonic() + 5
+        while not d.bus.status.hints:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        answers.append(d.bus.request(Request.HINT))
+        answers.append(d.bus.request(Request.ACK))
+        answers.append(d.bus.request(Request.ACK).split(" at ")[0])
+        answers.append(d.bus.request(Request.HINT))
+        answers.append(d.bus.request(Request.HINT))
+        answers.append(d.bus.request(Request.GIVE_UP))
+
+    d, result = drilled(run, person)
+    assert answers[0] == "hint 2: roll back the change"
+    assert answers[1].startswith("acknowledged at ")
+    assert answers[2:] == [
+        "already acknowledged",
+        "hint 3: never asked for",
+        "no hints left",
+        "giving up: the drill cleans up to the baseline",
+    ]
+    assert result.drill is not None
+    assert [(h.index, h.requested) for h in result.drill.hints] == [
+        (1, False),
+        (2, True),
+        (3, True),
+    ]
+    assert result.drill.time_to_acknowledge_s == d.bus.status.acked_at_s
+    assert result.drill.time_to_acknowledge_s is not None
+    assert result.drill.outcome is DrillOutcome.GAVE_UP
+    assert result.verdict is Verdict.FAILED
+    assert d.bus.status.hints_left == 0
+
+
+def test_a_timeout_fails_the_drill_and_cleans_up_to_the_baseline(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    _d, result = drilled(run, lambda _d: None, timeout_s=0.3)
+    assert result.drill is not None and result.drill.outcome is DrillOutcome.TIMED_OUT
+    drill_check = [a for a in result.assertions if a.name == "drill: time to recover"]
+    assert [(a.verdict, a.observed) for a in drill_check] == [
+        (Verdict.FAILED, "not recovered: timed out after 0.3 s")
+    ]
+    assert result.verdict is Verdict.FAILED
+    assert run.lab.config("serving") == run.lab.baseline_config("serving")
+    assert run.lab.states()["serving"].ready is True
+    assert run.open_changes() == 0
+
+
+def test_a_request_before_the_hand_over_is_answered_not_taken(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    d = drill_of(run)
+    assert d.bus.request(Request.ACK) == "the drill is not handed over (phase baseline)"
+
+
+def test_a_failure_that_does_not_show_is_an_error_with_nothing_handed_over(
+    tmp_path: Path,
+) -> None:
+    run = fake_run(tmp_path, scenario_doc())  # the node serves whatever its flags
+    d = drill_of(run)
+    result = d.run()
+    assert result.drill is not None and result.drill.outcome is DrillOutcome.ERROR
+    assert result.drill.handed_over_at is None
+    assert result.verdict is Verdict.ERROR
+    assert [e.data["phase"] for e in d.bus.events() if e.kind is EventKind.PHASE] == [
+        "baseline",
+        "inject",
+        "expect",
+        "error",
+        "cleanup",
+        "done",
+    ]
