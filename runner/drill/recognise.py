@@ -3,8 +3,8 @@ restart`, `kubectl delete pod`): pure functions and one small state machine, fed
 node's configuration as read when each event was seen; nothing here touches a lab.
 
 - a node stopped by someone (EXITED with `stopped`) then STARTED with the same configuration:
-  RESTART; several such restarts within `window_s`, or exactly the nodes of a scenario's Restart
-  step: GROUP_RESTART;
+  RESTART; several such restarts each within `window_s` of the one before, or exactly the nodes of a
+  scenario's Restart step: GROUP_RESTART;
 - APPLIED, or a STARTED with a configuration other than the one before: CONFIG_CHANGE (which
   args and env changed, secret values masked);
 - a node stopped and not started again within `window_s`: STOP; a node started again after a
@@ -34,7 +34,7 @@ from runner.scenario import (
     StopProcess,
 )
 
-GROUP_WINDOW_S = 2.0  # wall seconds within which restarts of several nodes are one group restart
+GROUP_WINDOW_S = 2.0  # wall seconds between restarts of several nodes that make one group restart
 
 
 @dataclass
@@ -126,7 +126,8 @@ class Recogniser:
     def tick(self, now_s: float) -> list[ObservedAction]:
         """What the passing of time settles: restarts grouped, stops not followed by a start."""
         out: list[ObservedAction] = []
-        if self._restarts and now_s - min(self._restarts.values()) >= self.window_s:
+        # a sliding window: `docker restart a b c d` restarts one container after the other
+        if self._restarts and now_s - max(self._restarts.values()) >= self.window_s:
             out += self._flush_restarts()
         for name, n in self._nodes.items():
             if n.stopped_at is not None and now_s - n.stopped_at >= self.window_s:

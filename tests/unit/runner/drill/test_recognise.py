@@ -50,13 +50,14 @@ def test_a_stop_and_start_with_the_same_config_is_a_restart_once_the_window_pass
     ]
 
 
-def test_restarts_of_several_nodes_within_the_window_are_one_group_restart() -> None:
+def test_restarts_of_several_nodes_each_within_the_window_are_one_group_restart() -> None:
     r = recogniser()
     for i, n in enumerate(NODES):
         r.feed(stopped(i + 1, n), 10.0, None)
     for i, n in enumerate(NODES):
         assert r.feed(ev(10 + i, n, EventType.STARTED), 10.2 + i / 10, BASE) == []
-    assert r.tick(12.3) == [
+    assert r.tick(12.3) == []  # 1.9 s after the last of them
+    assert r.tick(12.4) == [
         ObservedAction(
             at_s=10.2,
             kind=ActionKind.GROUP_RESTART,
@@ -219,3 +220,12 @@ def test_a_stopped_process_matches_by_name() -> None:
 
 def test_together_groups_are_the_restart_steps_of_several_nodes() -> None:
     assert together_groups(STEPS, resolve) == [frozenset(NODES)]
+
+
+def test_flush_recognises_a_pending_restart_before_its_window_ends() -> None:
+    r = recogniser()
+    r.feed(stopped(1, "node2"), 1.0, None)
+    r.feed(ev(2, "node2", EventType.STARTED), 1.1, BASE)
+    assert r.flush(1.2) == [
+        ObservedAction(at_s=1.1, kind=ActionKind.RESTART, nodes=("node2",), detail="restarted")
+    ]
