@@ -253,6 +253,7 @@ class Drill:
         timeout = opts.timeout_s if opts.timeout_s is not None else default_timeout(self.ls, lab)
         deadline = time.monotonic() + timeout
         last_look = -float("inf")
+        threading.Thread(target=self._clock, name="drill-clock", daemon=True).start()
         try:
             while self.outcome is None:
                 if self._give_up.is_set():
@@ -274,11 +275,17 @@ class Drill:
                         self._actions(recogniser.flush(self.clock() or 0.0))
                         self._recovered()
                 self._hints_due()
-                with self._lock:
-                    self.bus.update(self.bus.status.model_copy(update={"clock_s": self.clock()}))
         except KeyboardInterrupt:
             self._end(DrillOutcome.GAVE_UP, "interrupted (Ctrl-C): cleaning up to the baseline")
         self._judge(timeout)
+
+    def _clock(self) -> None:
+        """The status's clock, twice a second while the drill watches (a probe that waits for
+        its timeout does not stop it)."""
+        while self.outcome is None:
+            with self._lock:
+                self.bus.update(self.bus.status.model_copy(update={"clock_s": self.clock()}))
+            time.sleep(0.5)
 
     def _resolve(self, name: str) -> list[str]:
         return [n.name for n in self.lab.inventory.resolve(name)]
