@@ -164,7 +164,8 @@ def _post(lab_path: Path, path: str) -> str:
             hint="use the keys in the drill's terminal",
         )
     try:
-        r = httpx.post(f"{info['url']}/{path}", headers={"X-Gameday": "1"}, timeout=10)
+        url = str(info["url"]).rstrip("/") + "/" + path
+        r = httpx.post(url, headers={"X-Gameday": "1"}, timeout=10)
     except httpx.HTTPError as exc:
         raise LabError(f"the drill's page at {info['url']} did not answer: {exc}") from None
     if r.status_code >= 400:

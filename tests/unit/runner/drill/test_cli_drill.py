@@ -27,7 +27,7 @@ def page() -> Iterator[tuple[str, Seen]]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             seen.append((self.path, self.headers.get("X-Gameday")))
-            body = json.dumps({"answer": f"done: {self.path}"}).encode()
+            body = json.dumps({"message": f"done: {self.path}"}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -83,7 +83,8 @@ def test_ack_hint_stop_post_to_the_page_with_the_header(
     inv = inventory(tmp_path).path
     folder = folder_of(inv)
     folder.mkdir(parents=True)
-    (folder / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    # the page server names its root with a trailing slash
+    (folder / "server.json").write_text(json.dumps({"url": url + "/", "pid": os.getpid()}))
     outs = [
         CliRunner().invoke(main, ["drill", verb, "--lab", str(inv)])
         for verb in ("ack", "hint", "stop")
