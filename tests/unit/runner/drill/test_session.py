@@ -202,3 +202,19 @@ def test_a_failure_that_does_not_show_is_an_error_with_nothing_handed_over(
         "cleanup",
         "done",
     ]
+
+
+def test_the_clock_moves_in_status_json_while_people_work(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    clocks: list[float] = []
+
+    def person(d: Drill) -> None:
+        for _ in range(2):
+            st = read_status(drill_folder(run.lab))
+            assert st is not None and st.clock_s is not None
+            clocks.append(st.clock_s)
+            time.sleep(1.2)
+        d.bus.request(Request.GIVE_UP)
+
+    drilled(run, person, tick_s=1.0)
+    assert clocks[1] - clocks[0] >= 0.5
