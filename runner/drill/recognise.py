@@ -2,8 +2,9 @@
 restart`, `kubectl delete pod`): pure functions and one small state machine, fed events and the
 node's configuration as read when each event was seen; nothing here touches a lab.
 
-- a node stopped by someone (EXITED with `stopped`) then STARTED with the same configuration:
-  RESTART; several such restarts each within `window_s` of the one before, or exactly the nodes of a
+- a node stopped by someone (EXITED with `stopped`) then STARTED with the same configuration
+  (or, as `kubectl delete pod` goes, STARTED then the old incarnation's stop): RESTART;
+  several such restarts each within `window_s` of the one before, or exactly the nodes of a
   scenario's Restart step: GROUP_RESTART;
 - APPLIED, or a STARTED with a configuration other than the one before: CONFIG_CHANGE (which
   args and env changed, secret values masked);
@@ -45,6 +46,7 @@ class _Node:
     applied: bool = False  # APPLIED seen: the next start runs a new configuration
     backoff: bool = False  # its restart policy announced the next start
     down_by_person: bool = False  # a STOP was recognised and no start since
+    incarnation: int = 0  # the newest incarnation started
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Recogniser:
 
     configs: dict[str, NodeConfig]
     generations: dict[str, int]
+    incarnations: dict[str, int] = field(default_factory=dict)
     groups: Sequence[frozenset[str]] = ()
     window_s: float = GROUP_WINDOW_S
     _nodes: dict[str, _Node] = field(default_factory=dict)
@@ -62,7 +65,11 @@ class Recogniser:
 
     def __post_init__(self) -> None:
         self._nodes = {
-            n: _Node(config=c, generation=self.generations.get(n, 0))
+            n: _Node(
+                config=c,
+                generation=self.generations.get(n, 0),
+                incarnation=self.incarnations.get(n, 0),
+            )
             for n, c in self.configs.items()
         }
 
@@ -79,7 +86,10 @@ class Recogniser:
             return []
         if e.type is EventType.EXITED:
             n.backoff = False
-            if e.stopped:
+            # the stop of an incarnation older than the newest started (Kubernetes starts the
+            # replacement of a deleted pod before the old one's container has exited) is part
+            # of that start, not a stop of its own
+            if e.stopped and (e.exit is None or e.exit.incarnation >= n.incarnation):
                 n.stopped_at = at_s
         elif e.type is EventType.BACKOFF:
             n.backoff = True
@@ -97,6 +107,7 @@ class Recogniser:
         old = n.config
         applied = n.applied
         n.config, n.stopped_at, n.applied, n.backoff = config, None, False, False
+        n.incarnation = max(n.incarnation, e.incarnation or 0)
         if e.generation is not None:
             n.generation = max(n.generation, e.generation)
         if not by_person:

@@ -247,6 +247,7 @@ class Drill:
         recogniser = Recogniser(
             configs={n: lab.config(n) for n in names},
             generations={n: states[n].generation for n in names},
+            incarnations={n: states[n].incarnation for n in names},
             groups=together_groups(self.ls.scenario.recover, self._resolve),
             window_s=opts.window_s,
         )

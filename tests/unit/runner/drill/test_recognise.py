@@ -20,10 +20,12 @@ def ev(seq: int, node: str, type_: EventType, **kw: Any) -> LabEvent:
     return LabEvent(seq=seq, ts=T0, node=node, type=type_, **kw)
 
 
-def stopped(seq: int, node: str) -> LabEvent:
+def stopped(seq: int, node: str, incarnation: int = 1) -> LabEvent:
     from runner.labs.base import ExitInfo
 
-    exit_ = ExitInfo(incarnation=1, code=0, started_at=T0, first_output_at=T0, finished_at=T0)
+    exit_ = ExitInfo(
+        incarnation=incarnation, code=0, started_at=T0, first_output_at=T0, finished_at=T0
+    )
     return ev(seq, node, EventType.EXITED, exit=exit_, stopped=True)
 
 
@@ -228,4 +230,17 @@ def test_flush_recognises_a_pending_restart_before_its_window_ends() -> None:
     r.feed(ev(2, "node2", EventType.STARTED), 1.1, BASE)
     assert r.flush(1.2) == [
         ObservedAction(at_s=1.1, kind=ActionKind.RESTART, nodes=("node2",), detail="restarted")
+    ]
+
+
+def test_a_deleted_pod_s_replacement_started_before_its_stop_is_one_restart() -> None:
+    r = Recogniser(
+        configs=dict.fromkeys(NODES, BASE),
+        generations=dict.fromkeys(NODES, 1),
+        incarnations=dict.fromkeys(NODES, 1),
+    )
+    assert r.feed(ev(1, "node1", EventType.STARTED, incarnation=2, pod="p-2"), 1.0, BASE) == []
+    assert r.feed(stopped(2, "node1", incarnation=1), 1.3, None) == []
+    assert r.tick(5.0) == [
+        ObservedAction(at_s=1.0, kind=ActionKind.RESTART, nodes=("node1",), detail="restarted")
     ]
