@@ -218,3 +218,83 @@ def test_the_clock_moves_in_status_json_while_people_work(tmp_path: Path) -> Non
 
     drilled(run, person, tick_s=1.0)
     assert clocks[1] - clocks[0] >= 0.5
+
+
+def head_only_restart_doc() -> dict[str, Any]:
+    """The head-only-restart lesson on the fake lab's tp_group (node1 head, node2 worker)."""
+    health = {"kind": "http", "path": "/health", "node": "node1"}
+    return scenario_doc(
+        target="node1",
+        baseline={"probes": [health]},
+        inject=[{"kind": "signal", "node": "node1", "process": "engine_core", "signal": "KILL"}],
+        expect={
+            "signature": {"source": "previous", "in_order": [{"regex": "EngineDeadError"}]},
+            "exit_code": 0,
+            "time_to_fail": {"max_s": 600},
+        },
+        recover=[
+            {
+                "name": "Restart the head alone",
+                "outcome": "does_not_restore",
+                "why": "the workers never rejoin a new head",
+                "actions": [{"kind": "restart", "nodes": ["node1"]}],
+            },
+            {
+                "name": "Restart the group together",
+                "outcome": "restores",
+                "actions": [{"kind": "restart", "nodes": ["tp_group"], "together": True}],
+            },
+        ],
+        verify={"probes": [health], "time_to_recover": {"max_s": 1800}},
+    )
+
+
+def test_the_head_alone_is_a_shortcut_and_the_group_together_recovers(tmp_path: Path) -> None:
+    from runner.labs.fake import Exits, Serves
+
+    broken = {"head": False, "together": False}
+
+    def script(node: str, _config: object) -> object:
+        if node == "node1" and broken["head"] and not broken["together"]:
+            return Exits(code=0, logs=("EngineDeadError: EngineCore encountered an issue",))
+        return Serves()
+
+    run = fake_run(tmp_path, head_only_restart_doc(), script)  # type: ignore[arg-type]
+    real_signal, real_restart = run.lab.signal, run.lab.restart
+
+    def signal(node: str, process: str, sig: str) -> None:
+        broken["head"] = True
+        real_signal(node, process, sig)
+
+    def restart(nodes: Any) -> None:
+        broken["together"] = set(nodes) == {"node1", "node2"}
+        real_restart(nodes)
+
+    run.lab.signal = signal  # type: ignore[method-assign]
+    run.lab.restart = restart  # type: ignore[method-assign]
+
+    def person(d: Drill) -> None:
+        d.lab.restart(["node1"])
+        wait_for_action(d, 1)
+        assert d.bus.status.actions[0].shortcut is True
+        d.lab.restart(["node1", "node2"])
+
+    d, result = drilled(run, person)
+    assert result.drill is not None and result.drill.outcome is DrillOutcome.RECOVERED
+    assert [(a.kind, a.nodes, a.step, a.shortcut, a.why) for a in result.drill.actions] == [
+        (
+            ActionKind.RESTART,
+            ("node1",),
+            "Restart the head alone",
+            True,
+            "the workers never rejoin a new head",
+        ),
+        (ActionKind.GROUP_RESTART, ("node1", "node2"), "Restart the group together", False, ""),
+    ]
+    assert result.verdict is Verdict.PASSED, [
+        (a.name, a.observed) for a in result.assertions if a.verdict is not Verdict.PASSED
+    ]
+    assert [e.text for e in d.bus.events() if e.kind is EventKind.ACTION] == [
+        "shortcut: Restart the head alone: the workers never rejoin a new head",
+        "group_restart node1, node2: 2 nodes restarted together (step: Restart the group together)",
+    ]
