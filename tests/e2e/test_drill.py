@@ -108,9 +108,12 @@ def check(data: dict[str, Any]) -> None:
     assert s["verdict"] == "passed"
 
 
-def test_a_drill_on_the_local_lab_with_gameday_lab_restart(tmp_path: Path) -> None:
+def test_a_drill_on_the_local_lab_with_gameday_lab_restart(
+    tmp_path: Path, lab_down_after: list[Path]
+) -> None:
     named = f"name: drill\n      state_dir: {tmp_path / 'lab-state'}"
     inv = inventory(tmp_path, "127.0.78.71", **{"name: local": named})
+    lab_down_after.append(inv)
 
     def restart(nodes: list[str]) -> None:
         ok(gameday("lab", "restart", *nodes, "--lab", str(inv)))
@@ -119,9 +122,12 @@ def test_a_drill_on_the_local_lab_with_gameday_lab_restart(tmp_path: Path) -> No
     assert not open_lab(load_inventory(inv)).is_up()  # the drill brought it up, and down
 
 
-def test_a_drill_on_the_compose_lab_with_docker_restart_run_directly(tmp_path: Path) -> None:
+def test_a_drill_on_the_compose_lab_with_docker_restart_run_directly(
+    tmp_path: Path, lab_image: str, lab_down_after: list[Path]
+) -> None:
     client = docker_or_skip()
     inv = ROOT / "inventories" / "compose.yaml"
+    lab_down_after.append(inv)
     lab = open_lab(load_inventory(inv))
     project = lab.facts().get("GAMEDAY_COMPOSE_PROJECT", "")
 
