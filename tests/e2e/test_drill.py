@@ -20,6 +20,7 @@ from runner.drill.bus import read_status
 from runner.drill.model import DrillPhase, DrillStatus
 from runner.inventory import load_inventory
 from runner.labs import open_lab
+from runner.labs.compose.driver import ComposeLab
 from tests.support.cli import ROOT, docker_or_skip, gameday, inventory, ok
 
 pytestmark = pytest.mark.e2e
@@ -125,21 +126,15 @@ def test_a_drill_on_the_local_lab_with_gameday_lab_restart(
 def test_a_drill_on_the_compose_lab_with_docker_restart_run_directly(
     tmp_path: Path, lab_image: str, lab_down_after: list[Path]
 ) -> None:
-    client = docker_or_skip()
+    docker_or_skip()
     inv = ROOT / "inventories" / "compose.yaml"
     lab_down_after.append(inv)
-    lab = open_lab(load_inventory(inv))
-    project = lab.facts().get("GAMEDAY_COMPOSE_PROJECT", "")
+    lab = ComposeLab(load_inventory(inv))
 
     def restart(nodes: list[str]) -> None:
-        containers = {
-            c.labels.get("gameday.node"): c
-            for c in client.containers.list(filters={"label": "gameday.role=engine"})
-            if not project or c.labels.get("com.docker.compose.project") == project
-        }
-        # `docker restart a b c d` restarts them one after the other, as the CLI does
-        subprocess.run(
-            ["docker", "restart", *(containers[n].id for n in nodes)], check=True, timeout=120
-        )
+        # the containers as the lab names them (an exited head included); the restart is
+        # Docker's own CLI: `docker restart a b c d` restarts them one after the other
+        ids = [lab.engine(n).id for n in nodes]
+        subprocess.run(["docker", "restart", *ids], check=True, timeout=120)
 
     check(drill_with(inv, tmp_path, restart))
