@@ -12,6 +12,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from runner.drill.model import HintView, ObservedAction
+
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -101,6 +103,35 @@ class Evidence(Frozen):
     lines: list[EvidenceLine]
 
 
+class DrillOutcome(enum.StrEnum):
+    RECOVERED = "recovered"  # the verify probes passed
+    TIMED_OUT = "timed_out"  # --timeout passed first
+    GAVE_UP = "gave_up"  # Ctrl-C, `gameday drill stop`, the page's give-up
+    ERROR = "error"  # gameday could not carry the drill (no hand-over, a lab error)
+
+
+class DrillRecord(Frozen):
+    """What a drill measured of the people (`gameday drill`). Every time is wall-clock seconds
+    since the fault was in place: people act in wall time, whatever the lab's time scale."""
+
+    handed_over_at: datetime | None
+    time_to_detect_s: float | None = None  # the first expected alert firing
+    time_to_acknowledge_s: float | None = None
+    time_to_recover_s: float | None = None
+    hints: list[HintView] = []
+    actions: list[ObservedAction] = []
+    shortcuts: list[ObservedAction] = []
+    outcome: DrillOutcome
+    # the scenario's windows, real-world seconds: the first expected alert's, time to recover's
+    detect_within_s: float | None = None
+    recover_within_s: float | None = None
+
+
+class RunMode(enum.StrEnum):
+    RUN = "run"  # gameday runs the recovery
+    DRILL = "drill"  # people recover the lab; gameday watches
+
+
 class ScenarioResult(Frozen):
     id: str
     title: str
@@ -119,6 +150,7 @@ class ScenarioResult(Frozen):
     # a recovery step's `runbook:` (a path relative to the scenario, or a URL), by the step's
     # label ("recover 2: scale the KV cache")
     runbooks: dict[str, str] = {}
+    drill: DrillRecord | None = None  # in a drill: what the people did, and when
 
 
 class LabInfo(Frozen):
@@ -139,3 +171,4 @@ class RunResult(Frozen):
     lab: LabInfo
     verdict: Verdict
     scenarios: list[ScenarioResult]
+    mode: RunMode = RunMode.RUN

@@ -585,6 +585,17 @@ class Verification(Model):
     time_to_recover: Window
 
 
+class Hint(Model):
+    """A hint a drill gives the people recovering the lab (`gameday drill`)."""
+
+    text: Annotated[str, Field(min_length=1, max_length=2000)]
+    after_s: Annotated[float | None, Field(ge=0, le=MAX_WINDOW_S)] = Field(
+        default=None,
+        description="Wall-clock seconds after the hand-over when the drill releases it; "
+        "null: only when someone asks for a hint.",
+    )
+
+
 class Scenario(Model):
     api_version: Literal["gameday/v1"] = Field(alias="apiVersion")
     kind: Literal["Scenario"]
@@ -598,6 +609,9 @@ class Scenario(Model):
     detect: Detection = Detection()
     recover: Annotated[list[RecoveryStep], Field(min_length=1)]
     verify: Verification
+    hints: list[Hint] = Field(
+        default=[], description="Hints for a drill, in the order they are given (gameday drill)."
+    )
 
     @property
     def uses_monitoring(self) -> bool:

@@ -24,6 +24,7 @@ from runner.errors import InputError
 from runner.fsutil import read_bytes
 from runner.printable import printable
 from runner.redact import redact_obj
+from runner.report import drill
 from runner.results import RunResult, ScenarioResult, Verdict
 
 FILES = ("result.json", "junit.xml", "report.md", "report.html")
@@ -115,10 +116,12 @@ def junit(result: RunResult) -> str:
             el.text = _failure_text(s, Verdict.ERROR)
         elif s.verdict is Verdict.SKIPPED:
             ET.SubElement(case, "skipped", message="; ".join(s.notes))
-        if s.runbooks:  # properties come first in a testcase (pytest writes them there)
+        if s.runbooks or s.drill:  # properties come first in a testcase (pytest writes them there)
             props = ET.Element("properties")
             for step, ref in s.runbooks.items():
                 ET.SubElement(props, "property", name=f"runbook {step}", value=ref)
+            for name, value in (drill.properties(s.drill) if s.drill else {}).items():
+                ET.SubElement(props, "property", name=name, value=value)
             case.insert(0, props)
         out = ET.SubElement(case, "system-out")
         out.text = "\n".join(
@@ -137,7 +140,7 @@ def _md(text: str) -> str:
 
 def markdown(result: RunResult) -> str:
     lines = [
-        f"# gameday run {result.run_id}: {result.verdict.value.upper()}",
+        f"# gameday {result.mode.value} {result.run_id}: {result.verdict.value.upper()}",
         "",
         f"Lab **{result.lab.name}** ({result.lab.kind}, time scale x{result.lab.time_scale:g}, "
         f"allowance {result.lab.timing_allowance_s:g} s), inventory `{result.lab.inventory}`.",
@@ -161,6 +164,8 @@ def markdown(result: RunResult) -> str:
             lines.append(f"- runbook of {_md(step)}: {_md(ref)}")
         if s.runbooks:
             lines.append("")
+        if s.drill:
+            lines += _drill_md(s)
         if s.assertions:
             lines += ["| | assertion | expected | observed |", "|---|---|---|---|"]
             mark = {
@@ -174,6 +179,19 @@ def markdown(result: RunResult) -> str:
                     f"| {mark[a.verdict]} | {_md(a.name)} | {_md(a.expected)} | {_md(a.observed)} |"
                 )
     return "\n".join(lines) + "\n"
+
+
+def _drill_md(s: ScenarioResult) -> list[str]:
+    assert s.drill is not None
+    lines = ["### Drill (wall-clock seconds since the fault)", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {_md(v)} |" for k, v in drill.summary(s.drill)]
+    if s.drill.actions:
+        lines += ["", "| at | action | nodes | step |", "|---|---|---|---|"]
+        lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in drill.action_rows(s.drill)]
+    for h in s.drill.hints:
+        asked = "asked for" if h.requested else "released"
+        lines.append(f"- hint {h.index} {asked} at {h.at_s:.1f} s: {_md(h.text)}")
+    return [*lines, ""]
 
 
 _ENV = jinja2.Environment(
@@ -205,5 +223,5 @@ def timeline_points(s: ScenarioResult) -> list[dict[str, object]]:
 
 def html(result: RunResult) -> str:
     return _ENV.get_template("report.html.j2").render(
-        r=result, points={s.id: timeline_points(s) for s in result.scenarios}
+        r=result, points={s.id: timeline_points(s) for s in result.scenarios}, drill=drill
     )

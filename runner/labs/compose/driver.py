@@ -398,6 +398,7 @@ class ComposeLab(LabDriver):
             if rc != 0:
                 raise LabError(f"{node}: no engine-core process to signal ({out.strip()})")
         else:
+            self.watch.signalled.add(c.id)
             c.kill(signal=f"SIG{signal}")
 
     @property

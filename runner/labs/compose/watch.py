@@ -76,6 +76,10 @@ class DockerWatch:
         # time, not by incarnation number: a restart the event feed has not shown yet when the lab
         # stops the container has no number yet.
         self.stopping: dict[str, float] = {}
+        # containers the lab itself is signalling (a scenario's `signal` step): their exits are
+        # failures, not stops, whatever signal they got
+        self.signalled: set[str] = set()
+        self._outside_stop: set[str] = set()  # stopped with SIGTERM; the stop's end not seen yet
         self._events: Any = None
         self._synced = False
 
@@ -131,12 +135,14 @@ class DockerWatch:
             for ev in feed:
                 action = ev.get("Action") or ev.get("status", "")
                 node = self._node_of(ev.get("Actor", {}).get("Attributes", {}))
-                if node is None or action not in ("start", "die"):
+                if node is None or action not in ("start", "die", "kill"):
                     continue
                 cid = ev.get("id") or ev["Actor"]["ID"]
                 ts = datetime.fromtimestamp(ev["timeNano"] / 1e9, UTC)
                 if action == "start":
                     self.on_start(node, cid, ts)
+                elif action == "kill":
+                    self.on_kill(cid, ev["Actor"].get("Attributes", {}))
                 else:
                     self.on_die(node, cid, ev["Actor"]["Attributes"], ts)
 
@@ -171,6 +177,17 @@ class DockerWatch:
         )
         self._watch_incarnation(node, inc, c)
 
+    def on_kill(self, cid: str, attrs: dict[str, str]) -> None:
+        """Docker's SIGTERM to a container (`docker stop`, `docker restart`, from gameday or from
+        anyone): its next exit is a stop, not a failure. A signal the lab sends as a scenario's
+        fault is not."""
+        if cid in self.signalled:
+            self.signalled.discard(cid)
+            return
+        if attrs.get("signal") in ("15", "SIGTERM", "TERM"):
+            self.stopping[cid] = math.inf
+            self._outside_stop.add(cid)
+
     def on_die(self, node: Node, cid: str, attrs: dict[str, str], ts: datetime) -> None:
         inc = self.current(node.name)
         if inc is None or inc.container_id != cid or inc.finished_at is not None:
@@ -188,6 +205,11 @@ class DockerWatch:
         inc.finished_at = finished
         inc.code = int(attrs.get("exitCode", "0"))
         inc.stopped = ts.timestamp() <= self.stopping.get(cid, -math.inf)
+        if cid in self._outside_stop:
+            # that stop is over: a later exit of the same container (`docker restart` keeps it)
+            # is its own again
+            self._outside_stop.discard(cid)
+            self.stopping[cid] = ts.timestamp()
         self.ready[node.name] = False
         self.feed.emit(node.name, EventType.EXITED, finished, **inc.exited())
         if status == "restarting":

@@ -313,8 +313,7 @@ def test_argv_that_is_not_a_list(tmp_path: Path) -> None:
         load_scenario(path)
     argv_line = path.read_text().splitlines().index("  argv: ./fix.sh --all") + 1
     assert exc.value.message == (
-        f"{path}:{argv_line} [inject.0.argv]: "
-        "argv is a list: [prog, arg, ...]; no shell"
+        f"{path}:{argv_line} [inject.0.argv]: argv is a list: [prog, arg, ...]; no shell"
     )
 
 

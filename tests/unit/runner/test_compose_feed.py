@@ -142,3 +142,36 @@ def test_a_replayed_exit_from_before_the_known_start_is_ignored(lab: ComposeLab)
     lab.watch.on_die(node, "b", {"exitCode": "1"}, at(1.5))
     assert lab.watch.incs["serving"][-1].finished_at is None
     assert not [e for e in lab.feed.events if e.type is EventType.EXITED]
+
+
+def test_a_docker_restart_from_outside_gameday_is_a_stop_not_a_failure(lab: ComposeLab) -> None:
+    """`docker restart` (or `docker stop`) sends SIGTERM first: Docker's kill event says so. The
+    exit that follows is a stop; a later exit of the same container is the node's own again."""
+    docker: FakeDocker = lab._client
+    node = lab.inventory.node("serving")
+    b = docker.by_id["b"] = FakeContainer("b", started=1.0)
+    lab.watch.on_start(node, "b", at(1.0))
+    lab.watch.on_kill("b", {"signal": "15", "name": "b"})
+    b.running, b.finished = False, 1.2
+    lab.watch.on_die(node, "b", {"exitCode": "0"}, at(1.2))
+    b.running, b.started = True, 1.3
+    lab.watch.on_start(node, "b", at(1.3))
+    b.running, b.finished = False, 1.9
+    lab.watch.on_die(node, "b", {"exitCode": "1"}, at(1.9))
+    exits = [e for e in lab.feed.events if e.type is EventType.EXITED]
+    assert [(e.stopped, e.exit.code if e.exit else None) for e in exits] == [(True, 0), (False, 1)]
+
+
+def test_a_signal_the_lab_sends_as_a_fault_is_a_failure(lab: ComposeLab) -> None:
+    docker: FakeDocker = lab._client
+    node = lab.inventory.node("serving")
+    b = docker.by_id["b"] = FakeContainer("b", started=1.0)
+    lab.watch.on_start(node, "b", at(1.0))
+    lab.watch.signalled.add("b")  # as the driver's `signal` marks it before killing
+    lab.watch.on_kill("b", {"signal": "15"})
+    b.running, b.finished = False, 1.2
+    lab.watch.on_die(node, "b", {"exitCode": "143"}, at(1.2))
+    lab.watch.on_kill("b", {"signal": "9"})  # a SIGKILL from outside is no stop either
+    exits = [e for e in lab.feed.events if e.type is EventType.EXITED]
+    assert [e.stopped for e in exits] == [False]
+    assert lab.watch.signalled == set()

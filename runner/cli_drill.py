@@ -1,0 +1,219 @@
+"""`gameday drill`: a game day on one scenario (runner.drill), and `gameday drill ack|hint|stop`,
+which reach a running drill of a lab through its page server (the `server.json` the drill
+writes in its folder). Exit codes as `gameday run`'s: 0 recovered in time, 1 late or not at all
+(timed out, gave up), 2 invalid input, 3 the drill could not be carried out, or (ack, hint,
+stop) no drill with a page runs on that lab."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from runner import output
+from runner.cli_options import handled, lab_option, load_all, reports_option
+from runner.drill.bus import DrillBus
+from runner.drill.launch import run_drill
+from runner.drill.model import EventKind
+from runner.drill.session import Drill, DrillOptions, drill_folder
+from runner.errors import InputError, LabError
+from runner.inventory import load_inventory
+from runner.labs import open_lab
+from runner.results import Verdict
+
+SERVER_FILE = "server.json"
+EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
+SHOWN = {
+    EventKind.PHASE,
+    EventKind.ACTION,
+    EventKind.HINT,
+    EventKind.ACK,
+    EventKind.DETECTED,
+    EventKind.RECOVERED,
+    EventKind.PROBE,
+    EventKind.ALERT,
+}
+VERBS = ("ack", "hint", "stop")
+
+
+class _DrillGroup(click.Group):
+    """`gameday drill SCENARIO ...` runs a drill; `gameday drill ack|hint|stop` are verbs."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["start", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DrillGroup)
+def drill() -> None:
+    """Game days: `gameday drill SCENARIO` breaks the lab as a run does, then hands it over to
+    people and watches (see `gameday drill start --help`); `gameday drill ack|hint|stop` act on
+    the drill running on a lab. README.md, "Game days: gameday drill"."""
+
+
+@drill.command("start")
+@click.argument("scenario")
+@lab_option
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Wall seconds after the hand-over before the drill ends as timed out [default: the "
+    "scenario's time-to-recover window at the lab's scale, at least 600].",
+)
+@click.option("--page-port", type=click.IntRange(0, 65535), default=0, help="Port of the page.")
+@click.option("--no-page", is_flag=True, help="Serve no page (use the terminal).")
+@reports_option
+@handled
+def start(
+    scenario: str,
+    lab_path: Path,
+    timeout_s: float | None,
+    page_port: int,
+    no_page: bool,
+    reports_dir: Path,
+) -> None:
+    """Drill SCENARIO (a file or an id, as `gameday run` takes): baseline, inject and confirm the
+    failure as a run does, then hand the lab over. No recovery step runs: the drill watches the
+    lab's events (a person's restarts, configuration changes and stops, whatever tool made
+    them), the verify probes and the alerts, says at once when an action is a shortcut the
+    scenario lists, and ends when the probes pass (recovered), at --timeout, on Ctrl-C or
+    `gameday drill stop`; then it cleans up to the baseline as a run does. Times are wall-clock
+    seconds since the fault. Exit 0: recovered within the scenario's window; 1: late or not at
+    all; 3: the drill could not be carried out."""
+    entries = load_all((scenario,))
+    if len(entries) != 1:
+        raise InputError(f"a drill takes one scenario; {scenario!r} names {len(entries)}")
+    inventory = load_inventory(lab_path)
+    options = DrillOptions(timeout_s=timeout_s)
+    with contextlib.ExitStack() as stack, output.ProgressLine() as progress:
+
+        def on_start(d: Drill) -> None:
+            stack.enter_context(_served(d, page_port, no_page))
+            threading.Thread(target=_show, args=(d.bus,), daemon=True).start()
+
+        outcome = run_drill(
+            entries[0].loaded, inventory, reports_dir, progress, options=options, on_start=on_start
+        )
+    output.run_summary(outcome.result, str(outcome.report_dir))
+    sys.exit(EXIT[outcome.result.verdict])
+
+
+def _show(bus: DrillBus) -> None:
+    """What people need to see as it happens, one line each."""
+    for e in bus.subscribe():
+        if e.kind in SHOWN:
+            at = f"{e.at_s:7.1f}s " if e.at_s is not None else ""
+            output.message(f"drill {at}{e.kind.value}: {e.text}")
+
+
+@contextlib.contextmanager
+def _served(d: Drill, port: int, no_page: bool) -> Iterator[None]:
+    """The page (helper module runner.drill.server) while the drill runs, and `server.json`
+    saying where it is (no page: url null)."""
+    folder = drill_folder(d.lab)
+    folder.mkdir(parents=True, exist_ok=True)
+    handle: Any = None
+    if not no_page:
+        try:
+            server = importlib.import_module("runner.drill.server")
+        except ImportError:
+            output.message("drill: this gameday has no page server; use the terminal")
+        else:
+            handle = server.start_server(d.bus, port)
+            output.message(f"drill page: {handle.url}")
+    url = handle.url if handle is not None else None
+    d.bus.update(d.bus.status.model_copy(update={"page_url": url}))
+    info = folder / SERVER_FILE
+    info.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    try:
+        yield
+    finally:
+        info.unlink(missing_ok=True)
+        if handle is not None:
+            handle.stop()
+
+
+def _post(lab_path: Path, path: str) -> str:
+    folder = drill_folder(open_lab(load_inventory(lab_path)))
+    try:
+        info = json.loads((folder / SERVER_FILE).read_text())
+    except FileNotFoundError:
+        raise LabError(
+            f"no drill is running on this lab (no {folder / SERVER_FILE})",
+            hint="start one with `gameday drill SCENARIO`",
+        ) from None
+    except ValueError as exc:
+        raise LabError(f"{folder / SERVER_FILE} is not readable: {exc}") from None
+    if not _alive(info.get("pid")):
+        raise LabError(f"no drill is running on this lab (pid {info.get('pid')} is gone)")
+    if not info.get("url"):
+        raise LabError(
+            "the drill on this lab has no page (--no-page)",
+            hint="use the keys in the drill's terminal",
+        )
+    try:
+        url = str(info["url"]).rstrip("/") + "/" + path
+        r = httpx.post(url, headers={"X-Gameday": "1"}, timeout=10)
+    except httpx.HTTPError as exc:
+        raise LabError(f"the drill's page at {info['url']} did not answer: {exc}") from None
+    if r.status_code >= 400:
+        raise LabError(f"the drill's page refused: HTTP {r.status_code} {r.text[:200]}")
+    return _answer(r)
+
+
+def _answer(r: httpx.Response) -> str:
+    try:
+        body = r.json()
+    except ValueError:
+        return r.text.strip()
+    if isinstance(body, dict):
+        return str(body.get("answer") or body.get("message") or body)
+    return str(body)
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@drill.command("ack")
+@lab_option
+@handled
+def ack(lab_path: Path) -> None:
+    """Acknowledge the incident of the drill running on the lab (the first ack counts)."""
+    output.message(_post(lab_path, "ack"))
+
+
+@drill.command("hint")
+@lab_option
+@handled
+def hint(lab_path: Path) -> None:
+    """Release the next hint of the drill running on the lab."""
+    output.message(_post(lab_path, "hint"))
+
+
+@drill.command("stop")
+@lab_option
+@handled
+def stop(lab_path: Path) -> None:
+    """Give up the drill running on the lab: it cleans up to the baseline."""
+    output.message(_post(lab_path, "give-up"))

@@ -1,0 +1,119 @@
+"""A drill's after-action report: result.json's mode and drill record, report.md, report.html and
+junit.xml (a shortcut tried is a finding, not a failure)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from runner.drill.model import ActionKind, HintView, ObservedAction
+from runner.report import load_result, write_reports
+from runner.results import DrillOutcome, DrillRecord, RunMode, Verdict
+from runner.scenario import Outcome
+from tests.support.results import NOW, run_result, scenario_result
+
+SHORTCUT = ObservedAction(
+    at_s=42.5,
+    kind=ActionKind.RESTART,
+    nodes=("node1",),
+    detail="restarted",
+    step="Restart the head alone",
+    outcome=Outcome.DOES_NOT_RESTORE,
+    shortcut=True,
+    why="the workers never rejoin <a new head>",
+)
+FIX = ObservedAction(
+    at_s=130.25,
+    kind=ActionKind.GROUP_RESTART,
+    nodes=("node1", "node2"),
+    detail="2 nodes restarted together",
+    step="Restart all four nodes together",
+    outcome=Outcome.RESTORES,
+)
+RECORD = DrillRecord(
+    handed_over_at=NOW,
+    time_to_detect_s=30.0,
+    time_to_acknowledge_s=12.0,
+    time_to_recover_s=150.0,
+    hints=[HintView(index=1, text="look at node2", at_s=60.0, requested=True)],
+    actions=[SHORTCUT, FIX],
+    shortcuts=[SHORTCUT],
+    outcome=DrillOutcome.RECOVERED,
+    detect_within_s=420.0,
+    recover_within_s=120.0,
+)
+
+
+def written(tmp_path: Path) -> Path:
+    s = scenario_result("drill", verdict=Verdict.PASSED, assertions=[], drill=RECORD)
+    result = run_result(s).model_copy(update={"mode": RunMode.DRILL, "verdict": Verdict.PASSED})
+    write_reports(result, tmp_path)
+    return tmp_path
+
+
+def test_result_json_has_the_mode_and_the_drill(tmp_path: Path) -> None:
+    out = written(tmp_path)
+    data = json.loads((out / "result.json").read_text())
+    assert data["mode"] == "drill"
+    d = data["scenarios"][0]["drill"]
+    assert (d["outcome"], d["time_to_detect_s"], d["time_to_acknowledge_s"]) == (
+        "recovered",
+        30.0,
+        12.0,
+    )
+    assert [(a["at_s"], a["kind"], a["shortcut"]) for a in d["actions"]] == [
+        (42.5, "restart", True),
+        (130.25, "group_restart", False),
+    ]
+    assert [a["why"] for a in d["shortcuts"]] == ["the workers never rejoin <a new head>"]
+    assert load_result(out / "result.json").scenarios[0].drill == RECORD
+
+
+def test_a_run_s_result_says_mode_run() -> None:
+    assert run_result(scenario_result()).mode is RunMode.RUN
+
+
+def test_report_md_shows_times_against_windows_actions_and_hints(tmp_path: Path) -> None:
+    md = (written(tmp_path) / "report.md").read_text()
+    assert md.startswith("# gameday drill ")
+    for line in (
+        "| outcome | recovered |",
+        "| time to detect (first alert) | 30.0 s (within the 420 s window) |",
+        "| time to acknowledge | 12.0 s |",
+        "| time to recover | 150.0 s (OVER the 120 s window) |",
+        "| hints used | 1 |",
+        "| shortcuts tried | 1 |",
+        "| 42.5 s | restart: restarted | node1 | SHORTCUT Restart the head alone: the workers "
+        "never rejoin <a new head> |",
+        "| 130.2 s | group_restart: 2 nodes restarted together | node1, node2 | Restart all four "
+        "nodes together |",
+        "- hint 1 asked for at 60.0 s: look at node2",
+    ):
+        assert line in md.splitlines(), line
+
+
+def test_junit_has_the_times_as_properties_and_a_shortcut_is_no_failure(tmp_path: Path) -> None:
+    root = ET.parse(written(tmp_path) / "junit.xml").getroot()
+    case = root.find("testsuite/testcase")
+    assert case is not None
+    assert case.find("failure") is None and case.find("error") is None
+    props = {p.get("name"): p.get("value") for p in case.iterfind("properties/property")}
+    assert props == {
+        "mode": "drill",
+        "outcome": "recovered",
+        "time_to_detect_s": "30.000",
+        "time_to_acknowledge_s": "12.000",
+        "time_to_recover_s": "150.000",
+        "hints_used": "1",
+        "shortcuts_tried": "1",
+        "shortcut 1": "Restart the head alone at 42.5 s: the workers never rejoin <a new head>",
+        "hint 1": "at 60.0 s (asked)",
+    }
+
+
+def test_report_html_shows_the_drill_escaped(tmp_path: Path) -> None:
+    html = (written(tmp_path) / "report.html").read_text()
+    assert "<th>time to recover</th><td>150.0 s (OVER the 120 s window)</td>" in html
+    assert "SHORTCUT Restart the head alone: the workers never rejoin &lt;a new head&gt;" in html
+    assert "<a new head>" not in html

@@ -1,0 +1,300 @@
+"""A drill on the fake lab (runner.drill.session): the hand-over, a scripted person's actions,
+the shortcut flagged at once, recovery, hints and acknowledgement, timeout and giving up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from runner.drill.bus import Request, read_status
+from runner.drill.model import ActionKind, DrillPhase, DrillStatus, EventKind
+from runner.drill.session import Drill, DrillOptions, drill_folder
+from runner.journal import Journal
+from runner.labs.base import Change, ChangeKind
+from runner.results import DrillOutcome, ScenarioResult, Verdict
+from tests.support.fakelab import FakeRun, fake_run, scenario_doc, wrong_flag
+
+Person = Callable[[Drill], None]
+
+
+def drill_of(run: FakeRun, **options: Any) -> Drill:
+    opts = DrillOptions(**{"tick_s": 0.05, "window_s": 0.2, **options})
+    journal = Journal(run.lab.state_dir, "drill-1")
+    http = httpx.Client(transport=run.lab.transport)
+    return Drill(run.ls, run.lab, journal, run.progress.append, http=http, options=opts)
+
+
+def handed_over(d: Drill, timeout: float = 10.0) -> DrillStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = d.bus.status
+        if st.phase is DrillPhase.HANDED_OVER:
+            return st
+        time.sleep(0.01)
+    raise AssertionError(f"not handed over: {d.bus.status.phase}")
+
+
+def drilled(run: FakeRun, person: Person, **options: Any) -> tuple[Drill, ScenarioResult]:
+    d = drill_of(run, **options)
+    errors: list[BaseException] = []
+
+    def act() -> None:
+        try:
+            handed_over(d)
+            person(d)
+        except BaseException as exc:  # the test's assertion, reported by the main thread
+            errors.append(exc)
+            d.bus.request(Request.GIVE_UP)
+
+    t = threading.Thread(target=act)
+    t.start()
+    result = d.run()
+    t.join(10)
+    if errors:
+        raise errors[0]
+    return d, result
+
+
+def rollback(d: Drill) -> None:
+    lab = d.lab
+    base = lab.baseline_config("serving")
+    lab.apply(
+        Change(
+            kind=ChangeKind.NODE_CONFIG, node="serving", before=lab.config("serving"), after=base
+        )
+    )
+
+
+def wait_for_action(d: Drill, n: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(d.bus.status.actions) < n:
+        assert time.monotonic() < deadline, f"actions: {d.bus.status.actions}"
+        time.sleep(0.01)
+
+
+def test_a_shortcut_is_flagged_at_once_then_a_rollback_recovers(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+
+    def person(d: Drill) -> None:
+        d.lab.restart(["serving"])  # the shortcut: the flag is still wrong
+        wait_for_action(d, 1)
+        shortcut = d.bus.status.actions[0]
+        assert (shortcut.kind, shortcut.step, shortcut.shortcut, shortcut.why) == (
+            ActionKind.RESTART,
+            "Restart and hope",
+            True,
+            "the flag is still wrong",
+        )
+        assert [e.text for e in d.bus.events() if e.kind is EventKind.ACTION] == [
+            "shortcut: Restart and hope: the flag is still wrong"
+        ]
+        assert d.bus.status.phase is DrillPhase.HANDED_OVER  # not recovered by the shortcut
+        rollback(d)
+
+    d, result = drilled(run, person)
+    assert result.drill is not None
+    assert result.drill.outcome is DrillOutcome.RECOVERED
+    assert [(a.kind, a.step, a.shortcut) for a in result.drill.actions] == [
+        (ActionKind.RESTART, "Restart and hope", True),
+        (ActionKind.CONFIG_CHANGE, "Roll back", False),
+    ]
+    assert [a.step for a in result.drill.shortcuts] == ["Restart and hope"]
+    first, second = result.drill.actions
+    assert 0 < first.at_s <= second.at_s <= result.drill.time_to_recover_s  # type: ignore[operator]
+    assert result.verdict is Verdict.PASSED
+    assert [a.name for a in result.assertions if a.name.startswith("drill")] == [
+        "drill: time to recover"
+    ]
+    # no recovery step was run by gameday: the lab saw the person's restart and re-apply only,
+    # then cleanup's undo of the injected flag
+    assert run.lab.restarted == [["serving"]]
+    assert [p.phase for p in [d.bus.status]] == [DrillPhase.DONE]
+    on_disk = read_status(drill_folder(run.lab))
+    assert on_disk is not None and on_disk.phase is DrillPhase.DONE
+    assert on_disk.recovered_at_s == result.drill.time_to_recover_s
+    assert run.open_changes() == 0
+
+
+def test_hints_by_delay_and_on_request_and_the_first_ack(tmp_path: Path) -> None:
+    doc = scenario_doc(
+        hints=[
+            {"text": "look at the flags", "after_s": 0},
+            {"text": "roll back the change"},
+            {"text": "never asked for", "after_s": 3600},
+        ]
+    )
+    run = fake_run(tmp_path, doc, wrong_flag())
+    answers: list[str] = []
+
+    def person(d: Drill) -> None:
+        deadline = time.monotonic() + 5
+        while not d.bus.status.hints:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        answers.append(d.bus.request(Request.HINT))
+        answers.append(d.bus.request(Request.ACK))
+        answers.append(d.bus.request(Request.ACK).split(" at ")[0])
+        answers.append(d.bus.request(Request.HINT))
+        answers.append(d.bus.request(Request.HINT))
+        answers.append(d.bus.request(Request.GIVE_UP))
+
+    d, result = drilled(run, person)
+    assert answers[0] == "hint 2: roll back the change"
+    assert answers[1].startswith("acknowledged at ")
+    assert answers[2:] == [
+        "already acknowledged",
+        "hint 3: never asked for",
+        "no hints left",
+        "giving up: the drill cleans up to the baseline",
+    ]
+    assert result.drill is not None
+    assert [(h.index, h.requested) for h in result.drill.hints] == [
+        (1, False),
+        (2, True),
+        (3, True),
+    ]
+    assert result.drill.time_to_acknowledge_s == d.bus.status.acked_at_s
+    assert result.drill.time_to_acknowledge_s is not None
+    assert result.drill.outcome is DrillOutcome.GAVE_UP
+    assert result.verdict is Verdict.FAILED
+    assert d.bus.status.hints_left == 0
+
+
+def test_a_timeout_fails_the_drill_and_cleans_up_to_the_baseline(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    _d, result = drilled(run, lambda _d: None, timeout_s=0.3)
+    assert result.drill is not None and result.drill.outcome is DrillOutcome.TIMED_OUT
+    drill_check = [a for a in result.assertions if a.name == "drill: time to recover"]
+    assert [(a.verdict, a.observed) for a in drill_check] == [
+        (Verdict.FAILED, "not recovered: timed out after 0.3 s")
+    ]
+    assert result.verdict is Verdict.FAILED
+    assert run.lab.config("serving") == run.lab.baseline_config("serving")
+    assert run.lab.states()["serving"].ready is True
+    assert run.open_changes() == 0
+
+
+def test_a_request_before_the_hand_over_is_answered_not_taken(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    d = drill_of(run)
+    assert d.bus.request(Request.ACK) == "the drill is not handed over (phase baseline)"
+
+
+def test_a_failure_that_does_not_show_is_an_error_with_nothing_handed_over(
+    tmp_path: Path,
+) -> None:
+    run = fake_run(tmp_path, scenario_doc())  # the node serves whatever its flags
+    d = drill_of(run)
+    result = d.run()
+    assert result.drill is not None and result.drill.outcome is DrillOutcome.ERROR
+    assert result.drill.handed_over_at is None
+    assert result.verdict is Verdict.ERROR
+    assert [e.data["phase"] for e in d.bus.events() if e.kind is EventKind.PHASE] == [
+        "baseline",
+        "inject",
+        "expect",
+        "error",
+        "cleanup",
+        "done",
+    ]
+
+
+def test_the_clock_moves_in_status_json_while_people_work(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    clocks: list[float] = []
+
+    def person(d: Drill) -> None:
+        for _ in range(2):
+            st = read_status(drill_folder(run.lab))
+            assert st is not None and st.clock_s is not None
+            clocks.append(st.clock_s)
+            time.sleep(1.2)
+        d.bus.request(Request.GIVE_UP)
+
+    drilled(run, person, tick_s=1.0)
+    assert clocks[1] - clocks[0] >= 0.5
+
+
+def head_only_restart_doc() -> dict[str, Any]:
+    """The head-only-restart lesson on the fake lab's tp_group (node1 head, node2 worker)."""
+    health = {"kind": "http", "path": "/health", "node": "node1"}
+    return scenario_doc(
+        target="node1",
+        baseline={"probes": [health]},
+        inject=[{"kind": "signal", "node": "node1", "process": "engine_core", "signal": "KILL"}],
+        expect={
+            "signature": {"source": "previous", "in_order": [{"regex": "EngineDeadError"}]},
+            "exit_code": 0,
+            "time_to_fail": {"max_s": 600},
+        },
+        recover=[
+            {
+                "name": "Restart the head alone",
+                "outcome": "does_not_restore",
+                "why": "the workers never rejoin a new head",
+                "actions": [{"kind": "restart", "nodes": ["node1"]}],
+            },
+            {
+                "name": "Restart the group together",
+                "outcome": "restores",
+                "actions": [{"kind": "restart", "nodes": ["tp_group"], "together": True}],
+            },
+        ],
+        verify={"probes": [health], "time_to_recover": {"max_s": 1800}},
+    )
+
+
+def test_the_head_alone_is_a_shortcut_and_the_group_together_recovers(tmp_path: Path) -> None:
+    from runner.labs.fake import Exits, Serves
+
+    broken = {"head": False, "together": False}
+
+    def script(node: str, _config: object) -> object:
+        if node == "node1" and broken["head"] and not broken["together"]:
+            return Exits(code=0, logs=("EngineDeadError: EngineCore encountered an issue",))
+        return Serves()
+
+    run = fake_run(tmp_path, head_only_restart_doc(), script)  # type: ignore[arg-type]
+    real_signal, real_restart = run.lab.signal, run.lab.restart
+
+    def signal(node: str, process: str, sig: str) -> None:
+        broken["head"] = True
+        real_signal(node, process, sig)
+
+    def restart(nodes: Any) -> None:
+        broken["together"] = set(nodes) == {"node1", "node2"}
+        real_restart(nodes)
+
+    run.lab.signal = signal  # type: ignore[method-assign]
+    run.lab.restart = restart  # type: ignore[method-assign]
+
+    def person(d: Drill) -> None:
+        d.lab.restart(["node1"])
+        wait_for_action(d, 1)
+        assert d.bus.status.actions[0].shortcut is True
+        d.lab.restart(["node1", "node2"])
+
+    d, result = drilled(run, person)
+    assert result.drill is not None and result.drill.outcome is DrillOutcome.RECOVERED
+    assert [(a.kind, a.nodes, a.step, a.shortcut, a.why) for a in result.drill.actions] == [
+        (
+            ActionKind.RESTART,
+            ("node1",),
+            "Restart the head alone",
+            True,
+            "the workers never rejoin a new head",
+        ),
+        (ActionKind.GROUP_RESTART, ("node1", "node2"), "Restart the group together", False, ""),
+    ]
+    assert result.verdict is Verdict.PASSED, [
+        (a.name, a.observed) for a in result.assertions if a.verdict is not Verdict.PASSED
+    ]
+    assert [e.text for e in d.bus.events() if e.kind is EventKind.ACTION] == [
+        "shortcut: Restart the head alone: the workers never rejoin a new head",
+        "group_restart node1, node2: 2 nodes restarted together (step: Restart the group together)",
+    ]
