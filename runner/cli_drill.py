@@ -7,41 +7,29 @@ stop) no drill with a page runs on that lab."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 import httpx
 
 from runner import output
 from runner.cli_options import handled, lab_option, load_all, reports_option
-from runner.drill.bus import DrillBus
 from runner.drill.launch import run_drill
-from runner.drill.model import EventKind
+from runner.drill.live import DrillView
+from runner.drill.server import start_server
 from runner.drill.session import Drill, DrillOptions, drill_folder
 from runner.errors import InputError, LabError
 from runner.inventory import load_inventory
 from runner.labs import open_lab
 from runner.results import Verdict
+from runner.run import Progress
 
 SERVER_FILE = "server.json"
 EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
-SHOWN = {
-    EventKind.PHASE,
-    EventKind.ACTION,
-    EventKind.HINT,
-    EventKind.ACK,
-    EventKind.DETECTED,
-    EventKind.RECOVERED,
-    EventKind.PROBE,
-    EventKind.ALERT,
-}
 VERBS = ("ack", "hint", "stop")
 
 
@@ -97,11 +85,18 @@ def start(
         raise InputError(f"a drill takes one scenario; {scenario!r} names {len(entries)}")
     inventory = load_inventory(lab_path)
     options = DrillOptions(timeout_s=timeout_s)
-    with contextlib.ExitStack() as stack, output.ProgressLine() as progress:
+    # On a terminal the drill's own view (rich Live, keys a/h/q) shows the phases: no second
+    # live display beside it. Elsewhere (CI, a pipe) the run's timestamped progress lines and
+    # the view's one line per event.
+    live = output.err.is_terminal
+    with contextlib.ExitStack() as stack:
+        progress: Progress = (
+            (lambda _: None) if live else stack.enter_context(output.ProgressLine())
+        )
 
         def on_start(d: Drill) -> None:
             stack.enter_context(_served(d, page_port, no_page))
-            threading.Thread(target=_show, args=(d.bus,), daemon=True).start()
+            stack.enter_context(DrillView(d.bus))
 
         outcome = run_drill(
             entries[0].loaded, inventory, reports_dir, progress, options=options, on_start=on_start
@@ -110,29 +105,15 @@ def start(
     sys.exit(EXIT[outcome.result.verdict])
 
 
-def _show(bus: DrillBus) -> None:
-    """What people need to see as it happens, one line each."""
-    for e in bus.subscribe():
-        if e.kind in SHOWN:
-            at = f"{e.at_s:7.1f}s " if e.at_s is not None else ""
-            output.message(f"drill {at}{e.kind.value}: {e.text}")
-
-
 @contextlib.contextmanager
 def _served(d: Drill, port: int, no_page: bool) -> Iterator[None]:
-    """The page (helper module runner.drill.server) while the drill runs, and `server.json`
-    saying where it is (no page: url null)."""
+    """The page while the drill runs, and `server.json` saying where it is (no page: url
+    null), for `gameday drill ack|hint|stop`."""
     folder = drill_folder(d.lab)
     folder.mkdir(parents=True, exist_ok=True)
-    handle: Any = None
-    if not no_page:
-        try:
-            server = importlib.import_module("runner.drill.server")
-        except ImportError:
-            output.message("drill: this gameday has no page server; use the terminal")
-        else:
-            handle = server.start_server(d.bus, port)
-            output.message(f"drill page: {handle.url}")
+    handle = None if no_page else start_server(d.bus, port)
+    if handle is not None:
+        output.message(f"drill page: {handle.url}")
     url = handle.url if handle is not None else None
     d.bus.update(d.bus.status.model_copy(update={"page_url": url}))
     info = folder / SERVER_FILE
