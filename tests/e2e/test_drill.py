@@ -7,6 +7,7 @@ after-action report holds both actions with their times."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -26,11 +27,16 @@ from tests.support.cli import ROOT, docker_or_skip, gameday, inventory, ok
 pytestmark = pytest.mark.e2e
 TP = ("node1", "node2", "node3", "node4")
 SHORTCUT_WHY = "the workers' process group is already broken; they never rejoin a new head"
+FIRST_HINT = (
+    "The head exited with code 0, so an on-failure policy never restarted it. "
+    "What do the workers say?"
+)
 
 
-def start_drill(inv: Path, reports: Path, log: Path) -> subprocess.Popen[str]:
+def start_drill(inv: Path, reports: Path, log: Path, page: bool = False) -> subprocess.Popen[str]:
     """The drill, its output to a file (a pipe nobody reads would fill and block it)."""
-    args = ["drill", "head-only-restart", "--no-page", "--lab", str(inv)]
+    args = ["drill", "head-only-restart", "--lab", str(inv)]
+    args += [] if page else ["--no-page"]
     args += ["--reports", str(reports), "--timeout", "300"]
     with log.open("w") as out:
         return subprocess.Popen(
@@ -138,3 +144,69 @@ def test_a_drill_on_the_compose_lab_with_docker_restart_run_directly(
         subprocess.run(["docker", "restart", *ids], check=True, timeout=120)
 
     check(drill_with(inv, tmp_path, restart))
+
+
+def test_the_page_of_a_drill_in_chromium(tmp_path: Path, lab_down_after: list[Path]) -> None:
+    """A real drill's page in Debian's headless Chromium: a person's restart reaches it without a
+    reload, flagged as the shortcut; its Hint and Acknowledge buttons reach the drill and end up
+    in the after-action report."""
+    from tests.support import browser
+
+    reason = browser.missing()
+    if reason is not None:
+        if os.environ.get("GAMEDAY_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"the browser test is required here (GAMEDAY_REQUIRE_DOCKER=1): {reason}")
+        pytest.skip(reason)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    named = f"name: drillpage\n      state_dir: {tmp_path / 'lab-state'}"
+    inv = inventory(tmp_path, "127.0.78.72", **{"name: local": named})
+    lab_down_after.append(inv)
+    folder = open_lab(load_inventory(inv)).state_dir / "drill"
+    reports = tmp_path / "reports"
+    LOGS[folder] = tmp_path / "drill.log"
+    proc = start_drill(inv, reports, LOGS[folder], page=True)
+    shot = tmp_path / "drill-page.png"
+    try:
+        st = status_when(folder, proc, lambda s: s.phase is DrillPhase.HANDED_OVER, 400)
+        assert st.page_url is not None and st.page_url.startswith("http://127.0.0.1:")
+        with browser.chromium() as driver:
+            wait = WebDriverWait(driver, 60)
+            driver.get(st.page_url)
+            wait.until(lambda b: page_text(b, "#conn") == "live")
+            wait.until(lambda b: page_text(b, "#nodes [data-node=node1] .state") == "exited")
+            driver.execute_script("window.gamedayMarker = 'no reload';")
+            ok(gameday("lab", "restart", "node1", "--lab", str(inv)))
+            wait.until(lambda b: "shortcut" in page_text(b, "#actions li").lower())
+            assert SHORTCUT_WHY in page_text(driver, "#actions li")
+            driver.find_element(By.ID, "hint").click()
+            wait.until(lambda b: page_text(b, "#hints li").startswith(FIRST_HINT))
+            driver.find_element(By.ID, "ack").click()
+            wait.until(lambda b: page_text(b, "#acked").startswith("+"))
+            assert driver.execute_script("return window.gamedayMarker;") == "no reload"
+            assert driver.save_screenshot(str(shot))
+            print(f"screenshot: {shot}")
+        st = status_when(folder, proc, lambda s: s.acked_at_s is not None and bool(s.hints), 30)
+        assert [h.text for h in st.hints] == [FIRST_HINT]
+        ok(gameday("lab", "restart", *TP, "--lab", str(inv)))
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=120)
+    assert proc.returncode == 0, tail(folder)
+    assert shot.stat().st_size > 10_000
+    [run_dir] = list(reports.iterdir())
+    d = json.loads((run_dir / "result.json").read_text())["scenarios"][0]["drill"]
+    assert [h["text"] for h in d["hints"]] == [FIRST_HINT]
+    assert d["time_to_acknowledge_s"] is not None
+    assert [a["shortcut"] for a in d["actions"]] == [True, False]
+
+
+def page_text(driver: Any, css: str) -> str:
+    """The rendered text of every element `css` selects, white space collapsed, ' | ' between."""
+    texts = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText);", css
+    )
+    return " | ".join(" ".join(t.split()) for t in texts)
