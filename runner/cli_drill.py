@@ -62,6 +62,13 @@ def drill() -> None:
 )
 @click.option("--page-port", type=click.IntRange(0, 65535), default=0, help="Port of the page.")
 @click.option("--no-page", is_flag=True, help="Serve no page (use the terminal).")
+@click.option(
+    "--seat",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="The workshop seat this lab is (a label on the drill's status and page; "
+    "`gameday workshop start` sets it).",
+)
 @reports_option
 @handled
 def start(
@@ -70,6 +77,7 @@ def start(
     timeout_s: float | None,
     page_port: int,
     no_page: bool,
+    seat: int | None,
     reports_dir: Path,
 ) -> None:
     """Drill SCENARIO (a file or an id, as `gameday run` takes): baseline, inject and confirm the
@@ -84,7 +92,7 @@ def start(
     if len(entries) != 1:
         raise InputError(f"a drill takes one scenario; {scenario!r} names {len(entries)}")
     inventory = load_inventory(lab_path)
-    options = DrillOptions(timeout_s=timeout_s)
+    options = DrillOptions(timeout_s=timeout_s, seat=seat)
     # On a terminal the drill's own view (rich Live, keys a/h/q) shows the phases: no second
     # live display beside it. Elsewhere (CI, a pipe) the run's timestamped progress lines and
     # the view's one line per event.

@@ -14,11 +14,12 @@ from rich.text import Text
 
 from runner.drill.bus import STATUS_FILE, read_status
 from runner.labs import open_lab
-from runner.workshop.drills import drilling
+from runner.workshop.drills import drilling, read_record
 from runner.workshop.seats import Workshop
 
 IDLE = "idle"  # up, no drill (yet)
 DOWN = "down"  # the seat's lab is not up
+FAILED_START = "drill failed to start"  # its output: seat-<k>.drill.err
 
 
 class SeatRow(pydantic.BaseModel):
@@ -43,12 +44,23 @@ class Scoreboard(pydantic.BaseModel):
     seats: tuple[SeatRow, ...]
 
 
-def seat_row(k: int, lab: str, drill_dir: Path, up: bool, drill_pid: int | None = None) -> SeatRow:
+def seat_row(
+    k: int,
+    lab: str,
+    drill_dir: Path,
+    up: bool,
+    drill_pid: int | None = None,
+    failed_start: bool = False,
+) -> SeatRow:
     """Seat k's row: its drill's last status when it has one (a drill that ended keeps its
-    row: recovered-at is the point), else idle or down."""
+    row: recovered-at is the point), else idle or down; `failed_start`: a drill was started
+    there and exited before it wrote any status (its output is in seat-<k>.drill.err)."""
     status = read_status(drill_dir)
     if status is None:
-        return SeatRow(seat=k, lab=lab, state=IDLE if up else DOWN, drill_pid=drill_pid)
+        state = IDLE if up else DOWN
+        if failed_start:
+            state = FAILED_START
+        return SeatRow(seat=k, lab=lab, state=state, drill_pid=drill_pid)
     shortcuts = tuple(a.step or a.kind.value for a in status.shortcuts)
     return SeatRow(
         seat=k,
@@ -79,6 +91,7 @@ def scoreboard(ws: Workshop) -> Scoreboard:
     for k in ws.seats:
         inv = ws.seat(k)
         rec = drilling(ws, k)
+        started = read_record(ws, k) is not None
         rows.append(
             seat_row(
                 k,
@@ -86,6 +99,7 @@ def scoreboard(ws: Workshop) -> Scoreboard:
                 ws.drill_dir(k),
                 open_lab(inv).is_up(),
                 rec.pid if rec is not None else None,
+                failed_start=started and rec is None,
             )
         )
     return Scoreboard(lab=ws.manifest.lab, at=datetime.now(UTC), seats=tuple(rows))

@@ -142,3 +142,57 @@ def test_a_local_seat_that_cannot_come_up_takes_the_workshop_down(tmp_path: Path
     assert "seat 1" not in r.stderr.splitlines()[0]
     assert not (tmp_path / "workshop" / "local").exists()
     assert processes_naming(str(tmp_path)) == []  # seat 1, which came up, is down again
+
+
+HEAD_ALONE = "Restart the head alone (what `--restart always` would do)"
+
+
+def board_when(state: Path, inv: Path, cond: Any, timeout: float) -> dict[str, Any]:
+    """The scoreboard (`workshop status --json`) once `cond` holds for every seat."""
+    deadline = time.monotonic() + timeout
+    while True:
+        board: dict[str, Any] = json.loads(
+            ok(gd(state, "workshop", "status", "--json", "--lab", str(inv))).stdout
+        )
+        if all(cond(s) for s in board["seats"]):
+            return board
+        assert time.monotonic() < deadline, board
+        time.sleep(1)
+
+
+def drilled(state: Path, inv: Path, n: int) -> dict[str, Any]:
+    """`workshop up --seats n`, a head-only-restart drill on every seat, and on each a scripted
+    person who first restarts the head alone (the shortcut), then the group; the scoreboard
+    at the end, after `workshop down`."""
+    ok(gd(state, "workshop", "up", "--seats", str(n), "--lab", str(inv), timeout=900))
+    try:
+        ok(gd(state, "workshop", "start", "head-only-restart", "--lab", str(inv)))
+        board_when(state, inv, lambda s: s["state"] == "handed_over", 600)
+        lab = load_inventory(inv).lab.name
+        seats = [state / "workshop" / lab / f"seat-{k}.yaml" for k in range(1, n + 1)]
+        for seat in seats:
+            ok(gameday("lab", "restart", "node1", "--lab", str(seat)))
+        board_when(state, inv, lambda s: s["shortcuts"] == [HEAD_ALONE], 120)
+        for seat in seats:
+            ok(gameday("lab", "restart", "tp_group", "--lab", str(seat)))
+        board = board_when(state, inv, lambda s: s["state"] == "done", 600)
+    finally:
+        down = gd(state, "workshop", "down", "--lab", str(inv), timeout=600)
+    ok(down)
+    assert "nothing of it is left" in down.stderr
+    return board
+
+
+def test_three_local_seats_drilled_by_scripted_people(tmp_path: Path) -> None:
+    board = drilled(tmp_path, ROOT / "inventories" / "local.yaml", 3)
+    rows = [(s["seat"], s["lab"], s["scenario"], s["shortcuts"]) for s in board["seats"]]
+    assert rows == [(k, f"local-p{k}", "head-only-restart", [HEAD_ALONE]) for k in (1, 2, 3)]
+    assert all(s["recovered_at_s"] is not None for s in board["seats"])
+    assert processes_naming(str(tmp_path)) == []
+
+
+def test_two_compose_seats_drilled_by_scripted_people(tmp_path: Path, lab_image: str) -> None:
+    board = drilled(tmp_path, ROOT / "inventories" / "compose.yaml", 2)
+    rows = [(s["seat"], s["scenario"], s["shortcuts"]) for s in board["seats"]]
+    assert rows == [(k, "head-only-restart", [HEAD_ALONE]) for k in (1, 2)]
+    assert all(s["recovered_at_s"] is not None for s in board["seats"])

@@ -84,6 +84,12 @@ def test_a_seat_without_a_drill_is_idle_or_down(tmp_path: Path) -> None:
     )
 
 
+def test_a_drill_that_exited_before_any_status_says_so(tmp_path: Path) -> None:
+    assert seat_row(3, "local-p3", tmp_path / "none", up=True, failed_start=True) == SeatRow(
+        seat=3, lab="local-p3", state="drill failed to start"
+    )
+
+
 def test_a_drilling_seat_shows_its_phase_hints_and_shortcuts(tmp_path: Path) -> None:
     hint = HintView(index=1, text="look at the workers", at_s=30.0, requested=True)
     write(
