@@ -85,16 +85,16 @@ def write_seat_inventory(inventory: Inventory, k: int, folder: Path) -> Inventor
     """Seat k's inventory, written to `seat-<k>.yaml` and loaded from there."""
     inst = instance(inventory, k)
     if inst.path != inventory.path:  # the lab wrote the instance's own file: it is the seat's
-        text = inst.path.read_text()
+        data = yaml.safe_load(inst.path.read_text())
     else:  # a local instance is moved in memory only: move the file the same way
         from runner.labs.local.instance import _move  # the local lab's own address mover
 
         data = _move(yaml.safe_load(inventory.path.read_text()), k)
-        lab = data["all"]["vars"]["gameday_lab"]
-        lab["name"] = inst.lab.name
-        if inst.lab.state_dir:
-            lab["state_dir"] = inst.lab.state_dir
-        text = yaml.safe_dump(data, sort_keys=False)
+        data["all"]["vars"]["gameday_lab"]["name"] = inst.lab.name
+    # the seat's state directory, absolute: an attendee's shell has not the facilitator's
+    # GAMEDAY_STATE_DIR, and the seat's commands must reach the same lab
+    data["all"]["vars"]["gameday_lab"]["state_dir"] = str(state_dir(inst.lab).resolve())
+    text = yaml.safe_dump(data, sort_keys=False)
     path = folder / f"seat-{k}.yaml"
     write_private(path, f"# workshop seat {k} of {inventory.path} (written by gameday)\n" + text)
     return load_inventory(path)

@@ -78,7 +78,9 @@ def test_a_local_seat_inventory_is_the_parallel_instance_in_a_file(state: Path) 
     assert seat.path == state / "workshop" / "local" / "seat-2.yaml"
     assert seat.lab.name == "local-p2"
     want = instance(inv, 2)
-    assert seat.lab == want.lab
+    # the instance's lab, with its state directory written out (an attendee's shell has not the
+    # facilitator's GAMEDAY_STATE_DIR)
+    assert seat.lab == want.lab.model_copy(update={"state_dir": str(state / "local-p2")})
     assert seat.nodes == want.nodes
     assert seat.node("node2").args[8] == "127.2.81.1"  # --master-addr moved with the group
     assert ws.page_url(2) == "http://127.0.0.1:8702/"
