@@ -60,7 +60,7 @@ parallel_option = click.option(
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Run the scenarios on N isolated instances of the (local or compose) lab at once.",
+    help="Run the scenarios on N isolated instances of the lab at once (Kubernetes: a namespace each).",
 )
 reports_option = click.option(
     "--reports",

@@ -315,7 +315,8 @@ class Drill:
             self._actions(recogniser.feed(e, self.clock() or 0.0, config))
         nodes = self._nodes()
         changed = ", ".join(sorted({f"{e.node} {e.type.value}" for e in evs}))
-        self._publish(EventKind.NODE, changed, nodes=nodes)
+        # the lab's own stamp of the newest event: how late the page learns of it
+        self._publish(EventKind.NODE, changed, {"lab_ts": evs[-1].ts.isoformat()}, nodes=nodes)
 
     def _configs(self) -> set[str]:
         return {n.name for n in self.lab.inventory.nodes}
