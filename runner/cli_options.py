@@ -60,7 +60,8 @@ parallel_option = click.option(
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Run the scenarios on N isolated instances of the lab at once (Kubernetes: a namespace each).",
+    help="Run the scenarios on N isolated instances of the lab at once (on Kubernetes: a "
+    "namespace each).",
 )
 reports_option = click.option(
     "--reports",
