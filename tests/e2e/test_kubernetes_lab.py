@@ -351,3 +351,57 @@ def test_a_tensor_parallel_group_runs_as_statefulsets(
     finally:
         lab.down()
     assert lab.leftover_objects() == []
+
+
+def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
+    server: Server, state: Path, tmp_path: Path
+) -> None:
+    """A drill on Kubernetes: the person puts the Deployment right with the API directly (as
+    `kubectl edit` does), not through gameday; the drill sees the configuration change, matches
+    it to the scenario's fix, and records the recovery."""
+    import os
+    import subprocess
+    import sys
+
+    from runner.drill.bus import read_status
+    from runner.drill.model import DrillPhase
+
+    reports = tmp_path / "reports"
+    args = ["drill", "tp-mismatch", "--no-page", "--lab", str(INVENTORY), "--reports", str(reports)]
+    with (tmp_path / "drill.log").open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", *args, "--timeout", "300"],
+            cwd=ROOT,
+            env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    folder = state / "kube-testserver" / "drill"
+    try:
+        deadline = time.monotonic() + 300
+        while (st := read_status(folder)) is None or st.phase is not DrillPhase.HANDED_OVER:
+            assert proc.poll() is None, (tmp_path / "drill.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, st
+            time.sleep(0.2)
+        apps = client.AppsV1Api(config.new_client_from_config(config_file=str(KUBECONFIG)))
+        d = apps.read_namespaced_deployment("serving", "gameday-lab")
+        container = d.spec.template.spec.containers[0]
+        i = container.args.index("--tensor-parallel-size")
+        container.args = container.args[:i] + container.args[i + 2 :]
+        apps.replace_namespaced_deployment("serving", "gameday-lab", d)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=120)
+    assert proc.returncode == 0, (tmp_path / "drill.log").read_text()[-3000:]
+    [run_dir] = list(reports.iterdir())
+    [s] = json.loads((run_dir / "result.json").read_text())["scenarios"]
+    drill = s["drill"]
+    assert drill["outcome"] == "recovered"
+    assert [(a["kind"], a["nodes"], a["shortcut"]) for a in drill["actions"]] == [
+        ("config_change", ["serving"], False)
+    ]
+    assert drill["actions"][0]["step"] == (
+        "Tensor-parallel size back to the GPUs the pod has (re-apply the baseline)"
+    )
