@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from runner.drill.model import ActionKind, ObservedAction
+from runner.inventory import RestartPolicy
 from runner.labs.base import EventType, LabEvent, NodeConfig
 from runner.labs.planning import edit_args
 from runner.redact import MASK, redact, secret_name
@@ -45,6 +47,7 @@ class _Node:
     stopped_at: float | None = None  # someone stopped it (EXITED stopped), not started yet
     applied: bool = False  # APPLIED seen: the next start runs a new configuration
     backoff: bool = False  # its restart policy announced the next start
+    policy_restarts: bool = False  # it failed, and its restart policy restarts a failure
     down_by_person: bool = False  # a STOP was recognised and no start since
     incarnation: int = 0  # the newest incarnation started
 
@@ -60,6 +63,12 @@ class Recogniser:
     incarnations: dict[str, int] = field(default_factory=dict)
     groups: Sequence[frozenset[str]] = ()
     window_s: float = GROUP_WINDOW_S
+    # each node's restart policy: a start after a failure it restarts is the policy's, even
+    # when no back-off event announced it (Kubernetes restarts a first crash at once)
+    policies: dict[str, RestartPolicy] = field(default_factory=dict)
+    # the hand-over: a start the lab stamped before it (reported late: a Kubernetes watch, whose
+    # stamps have whole seconds) is not a person's
+    since: datetime | None = None
     _nodes: dict[str, _Node] = field(default_factory=dict)
     _restarts: dict[str, float] = field(default_factory=dict)  # node -> started at (pending)
 
@@ -86,6 +95,15 @@ class Recogniser:
             return []
         if e.type is EventType.EXITED:
             n.backoff = False
+            policy = self.policies.get(e.node)
+            n.policy_restarts = (
+                not e.stopped
+                and e.exit is not None
+                and (
+                    policy is RestartPolicy.ALWAYS
+                    or (policy is RestartPolicy.ON_FAILURE and e.exit.code != 0)
+                )
+            )
             # the stop of an incarnation older than the newest started (Kubernetes starts the
             # replacement of a deleted pod before the old one's container has exited) is part
             # of that start, not a stop of its own
@@ -102,11 +120,19 @@ class Recogniser:
     def _started(
         self, e: LabEvent, n: _Node, at_s: float, config: NodeConfig
     ) -> list[ObservedAction]:
+        if e.incarnation is not None and e.incarnation <= n.incarnation:
+            return []  # a start from before the hand-over, reported late
+        before = self.since is not None and e.ts < self.since
         newer = e.generation is not None and e.generation > n.generation
-        by_person = n.stopped_at is not None or n.applied or newer or not n.backoff
+        # a restart policy never changes a configuration: a change is someone's, whenever
+        changed = n.applied or newer or config != n.config
+        by_person = changed or (
+            not before and (n.stopped_at is not None or not (n.backoff or n.policy_restarts))
+        )
         old = n.config
         applied = n.applied
         n.config, n.stopped_at, n.applied, n.backoff = config, None, False, False
+        n.policy_restarts = False
         n.incarnation = max(n.incarnation, e.incarnation or 0)
         if e.generation is not None:
             n.generation = max(n.generation, e.generation)

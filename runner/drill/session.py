@@ -250,6 +250,8 @@ class Drill:
             incarnations={n: states[n].incarnation for n in names},
             groups=together_groups(self.ls.scenario.recover, self._resolve),
             window_s=opts.window_s,
+            policies={n.name: n.restart for n in lab.inventory.nodes if n.name in names},
+            since=self.handed_over_at,
         )
         timeout = opts.timeout_s if opts.timeout_s is not None else default_timeout(self.ls, lab)
         deadline = time.monotonic() + timeout

@@ -398,6 +398,7 @@ def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
     [run_dir] = list(reports.iterdir())
     [s] = json.loads((run_dir / "result.json").read_text())["scenarios"]
     drill = s["drill"]
+    print("\n".join(f"{t['ts']} {t['source']} {t['event']}" for t in s["timeline"]))
     assert drill["outcome"] == "recovered"
     assert [(a["kind"], a["nodes"], a["shortcut"]) for a in drill["actions"]] == [
         ("config_change", ["serving"], False)

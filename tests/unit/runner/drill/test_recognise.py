@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from runner.drill.model import ActionKind, ObservedAction
 from runner.drill.recognise import Configs, Recogniser, config_diff, match, together_groups
+from runner.inventory import RestartPolicy
 from runner.labs.base import EventType, LabEvent, NodeConfig
 from runner.scenario import Outcome, RecoveryStep
 
@@ -244,3 +247,60 @@ def test_a_deleted_pod_s_replacement_started_before_its_stop_is_one_restart() ->
     assert r.tick(5.0) == [
         ObservedAction(at_s=1.0, kind=ActionKind.RESTART, nodes=("node1",), detail="restarted")
     ]
+
+
+def failed(seq: int, node: str, code: int, incarnation: int = 1) -> LabEvent:
+    from runner.labs.base import ExitInfo
+
+    exit_ = ExitInfo(
+        incarnation=incarnation, code=code, started_at=T0, first_output_at=T0, finished_at=T0
+    )
+    return ev(seq, node, EventType.EXITED, exit=exit_)
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "actions"),
+    [
+        # the kubelet restarts a first crash at once, with no back-off announced: its own doing
+        (RestartPolicy.ALWAYS, 1, []),
+        (RestartPolicy.ON_FAILURE, 1, []),
+        # exit 0 under on-failure, or no policy: nothing restarts it but a person
+        (RestartPolicy.ON_FAILURE, 0, [(ActionKind.RESTART, ("node1",))]),
+        (RestartPolicy.NO, 1, [(ActionKind.RESTART, ("node1",))]),
+    ],
+)
+def test_a_start_after_a_failure_its_policy_restarts_is_not_a_persons(
+    policy: RestartPolicy, code: int, actions: list[tuple[ActionKind, tuple[str, ...]]]
+) -> None:
+    r = Recogniser(
+        configs=dict.fromkeys(NODES, BASE),
+        generations=dict.fromkeys(NODES, 1),
+        incarnations=dict.fromkeys(NODES, 1),
+        policies=dict.fromkeys(NODES, policy),
+        window_s=2.0,
+    )
+    assert r.feed(failed(1, "node1", code), 1.0, None) == []
+    assert r.feed(ev(2, "node1", EventType.STARTED, incarnation=2), 1.1, BASE) == []
+    got = r.tick(5.0)
+    assert [(a.kind, a.nodes) for a in got] == actions
+
+
+def test_a_start_stamped_before_the_hand_over_is_not_a_persons_unless_it_changes_the_config() -> (
+    None
+):
+    from datetime import timedelta
+
+    r = Recogniser(
+        configs=dict.fromkeys(NODES, BASE),
+        generations=dict.fromkeys(NODES, 1),
+        incarnations=dict.fromkeys(NODES, 1),
+        since=T0 + timedelta(seconds=1),
+        window_s=2.0,
+    )
+    # the policy's restart after a crash just before the hand-over, reported after it
+    assert r.feed(ev(1, "node1", EventType.STARTED, incarnation=2), 0.1, BASE) == []
+    assert r.tick(5.0) == []
+    # a new configuration, stamped in the same whole second: someone's change all the same
+    other = BASE.model_copy(update={"args": (*BASE.args, "--enforce-eager")})
+    got = r.feed(ev(2, "node2", EventType.STARTED, incarnation=2), 0.2, other)
+    assert [(a.kind, a.nodes) for a in got] == [(ActionKind.CONFIG_CHANGE, ("node2",))]
