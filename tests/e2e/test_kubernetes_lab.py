@@ -398,11 +398,16 @@ def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
     [run_dir] = list(reports.iterdir())
     [s] = json.loads((run_dir / "result.json").read_text())["scenarios"]
     drill = s["drill"]
-    print("\n".join(f"{t['ts']} {t['source']} {t['event']}" for t in s["timeline"]))
     assert drill["outcome"] == "recovered"
-    assert [(a["kind"], a["nodes"], a["shortcut"]) for a in drill["actions"]] == [
-        ("config_change", ["serving"], False)
+    changes = [a for a in drill["actions"] if a["kind"] == "config_change"]
+    assert [(a["nodes"], a["step"], a["shortcut"]) for a in changes] == [
+        (
+            ["serving"],
+            "Tensor-parallel size back to the GPUs the pod has (re-apply the baseline)",
+            False,
+        )
     ]
-    assert drill["actions"][0]["step"] == (
-        "Tensor-parallel size back to the GPUs the pod has (re-apply the baseline)"
-    )
+    # the kubelet's own restarts of the crash loop are not the person's; one the watch reports
+    # before the exit it follows can still be taken for a restart (no shortcut is flagged)
+    assert {a["kind"] for a in drill["actions"]} <= {"config_change", "restart"}
+    assert drill["shortcuts"] == []
