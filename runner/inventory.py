@@ -539,6 +539,12 @@ def _node_refs(obj: Any, loc: Loc) -> list[tuple[Loc, str, bool]]:
         return refs
     if isinstance(obj, list | tuple):
         return [r for i, v in enumerate(obj) for r in _node_refs(v, (*loc, i))]
+    if isinstance(obj, dict):  # per_lab: its sections name nodes too
+        return [
+            r
+            for k, v in obj.items()
+            for r in _node_refs(v, (*loc, k.value if isinstance(k, enum.Enum) else k))
+        ]
     return []
 
 

@@ -33,6 +33,7 @@ from runner.scenario import (
     StartProcess,
     StopProcess,
     Traffic,
+    Wait,
     Window,
 )
 from runner.timing import TimeScale
@@ -105,6 +106,8 @@ def describe_action(action: Action) -> str:
             return f"restart {', '.join(action.nodes)}{how}"
         case Rollback():
             return "rollback: re-apply the lab's baseline"
+        case Wait():
+            return f"wait: {action.why}"
         case StartProcess():
             mib = f", {action.mib} MiB" if action.mib else ""
             return f"start_process on {action.node}: {action.name} ({action.program.value}{mib})"
@@ -220,6 +223,7 @@ def _step(i: int, step: Any, configs: _Configs, scale: TimeScale) -> StepPlan:
 
 def plan_scenario(ls: LoadedScenario, lab: LabDriver) -> ScenarioPlan:
     """What a run of `ls` on `lab` would do (the lab is not contacted)."""
+    ls = ls.for_lab(lab.kind)
     sc, spec = ls.scenario, lab.inventory.lab
     scale = TimeScale.of(spec)
     if lab.kind in sc.labs:

@@ -139,6 +139,7 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
     expected = {
         "hangs": f"no answer within {timeout:.1f} s (a hang, not an error)",
         "refused": f"an error answer, HTTP {p.expect_status or '4xx or 5xx'}",
+        "unavailable": "no completion: nothing answers, it hangs, or it answers an error",
         "completes": f"HTTP 200, non-empty answer, finish_reason {want}",
     }[p.expect]
     try:
@@ -153,15 +154,29 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             body = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": p.temperature}
             r = client.post(base_url + "/v1/completions", json=body, timeout=timeout)
     except httpx.TimeoutException as exc:
-        verdict = {"hangs": Verdict.PASSED, "refused": Verdict.FAILED}.get(p.expect, Verdict.ERROR)
+        verdict = {
+            "hangs": Verdict.PASSED,
+            "refused": Verdict.FAILED,
+            "unavailable": Verdict.PASSED,
+        }.get(p.expect, Verdict.ERROR)
         return ProbeResult(name, verdict, expected, _err(exc))
     except httpx.HTTPError as exc:
         # a refusal is an answer: a server that cannot be reached has not refused anything
-        verdict = Verdict.ERROR if p.expect == "completes" else Verdict.FAILED
+        verdict = {"completes": Verdict.ERROR, "unavailable": Verdict.PASSED}.get(
+            p.expect, Verdict.FAILED
+        )
         return ProbeResult(name, verdict, expected, _err(exc))
     if p.expect == "hangs":
         return ProbeResult(
             name, Verdict.FAILED, expected, f"answered HTTP {r.status_code}: {r.text[:120]}"
+        )
+    if p.expect == "unavailable":
+        ok = r.status_code >= 400
+        return ProbeResult(
+            name,
+            Verdict.PASSED if ok else Verdict.FAILED,
+            expected,
+            f"HTTP {r.status_code}: {r.text[:200]}",
         )
     if p.expect == "refused":
         refused = r.status_code == p.expect_status if p.expect_status else r.status_code >= 400

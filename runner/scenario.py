@@ -104,12 +104,13 @@ class InferenceProbe(Model):
 
     kind: Literal["inference"]
     node: str | None = None
-    expect: Literal["completes", "hangs", "refused"] = Field(
+    expect: Literal["completes", "hangs", "refused", "unavailable"] = Field(
         default="completes",
         description="`hangs`: the request must neither complete nor fail before the timeout "
         "(e.g. /health 200 while a tensor-parallel peer is stuck). `refused`: the server must "
         "answer with an error status (`expect_status` when given), e.g. 503 from a paused "
-        "engine.",
+        "engine. `unavailable`: it must not complete, however it fails (nothing listening, "
+        "a hang, an error status): serving is down.",
     )
     expect_status: Annotated[int, Field(ge=400, le=599)] | None = Field(
         default=None, description="With `expect: refused`: the error status it must answer."
@@ -263,6 +264,17 @@ class Rollback(Model):
     kind: Literal["rollback"]
 
 
+class Wait(Model):
+    """Do nothing and watch: what the lab then does by itself (a restart policy, a controller)
+    is the step, e.g. the kubelet restarting a head alone. The step's `settle_s` bounds the
+    watch."""
+
+    kind: Literal["wait"]
+    why: Annotated[str, Field(min_length=1, max_length=500)] = Field(
+        description="What the lab does meanwhile, as the report shows it."
+    )
+
+
 class Program(enum.StrEnum):
     """Programs a scenario may start on a node (a closed set: no command lines from scenarios)."""
 
@@ -357,6 +369,7 @@ Action = Annotated[
     | ServiceLinks
     | Restart
     | Rollback
+    | Wait
     | StartProcess
     | StopProcess
     | Signal
@@ -381,6 +394,7 @@ register_union_tags(
     "service_links",
     "restart",
     "rollback",
+    "wait",
     "start_process",
     "stop_process",
     "signal",
@@ -596,6 +610,38 @@ class Hint(Model):
     )
 
 
+class LabVariant(Model):
+    """What differs on one kind of lab, in the same file (`per_lab: {kubernetes: {...}}`): each
+    section given here replaces the scenario's own section of that name, whole, on that lab kind;
+    the sections not given are shared. Whole sections, never a deep merge: what a lab runs is
+    always readable in one place."""
+
+    target: str | None = None
+    baseline: Baseline | None = None
+    inject: Annotated[list[Action] | None, Field(min_length=1)] = None
+    expect: Expectation | None = None
+    detect: Detection | None = None
+    recover: Annotated[list[RecoveryStep] | None, Field(min_length=1)] = None
+    verify: Verification | None = None
+    hints: list[Hint] | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> LabVariant:
+        if not self.model_fields_set:
+            raise ValueError(
+                "a per_lab entry replaces at least one section: target, baseline, inject, "
+                "expect, detect, recover, verify or hints"
+            )
+        if self.recover is not None and not any(
+            s.outcome is Outcome.RESTORES for s in self.recover
+        ):
+            raise ValueError("recover needs at least one step with outcome: restores")
+        return self
+
+    def sections(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in sorted(self.model_fields_set)}
+
+
 class Scenario(Model):
     api_version: Literal["gameday/v1"] = Field(alias="apiVersion")
     kind: Literal["Scenario"]
@@ -612,6 +658,24 @@ class Scenario(Model):
     hints: list[Hint] = Field(
         default=[], description="Hints for a drill, in the order they are given (gameday drill)."
     )
+    per_lab: dict[LabKind, LabVariant] = Field(
+        default={},
+        description="Sections that differ on one kind of lab (e.g. a restart policy that "
+        "behaves otherwise on Kubernetes), each replacing the shared section whole.",
+    )
+
+    def for_lab(self, kind: LabKind) -> Scenario:
+        """The scenario as it runs on a lab of this kind: its per_lab sections for the kind in
+        place of the shared ones."""
+        variant = self.per_lab.get(kind)
+        if variant is None:
+            return self
+        return self.model_copy(update=variant.sections())
+
+    def replaced_on(self, kind: LabKind) -> list[str]:
+        """The sections a lab of this kind runs from per_lab."""
+        variant = self.per_lab.get(kind)
+        return list(variant.sections()) if variant is not None else []
 
     @property
     def uses_monitoring(self) -> bool:
@@ -633,6 +697,13 @@ class Scenario(Model):
     def _recovers(self) -> Scenario:
         if not any(s.outcome is Outcome.RESTORES for s in self.recover):
             raise ValueError("recover needs at least one step with outcome: restores")
+        for kind in self.per_lab:
+            if kind not in self.labs:
+                raise ValueError(
+                    f"per_lab names {kind.value}, which is not in labs "
+                    f"({', '.join(k.value for k in self.labs)}): add it to labs or remove the "
+                    "entry"
+                )
         return self
 
 
@@ -640,6 +711,11 @@ class LoadedScenario(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
     path: Path
     scenario: Scenario
+
+    def for_lab(self, kind: LabKind) -> LoadedScenario:
+        """The scenario as a lab of this kind runs it (Scenario.for_lab)."""
+        sc = self.scenario.for_lab(kind)
+        return self if sc is self.scenario else self.model_copy(update={"scenario": sc})
 
 
 HINT = "see README.md 'Scenario format' or run `gameday schema` for the full format"

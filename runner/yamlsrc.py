@@ -46,6 +46,8 @@ class Source:
         # drop discriminated-union tags that pydantic inserts into locations; the last part is
         # the field at fault, even when a tag has its name (a playbook step's `playbook`)
         loc = tuple(p for i, p in enumerate(loc) if p not in _UNION_TAGS or i == len(loc) - 1)
+        # a mapping's key at fault: the key itself is the field (pydantic adds "[key]")
+        loc = tuple(p for p in loc if p != "[key]")
         field = ".".join(str(p) for p in loc) or None
         msg = err["msg"]
         if err["type"] == "value_error":

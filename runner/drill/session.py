@@ -103,6 +103,7 @@ class Drill:
         http: httpx.Client | None = None,
         options: DrillOptions = DrillOptions(),
     ) -> None:
+        ls = ls.for_lab(lab.kind)
         self.ls, self.lab, self.options = ls, lab, options
         sc = ls.scenario
         self.bus = DrillBus(

@@ -23,6 +23,7 @@ from runner.scenario import (
     Signal,
     StartProcess,
     Traffic,
+    Wait,
 )
 from runner.undo import baseline_notes, reapply_baseline, unwind
 from runner.usersteps import Command, Http, HttpStep, Playbook, UserStep, describe_user_step
@@ -44,13 +45,15 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
             ctx.lab.signal(action.node, action.process, action.signal.value)
         elif isinstance(action, Traffic):
             send_traffic(ctx, action, why)
+        elif isinstance(action, Wait):
+            ctx.rec.event(f"{why}: wait, nothing done ({action.why})")
         elif isinstance(action, Command | Playbook | Http):
             user_step(ctx, action, why)
         else:
             record_and_apply(ctx, plan_change(ctx.lab, action), why)
             if isinstance(action, StartProcess):
                 wait_holds_gpu(ctx, action)
-        if why == "inject" and not isinstance(action, Traffic):
+        if why == "inject" and not isinstance(action, Traffic | Wait):
             ctx.fault_at = utcnow()
             ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
 

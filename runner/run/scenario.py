@@ -37,6 +37,7 @@ def run_scenario(
     """Run every phase; whatever happens, clean up. `http`: the probes' client (default: the
     process's own)."""
     started = utcnow()
+    ls = ls.for_lab(lab.kind)
     ctx = Context(
         lab=lab,
         scale=TimeScale.of(lab.inventory.lab),
@@ -51,6 +52,10 @@ def run_scenario(
     )
     if note := ls.scenario.lab_notes.get(lab.kind):
         ctx.rec.notes.append(f"{lab.kind.value} lab: {note}")
+    if replaced := ls.scenario.replaced_on(lab.kind):
+        ctx.rec.notes.append(
+            f"{lab.kind.value} lab: runs its own {', '.join(replaced)} (per_lab.{lab.kind.value})"
+        )
     try:
         phases(ctx, ls)
     except ScenarioAborted:

@@ -45,7 +45,7 @@ def variant(tmp_path: Path, src: str, old: str, new: str, name: str = "s.yaml") 
         ),
         (
             "stray-gpu-process.yaml", "VLLM_USE_DEEP_GEMM", "VLLM_USE_DEEP_GEM",
-            "'VLLM_USE_DEEP_GEM' is not a vLLM variable", 78,
+            "'VLLM_USE_DEEP_GEM' is not a vLLM variable", 81,
             "recover.0.actions.0.env.VLLM_USE_DEEP_GEM", "did you mean 'VLLM_USE_DEEP_GEMM'?",
         ),
     ],

@@ -134,3 +134,35 @@ def test_a_refusal_needs_an_answer(silent: SilentServer) -> None:
 def test_expect_status_goes_with_refused() -> None:
     with pytest.raises(ValueError, match="expect_status goes with `expect: refused`"):
         InferenceProbe(kind="inference", prompt="hi", expect_status=503)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "verdict", "observed"),
+    [
+        (503, PAUSED, Verdict.PASSED, "HTTP 503: "),
+        (500, PAUSED, Verdict.PASSED, "HTTP 500: "),
+        (200, COMPLETION, Verdict.FAILED, "HTTP 200: "),
+    ],
+)
+def test_an_unavailable_inference_answered(
+    status: int, body: dict[str, Any], verdict: Verdict, observed: str
+) -> None:
+    probe = InferenceProbe(kind="inference", prompt="hi", expect="unavailable")
+    with answering(status, body) as http:
+        env = ProbeEnv(http=http, lab=cast(LabDriver, UrlOnly("http://lab")), scale=1, target="s")
+        (result,) = run_probes(env, [probe])
+    assert result.name == "inference (chat) unavailable"
+    assert result.verdict is verdict
+    assert result.expected == "no completion: nothing answers, it hangs, or it answers an error"
+    assert result.observed.startswith(observed)
+
+
+def test_nothing_listening_is_unavailable(silent: SilentServer) -> None:
+    url = silent.url
+    silent.sock.close()
+    probe = InferenceProbe(kind="inference", prompt="hi", expect="unavailable")
+    with httpx.Client() as http:
+        env = ProbeEnv(http=http, lab=cast(LabDriver, UrlOnly(url)), scale=1, target="s")
+        (result,) = run_probes(env, [probe])
+    assert result.verdict is Verdict.PASSED
+    assert "connection refused" in result.observed
