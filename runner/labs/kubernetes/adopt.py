@@ -22,13 +22,18 @@ from runner.errors import LabError, LabNotUp
 from runner.fsutil import write_private
 from runner.inventory import Inventory
 from runner.labs import common
-from runner.labs.base import Change, ChangeKind, NodeConfig
+from runner.labs.base import Capability, Change, ChangeKind, NodeConfig
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
 
 
 class AdoptedKubernetesLab(KubernetesLab):
     label = "adopted kubernetes workload"
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+        """A team's own workload: its Services, nothing inside or beside its pods."""
+        return frozenset({Capability.SERVICE_LINKS})
 
     def __init__(self, inventory: Inventory) -> None:
         super().__init__(inventory)

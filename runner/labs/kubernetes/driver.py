@@ -44,19 +44,35 @@ from runner.labs.base import (
 )
 from runner.labs.events import EventFeed
 from runner.labs.kubernetes import manifests as mf
+from runner.labs.kubernetes.access import PodAccess
 from runner.labs.kubernetes.api import KubeApi
 from runner.labs.kubernetes.watch import PodWatch, as_utc
 from runner.scenario import LabKind
 from runner.timing import TimeScale
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
+
+
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this
 
 
-class KubernetesLab(LabDriver):
+class KubernetesLab(PodAccess, LabDriver):
     kind = LabKind.KUBERNETES
     label = "kubernetes lab"
-    capabilities = frozenset({Capability.SERVICE_LINKS})
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+        """Exec into pods (signals, the GPU list), stray pods (programs on a node), Services;
+        its Prometheus when the inventory has monitoring."""
+        caps = {
+            Capability.SERVICE_LINKS,
+            Capability.SIGNALS,
+            Capability.GPU_PROCESSES,
+            Capability.PROCESSES,
+        }
+        if self.inventory.lab.monitoring is not None:
+            caps.add(Capability.MONITORING)
+        return frozenset(caps)
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
@@ -197,6 +213,8 @@ class KubernetesLab(LabDriver):
             "list services", self.kube.core.list_namespaced_service, self.ns, label_selector=sel
         ).items:
             self.kube.delete(self.kube.core.delete_namespaced_service, s.metadata.name)
+        for p in self._strays():
+            self.kube.delete(self.kube.core.delete_namespaced_pod, p.metadata.name)
         self._wait_pods_gone(sel, 60)
         if (ns.metadata.annotations or {}).get(mf.CREATED_BY_ANNOTATION) == "gameday":
             self.kube.delete(self.kube.core.delete_namespace, self.ns, namespaced=False)
@@ -365,9 +383,12 @@ class KubernetesLab(LabDriver):
     def current(self, change: Change) -> NodeConfig | ProcessState | Value:
         if change.kind is ChangeKind.NODE_CONFIG:
             return self.config(change.node)
+        if change.kind is ChangeKind.PROCESS:
+            return self._stray_state(change.subject)
         raise LabError(
-            f"the kubernetes lab has no {change.kind.value} changes in this version "
-            "(a process, an address or a scrape config on a node is outside the API)",
+            f"the kubernetes lab has no {change.kind.value} changes "
+            "(a node's address or a scrape config is outside the API: Prometheus finds pods "
+            "through it)",
             hint="this scenario runs on the local and compose labs",
         )
 
@@ -387,6 +408,9 @@ class KubernetesLab(LabDriver):
             raise LabError(f"Service {service!r} has ports {ports}, not {port}")
 
     def apply(self, change: Change) -> None:
+        if change.kind is ChangeKind.PROCESS and isinstance(change.after, ProcessState):
+            self._apply_stray(change.node, change.subject, change.after)
+            return
         if change.kind is ChangeKind.NODE_CONFIG and isinstance(change.after, NodeConfig):
             self._sync()
             self.pods.expect_stop_now([change.node])
@@ -444,4 +468,5 @@ class KubernetesLab(LabDriver):
         self.kube.call(f"scale {calls.kind} {node}", calls.replace, node, self.ns, obj)
 
     def leftovers(self) -> list[str]:
-        return common.leftovers(self, [], config="deployment")
+        strays = [f"stray pod {p.metadata.name} is running" for p in self._strays()]
+        return common.leftovers(self, strays, config="deployment")

@@ -99,7 +99,7 @@ def test_plan_uses_the_configured_lab_and_the_command_line_wins(team: Path) -> N
         "compose"
     )
     kube = str(ROOT / "inventories" / "kube-testserver.yaml")
-    over = run(team, "plan", "head-only-restart", "--lab", kube, "--json", env=env)
+    over = run(team, "plan", "dhcp-address-change", "--lab", kube, "--json", env=env)
     [plan] = json.loads(over.stdout)
     assert (plan["lab"], plan["not_on_this_lab"]) == (
         "kube-testserver",

@@ -1,0 +1,130 @@
+"""What the Kubernetes lab does inside and beside its pods: exec into an engine's container
+(signals, the GPU list) and stray pods on a node (programs, seeds/001 on a cluster). A part of
+runner.labs.kubernetes.driver.KubernetesLab, kept apart for its size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runner.errors import LabError, LabNotUp
+from runner.inventory import Inventory
+from runner.labs import common
+from runner.labs.base import GpuProcess, ProcessState
+from runner.labs.kubernetes import stray
+from runner.labs.kubernetes.api import KubeApi
+from runner.labs.kubernetes.podexec import (
+    NVIDIA_SMI_QUERY,
+    SIGNAL_CHILDREN,
+    SIGNAL_PID1,
+    ExecResult,
+    exec_in,
+    nvidia_smi_processes,
+)
+from runner.labs.kubernetes.watch import PodWatch
+
+
+class PodAccess:
+    """Mixed into KubernetesLab, which provides these."""
+
+    inventory: Inventory
+    kube: KubeApi
+    pods: PodWatch
+    ns: str
+
+    def _sync(self) -> None:
+        raise NotImplementedError
+
+    def _require_lab_namespace(self) -> None:
+        raise NotImplementedError
+
+    def _wait_pods_gone(self, sel: str, timeout: int) -> None:
+        raise NotImplementedError
+
+    # ---- exec: signals and the GPU list ------------------------------------------------------
+
+    def _pod_of(self, node: str) -> str:
+        self._sync()
+        pod = self.pods.views[node].pod
+        if pod is None:
+            raise LabNotUp(f"{node} has no pod", hint=f"kubectl -n {self.ns} get pods")
+        return str(pod.metadata.name)
+
+    def exec(self, node: str, argv: Sequence[str]) -> ExecResult:
+        """Run `argv` in the node's engine container (`kubectl exec`)."""
+        return exec_in(self.kube, self._pod_of(node), argv, container=self.pods.container)
+
+    def signal(self, node: str, process: str, signal: str) -> None:
+        """The signal to the engine's engine core (the children of the container's PID 1) or to
+        its main process (PID 1), through exec."""
+        if process == "engine_core":
+            r = self.exec(node, ["python3", "-c", SIGNAL_CHILDREN, signal])
+            if r.rc != 0:
+                raise LabError(
+                    f"{node}: no engine-core process to signal (exit {r.rc}) "
+                    f"{(r.stdout + r.stderr).strip()[:200]}"
+                )
+            return
+        r = self.exec(node, ["python3", "-c", SIGNAL_PID1, signal])
+        if r.rc != 0:
+            raise LabError(f"{node}: the signal to PID 1 failed: {(r.stdout + r.stderr)[:200]}")
+
+    def gpu_processes(self, node: str) -> list[GpuProcess]:
+        """The node's GPU process list from inside its pod: `vllm-lab smi --json` in the lab
+        engine's image, `nvidia-smi`'s compute-apps query in vLLM's."""
+        if self.inventory.lab.engine_command[:1] == ("vllm-lab",):
+            r = self.exec(node, ["vllm-lab", "smi", "--json"])
+            if r.rc != 0:
+                raise LabError(f"{node}: `vllm-lab smi` failed: {(r.stdout + r.stderr)[:200]}")
+            return common.gpu_processes_of(r.stdout)
+        r = self.exec(node, [*NVIDIA_SMI_QUERY])
+        if r.rc != 0:
+            raise LabError(f"{node}: nvidia-smi failed: {(r.stdout + r.stderr)[:200]}")
+        return nvidia_smi_processes(r.stdout)
+
+    # ---- stray pods: programs on a node -------------------------------------------------------
+
+    def _strays(self) -> list[Any]:
+        return list(
+            self.kube.call(
+                "list stray pods",
+                self.kube.core.list_namespaced_pod,
+                self.ns,
+                label_selector=stray.selector(self.inventory),
+            ).items
+        )
+
+    def _stray_state(self, name: str) -> ProcessState:
+        self._require_lab_namespace()
+        status, pod = self.kube.status_of(
+            self.kube.core.read_namespaced_pod, stray.pod_name(name), self.ns
+        )
+        if status != 200 or pod.metadata.deletion_timestamp is not None:
+            return ProcessState(running=False)
+        phase = pod.status.phase if pod.status else None
+        command = tuple(pod.spec.containers[0].command or ())
+        return ProcessState(running=phase in (None, "Pending", "Running"), command=command)
+
+    def _apply_stray(self, node: str, name: str, want: ProcessState) -> None:
+        pod_name = stray.pod_name(name)
+        if not want.running:
+            self.kube.delete(self.kube.core.delete_namespaced_pod, pod_name)
+            self._wait_pod_gone(pod_name, 60)
+            return
+        self._sync()
+        target = self.pods.views[node].pod
+        host = target.spec.node_name if target is not None and target.spec else None
+        if not host:
+            raise LabNotUp(f"{node}'s pod is not on a node yet: nowhere to put {name}")
+        status, _ = self.kube.status_of(self.kube.core.read_namespaced_pod, pod_name, self.ns)
+        if status == 200:  # a finished one of an earlier start: a bare pod is not restarted
+            self.kube.delete(self.kube.core.delete_namespaced_pod, pod_name)
+            self._wait_pod_gone(pod_name, 60)
+        body = stray.stray_pod(self.inventory, name, host, want.command)
+        self.kube.call(
+            f"create pod {pod_name}", self.kube.core.create_namespaced_pod, self.ns, body
+        )
+
+    def _wait_pod_gone(self, name: str, timeout: float) -> None:
+        """Until the pod is gone: its deletion seen on a watch (no polling)."""
+        self._wait_pods_gone(f"{stray.STRAY_LABEL}={name}", int(timeout))
