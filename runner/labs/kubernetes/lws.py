@@ -28,6 +28,7 @@ from typing import Any
 from runner.errors import InventoryError, LabError
 from runner.inventory import Inventory, Node, Role
 from runner.labs.kubernetes import manifests as mf
+from runner.yamlsrc import load
 
 API_GROUP = "leaderworkerset.x-k8s.io"
 API_VERSION = f"{API_GROUP}/v1"
@@ -92,9 +93,11 @@ def _template_args(node: Node) -> list[str]:
 
 
 def _bad(inventory: Inventory, group: str, what: str) -> InventoryError:
+    src = load(inventory.path, InventoryError, "inventory")
     return InventoryError(
         f"group {group!r} {what}",
         file=inventory.path,
+        line=src.line_of(tuple(FIELD.split("."))),
         field=FIELD,
         hint="group_workload: statefulsets runs any group; see docs/kubernetes.md",
     )

@@ -73,6 +73,7 @@ def write(tmp_path: Path, workload: str = "leaderworkerset", **kw: str) -> Path:
     return p
 
 
+LINE = 24  # of group_workload in the inventory write() makes
 LEADER_ARGS = [
     *COMMON,
     "--node-rank",
@@ -176,7 +177,7 @@ def test_ranks_that_are_not_leader_0_workers_1_to_3_are_refused(tmp_path: Path) 
     inv = load_inventory(write(tmp_path, ranks=("1", "2", "5")))
     with pytest.raises(InventoryError) as e:
         mf.all_manifests(inv)
-    assert e.value.message == f"{inv.path} [{lws.FIELD}]: " + (
+    assert e.value.message == f"{inv.path}:{LINE} [{lws.FIELD}]: " + (
         "group 'tp-group' has --node-rank [0, 1, 2, 5] (head first); LWS numbers the leader 0 "
         "and the workers 1..3"
     )
@@ -187,7 +188,7 @@ def test_workers_that_differ_beyond_their_rank_are_refused(tmp_path: Path) -> No
     inv = load_inventory(write(tmp_path, extra=", --enforce-eager"))
     with pytest.raises(InventoryError) as e:
         mf.all_manifests(inv)
-    assert e.value.message == f"{inv.path} [{lws.FIELD}]: " + (
+    assert e.value.message == f"{inv.path}:{LINE} [{lws.FIELD}]: " + (
         "group 'tp-group' workers node2 and node4 differ in more than --node-rank; "
         "a LeaderWorkerSet has one worker template"
     )
