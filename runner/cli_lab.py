@@ -71,7 +71,9 @@ def lab_build(lab_path: Path, force: bool) -> None:
 @lab_option
 @handled
 def lab_manifests(lab_path: Path) -> None:
-    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them)."""
+    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them). With
+    gameday_lab.kubernetes.group_workload: leaderworkerset, each tensor-parallel group is one
+    LeaderWorkerSet (manifests only; docs/kubernetes.md)."""
     import yaml
 
     from runner.labs.kubernetes.manifests import all_manifests

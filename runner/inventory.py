@@ -181,6 +181,13 @@ class GpuScheduling(Model):
     )
 
 
+class GroupWorkload(enum.StrEnum):
+    """What a tensor-parallel group (head + workers) is in the manifests."""
+
+    STATEFULSETS = "statefulsets"  # one StatefulSet per rank under a headless Service
+    LEADERWORKERSET = "leaderworkerset"  # one LeaderWorkerSet (LWS) for the whole group
+
+
 class ProbeSpec(Model):
     period_s: Annotated[int, Field(ge=1)] = 10
     failure_threshold: Annotated[int, Field(ge=1)] = 3
@@ -221,6 +228,11 @@ class KubernetesSpec(Model):
     hf_cache_size: str = "20Gi"
     termination_grace_s: Annotated[int, Field(ge=0)] = 30
     request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    group_workload: GroupWorkload = Field(
+        default=GroupWorkload.STATEFULSETS,
+        description="A tensor-parallel group in the manifests: a StatefulSet per rank, or one "
+        "LeaderWorkerSet (manifests only: the driver runs StatefulSets; needs the LWS CRD).",
+    )
 
 
 class AdoptSpec(Model):

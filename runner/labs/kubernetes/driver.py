@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import InventoryError, LabError, LabNotUp
-from runner.inventory import Inventory, Node
+from runner.inventory import GroupWorkload, Inventory, Node
 from runner.labs import common
 from runner.labs.base import (
     Capability,
@@ -140,6 +140,10 @@ class KubernetesLab(PodAccess, LabDriver):
         )
 
     def up(self) -> None:
+        if self.spec.group_workload is GroupWorkload.LEADERWORKERSET:
+            from runner.labs.kubernetes import lws
+
+            lws.require_api(self.kube)  # before anything is created
         ns = self.kube.namespace()
         if ns is not None:
             self.guard(ns)

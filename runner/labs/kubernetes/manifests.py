@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from runner.errors import InventoryError
-from runner.inventory import Inventory, KubernetesSpec, Node, Role
+from runner.inventory import GroupWorkload, Inventory, KubernetesSpec, Node, Role
 from runner.labs.base import NodeConfig
 
 LAB_LABEL = "gameday.io/lab"  # on the namespace: the mark that it is a lab (the blast-radius guard)
@@ -275,7 +275,12 @@ def groups(inventory: Inventory) -> list[str]:
 
 
 def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
-    """Everything `lab up` creates, in order."""
+    """Everything `lab up` creates, in order (with group_workload leaderworkerset: the
+    manifests of runner.labs.kubernetes.lws)."""
+    if spec_of(inventory).group_workload is GroupWorkload.LEADERWORKERSET:
+        from runner.labs.kubernetes import lws
+
+        return lws.all_manifests(inventory)
     return [
         namespace(inventory),
         service(inventory),
