@@ -185,6 +185,8 @@ def validate(paths: tuple[str, ...], check_lab: Path | None) -> None:
                         notes = lacking(ls.scenario, lab)
                     else:
                         notes = [f"not on this lab: applies to {_kinds(ls)} only"]
+                        if why := ls.scenario.lab_notes.get(inventory.lab.kind):
+                            notes.append(f"why: {' '.join(why.split())}")
             output.message(f"ok  {f}" + "".join(f"\n    {n}" for n in notes))
         except InputError as exc:
             errors.append(exc)

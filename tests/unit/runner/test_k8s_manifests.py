@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from runner.inventory import load_inventory
-from runner.labs.kubernetes import lws
+from runner.labs.kubernetes import lws, stray
 from runner.labs.kubernetes import manifests as mf
 from runner.scenario import LabKind
 from tests.support.cli import ROOT
@@ -44,7 +44,13 @@ def generated(tmp_path: Path) -> list[dict[str, Any]]:
     (tmp_path / "sts").mkdir()
     invs.append(load_inventory(write(tmp_path, workload="leaderworkerset")))
     invs.append(load_inventory(write(tmp_path / "sts", workload="statefulsets")))
-    return [doc for inv in invs for doc in mf.all_manifests(inv)]
+    docs = [doc for inv in invs for doc in mf.all_manifests(inv)]
+    # what scenarios apply beside the lab's own objects: a stray GPU pod on the target's node
+    docs += [
+        stray.stray_pod(inv, "omniparser", "ip-10-0-1-23.ec2.internal", ["vllm-lab", "stray"])
+        for inv in invs
+    ]
+    return docs
 
 
 def shipped() -> list[dict[str, Any]]:
@@ -60,10 +66,11 @@ def shipped() -> list[dict[str, Any]]:
 def test_every_generated_and_shipped_manifest_validates(tmp_path: Path, version: str) -> None:
     docs = generated(tmp_path) + shipped()
     kinds = sorted({d["kind"] for d in docs})
-    assert kinds == ["Deployment", "LeaderWorkerSet", "Namespace", "Service", "StatefulSet"]
+    assert kinds == ["Deployment", "LeaderWorkerSet", "Namespace", "Pod", "Service", "StatefulSet"]
     for doc in docs:
         check(doc, version)
-    assert len(docs) == 3 * 3 + 4 + 8 + 3  # 3 one-node labs, LWS lab, STS lab, k8s/
+    # 2 one-node labs, the test server's 5 nodes, LWS lab, STS lab, a stray pod each, k8s/
+    assert len(docs) == 2 * 3 + 8 + 4 + 8 + 5 + 3
 
 
 def lws_doc(tmp_path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from tests.kubeapi.server import Server
 from tests.support.cli import ROOT
 
 BASE = ROOT / "inventories" / "kube-testserver.yaml"
+GROUP_MARK = "    # seeds/000's 4-node tensor-parallel group"
 ADDR = "node1-0.tp-group.gameday-lab.svc.cluster.local"
 COMMON = ["Qwen/Qwen2.5-14B-Instruct-AWQ", "--tensor-parallel-size", "4", "--nnodes", "4"]
 TAIL = ["--master-port", "29501", "--gpu-memory-utilization", "0.92", "--max-model-len", "4096"]
@@ -63,9 +64,14 @@ def group(ranks: tuple[str, ...] = ("1", "2", "3"), extra: str = "") -> str:
 
 
 def write(tmp_path: Path, workload: str = "leaderworkerset", **kw: str) -> Path:
-    text = BASE.read_text().replace(
-        "        enable_service_links: false\n",
-        f"        enable_service_links: false\n        group_workload: {workload}\n",
+    # the shipped inventory without its own group: the tests add the group they vary
+    text = (
+        BASE.read_text()
+        .split(GROUP_MARK)[0]
+        .replace(
+            "        enable_service_links: false\n",
+            f"        enable_service_links: false\n        group_workload: {workload}\n",
+        )
     )
     text = text.replace("../build/kubeapi/kubeconfig", str(tmp_path / "kube" / "kubeconfig"))
     p = tmp_path / "inventory.yaml"
