@@ -1,0 +1,166 @@
+"""The runtime scenarios on the Kubernetes lab (tests/kubeapi: the stand-in API server and
+kubelet, containers in their own PID namespaces, exec over the channel protocol, a real
+Prometheus in the lab's namespace): head-only-restart with the kubelet restarting the head alone,
+stray-gpu-process with a stray pod that asks for no GPU and sees them all, dhcp-address-change
+not applicable with its reason; and a runner SIGKILLed mid-scenario cleaned up by its journal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from runner.inventory import load_inventory
+from runner.labs.kubernetes import stray
+from runner.labs.kubernetes.driver import KubernetesLab
+from tests.kubeapi.server import Server
+from tests.support.cli import ROOT, gameday, ok
+
+pytestmark = pytest.mark.e2e
+INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
+KUBECONFIG = ROOT / "build" / "kubeapi" / "kubeconfig"
+RUNTIME = ["head-only-restart", "stray-gpu-process", "dhcp-address-change"]
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kube-runtime-state")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    srv = Server(0, KUBECONFIG, time_scale=100).start()  # writes the inventory's kubeconfig
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def core(server: Server) -> Any:
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(KUBECONFIG)))
+
+
+def gd(state: Path, *args: str, timeout: float = 900) -> Any:
+    return gameday(*args, timeout=timeout, env={"GAMEDAY_STATE_DIR": str(state)})
+
+
+def by_name(s: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {a["name"]: a for a in s["assertions"]}
+
+
+def test_the_runtime_scenarios_on_kubernetes(
+    server: Server, state: Path, tmp_path: Path, core: Any
+) -> None:
+    files = [str(ROOT / "scenarios" / f"{s}.yaml") for s in RUNTIME]
+    r = gd(state, "run", *files, "--lab", str(INVENTORY), "--reports", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    scenarios = {s["id"]: s for s in json.loads(r.stdout)["scenarios"]}
+    verdicts = {k: v["verdict"] for k, v in scenarios.items()}
+    assert verdicts == {
+        "head-only-restart": "passed",
+        "stray-gpu-process": "passed",
+        "dhcp-address-change": "skipped",
+    }, {k: [a for a in v["assertions"] if a["verdict"] != "passed"] for k, v in scenarios.items()}
+    dhcp = scenarios["dhcp-address-change"]["notes"]
+    assert dhcp[0] == "applies to local, compose, not to a kubernetes lab"
+    assert "Prometheus discovers nodes through the API" in " ".join(dhcp[1].split())
+
+    head = scenarios["head-only-restart"]
+    a = by_name(head)
+    # the kubelet restarted the head alone: one restart, the workers none, serving still down
+    assert a["expect: state"]["observed"].startswith("running")
+    assert a["expect: state"]["observed"].endswith("restarts 1")
+    assert a["expect: exit code"]["observed"] == "0"
+    assert "per_lab.kubernetes" in " ".join(head["notes"])
+    recover = [x for x in head["assertions"] if x["phase"] == "recover"]
+    assert [x["verdict"] for x in recover] == ["passed", "passed"]
+    assert "does NOT restore" in recover[0]["name"]
+    alerts = [x for x in head["assertions"] if x["phase"] == "detect"]
+    assert [x["name"] for x in alerts] == ["detect: alert ServingDown"]
+    assert alerts[0]["verdict"] == "passed"
+
+    gpu = scenarios["stray-gpu-process"]
+    timeline = " | ".join(e["text"] for e in gpu["timeline"])
+    assert "node1: omniparser holds GPU memory" in timeline
+    assert gpu["verdict"] == "passed"
+    # the suite brought the lab up and took it down: nothing of it is left
+    assert "gameday-lab" not in [n.metadata.name for n in core.list_namespace().items]
+
+
+def wait_for(what: str, check: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} within {timeout} s")
+
+
+def test_a_runner_killed_mid_scenario_is_cleaned_up_by_its_journal(
+    server: Server, state: Path, tmp_path: Path, core: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(state))
+    inv = load_inventory(INVENTORY)
+    ok(gd(state, "lab", "up", "--lab", str(INVENTORY)))
+    lab = KubernetesLab(inv)
+    try:
+        env = {**os.environ, "GAMEDAY_STATE_DIR": str(state)}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runner.cli",
+                "run",
+                str(ROOT / "scenarios" / "stray-gpu-process.yaml"),
+                "--lab",
+                str(INVENTORY),
+                "--reports",
+                str(tmp_path),
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        sel = stray.selector(inv)
+        # the stray pod runs and the engine died of it: the runner is mid-scenario
+        wait_for(
+            "stray pod", lambda: core.list_namespaced_pod(lab.ns, label_selector=sel).items, 120
+        )
+        wait_for(
+            "head restart",
+            lambda: any(
+                (cs.restart_count or 0) >= 1
+                for p in core.list_namespaced_pod(
+                    lab.ns, label_selector="gameday.io/node=node1"
+                ).items
+                for cs in p.status.container_statuses or []
+            ),
+            120,
+        )
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert core.list_namespaced_pod(lab.ns, label_selector=sel).items  # left behind
+        r = gd(state, "cleanup", "--lab", str(INVENTORY))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert core.list_namespaced_pod(lab.ns, label_selector=sel).items == []
+        assert lab.leftovers() == []  # every node serving, no stray, baseline configs
+        prom = lab.prometheus_url()
+        assert prom is not None
+        import httpx
+
+        up = httpx.get(prom + "/api/v1/query", params={"query": 'up{job="vllm"}'}, timeout=5)
+        assert up.status_code == 200
+    finally:
+        ok(gd(state, "lab", "down", "--lab", str(INVENTORY)))
+    assert lab.leftover_objects() == []
