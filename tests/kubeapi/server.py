@@ -37,8 +37,10 @@ import os
 import queue
 import re
 import secrets
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -56,12 +58,15 @@ import yaml
 from runner.labs.common import crash_loop_backoff_s
 from runner.labs.servicelinks import kubernetes_service_env
 from runner.programs import command_argv
+from tests.kubeapi import exec as kexec
 
 NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_LABELS = {"nvidia.com/gpu.present": "true", "node.kubernetes.io/instance-type": "g5.xlarge"}
 NODE_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 HISTORY = 20000
+POD_NAMESPACES = ["unshare", "--pid", "--fork", "--mount-proc", "--uts", "--kill-child"]
+INIT = Path(__file__).with_name("init.py")
 
 
 def now() -> datetime:
@@ -209,6 +214,17 @@ class Container:
     finished_at: datetime | None = None
     exit_code: int | None = None
     killed_by_probe: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+
+    def init_pid(self) -> int | None:
+        """The host PID of the container's PID 1 (the child `unshare --fork` started), or None
+        when it has not started or has exited."""
+        try:
+            kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        except OSError:
+            return None
+        return int(kids.split()[0]) if kids.split() else None
 
 
 @dataclass
@@ -628,7 +644,11 @@ class Cluster:
                 cont = self.start(rt, c, env)
             except OSError as exc:
                 # as containerd reports an entrypoint it cannot exec: StartError, exit code 128
-                msg = f"failed to create containerd task: exec: {exc}: unknown"
+                msg = (
+                    "failed to create containerd task: failed to create shim task: OCI runtime "
+                    f"create failed: runc create failed: unable to start container process: "
+                    f"exec: {exc}: unknown"
+                )
                 self.event(p, "Warning", "Failed", f"Error: {msg}", "kubelet")
                 terminated = {
                     "exitCode": 128,
@@ -686,16 +706,28 @@ class Cluster:
 
     def start(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container:
         argv = self.argv(c, env, rt.ip)
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise FileNotFoundError(f'"{argv[0]}": executable file not found in $PATH')
+        # its own PID, UTS and mount namespaces: the command is PID 1 of its pod, its hostname
+        # the pod's name, /proc shows the pod's processes only
+        wrapped = [*POD_NAMESPACES, sys.executable, str(INIT), "--hostname", rt.name, "--", *argv]
+        cwd = str(self.state_dir)
         proc = subprocess.Popen(
-            argv,
+            wrapped,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            cwd=str(self.state_dir),
+            cwd=cwd,
         )
-        cont = Container(id=f"containerd://{secrets.token_hex(32)}", proc=proc, started_at=now())
+        cont = Container(
+            id=f"containerd://{secrets.token_hex(32)}",
+            proc=proc,
+            started_at=now(),
+            env=env,
+            cwd=cwd,
+        )
         rt.containers.append(cont)
         self.started.append(cont)
         threading.Thread(target=self.read_log, args=(cont,), daemon=True).start()
@@ -892,6 +924,27 @@ class Cluster:
         )
         p["status"]["conditions"] = _conditions(p, False)
 
+    # ---- exec (the API server's and the kubelet's checks before the upgrade) -------------------
+
+    def exec_target(self, ns: str, name: str, container: str | None) -> Container:
+        p = self.store.get("pods", ns, name)
+        if p is None:
+            raise not_found("pods", name)
+        if not p["spec"].get("nodeName"):
+            raise ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
+        names = [c["name"] for c in p["spec"]["containers"]]
+        cname = container or names[0]
+        if cname not in names:
+            raise ApiError(400, "BadRequest", f"container {cname} is not valid for pod {name}")
+        rt = self.runtimes.get(p["metadata"]["uid"])
+        statuses = p["status"].get("containerStatuses") or []
+        cid = statuses[0].get("containerID") if statuses else None
+        running = bool(statuses) and "running" in statuses[0].get("state", {})
+        cont = next((x for x in rt.containers if x.id == cid), None) if rt else None
+        if cont is None or not running or cont.proc.poll() is not None:
+            raise ApiError(400, "BadRequest", f'container not found ("{cname}")')
+        return cont
+
     # ---- logs (the kubelet's containerLogs, validateContainerLogStatus) ------------------------
 
     def logs(self, ns: str, name: str, previous: bool, timestamps: bool) -> str:
@@ -1016,6 +1069,7 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
 ]
+EXEC = re.compile(rf"^{CORE}/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/exec$")
 WORKLOADS = ("deployments", "statefulsets")
 KINDS = {
     "pods": ("Pod", "v1"),
@@ -1308,6 +1362,13 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             if self.headers.get("Authorization") != f"Bearer {api.token}":
                 self._send(401, ApiError(401, "Unauthorized", "Unauthorized").status())
                 return
+            m = EXEC.match(url.path)
+            if m and self.command in ("GET", "POST"):
+                try:
+                    self._exec(m.group("ns"), m.group("name"), parse_qs(url.query))
+                except ApiError as exc:
+                    self._send(exc.code, exc.status())
+                return
             try:
                 body = json.loads(raw) if raw else None
                 out = api.handle(self.command, url.path, query, body)
@@ -1335,6 +1396,28 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             finally:
                 with contextlib.suppress(Exception):
                     out.close()  # type: ignore[attr-defined]
+            self.close_connection = True
+
+        def _exec(self, ns: str, name: str, query: dict[str, list[str]]) -> None:
+            argv = query.get("command") or []
+            if not argv:
+                raise ApiError(400, "BadRequest", "you must specify at least 1 command")
+            if "websocket" not in (self.headers.get("Upgrade") or "").lower():
+                raise ApiError(400, "BadRequest", "Upgrade request required")
+            target = api.c.exec_target(ns, name, (query.get("container") or [None])[-1])
+            proto = kexec.choose_protocol(self.headers.get("Sec-WebSocket-Protocol"))
+            if proto is None:
+                raise ApiError(400, "BadRequest", "no supported WebSocket subprotocol offered")
+            self.send_response(101, "Switching Protocols")
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            key = self.headers.get("Sec-WebSocket-Key") or ""
+            self.send_header("Sec-WebSocket-Accept", kexec.accept_key(key))
+            self.send_header("Sec-WebSocket-Protocol", proto)
+            self.end_headers()
+            self.wfile.flush()
+            session = kexec.Session(self.rfile, self.wfile, self.connection, proto)
+            kexec.run(session, target, argv)
             self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _do
