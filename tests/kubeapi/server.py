@@ -251,6 +251,7 @@ class Cluster:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.started: list[Container] = []  # every container ever started, for stop()
+        self.bound: set[str] = set()  # uids of the pods a kubelet has taken
         self.ensure_default_namespace()
         threading.Thread(target=self.controllers, name="controllers", daemon=True).start()
 
@@ -462,11 +463,16 @@ class Cluster:
             _gpu_request(p)
             for p in self.store.list("pods", None)
             if p["spec"].get("nodeName") == node
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
         )
 
     def schedule(self) -> None:
         for p in self.store.list("pods", None):
-            if p["spec"].get("nodeName") or p["metadata"].get("deletionTimestamp"):
+            if p["metadata"]["uid"] in self.bound or p["metadata"].get("deletionTimestamp"):
+                continue
+            if p["spec"].get("nodeName"):  # pinned: the scheduler never sees it
+                if p["spec"]["nodeName"] in self.nodes:  # no such node: no kubelet, Pending
+                    self.bind(p, p["spec"]["nodeName"])
                 continue
             why, node = self.unschedulable(p)
             conds = p["status"].setdefault("conditions", [])
@@ -483,11 +489,6 @@ class Cluster:
                     self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
                     self.event(p, "Warning", "FailedScheduling", why, "default-scheduler")
                 continue
-            p["spec"]["nodeName"] = node
-            p["status"]["conditions"] = [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": k8s_time(now())}
-            ]
-            self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
             ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
             self.event(
                 p,
@@ -496,9 +497,21 @@ class Cluster:
                 f"Successfully assigned {ns}/{name} to {node}",
                 "default-scheduler",
             )
-            rt = PodRuntime(ns, name, p["metadata"]["uid"], self.pod_ip(p), node=node)
-            self.runtimes[p["metadata"]["uid"]] = rt
-            threading.Thread(target=self.kubelet, args=(rt,), daemon=True).start()
+            self.bind(p, node)
+
+    def bind(self, p: dict[str, Any], node: str) -> None:
+        """The pod on its node: the node's kubelet starts it."""
+        p["spec"]["nodeName"] = node
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": k8s_time(now())}
+        ]
+        self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
+        uid = p["metadata"]["uid"]
+        self.bound.add(uid)
+        rt = PodRuntime(p["metadata"]["namespace"], p["metadata"]["name"], uid, self.pod_ip(p))
+        rt.node = node
+        self.runtimes[uid] = rt
+        threading.Thread(target=self.kubelet, args=(rt,), daemon=True).start()
 
     def pod_ip(self, p: dict[str, Any]) -> str:
         """A StatefulSet pod's IP is the one its stable DNS name resolves to (see `resolve`);
@@ -588,8 +601,10 @@ class Cluster:
                     )
         for e in c.get("env") or []:
             env[e["name"]] = resolve(_expand(str(e.get("value", "")), env))
-        gpus = _gpu_request(p)
-        if gpus:  # the device plugin's share of the node
+        # the device plugin's share of the node; or, for a container that requests none, what
+        # the NVIDIA runtime hands it for NVIDIA_VISIBLE_DEVICES (the scheduler never counts it)
+        gpus = _gpu_request(p) or visible_gpus(env, self.gpus)
+        if gpus:
             env |= {
                 "GAMEDAY_GPU": "a10g",
                 "GAMEDAY_GPU_COUNT": str(gpus),
@@ -674,6 +689,10 @@ class Cluster:
                 }
             self.update_status(rt, self.terminated_status, c, terminated, restarts, last_terminated)
             if rt.deleting.is_set():
+                break
+            if not restarts_after(p["spec"].get("restartPolicy", "Always"), terminated):
+                self.update_status(rt, completed_phase, terminated)
+                rt.deleting.wait()  # a completed pod stays until it is deleted
                 break
             last_terminated = terminated
             # back-off: the first restart at once, then the kubelet's schedule
@@ -1019,6 +1038,25 @@ def _expand(s: str, env: dict[str, str]) -> str:
     )
 
 
+def restarts_after(policy: str, terminated: dict[str, Any]) -> bool:
+    """Whether the kubelet restarts a container that ended so, under the pod's restartPolicy."""
+    return policy == "Always" or (policy == "OnFailure" and terminated["exitCode"] != 0)
+
+
+def completed_phase(p: dict[str, Any], terminated: dict[str, Any]) -> None:
+    p["status"]["phase"] = "Failed" if terminated["exitCode"] else "Succeeded"
+
+
+def visible_gpus(env: dict[str, str], node_gpus: int) -> int:
+    """The GPUs the NVIDIA container runtime hands a container for its NVIDIA_VISIBLE_DEVICES,
+    whatever the device plugin allocated: `all`, or a list of indices that exist on the node."""
+    value = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    if value == "all":
+        return node_gpus
+    indices = {v.strip() for v in value.split(",")}
+    return sum(1 for i in range(node_gpus) if str(i) in indices)
+
+
 def _gpu_request(p: dict[str, Any]) -> int:
     total = 0
     for c in p["spec"].get("containers") or []:
@@ -1247,7 +1285,7 @@ class Api:
             nm = body["metadata"]["name"]
             if store.get(res, ns, nm):
                 raise ApiError(409, "AlreadyExists", f'{res}{_group(res)} "{nm}" already exists')
-            if res not in ("services", "deployments", "statefulsets"):
+            if res not in ("services", "deployments", "statefulsets", "pods"):
                 raise ApiError(405, "MethodNotAllowed", f"creating {res} is not served here")
             obj = c.new_meta(copy.deepcopy(body), nm, ns)
             self.defaults(res, obj)
@@ -1322,6 +1360,12 @@ class Api:
             spec.setdefault("revisionHistoryLimit", 10)
             spec.setdefault("progressDeadlineSeconds", 600)
             spec.setdefault("strategy", {"type": "RollingUpdate"})
+        if res == "pods":
+            spec = obj["spec"]
+            spec.setdefault("enableServiceLinks", True)
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort", "conditions": []}
         if res == "statefulsets":
             spec = obj["spec"]
             spec.setdefault("replicas", 1)

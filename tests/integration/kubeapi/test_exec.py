@@ -106,7 +106,7 @@ def test_exec_into_a_pod_that_is_not_running_is_refused(lab: client.CoreV1Api) -
                         "name": "app",
                         "image": "busybox",
                         "command": ["sleep", "600"],
-                        "resources": {"limits": {"nvidia.com/gpu": 9}},
+                        "resources": {"limits": {"nvidia.com/gpu": "9"}},
                     }
                 ],
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
