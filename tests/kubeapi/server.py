@@ -28,6 +28,7 @@ Run: `python -m tests.kubeapi --port 16443 --kubeconfig build/kubeapi/kubeconfig
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import hashlib
@@ -1090,13 +1091,21 @@ def _conditions(p: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
 
 CORE = r"/api/v1"
 APPS = r"/apis/apps/v1"
+RBAC = "rbac.authorization.k8s.io"
 ROUTES: list[tuple[str, re.Pattern[str]]] = [
     ("namespaces", re.compile(rf"^{CORE}/namespaces(?:/(?P<name>[^/]+))?$")),
     (
         "core",
         re.compile(
-            rf"^{CORE}/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events)"
+            rf"^{CORE}/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events|configmaps|secrets|serviceaccounts)"
             r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$"
+        ),
+    ),
+    (
+        "rbac",
+        re.compile(
+            rf"^/apis/{RBAC}/v1/namespaces/(?P<ns>[^/]+)/(?P<res>roles|rolebindings)"
+            r"(?:/(?P<name>[^/]+))?$"
         ),
     ),
     (
@@ -1109,6 +1118,8 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
 ]
 EXEC = re.compile(rf"^{CORE}/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/exec$")
 WORKLOADS = ("deployments", "statefulsets")
+# objects the stand-in stores and serves without acting on them (volumes read the first two)
+GENERIC = ("configmaps", "secrets", "serviceaccounts", "roles", "rolebindings")
 KINDS = {
     "pods": ("Pod", "v1"),
     "services": ("Service", "v1"),
@@ -1116,6 +1127,11 @@ KINDS = {
     "deployments": ("Deployment", "apps/v1"),
     "statefulsets": ("StatefulSet", "apps/v1"),
     "namespaces": ("Namespace", "v1"),
+    "configmaps": ("ConfigMap", "v1"),
+    "secrets": ("Secret", "v1"),
+    "serviceaccounts": ("ServiceAccount", "v1"),
+    "roles": ("Role", f"{RBAC}/v1"),
+    "rolebindings": ("RoleBinding", f"{RBAC}/v1"),
 }
 
 
@@ -1262,7 +1278,7 @@ class Api:
         deadline = time.monotonic() + 60
         while store.list("pods", name) and time.monotonic() < deadline:
             time.sleep(0.02)
-        for res in ("services", "events"):
+        for res in ("services", "events", *GENERIC):
             for o in store.list(res, name):
                 store.remove(res, name, o["metadata"]["name"])
         store.remove("namespaces", "", name)
@@ -1285,7 +1301,7 @@ class Api:
             nm = body["metadata"]["name"]
             if store.get(res, ns, nm):
                 raise ApiError(409, "AlreadyExists", f'{res}{_group(res)} "{nm}" already exists')
-            if res not in ("services", "deployments", "statefulsets", "pods"):
+            if res not in ("services", "deployments", "statefulsets", "pods", *GENERIC):
                 raise ApiError(405, "MethodNotAllowed", f"creating {res} is not served here")
             obj = c.new_meta(copy.deepcopy(body), nm, ns)
             self.defaults(res, obj)
@@ -1301,6 +1317,8 @@ class Api:
             raise not_found(f"{res}{_group(res)}", name)
         if method == "GET":
             return 200, copy.deepcopy(obj)
+        if method == "PUT" and res in GENERIC:
+            return 200, self.replace_generic(res, ns, name, obj, body)
         if method == "PUT":
             if res not in WORKLOADS:
                 raise ApiError(405, "MethodNotAllowed", f"replacing {res} is not served here")
@@ -1340,10 +1358,38 @@ class Api:
             }
         raise ApiError(405, "MethodNotAllowed", f"{method} not allowed")
 
+    def replace_generic(
+        self, res: str, ns: str, name: str, old: dict[str, Any], body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """PUT: the body replaces the object; a stale resourceVersion is a conflict."""
+        meta = body.get("metadata") or {}
+        if meta.get("name") != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match")
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {res}{_group(res)} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+            )
+        new = copy.deepcopy(body)
+        new["metadata"] = {
+            **{k: old["metadata"][k] for k in ("name", "namespace", "uid", "creationTimestamp")},
+            "labels": meta.get("labels") or {},
+            "annotations": meta.get("annotations") or {},
+        }
+        self.defaults(res, new)
+        return self.c.store.put(res, ns, new, "MODIFIED")
+
     def defaults(self, res: str, obj: dict[str, Any]) -> None:
         kind, api = KINDS[res]
         obj.setdefault("kind", kind)
         obj.setdefault("apiVersion", api)
+        if res == "secrets":  # stringData is write-only: the API server folds it into data
+            obj.setdefault("type", "Opaque")
+            for k, v in (obj.pop("stringData", None) or {}).items():
+                obj.setdefault("data", {})[k] = base64.b64encode(str(v).encode()).decode()
         if res == "services":
             spec = obj.setdefault("spec", {})
             spec.setdefault("type", "ClusterIP")
@@ -1374,7 +1420,7 @@ class Api:
 
 
 def _group(res: str) -> str:
-    return ".apps" if res in WORKLOADS else ""
+    return ".apps" if res in WORKLOADS else f".{RBAC}" if res in ("roles", "rolebindings") else ""
 
 
 def _true(v: str | None) -> bool:
