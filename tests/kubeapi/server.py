@@ -60,6 +60,7 @@ from runner.labs.common import crash_loop_backoff_s
 from runner.labs.servicelinks import kubernetes_service_env
 from runner.programs import command_argv
 from tests.kubeapi import exec as kexec
+from tests.kubeapi import volumes as kvolumes
 
 NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -238,6 +239,7 @@ class PodRuntime:
     node: str = ""
     deleting: threading.Event = field(default_factory=threading.Event)
     gone: threading.Event = field(default_factory=threading.Event)
+    volumes: dict[str, Path] = field(default_factory=dict)  # volume name -> its directory
 
 
 class Cluster:
@@ -618,7 +620,9 @@ class Cluster:
         }
         return env
 
-    def argv(self, c: dict[str, Any], env: dict[str, str], ip: str) -> list[str]:
+    def argv(
+        self, c: dict[str, Any], env: dict[str, str], ip: str, volumes: dict[str, Path]
+    ) -> list[str]:
         argv = [
             resolve(_expand(a, env)) for a in [*(c.get("command") or []), *(c.get("args") or [])]
         ]
@@ -634,7 +638,25 @@ class Cluster:
                 argv[i] = f"--host={ip}"
         if not argv:
             raise ValueError("no command")
-        return argv
+        # no root filesystem of its own: mount paths name the pod's volume directories
+        return kvolumes.rewrite_listen(kvolumes.rewrite(argv, kvolumes.mounts(c, volumes)), ip)
+
+    def mount_volumes(self, rt: PodRuntime, p: dict[str, Any]) -> bool:
+        """The pod's volumes as files under the state dir; False if the pod went first (a
+        missing ConfigMap or Secret is retried, with FailedMount events, as the kubelet does)."""
+        root = self.state_dir / "pods" / rt.uid / "volumes"
+        while not rt.deleting.is_set() and not self.stopping.is_set():
+            try:
+                rt.volumes = kvolumes.materialise(
+                    p["spec"].get("volumes") or [],
+                    root,
+                    lambda res, name: self.store.get(res, rt.ns, name),
+                )
+                return True
+            except kvolumes.MissingSource as exc:
+                self.event(p, "Warning", "FailedMount", str(exc), "kubelet")
+                rt.deleting.wait(self.seconds(2.0))
+        return False
 
     def kubelet(self, rt: PodRuntime) -> None:
         p = self.pod(rt)
@@ -651,7 +673,8 @@ class Cluster:
         )
         restarts = 0
         last_terminated: dict[str, Any] | None = None
-        while not rt.deleting.is_set() and not self.stopping.is_set():
+        mounted = self.mount_volumes(rt, p)
+        while mounted and not rt.deleting.is_set() and not self.stopping.is_set():
             p = self.pod(rt)
             if p is None:
                 break
@@ -719,13 +742,14 @@ class Cluster:
                     break
             restarts += 1
         # the pod is gone once its containers are
+        shutil.rmtree(self.state_dir / "pods" / rt.uid, ignore_errors=True)
         self.runtimes.pop(rt.uid, None)
         self.store.remove("pods", rt.ns, rt.name)
         rt.gone.set()
         self.wake.set()
 
     def start(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container:
-        argv = self.argv(c, env, rt.ip)
+        argv = self.argv(c, env, rt.ip, rt.volumes)
         if shutil.which(argv[0], path=env.get("PATH")) is None:
             raise FileNotFoundError(f'"{argv[0]}": executable file not found in $PATH')
         # its own PID, UTS and mount namespaces: the command is PID 1 of its pod, its hostname
