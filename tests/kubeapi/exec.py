@@ -31,6 +31,8 @@ import subprocess
 import threading
 from typing import IO, Any, Protocol
 
+from runner.programs import command_argv
+
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 V4 = "v4.channel.k8s.io"
 V1 = "channel.k8s.io"
@@ -165,6 +167,9 @@ def run(session: Session, target: Target, argv: list[str]) -> None:
     closes."""
     pid = target.init_pid()
     path = target.env.get("PATH")
+    # the image is this interpreter's environment, for exec as for the container's entrypoint
+    # (Cluster.argv): its programs are found there, never by luck on the test machine's PATH
+    argv = command_argv(argv) or argv
     if pid is None or shutil.which(argv[0], path=path) is None:
         listener = threading.Thread(target=session.listen, args=(None,), daemon=True)
         listener.start()
