@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -26,9 +27,16 @@ from runner.results import RunResult, Verdict
 __all__ = ["err", "error", "escape", "json_out", "message", "out", "run_summary"]
 
 
+# A backslash before a `[` that rich's escape leaves alone (not tag-like: `\[W`, a regex's
+# escaped bracket) is still taken by rich's parser as an escape and dropped: one more keeps it.
+_BARE_ESCAPE = re.compile(r"(\\+)(\[(?![a-z#/@]))")
+
+
 def escape(text: str) -> str:
     """`text` as literal rich markup, its control characters made visible."""
-    return markup.escape(printable(text))
+    return _BARE_ESCAPE.sub(
+        lambda m: m.group(1) + "\\" + m.group(2), markup.escape(printable(text))
+    )
 
 
 class _Console(Console):
