@@ -72,9 +72,7 @@ def lab_build(lab_path: Path, force: bool) -> None:
 @handled
 def lab_manifests(lab_path: Path) -> None:
     """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them)."""
-    import yaml
-
-    from runner.labs.kubernetes.manifests import all_manifests
+    from runner.labs.kubernetes.manifests import all_manifests, dump_all
     from runner.scenario import LabKind
 
     inventory = load_inventory(lab_path)
@@ -85,7 +83,7 @@ def lab_manifests(lab_path: Path) -> None:
             file=lab_path,
             hint="gameday lab manifests --lab inventories/eks.yaml",
         )
-    text = yaml.safe_dump_all(all_manifests(inventory), sort_keys=False)
+    text = dump_all(all_manifests(inventory))
     output.out.print(f"# gameday lab manifests --lab {lab_path}\n" + text, markup=False, end="")
 
 

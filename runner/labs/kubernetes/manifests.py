@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import yaml
+
 from runner.errors import InventoryError
 from runner.inventory import Inventory, KubernetesSpec, Node, Role
 from runner.labs.base import NodeConfig
@@ -274,11 +276,31 @@ def groups(inventory: Inventory) -> list[str]:
     return sorted({group_of(inventory, n) for n in inventory.nodes if is_grouped(n)})
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (a ConfigMap's files) as literal blocks, readable as printed."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_all(docs: list[dict[str, Any]]) -> str:
+    """The manifests as a YAML stream, as `gameday lab manifests` prints them."""
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
+
+
 def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
-    """Everything `lab up` creates, in order."""
+    """Everything `lab up` creates, in order (a Secret's token masked)."""
+    from runner.labs.kubernetes import monitoring  # built on this module
+
     return [
         namespace(inventory),
         service(inventory),
         *(headless_service(inventory, g) for g in groups(inventory)),
+        *monitoring.manifests(inventory),
         *(workload(inventory, n) for n in inventory.nodes),
     ]
