@@ -28,6 +28,7 @@ Run: `python -m tests.kubeapi --port 16443 --kubeconfig build/kubeapi/kubeconfig
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import hashlib
@@ -37,8 +38,10 @@ import os
 import queue
 import re
 import secrets
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -56,12 +59,16 @@ import yaml
 from runner.labs.common import crash_loop_backoff_s
 from runner.labs.servicelinks import kubernetes_service_env
 from runner.programs import command_argv
+from tests.kubeapi import exec as kexec
+from tests.kubeapi import volumes as kvolumes
 
 NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_LABELS = {"nvidia.com/gpu.present": "true", "node.kubernetes.io/instance-type": "g5.xlarge"}
 NODE_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 HISTORY = 20000
+POD_NAMESPACES = ["unshare", "--pid", "--fork", "--mount-proc", "--uts", "--kill-child"]
+INIT = Path(__file__).with_name("init.py")
 
 
 def now() -> datetime:
@@ -209,6 +216,17 @@ class Container:
     finished_at: datetime | None = None
     exit_code: int | None = None
     killed_by_probe: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+
+    def init_pid(self) -> int | None:
+        """The host PID of the container's PID 1 (the child `unshare --fork` started), or None
+        when it has not started or has exited."""
+        try:
+            kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        except OSError:
+            return None
+        return int(kids.split()[0]) if kids.split() else None
 
 
 @dataclass
@@ -221,6 +239,7 @@ class PodRuntime:
     node: str = ""
     deleting: threading.Event = field(default_factory=threading.Event)
     gone: threading.Event = field(default_factory=threading.Event)
+    volumes: dict[str, Path] = field(default_factory=dict)  # volume name -> its directory
 
 
 class Cluster:
@@ -235,6 +254,7 @@ class Cluster:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.started: list[Container] = []  # every container ever started, for stop()
+        self.bound: set[str] = set()  # uids of the pods a kubelet has taken
         self.ensure_default_namespace()
         threading.Thread(target=self.controllers, name="controllers", daemon=True).start()
 
@@ -446,11 +466,16 @@ class Cluster:
             _gpu_request(p)
             for p in self.store.list("pods", None)
             if p["spec"].get("nodeName") == node
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
         )
 
     def schedule(self) -> None:
         for p in self.store.list("pods", None):
-            if p["spec"].get("nodeName") or p["metadata"].get("deletionTimestamp"):
+            if p["metadata"]["uid"] in self.bound or p["metadata"].get("deletionTimestamp"):
+                continue
+            if p["spec"].get("nodeName"):  # pinned: the scheduler never sees it
+                if p["spec"]["nodeName"] in self.nodes:  # no such node: no kubelet, Pending
+                    self.bind(p, p["spec"]["nodeName"])
                 continue
             why, node = self.unschedulable(p)
             conds = p["status"].setdefault("conditions", [])
@@ -467,11 +492,6 @@ class Cluster:
                     self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
                     self.event(p, "Warning", "FailedScheduling", why, "default-scheduler")
                 continue
-            p["spec"]["nodeName"] = node
-            p["status"]["conditions"] = [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": k8s_time(now())}
-            ]
-            self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
             ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
             self.event(
                 p,
@@ -480,9 +500,21 @@ class Cluster:
                 f"Successfully assigned {ns}/{name} to {node}",
                 "default-scheduler",
             )
-            rt = PodRuntime(ns, name, p["metadata"]["uid"], self.pod_ip(p), node=node)
-            self.runtimes[p["metadata"]["uid"]] = rt
-            threading.Thread(target=self.kubelet, args=(rt,), daemon=True).start()
+            self.bind(p, node)
+
+    def bind(self, p: dict[str, Any], node: str) -> None:
+        """The pod on its node: the node's kubelet starts it."""
+        p["spec"]["nodeName"] = node
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": k8s_time(now())}
+        ]
+        self.store.put("pods", p["metadata"]["namespace"], p, "MODIFIED")
+        uid = p["metadata"]["uid"]
+        self.bound.add(uid)
+        rt = PodRuntime(p["metadata"]["namespace"], p["metadata"]["name"], uid, self.pod_ip(p))
+        rt.node = node
+        self.runtimes[uid] = rt
+        threading.Thread(target=self.kubelet, args=(rt,), daemon=True).start()
 
     def pod_ip(self, p: dict[str, Any]) -> str:
         """A StatefulSet pod's IP is the one its stable DNS name resolves to (see `resolve`);
@@ -572,8 +604,10 @@ class Cluster:
                     )
         for e in c.get("env") or []:
             env[e["name"]] = resolve(_expand(str(e.get("value", "")), env))
-        gpus = _gpu_request(p)
-        if gpus:  # the device plugin's share of the node
+        # the device plugin's share of the node; or, for a container that requests none, what
+        # the NVIDIA runtime hands it for NVIDIA_VISIBLE_DEVICES (the scheduler never counts it)
+        gpus = _gpu_request(p) or visible_gpus(env, self.gpus)
+        if gpus:
             env |= {
                 "GAMEDAY_GPU": "a10g",
                 "GAMEDAY_GPU_COUNT": str(gpus),
@@ -586,7 +620,9 @@ class Cluster:
         }
         return env
 
-    def argv(self, c: dict[str, Any], env: dict[str, str], ip: str) -> list[str]:
+    def argv(
+        self, c: dict[str, Any], env: dict[str, str], ip: str, volumes: dict[str, Path]
+    ) -> list[str]:
         argv = [
             resolve(_expand(a, env)) for a in [*(c.get("command") or []), *(c.get("args") or [])]
         ]
@@ -602,7 +638,25 @@ class Cluster:
                 argv[i] = f"--host={ip}"
         if not argv:
             raise ValueError("no command")
-        return argv
+        # no root filesystem of its own: mount paths name the pod's volume directories
+        return kvolumes.rewrite_listen(kvolumes.rewrite(argv, kvolumes.mounts(c, volumes)), ip)
+
+    def mount_volumes(self, rt: PodRuntime, p: dict[str, Any]) -> bool:
+        """The pod's volumes as files under the state dir; False if the pod went first (a
+        missing ConfigMap or Secret is retried, with FailedMount events, as the kubelet does)."""
+        root = self.state_dir / "pods" / rt.uid / "volumes"
+        while not rt.deleting.is_set() and not self.stopping.is_set():
+            try:
+                rt.volumes = kvolumes.materialise(
+                    p["spec"].get("volumes") or [],
+                    root,
+                    lambda res, name: self.store.get(res, rt.ns, name),
+                )
+                return True
+            except kvolumes.MissingSource as exc:
+                self.event(p, "Warning", "FailedMount", str(exc), "kubelet")
+                rt.deleting.wait(self.seconds(2.0))
+        return False
 
     def kubelet(self, rt: PodRuntime) -> None:
         p = self.pod(rt)
@@ -619,7 +673,8 @@ class Cluster:
         )
         restarts = 0
         last_terminated: dict[str, Any] | None = None
-        while not rt.deleting.is_set() and not self.stopping.is_set():
+        mounted = self.mount_volumes(rt, p)
+        while mounted and not rt.deleting.is_set() and not self.stopping.is_set():
             p = self.pod(rt)
             if p is None:
                 break
@@ -628,7 +683,11 @@ class Cluster:
                 cont = self.start(rt, c, env)
             except OSError as exc:
                 # as containerd reports an entrypoint it cannot exec: StartError, exit code 128
-                msg = f"failed to create containerd task: exec: {exc}: unknown"
+                msg = (
+                    "failed to create containerd task: failed to create shim task: OCI runtime "
+                    f"create failed: runc create failed: unable to start container process: "
+                    f"exec: {exc}: unknown"
+                )
                 self.event(p, "Warning", "Failed", f"Error: {msg}", "kubelet")
                 terminated = {
                     "exitCode": 128,
@@ -655,6 +714,10 @@ class Cluster:
             self.update_status(rt, self.terminated_status, c, terminated, restarts, last_terminated)
             if rt.deleting.is_set():
                 break
+            if not restarts_after(p["spec"].get("restartPolicy", "Always"), terminated):
+                self.update_status(rt, completed_phase, terminated)
+                rt.deleting.wait()  # a completed pod stays until it is deleted
+                break
             last_terminated = terminated
             # back-off: the first restart at once, then the kubelet's schedule
             delay = 0.0 if restarts == 0 else crash_loop_backoff_s(restarts - 1)
@@ -679,23 +742,36 @@ class Cluster:
                     break
             restarts += 1
         # the pod is gone once its containers are
+        shutil.rmtree(self.state_dir / "pods" / rt.uid, ignore_errors=True)
         self.runtimes.pop(rt.uid, None)
         self.store.remove("pods", rt.ns, rt.name)
         rt.gone.set()
         self.wake.set()
 
     def start(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container:
-        argv = self.argv(c, env, rt.ip)
+        argv = self.argv(c, env, rt.ip, rt.volumes)
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise FileNotFoundError(f'"{argv[0]}": executable file not found in $PATH')
+        # its own PID, UTS and mount namespaces: the command is PID 1 of its pod, its hostname
+        # the pod's name, /proc shows the pod's processes only
+        wrapped = [*POD_NAMESPACES, sys.executable, str(INIT), "--hostname", rt.name, "--", *argv]
+        cwd = str(self.state_dir)
         proc = subprocess.Popen(
-            argv,
+            wrapped,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            cwd=str(self.state_dir),
+            cwd=cwd,
         )
-        cont = Container(id=f"containerd://{secrets.token_hex(32)}", proc=proc, started_at=now())
+        cont = Container(
+            id=f"containerd://{secrets.token_hex(32)}",
+            proc=proc,
+            started_at=now(),
+            env=env,
+            cwd=cwd,
+        )
         rt.containers.append(cont)
         self.started.append(cont)
         threading.Thread(target=self.read_log, args=(cont,), daemon=True).start()
@@ -892,6 +968,27 @@ class Cluster:
         )
         p["status"]["conditions"] = _conditions(p, False)
 
+    # ---- exec (the API server's and the kubelet's checks before the upgrade) -------------------
+
+    def exec_target(self, ns: str, name: str, container: str | None) -> Container:
+        p = self.store.get("pods", ns, name)
+        if p is None:
+            raise not_found("pods", name)
+        if not p["spec"].get("nodeName"):
+            raise ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
+        names = [c["name"] for c in p["spec"]["containers"]]
+        cname = container or names[0]
+        if cname not in names:
+            raise ApiError(400, "BadRequest", f"container {cname} is not valid for pod {name}")
+        rt = self.runtimes.get(p["metadata"]["uid"])
+        statuses = p["status"].get("containerStatuses") or []
+        cid = statuses[0].get("containerID") if statuses else None
+        running = bool(statuses) and "running" in statuses[0].get("state", {})
+        cont = next((x for x in rt.containers if x.id == cid), None) if rt else None
+        if cont is None or not running or cont.proc.poll() is not None:
+            raise ApiError(400, "BadRequest", f'container not found ("{cname}")')
+        return cont
+
     # ---- logs (the kubelet's containerLogs, validateContainerLogStatus) ------------------------
 
     def logs(self, ns: str, name: str, previous: bool, timestamps: bool) -> str:
@@ -966,6 +1063,25 @@ def _expand(s: str, env: dict[str, str]) -> str:
     )
 
 
+def restarts_after(policy: str, terminated: dict[str, Any]) -> bool:
+    """Whether the kubelet restarts a container that ended so, under the pod's restartPolicy."""
+    return policy == "Always" or (policy == "OnFailure" and terminated["exitCode"] != 0)
+
+
+def completed_phase(p: dict[str, Any], terminated: dict[str, Any]) -> None:
+    p["status"]["phase"] = "Failed" if terminated["exitCode"] else "Succeeded"
+
+
+def visible_gpus(env: dict[str, str], node_gpus: int) -> int:
+    """The GPUs the NVIDIA container runtime hands a container for its NVIDIA_VISIBLE_DEVICES,
+    whatever the device plugin allocated: `all`, or a list of indices that exist on the node."""
+    value = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    if value == "all":
+        return node_gpus
+    indices = {v.strip() for v in value.split(",")}
+    return sum(1 for i in range(node_gpus) if str(i) in indices)
+
+
 def _gpu_request(p: dict[str, Any]) -> int:
     total = 0
     for c in p["spec"].get("containers") or []:
@@ -999,13 +1115,21 @@ def _conditions(p: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
 
 CORE = r"/api/v1"
 APPS = r"/apis/apps/v1"
+RBAC = "rbac.authorization.k8s.io"
 ROUTES: list[tuple[str, re.Pattern[str]]] = [
     ("namespaces", re.compile(rf"^{CORE}/namespaces(?:/(?P<name>[^/]+))?$")),
     (
         "core",
         re.compile(
-            rf"^{CORE}/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events)"
+            rf"^{CORE}/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events|configmaps|secrets|serviceaccounts)"
             r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$"
+        ),
+    ),
+    (
+        "rbac",
+        re.compile(
+            rf"^/apis/{RBAC}/v1/namespaces/(?P<ns>[^/]+)/(?P<res>roles|rolebindings)"
+            r"(?:/(?P<name>[^/]+))?$"
         ),
     ),
     (
@@ -1016,7 +1140,10 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
 ]
+EXEC = re.compile(rf"^{CORE}/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/exec$")
 WORKLOADS = ("deployments", "statefulsets")
+# objects the stand-in stores and serves without acting on them (volumes read the first two)
+GENERIC = ("configmaps", "secrets", "serviceaccounts", "roles", "rolebindings")
 KINDS = {
     "pods": ("Pod", "v1"),
     "services": ("Service", "v1"),
@@ -1024,6 +1151,11 @@ KINDS = {
     "deployments": ("Deployment", "apps/v1"),
     "statefulsets": ("StatefulSet", "apps/v1"),
     "namespaces": ("Namespace", "v1"),
+    "configmaps": ("ConfigMap", "v1"),
+    "secrets": ("Secret", "v1"),
+    "serviceaccounts": ("ServiceAccount", "v1"),
+    "roles": ("Role", f"{RBAC}/v1"),
+    "rolebindings": ("RoleBinding", f"{RBAC}/v1"),
 }
 
 
@@ -1170,7 +1302,7 @@ class Api:
         deadline = time.monotonic() + 60
         while store.list("pods", name) and time.monotonic() < deadline:
             time.sleep(0.02)
-        for res in ("services", "events"):
+        for res in ("services", "events", *GENERIC):
             for o in store.list(res, name):
                 store.remove(res, name, o["metadata"]["name"])
         store.remove("namespaces", "", name)
@@ -1193,7 +1325,7 @@ class Api:
             nm = body["metadata"]["name"]
             if store.get(res, ns, nm):
                 raise ApiError(409, "AlreadyExists", f'{res}{_group(res)} "{nm}" already exists')
-            if res not in ("services", "deployments", "statefulsets"):
+            if res not in ("services", "deployments", "statefulsets", "pods", *GENERIC):
                 raise ApiError(405, "MethodNotAllowed", f"creating {res} is not served here")
             obj = c.new_meta(copy.deepcopy(body), nm, ns)
             self.defaults(res, obj)
@@ -1209,6 +1341,8 @@ class Api:
             raise not_found(f"{res}{_group(res)}", name)
         if method == "GET":
             return 200, copy.deepcopy(obj)
+        if method == "PUT" and res in GENERIC:
+            return 200, self.replace_generic(res, ns, name, obj, body)
         if method == "PUT":
             if res not in WORKLOADS:
                 raise ApiError(405, "MethodNotAllowed", f"replacing {res} is not served here")
@@ -1248,10 +1382,38 @@ class Api:
             }
         raise ApiError(405, "MethodNotAllowed", f"{method} not allowed")
 
+    def replace_generic(
+        self, res: str, ns: str, name: str, old: dict[str, Any], body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """PUT: the body replaces the object; a stale resourceVersion is a conflict."""
+        meta = body.get("metadata") or {}
+        if meta.get("name") != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match")
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {res}{_group(res)} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+            )
+        new = copy.deepcopy(body)
+        new["metadata"] = {
+            **{k: old["metadata"][k] for k in ("name", "namespace", "uid", "creationTimestamp")},
+            "labels": meta.get("labels") or {},
+            "annotations": meta.get("annotations") or {},
+        }
+        self.defaults(res, new)
+        return self.c.store.put(res, ns, new, "MODIFIED")
+
     def defaults(self, res: str, obj: dict[str, Any]) -> None:
         kind, api = KINDS[res]
         obj.setdefault("kind", kind)
         obj.setdefault("apiVersion", api)
+        if res == "secrets":  # stringData is write-only: the API server folds it into data
+            obj.setdefault("type", "Opaque")
+            for k, v in (obj.pop("stringData", None) or {}).items():
+                obj.setdefault("data", {})[k] = base64.b64encode(str(v).encode()).decode()
         if res == "services":
             spec = obj.setdefault("spec", {})
             spec.setdefault("type", "ClusterIP")
@@ -1268,6 +1430,12 @@ class Api:
             spec.setdefault("revisionHistoryLimit", 10)
             spec.setdefault("progressDeadlineSeconds", 600)
             spec.setdefault("strategy", {"type": "RollingUpdate"})
+        if res == "pods":
+            spec = obj["spec"]
+            spec.setdefault("enableServiceLinks", True)
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort", "conditions": []}
         if res == "statefulsets":
             spec = obj["spec"]
             spec.setdefault("replicas", 1)
@@ -1276,7 +1444,7 @@ class Api:
 
 
 def _group(res: str) -> str:
-    return ".apps" if res in WORKLOADS else ""
+    return ".apps" if res in WORKLOADS else f".{RBAC}" if res in ("roles", "rolebindings") else ""
 
 
 def _true(v: str | None) -> bool:
@@ -1308,6 +1476,13 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             if self.headers.get("Authorization") != f"Bearer {api.token}":
                 self._send(401, ApiError(401, "Unauthorized", "Unauthorized").status())
                 return
+            m = EXEC.match(url.path)
+            if m and self.command in ("GET", "POST"):
+                try:
+                    self._exec(m.group("ns"), m.group("name"), parse_qs(url.query))
+                except ApiError as exc:
+                    self._send(exc.code, exc.status())
+                return
             try:
                 body = json.loads(raw) if raw else None
                 out = api.handle(self.command, url.path, query, body)
@@ -1335,6 +1510,28 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             finally:
                 with contextlib.suppress(Exception):
                     out.close()  # type: ignore[attr-defined]
+            self.close_connection = True
+
+        def _exec(self, ns: str, name: str, query: dict[str, list[str]]) -> None:
+            argv = query.get("command") or []
+            if not argv:
+                raise ApiError(400, "BadRequest", "you must specify at least 1 command")
+            if "websocket" not in (self.headers.get("Upgrade") or "").lower():
+                raise ApiError(400, "BadRequest", "Upgrade request required")
+            target = api.c.exec_target(ns, name, (query.get("container") or [None])[-1])
+            proto = kexec.choose_protocol(self.headers.get("Sec-WebSocket-Protocol"))
+            if proto is None:
+                raise ApiError(400, "BadRequest", "no supported WebSocket subprotocol offered")
+            self.send_response(101, "Switching Protocols")
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            key = self.headers.get("Sec-WebSocket-Key") or ""
+            self.send_header("Sec-WebSocket-Accept", kexec.accept_key(key))
+            self.send_header("Sec-WebSocket-Protocol", proto)
+            self.end_headers()
+            self.wfile.flush()
+            session = kexec.Session(self.rfile, self.wfile, self.connection, proto)
+            kexec.run(session, target, argv)
             self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _do

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client, config
+
+from tests.kubeapi.server import Server
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(0, tmp_path / "kube" / "kubeconfig", time_scale=100).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def core(server: Server, tmp_path: Path) -> client.CoreV1Api:
+    api = config.new_client_from_config(str(tmp_path / "kube" / "kubeconfig"))
+    return client.CoreV1Api(api)
+
+
+T = TypeVar("T")
+
+
+def wait_for(fn: Callable[[], T | None], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = fn()
+        if out:
+            return out
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s")
+
+
+def deployment(name: str, command: list[str], **container: Any) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {"name": "app", "image": "busybox", "command": command, **container}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def running_pod(core: client.CoreV1Api, ns: str, app: str) -> Any:
+    """The app's pod once its container runs."""
+
+    def find() -> Any:
+        for p in core.list_namespaced_pod(ns, label_selector=f"app={app}").items:
+            cs = p.status.container_statuses or []
+            if cs and cs[0].state.running and not p.metadata.deletion_timestamp:
+                return p
+        return None
+
+    return wait_for(find)
