@@ -153,11 +153,11 @@ class Monitoring(Model):
         default=PROMETHEUS_IMAGE,
         description="Kubernetes labs: the Prometheus Deployment's image.",
     )
-    api_server: Annotated[str | None, Field(pattern=r"^https?://\S+$")] = Field(
+    api_server: Annotated[str | None, Field(pattern=r"^(https?://\S+|kubeconfig)$")] = Field(
         default=None,
         description="Kubernetes labs: the API server Prometheus discovers the engines' pods "
-        "through, with the kubeconfig's token (the test server). Default: the cluster it runs "
-        "in, with its service account.",
+        "through, with the kubeconfig's token (the test server): a URL, or `kubeconfig` for the "
+        "kubeconfig's server. Default: the cluster it runs in, with its service account.",
     )
     prometheus_url: Annotated[str | None, Field(pattern=r"^https?://\S+$")] = Field(
         default=None,

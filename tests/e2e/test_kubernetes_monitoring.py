@@ -1,10 +1,12 @@
-"""The Kubernetes lab's Prometheus configuration in a real Prometheus: of the lab's pods, as pod
-discovery lists them, it scrapes the serving and head engines only, each labelled with its
-inventory node, and `ServingDown` fires when the serving pod is gone.
+"""The Kubernetes lab's Prometheus: on the test server, `lab up` runs it as a pod that scrapes
+the serving engine, `ServingDown` fires when the engine's pod is gone, and `lab down` leaves
+nothing; in a Prometheus fed the pods directly, of the lab's pods it scrapes the serving and head
+engines only, each labelled with its inventory node.
 
-The Prometheus here is Debian's, built without Kubernetes discovery: the pods' targets are
-handed to it through a file, with the labels pod discovery gives them (tests/support/kube_sd.py);
-everything after discovery (relabelling, rules, alerting) is the lab's own configuration.
+The Prometheus here is Debian's, built without Kubernetes discovery: the pods' targets reach it
+through a file, with the labels pod discovery gives them, listed from the API server its
+configuration names with its token (tests/support/kube_sd.py); everything after discovery
+(relabelling, rules, alerting) is the lab's own configuration.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import yaml
 from runner.inventory import Inventory, load_inventory
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as km
+from runner.labs.kubernetes.driver import KubernetesLab
 from runner.programs import resolve_command
 from tests.e2e.test_kubernetes_lab import GROUP
-from tests.support import kube_sd
+from tests.kubeapi.server import Server
+from tests.support import cli, kube_sd
 from tests.support.cli import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -203,3 +207,57 @@ def test_serving_down_fires_when_the_serving_pod_is_gone(tmp_path: Path, engines
 def http_query(base: str, q: str) -> dict[str, str]:
     data = httpx.get(base + "/api/v1/query", params={"query": q}, timeout=5).json()
     return {r["metric"]["node"]: r["value"][1] for r in data["data"]["result"]}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(0, tmp_path / "kubeapi" / "kubeconfig", time_scale=100).start()
+    yield srv
+    srv.stop()
+
+
+def serving_down(base: str) -> Any:
+    def firing(http: httpx.Client) -> list[dict[str, Any]]:
+        alerts = http.get(base + "/api/v1/alerts").json()["data"]["alerts"]
+        return [
+            a
+            for a in alerts
+            if a["labels"]["alertname"] == "ServingDown" and a["state"] == "firing"
+        ]
+
+    return poll("ServingDown firing", firing)
+
+
+def test_on_the_test_server_lab_up_runs_prometheus_and_serving_down_fires(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path / "state"))
+    inv = cli.variant(
+        ROOT / "inventories" / "kube-testserver.yaml",
+        tmp_path,
+        {"../build/kubeapi/kubeconfig": str(tmp_path / "kubeapi" / "kubeconfig")},
+    )
+    lab = KubernetesLab(load_inventory(inv))
+    lab.up()
+    try:
+        lab.monitoring_ready(60)  # Prometheus has scraped the serving pod once
+        base = lab.prometheus_url()
+        assert base is not None and base.startswith("http://127.0.90.") and base.endswith(":9090")
+        pod_ip = lab.url("serving").removeprefix("http://").removesuffix(":8000")
+        assert http_query(base, 'up{job="vllm"}') == {"serving": "1"}
+        targets = httpx.get(base + "/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+        assert [t["scrapeUrl"] for t in targets] == [f"http://{pod_ip}:8000/metrics"]
+        pod = lab.pods.views["serving"].pod
+        assert pod is not None
+        lab.stop("serving")  # its Deployment scaled to 0, its pod deleted
+        alert = {"alertname": "ServingDown", "job": "vllm", "severity": "page"}
+        # the engine stops before discovery drops its target (its discovery hands changes over
+        # every 5 s of wall time): `up` 0 for the rule's `for:` fires first, or else the series'
+        # absence does
+        assert serving_down(base)[0]["labels"] in (
+            alert | {"node": "serving", "instance": f"{pod_ip}:8000", "pod": pod.metadata.name},
+            alert,
+        )
+    finally:
+        lab.down()
+    assert lab.leftover_objects() == []

@@ -61,6 +61,7 @@ from runner.labs.servicelinks import kubernetes_service_env
 from runner.programs import command_argv
 from tests.kubeapi import exec as kexec
 from tests.kubeapi import volumes as kvolumes
+from tests.support import kube_sd
 
 NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -674,6 +675,11 @@ class Cluster:
         restarts = 0
         last_terminated: dict[str, Any] | None = None
         mounted = self.mount_volumes(rt, p)
+        if mounted and str(c["image"]).startswith("prom/prometheus:"):
+            # the system's Prometheus (Debian's) is built without Kubernetes discovery: the
+            # kubelet gives it one, from the API server its configuration names
+            for d in rt.volumes.values():
+                kube_sd.discover_pods(d, rt.deleting)
         while mounted and not rt.deleting.is_set() and not self.stopping.is_set():
             p = self.pod(rt)
             if p is None:

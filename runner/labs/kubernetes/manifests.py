@@ -66,9 +66,10 @@ def labels(inventory: Inventory, node: str | None = None) -> dict[str, str]:
 
 
 def selector(inventory: Inventory, node: str | None = None) -> str:
-    """The label selector of the lab's pods (of one node's, when given)."""
+    """The label selector of the lab's engine pods (of one node's, when given): the lab's pods
+    with a node label (its Prometheus has none)."""
     sel = f"{LAB_LABEL}={inventory.lab.name}"
-    return sel + (f",{NODE_LABEL}={node}" if node else "")
+    return sel + (f",{NODE_LABEL}={node}" if node else f",{NODE_LABEL}")
 
 
 def namespace(inventory: Inventory) -> dict[str, Any]:

@@ -10,9 +10,11 @@ as down (`absent(...)`).
 
 On a real cluster Prometheus authenticates with its service account (in-cluster config). With
 `monitoring.api_server` (the test server, which runs Prometheus as a process beside the API
-server) the configuration names that server and reads a bearer token from the file `token`
-beside it: the Secret `gameday-prometheus-api`, holding the kubeconfig's token, is projected into
-the same directory as the ConfigMap. Paths in the configuration are relative to it.
+server) the configuration names that server (`kubeconfig`: the kubeconfig's, wherever the test
+server listens) and reads a bearer token from the file `token` beside it: the Secret
+`gameday-prometheus-api`, holding the kubeconfig's token, is projected into the same directory as
+the ConfigMap. Paths in the configuration are relative to it. Printed (`gameday lab manifests`),
+the token is masked and a `kubeconfig` server is a placeholder: `lab up` fills both in.
 
 Every object carries the lab's labels, so `lab down` deletes it with the rest; none carries the
 node label, so the driver's pod watch does not take Prometheus for an engine.
@@ -41,6 +43,7 @@ PORT = 9090
 CONFIG_DIR = "/etc/prometheus"
 DATA_DIR = "/prometheus"
 APP_LABEL = "app.kubernetes.io/name"
+UNRESOLVED_SERVER = "<the kubeconfig's server>"
 RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 
 # The meta labels kubernetes_sd_configs gives a pod target: a pod label's name with every
@@ -66,7 +69,25 @@ def _meta_of(inventory: Inventory, name: str) -> dict[str, Any]:
     return {"name": name, "namespace": mf.spec_of(inventory).namespace, "labels": labels(inventory)}
 
 
-def scrape_config(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ApiServer:
+    """The API server Prometheus discovers pods through (`monitoring.api_server`), resolved."""
+
+    url: str
+    token: str
+
+
+def _api_server(mon: Monitoring, api: ApiServer | None) -> str | None:
+    if mon.api_server is None:
+        return None
+    if api is not None:
+        return api.url
+    return UNRESOLVED_SERVER if mon.api_server == "kubeconfig" else mon.api_server
+
+
+def scrape_config(
+    inventory: Inventory, mon: Monitoring, api: ApiServer | None = None
+) -> dict[str, Any]:
     """Job `vllm`: the lab's serving and head pods, on each one's engine port, `node` labelled."""
     ns = mf.spec_of(inventory).namespace
     engines = [n for n in inventory.nodes if n.role in (Role.SERVING, Role.HEAD)]
@@ -76,8 +97,9 @@ def scrape_config(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
         "namespaces": {"names": [ns]},
         "selectors": [{"role": "pod", "label": f"{mf.LAB_LABEL}={inventory.lab.name}"}],
     }
-    if mon.api_server:
-        sd = {"api_server": mon.api_server, "authorization": {"credentials_file": "token"}, **sd}
+    server = _api_server(mon, api)
+    if server:
+        sd = {"api_server": server, "authorization": {"credentials_file": "token"}, **sd}
     return {
         "job_name": "vllm",
         "kubernetes_sd_configs": [sd],
@@ -102,7 +124,9 @@ def scrape_config(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
     }
 
 
-def prometheus_yml(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
+def prometheus_yml(
+    inventory: Inventory, mon: Monitoring, api: ApiServer | None = None
+) -> dict[str, Any]:
     interval = prom.scrape_interval(mon, inventory.lab.time_scale)
     return {
         "global": {
@@ -111,18 +135,20 @@ def prometheus_yml(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
             "scrape_timeout": interval,
         },
         "rule_files": ["rules.yml"],  # relative to this file, in the same volume
-        "scrape_configs": [scrape_config(inventory, mon)],
+        "scrape_configs": [scrape_config(inventory, mon, api)],
     }
 
 
-def config_map(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
+def config_map(
+    inventory: Inventory, mon: Monitoring, api: ApiServer | None = None
+) -> dict[str, Any]:
     rules = prom.rule_groups(mon, inventory.lab.time_scale)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta_of(inventory, NAME),
         "data": {
-            "prometheus.yml": yaml.safe_dump(prometheus_yml(inventory, mon), sort_keys=False),
+            "prometheus.yml": yaml.safe_dump(prometheus_yml(inventory, mon, api), sort_keys=False),
             "rules.yml": yaml.safe_dump(rules, sort_keys=False),
         },
     }
@@ -217,19 +243,19 @@ def deployment(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
     }
 
 
-def manifests(inventory: Inventory, token: str | None = None) -> list[dict[str, Any]]:
-    """What `lab up` applies for the inventory's monitoring, in order (none without it).
-    `token`: the API server's bearer token for `monitoring.api_server` (None: masked)."""
+def manifests(inventory: Inventory, api: ApiServer | None = None) -> list[dict[str, Any]]:
+    """What `lab up` applies for the inventory's monitoring, in order (none without it). `api`:
+    `monitoring.api_server` resolved (None: as printed, the token masked)."""
     mon = inventory.lab.monitoring
     if mon is None:
         return []
-    secret = [api_secret(inventory, token)] if mon.api_server else []
+    secret = [api_secret(inventory, api.token if api else None)] if mon.api_server else []
     return [
         service_account(inventory),
         role(inventory),
         role_binding(inventory),
         *secret,
-        config_map(inventory, mon),
+        config_map(inventory, mon, api),
         deployment(inventory, mon),
     ]
 
@@ -287,7 +313,8 @@ def _calls(kube: KubeApi) -> dict[str, _Calls]:
 
 def kubeconfig_token(kube: KubeApi, inventory: Inventory) -> str:
     """The bearer token of the kubeconfig's user, which Prometheus presents to `api_server`."""
-    auth = kube.client.configuration.api_key.get("authorization", "")
+    keys = kube.client.configuration.api_key  # the key's name differs by client version
+    auth = keys.get("BearerToken") or keys.get("authorization") or ""
     scheme, _, token = str(auth).partition(" ")
     if scheme != "Bearer" or not token:
         raise InventoryError(
@@ -305,9 +332,12 @@ def apply(kube: KubeApi, inventory: Inventory) -> None:
     mon = inventory.lab.monitoring
     if mon is None:
         return
-    token = kubeconfig_token(kube, inventory) if mon.api_server else None
+    api = None
+    if mon.api_server:
+        url = kube.client.configuration.host if mon.api_server == "kubeconfig" else mon.api_server
+        api = ApiServer(url=url, token=kubeconfig_token(kube, inventory))
     calls = _calls(kube)
-    for doc in manifests(inventory, token):
+    for doc in manifests(inventory, api):
         c, name = calls[doc["kind"]], doc["metadata"]["name"]
         status, _ = kube.status_of(c.read, name, kube.ns)
         if status == 404:

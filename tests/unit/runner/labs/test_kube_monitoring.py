@@ -32,7 +32,8 @@ def variant(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_the_test_servers_manifests_in_order_all_valid() -> None:
     inv = load_inventory(TESTSERVER)
-    docs = km.manifests(inv, token="s3cret")
+    api = km.ApiServer(url="http://127.0.0.1:16443", token="s3cret")
+    docs = km.manifests(inv, api)
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("ServiceAccount", "gameday-prometheus"),
         ("Role", "gameday-prometheus"),
@@ -50,7 +51,10 @@ def test_the_test_servers_manifests_in_order_all_valid() -> None:
             "app.kubernetes.io/name": "gameday-prometheus",
         }
     assert docs[3]["stringData"] == {"token": "s3cret"}
-    # printed (`gameday lab manifests`): the token masked, between the Services and the engines
+    sd = yaml.safe_load(docs[4]["data"]["prometheus.yml"])["scrape_configs"][0]
+    assert sd["kubernetes_sd_configs"][0]["api_server"] == "http://127.0.0.1:16443"
+    # printed (`gameday lab manifests`): the token masked and the server a placeholder, between
+    # the Services and the engines
     printed = mf.all_manifests(inv)
     kinds = [d["kind"] for d in printed]
     assert kinds == ["Namespace", "Service", *[d["kind"] for d in docs], "Deployment"]
@@ -149,7 +153,7 @@ def test_the_scrape_job_keeps_the_serving_and_head_pods_on_the_engine_port() -> 
             "job_name": "vllm",
             "kubernetes_sd_configs": [
                 {
-                    "api_server": "http://127.0.0.1:16443",
+                    "api_server": "<the kubeconfig's server>",
                     "authorization": {"credentials_file": "token"},
                     "role": "pod",
                     "namespaces": {"names": ["gameday-lab"]},
@@ -214,8 +218,16 @@ def test_the_lab_has_monitoring_exactly_when_the_inventory_does(tmp_path: Path) 
 def test_a_port_forward_is_where_the_runner_reaches_prometheus(tmp_path: Path) -> None:
     inv = variant(
         tmp_path,
-        "        api_server: http://127.0.0.1:16443\n",
-        "        api_server: http://127.0.0.1:16443\n"
-        "        prometheus_url: http://127.0.0.1:19090\n",
+        "        api_server: kubeconfig\n",
+        "        api_server: kubeconfig\n        prometheus_url: http://127.0.0.1:19090\n",
     )
     assert KubernetesLab(load_inventory(inv)).prometheus_url() == "http://127.0.0.1:19090"
+
+
+def test_a_named_api_server_is_printed_as_named(tmp_path: Path) -> None:
+    inv = load_inventory(
+        variant(tmp_path, "api_server: kubeconfig", "api_server: https://10.0.0.1:6443")
+    )
+    cm = km.config_map(inv, inv.lab.monitoring)  # type: ignore[arg-type]
+    sd = yaml.safe_load(cm["data"]["prometheus.yml"])["scrape_configs"][0]
+    assert sd["kubernetes_sd_configs"][0]["api_server"] == "https://10.0.0.1:6443"
