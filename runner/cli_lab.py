@@ -71,7 +71,8 @@ def lab_build(lab_path: Path, force: bool) -> None:
 @lab_option
 @handled
 def lab_manifests(lab_path: Path) -> None:
-    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them)."""
+    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them),
+    its Prometheus's with the inventory's monitoring (a Secret's token masked)."""
     from runner.labs.kubernetes.manifests import all_manifests, dump_all
     from runner.scenario import LabKind
 
