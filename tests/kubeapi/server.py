@@ -21,6 +21,19 @@ runner.labs.kubernetes makes, and behind it does what the control plane and a ku
   with `CrashLoopBackOff`; `lastState.terminated`; logs with RFC 3339 nanosecond timestamps,
   current and `previous`, with the kubelet's 400s.
 - Times in objects have whole seconds, as the API server writes them.
+- Each container runs in its own PID, UTS and mount namespace (`unshare`, then init.py sets the
+  hostname to the pod's name): its command is PID 1 of the pod, `/proc` shows the pod's processes.
+- `pods/{name}/exec` over a WebSocket (`v4.channel.k8s.io`), inside those namespaces (exec.py).
+- Bare pods (`POST pods`): `spec.nodeName` binds past the scheduler, `restartPolicy` is honoured,
+  a completed pod stays Succeeded/Failed, a deleted one is gone. A container that requests no
+  `nvidia.com/gpu` but sets `NVIDIA_VISIBLE_DEVICES` (`all` or indices) gets the node's GPUs, as
+  the NVIDIA runtime hands them out; the scheduler does not count it.
+- ConfigMaps, Secrets, ServiceAccounts, Roles and RoleBindings are stored and served (CRUD,
+  resourceVersion conflicts); volumes of the first two, `emptyDir` and `projected` are files in a
+  per-pod directory, and mount paths in a container's command and args are rewritten to it; see
+  volumes.py. `--web.listen-address=0.0.0.0:P` / `:P` bind the pod IP.
+- Prometheus HTTP service discovery of a namespace's pods with role `pod`'s labels (httpsd.py):
+  Debian's Prometheus has no kubernetes_sd.
 
 Every period (probe, back-off, grace) is divided by `--time-scale`, like the lab engine's phases.
 Run: `python -m tests.kubeapi --port 16443 --kubeconfig build/kubeapi/kubeconfig`.
@@ -60,6 +73,7 @@ from runner.labs.common import crash_loop_backoff_s
 from runner.labs.servicelinks import kubernetes_service_env
 from runner.programs import command_argv
 from tests.kubeapi import exec as kexec
+from tests.kubeapi import httpsd
 from tests.kubeapi import volumes as kvolumes
 from tests.support import kube_sd
 
@@ -1174,6 +1188,9 @@ class Api:
     def handle(
         self, method: str, path: str, query: dict[str, str], body: Any
     ) -> tuple[int, Any] | Iterator[dict[str, Any]]:
+        sd = httpsd.PATH.match(path)
+        if sd and method == "GET":
+            return 200, httpsd.target_groups(self.c.store.list("pods", sd.group("ns")))
         for kind, rx in ROUTES:
             m = rx.match(path)
             if not m:

@@ -1,12 +1,11 @@
-"""Prometheus's Kubernetes service discovery (client-go list+watch of pods) against the stand-in:
-the real /usr/bin/prometheus finds a running pod's container port as a scrape target."""
+"""The real Prometheus (Debian's /usr/bin/prometheus) as a pod of the stand-in: its config and
+token from a ConfigMap and a Secret volume, its listen address the pod IP, and the stand-in's
+HTTP service discovery (Debian's build has no kubernetes_sd) finding an engine pod's port with
+the labels role `pod` gives."""
 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,115 +14,105 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tests.integration.kubeapi.conftest import deployment, running_pod, wait_for
 from tests.kubeapi.server import Server
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def sleeper_deployment(name: str) -> dict[str, Any]:
-    labels = {"app": name}
+def prometheus_pod(url: str) -> dict[str, Any]:
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
+        "metadata": {"name": "prometheus", "labels": {"app": "prometheus"}},
         "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "busybox",
-                            "command": ["sleep", "600"],
-                            "ports": [{"name": "metrics", "containerPort": 9400}],
-                        }
-                    ]
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [
+                {
+                    "name": "config",
+                    "projected": {
+                        "sources": [
+                            {"configMap": {"name": "prometheus"}},
+                            {"secret": {"name": "prometheus-token"}},
+                        ]
+                    },
                 },
-            },
+                {"name": "data", "emptyDir": {}},
+            ],
+            "containers": [
+                {
+                    "name": "prometheus",
+                    "image": "prom/prometheus",
+                    "command": [PROMETHEUS],
+                    "args": [
+                        "--config.file=/etc/prometheus/prometheus.yml",
+                        "--storage.tsdb.path=/prometheus",
+                        "--web.listen-address=0.0.0.0:9090",
+                    ],
+                    "ports": [{"name": "web", "containerPort": 9090}],
+                    "volumeMounts": [
+                        {"name": "config", "mountPath": "/etc/prometheus"},
+                        {"name": "data", "mountPath": "/prometheus"},
+                    ],
+                }
+            ],
         },
     }
 
 
-def wait_for(fn: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = fn()
-        if out:
-            return out
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s")
-
-
 @pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="prometheus is not installed")
-def test_prometheus_discovers_a_pod_through_the_stand_in(
-    server: Server, core: client.CoreV1Api, tmp_path: Path
-) -> None:
+def test_prometheus_pod_discovers_an_engine_pod(server: Server, core: client.CoreV1Api) -> None:
     core.create_namespace({"metadata": {"name": "lab"}})
     apps = client.AppsV1Api(core.api_client)
-    apps.create_namespaced_deployment("lab", sleeper_deployment("engine"))
-    pod = wait_for(
-        lambda: next((p for p in core.list_namespaced_pod("lab").items if p.status.pod_ip), None)
+    engine = deployment(
+        "engine", ["sleep", "600"], ports=[{"name": "metrics", "containerPort": 9400}]
     )
-    conf = tmp_path / "prom"
-    conf.mkdir()
-    (conf / "token").write_text(server.token)
-    (conf / "prometheus.yml").write_text(
-        yaml.safe_dump(
+    apps.create_namespaced_deployment("lab", engine)
+    pod = running_pod(core, "lab", "engine")
+    sd = f"{server.url}/gameday/v1/http-sd/namespaces/lab/pods"
+    # `type: Bearer` is spelt out: this Prometheus's http_sd sends the bare credentials without it
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
             {
-                "global": {"scrape_interval": "1s"},
-                "scrape_configs": [
+                "job_name": "pods",
+                "http_sd_configs": [
                     {
-                        "job_name": "pods",
-                        "kubernetes_sd_configs": [
-                            {
-                                "role": "pod",
-                                "api_server": server.url,
-                                "authorization": {"credentials_file": "token"},
-                                "namespaces": {"names": ["lab"]},
-                            }
-                        ],
+                        "url": sd,
+                        "refresh_interval": "1s",
+                        "authorization": {"type": "Bearer", "credentials_file": "token"},
                     }
                 ],
+                "relabel_configs": [
+                    {
+                        "source_labels": ["__meta_kubernetes_pod_label_app"],
+                        "regex": "engine",
+                        "action": "keep",
+                    },
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                ],
             }
-        )
-    )
-    port = free_port()
-    prom = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={conf / 'prometheus.yml'}",
-            f"--storage.tsdb.path={conf / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=(conf / "prometheus.log").open("wb"),
+    }
+    core.create_namespaced_config_map(
+        "lab",
+        {"metadata": {"name": "prometheus"}, "data": {"prometheus.yml": yaml.safe_dump(config)}},
     )
-    try:
+    core.create_namespaced_secret(
+        "lab", {"metadata": {"name": "prometheus-token"}, "stringData": {"token": server.token}}
+    )
+    core.create_namespaced_pod("lab", prometheus_pod(server.url))
+    prom_ip = running_pod(core, "lab", "prometheus").status.pod_ip
 
-        def targets() -> list[dict[str, Any]]:
-            try:
-                r = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=2)
-            except httpx.HTTPError:
-                return []
-            return list(r.json()["data"]["activeTargets"])
+    def targets() -> list[dict[str, Any]]:
+        try:
+            r = httpx.get(f"http://{prom_ip}:9090/api/v1/targets", timeout=2)
+        except httpx.HTTPError:
+            return []
+        return list(r.json()["data"]["activeTargets"])
 
-        found = wait_for(targets, timeout=60)
-    finally:
-        prom.terminate()
-        prom.wait(10)
+    found = wait_for(targets, timeout=60)
     assert [t["labels"] for t in found] == [
-        {
-            "instance": f"{pod.status.pod_ip}:9400",
-            "job": "pods",
-        }
+        {"instance": f"{pod.status.pod_ip}:9400", "job": "pods", "pod": pod.metadata.name}
     ]
-    assert found[0]["discoveredLabels"]["__meta_kubernetes_pod_name"] == pod.metadata.name
-    assert found[0]["discoveredLabels"]["__meta_kubernetes_pod_container_port_name"] == "metrics"
+    discovered = found[0]["discoveredLabels"]
+    assert discovered["__meta_kubernetes_pod_container_port_name"] == "metrics"
+    assert discovered["__meta_kubernetes_namespace"] == "lab"
