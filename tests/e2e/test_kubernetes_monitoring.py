@@ -3,10 +3,10 @@ the serving engine, `ServingDown` fires when the engine's pod is gone, and `lab 
 nothing; in a Prometheus fed the pods directly, of the lab's pods it scrapes the serving and head
 engines only, each labelled with its inventory node.
 
-The Prometheus here is Debian's, built without Kubernetes discovery: the pods' targets reach it
-through a file, with the labels pod discovery gives them, listed from the API server its
-configuration names with its token (tests/support/kube_sd.py); everything after discovery
-(relabelling, rules, alerting) is the lab's own configuration.
+The Prometheus here is Debian's, built without Kubernetes discovery: the pods' targets, with the
+labels pod discovery gives them, reach it from the stand-in API server's HTTP service discovery
+(with the token its configuration names), or from a file (tests/support/kube_sd.py); everything
+after discovery (relabelling, rules, alerting) is the lab's own configuration.
 """
 
 from __future__ import annotations

@@ -690,10 +690,10 @@ class Cluster:
         last_terminated: dict[str, Any] | None = None
         mounted = self.mount_volumes(rt, p)
         if mounted and str(c["image"]).startswith("prom/prometheus:"):
-            # the system's Prometheus (Debian's) is built without Kubernetes discovery: the
-            # kubelet gives it one, from the API server its configuration names
+            # the system's Prometheus (Debian's) is built without Kubernetes discovery: its pod
+            # discovery asks this server's HTTP service discovery instead (httpsd.py)
             for d in rt.volumes.values():
-                kube_sd.discover_pods(d, rt.deleting)
+                kube_sd.rewrite_config(d)
         while mounted and not rt.deleting.is_set() and not self.stopping.is_set():
             p = self.pod(rt)
             if p is None:

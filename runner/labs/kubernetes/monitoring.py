@@ -99,7 +99,12 @@ def scrape_config(
     }
     server = _api_server(mon, api)
     if server:
-        sd = {"api_server": server, "authorization": {"credentials_file": "token"}, **sd}
+        # the type spelt out: the test server hands this to HTTP discovery, which has no default
+        sd = {
+            "api_server": server,
+            "authorization": {"type": "Bearer", "credentials_file": "token"},
+            **sd,
+        }
     return {
         "job_name": "vllm",
         "kubernetes_sd_configs": [sd],

@@ -154,7 +154,7 @@ def test_the_scrape_job_keeps_the_serving_and_head_pods_on_the_engine_port() -> 
             "kubernetes_sd_configs": [
                 {
                     "api_server": "<the kubeconfig's server>",
-                    "authorization": {"credentials_file": "token"},
+                    "authorization": {"type": "Bearer", "credentials_file": "token"},
                     "role": "pod",
                     "namespaces": {"names": ["gameday-lab"]},
                     "selectors": [{"role": "pod", "label": "gameday.io/lab=kube-testserver"}],
