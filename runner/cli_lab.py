@@ -71,12 +71,11 @@ def lab_build(lab_path: Path, force: bool) -> None:
 @lab_option
 @handled
 def lab_manifests(lab_path: Path) -> None:
-    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them). With
+    """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them), its
+    Prometheus's with the inventory's monitoring (a Secret's token masked). With
     gameday_lab.kubernetes.group_workload: leaderworkerset, each tensor-parallel group is one
     LeaderWorkerSet (manifests only; docs/kubernetes.md)."""
-    import yaml
-
-    from runner.labs.kubernetes.manifests import all_manifests
+    from runner.labs.kubernetes.manifests import all_manifests, dump_all
     from runner.scenario import LabKind
 
     inventory = load_inventory(lab_path)
@@ -87,7 +86,7 @@ def lab_manifests(lab_path: Path) -> None:
             file=lab_path,
             hint="gameday lab manifests --lab inventories/eks.yaml",
         )
-    text = yaml.safe_dump_all(all_manifests(inventory), sort_keys=False)
+    text = dump_all(all_manifests(inventory))
     output.out.print(f"# gameday lab manifests --lab {lab_path}\n" + text, markup=False, end="")
 
 

@@ -134,9 +134,14 @@ SEED_RULES = (
 )
 
 
+PROMETHEUS_IMAGE = "prom/prometheus:v2.53.1"
+
+
 class Monitoring(Model):
     """A real Prometheus scraping each node's node-exporter by its management address and the
-    engines' /metrics, with the seeds' alert rules (`for:` scaled by the lab's time scale)."""
+    engines' /metrics, with the seeds' alert rules (`for:` scaled by the lab's time scale). On
+    Kubernetes a Deployment in the lab's namespace that finds the engines' pods through the API
+    (runner.labs.kubernetes.monitoring); the node-exporter fields do not apply there."""
 
     prometheus_listen: str = "127.0.79.1:9090"
     prometheus_command: str = "prometheus"
@@ -144,6 +149,21 @@ class Monitoring(Model):
     scrape_interval_s: Annotated[float, Field(gt=0)] = 15.0
     exporter_port: Annotated[int, Field(ge=1, le=65535)] = 9100
     rules: tuple[AlertRule, ...] = SEED_RULES
+    image: str = Field(
+        default=PROMETHEUS_IMAGE,
+        description="Kubernetes labs: the Prometheus Deployment's image.",
+    )
+    api_server: Annotated[str | None, Field(pattern=r"^(https?://\S+|kubeconfig)$")] = Field(
+        default=None,
+        description="Kubernetes labs: the API server Prometheus discovers the engines' pods "
+        "through, with the kubeconfig's token (the test server): a URL, or `kubeconfig` for the "
+        "kubeconfig's server. Default: the cluster it runs in, with its service account.",
+    )
+    prometheus_url: Annotated[str | None, Field(pattern=r"^https?://\S+$")] = Field(
+        default=None,
+        description="Kubernetes labs: where gameday reaches Prometheus (a port-forward: kubectl "
+        "port-forward deploy/gameday-prometheus 9090). Default: its pod's IP, port 9090.",
+    )
 
     @property
     def url(self) -> str:

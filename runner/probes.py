@@ -204,7 +204,7 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
 
 
 def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
-    url = env.lab.inventory.lab.prometheus
+    url = env.lab.prometheus_url()
     expected = f"up: {', '.join(p.up) or '-'}; down: {', '.join(p.down) or '-'}"
     if url is None:
         return ProbeResult(name, Verdict.ERROR, expected, "this lab has no Prometheus")
@@ -222,7 +222,7 @@ def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
 
 
 def _promql(env: ProbeEnv, p: PromQLProbe, name: str) -> ProbeResult:
-    url = env.lab.inventory.lab.prometheus
+    url = env.lab.prometheus_url()
     expected = f"{p.op} {p.value:g}" + (" (no data passes)" if p.no_data == "pass" else "")
     if url is None:
         return ProbeResult(name, Verdict.ERROR, expected, "this lab has no Prometheus")

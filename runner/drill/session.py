@@ -348,10 +348,12 @@ class Drill:
 
     def _alerts(self) -> None:
         expected = self.ls.scenario.detect.alerts
-        prom = self.lab.inventory.lab.prometheus
-        if not expected or not prom:
+        if not expected:
             return
         try:
+            prom = self.lab.prometheus_url()
+            if not prom:
+                return
             alerts = [a for a in prometheus.alerts(self.ctx.http, prom) if a["state"] == "firing"]
         except GamedayError:
             return  # Prometheus not answering this second: asked again at the next

@@ -227,6 +227,11 @@ class LabDriver(abc.ABC):
         5 s of wall time, so only what reads or changes monitoring waits."""
         return None
 
+    def prometheus_url(self) -> str | None:
+        """Where the runner reaches the lab's Prometheus (None: the lab has none). Default: the
+        inventory's; a lab whose Prometheus moves (a pod's IP) finds it."""
+        return self.inventory.lab.prometheus
+
     # ---- state, events, logs ----
     @abc.abstractmethod
     def states(self) -> dict[str, NodeState]: ...

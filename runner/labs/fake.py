@@ -336,7 +336,7 @@ class FakeLab(LabDriver):
 
     def _handle(self, request: httpx.Request) -> httpx.Response:
         url = str(request.url)
-        prom = self.inventory.lab.prometheus
+        prom = self.prometheus_url()
         if prom and url.startswith(prom):
             if request.url.path == "/api/v1/alerts":
                 body = {"status": "success", "data": {"alerts": self.alerts()}}

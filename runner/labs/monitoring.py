@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def write_prometheus(
     assert mon is not None
     pdir.mkdir(parents=True, exist_ok=True)
     scale = inventory.lab.time_scale
-    interval = f"{max(int(mon.scrape_interval_s / scale * 1000), 50)}ms"
+    interval = scrape_interval(mon, scale)
     config = {
         "global": {
             "scrape_interval": interval,
@@ -54,7 +55,7 @@ def write_prometheus(
             },
         ],
     }
-    (pdir / "rules.yml").write_text(yaml.safe_dump(_rules(mon, scale), sort_keys=False))
+    (pdir / "rules.yml").write_text(yaml.safe_dump(rule_groups(mon, scale), sort_keys=False))
     tmp = pdir / "prometheus.yml.tmp"
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     tmp.replace(pdir / "prometheus.yml")
@@ -85,7 +86,12 @@ def _exporters(
     ]
 
 
-def _rules(mon: Monitoring, scale: float) -> dict[str, Any]:
+def scrape_interval(mon: Monitoring, scale: float) -> str:
+    """The scrape and evaluation interval in lab time, at least 50 ms."""
+    return f"{max(int(mon.scrape_interval_s / scale * 1000), 50)}ms"
+
+
+def rule_groups(mon: Monitoring, scale: float) -> dict[str, Any]:
     """The seeds' alert rules, their `for:` in lab time."""
     return {
         "groups": [
@@ -135,8 +141,15 @@ def wait_scraped(url: str, pdir: Path, timeout: float, hint: str) -> None:
     push API, and its discovery hands new targets over only every 5 s (a cost that does not
     scale), so this looks every 50 ms; it runs at bring-up and after a scrape-config change."""
     want = expected_scrape_urls(pdir)
+    wait_targets(url, lambda: want, timeout, hint)
+
+
+def wait_targets(url: str, want: Callable[[], set[str]], timeout: float, hint: str) -> None:
+    """Block until Prometheus has scraped exactly the scrape URLs `want()` gives, each once.
+    `want` is asked on every look: on Kubernetes the targets are pod IPs, known only once the
+    pods have them."""
     deadline = time.monotonic() + timeout
-    while not scraped(url, want):
+    while not scraped(url, want()):
         if time.monotonic() > deadline:
             raise LabError(
                 f"Prometheus at {url} did not scrape its targets within {timeout:.0f} s",

@@ -18,7 +18,7 @@ def capture_evidence(ctx: Context, ls: LoadedScenario, when: str) -> None:
         gpu_processes(ctx, node, when)
     runtime_events(ctx, when)
     jobs = sorted({p.job for p in probes if isinstance(p, TargetsProbe)})
-    if ctx.lab.inventory.lab.prometheus and jobs:
+    if jobs:
         prometheus_targets(ctx, jobs, when)
 
 
@@ -49,8 +49,12 @@ def runtime_events(ctx: Context, when: str) -> None:
 
 
 def prometheus_targets(ctx: Context, jobs: list[str], when: str) -> None:
-    url = ctx.lab.inventory.lab.prometheus
-    assert url is not None
+    try:
+        url = ctx.lab.prometheus_url()
+    except GamedayError:
+        return  # no Prometheus to ask now: the probes' own results say so
+    if url is None:
+        return
     now = utcnow()
     lines = []
     for job in jobs:

@@ -75,6 +75,7 @@ from runner.programs import command_argv
 from tests.kubeapi import exec as kexec
 from tests.kubeapi import httpsd
 from tests.kubeapi import volumes as kvolumes
+from tests.support import kube_sd
 
 NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -688,6 +689,11 @@ class Cluster:
         restarts = 0
         last_terminated: dict[str, Any] | None = None
         mounted = self.mount_volumes(rt, p)
+        if mounted and str(c["image"]).startswith("prom/prometheus:"):
+            # the system's Prometheus (Debian's) is built without Kubernetes discovery: its pod
+            # discovery asks this server's HTTP service discovery instead (httpsd.py)
+            for d in rt.volumes.values():
+                kube_sd.rewrite_config(d)
         while mounted and not rt.deleting.is_set() and not self.stopping.is_set():
             p = self.pod(rt)
             if p is None:

@@ -44,6 +44,7 @@ from runner.labs.base import (
 )
 from runner.labs.events import EventFeed
 from runner.labs.kubernetes import manifests as mf
+from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes.access import PodAccess
 from runner.labs.kubernetes.api import KubeApi
 from runner.labs.kubernetes.watch import PodWatch, as_utc
@@ -51,8 +52,6 @@ from runner.scenario import LabKind
 from runner.timing import TimeScale
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
-
-
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this
 
 
@@ -85,6 +84,7 @@ class KubernetesLab(PodAccess, LabDriver):
         self.feed = EventFeed(sync=self._sync)
         self.pods = PodWatch(inventory, self.kube, self.feed)
         self._guarded = False
+        self._prometheus: str | None = None  # the Prometheus pod's URL, once found
 
     @property
     def state_dir(self) -> Path:
@@ -144,10 +144,12 @@ class KubernetesLab(PodAccess, LabDriver):
             from runner.labs.kubernetes import lws
 
             lws.require_api(self.kube)  # before anything is created
+        self._prometheus = None
         ns = self.kube.namespace()
         if ns is not None:
             self.guard(ns)
             if self._workloads_exist():
+                kmon.apply(self.kube, self.inventory)
                 self._sync()
                 return
         created_ns = ns is None
@@ -178,6 +180,7 @@ class KubernetesLab(PodAccess, LabDriver):
                         self.ns,
                         mf.headless_service(self.inventory, group),
                     )
+            kmon.apply(self.kube, self.inventory)  # Prometheus starts while the engines boot
             for n in self.inventory.nodes:
                 self._apply_workload(n, None)
             self._sync()
@@ -194,11 +197,14 @@ class KubernetesLab(PodAccess, LabDriver):
         """Delete what gameday created: its workloads and Services (by its labels), then its
         namespace if it created that; wait until the lab's pods are gone."""
         self.pods.close()
+        self._prometheus = None
         ns = self.kube.namespace()
         if ns is None:
             return
         self.guard(ns)
         sel = f"{mf.LAB_LABEL}={self.inventory.lab.name}"
+        if self.inventory.lab.monitoring is not None:
+            kmon.delete(self.kube, self.inventory)  # its Deployment goes with the engines'
         for d in self.kube.call(
             "list deployments",
             self.kube.apps.list_namespaced_deployment,
@@ -279,7 +285,50 @@ class KubernetesLab(PodAccess, LabDriver):
                 f"{what} {o.metadata.name}"
                 for o in self.kube.call(what, fn, self.ns, label_selector=sel).items
             ]
+        if self.inventory.lab.monitoring is not None:
+            out += kmon.leftovers(self.kube, self.inventory)
         return out
+
+    def prometheus_url(self) -> str | None:
+        """`monitoring.prometheus_url` (a port-forward), else the Prometheus pod's IP, as the
+        engines are reached; LabError while it has none."""
+        mon = self.inventory.lab.monitoring
+        if mon is None:
+            return super().prometheus_url()
+        url = mon.prometheus_url or self._prometheus_pod()
+        if url is None:
+            raise LabError(
+                f"the lab's Prometheus pod has no IP yet (namespace {self.ns})",
+                hint=f"kubectl -n {self.ns} get pods -l {kmon.selector(self.inventory)}",
+            )
+        return url
+
+    def _prometheus_pod(self) -> str | None:
+        if self._prometheus is None:  # read once: the Deployment's pod keeps its IP
+            self._require_lab_namespace()
+            self._prometheus = kmon.pod_url(self.kube, self.inventory)
+        return self._prometheus
+
+    def monitoring_ready(self, timeout_s: float) -> None:
+        """Until Prometheus has scraped each serving and head pod once, at its pod IP."""
+        mon = self.inventory.lab.monitoring
+        if mon is None:
+            return
+        self._sync()
+
+        def pod_ips() -> dict[str, str | None]:
+            with self.feed.cond:
+                pods = {n.name: self.pods.views[n.name].pod for n in self.inventory.nodes}
+            return {
+                k: p.status.pod_ip if p is not None and p.status else None for k, p in pods.items()
+            }
+
+        kmon.wait_scraped(
+            lambda: mon.prometheus_url or self._prometheus_pod(),
+            lambda: kmon.engine_targets(self.inventory, pod_ips()),
+            timeout_s,
+            hint=f"kubectl -n {self.ns} logs deploy/{kmon.NAME}; its targets page says why",
+        )
 
     # ---- the watch ---------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import yaml
+
 from runner.errors import InventoryError
 from runner.inventory import GroupWorkload, Inventory, KubernetesSpec, Node, Role
 from runner.labs.base import NodeConfig
@@ -64,9 +66,10 @@ def labels(inventory: Inventory, node: str | None = None) -> dict[str, str]:
 
 
 def selector(inventory: Inventory, node: str | None = None) -> str:
-    """The label selector of the lab's pods (of one node's, when given)."""
+    """The label selector of the lab's engine pods (of one node's, when given): the lab's pods
+    with a node label (its Prometheus has none)."""
     sel = f"{LAB_LABEL}={inventory.lab.name}"
-    return sel + (f",{NODE_LABEL}={node}" if node else "")
+    return sel + (f",{NODE_LABEL}={node}" if node else f",{NODE_LABEL}")
 
 
 def namespace(inventory: Inventory) -> dict[str, Any]:
@@ -274,16 +277,36 @@ def groups(inventory: Inventory) -> list[str]:
     return sorted({group_of(inventory, n) for n in inventory.nodes if is_grouped(n)})
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (a ConfigMap's files) as literal blocks, readable as printed."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_all(docs: list[dict[str, Any]]) -> str:
+    """The manifests as a YAML stream, as `gameday lab manifests` prints them."""
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
+
+
 def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
-    """Everything `lab up` creates, in order (with group_workload leaderworkerset: the
-    manifests of runner.labs.kubernetes.lws)."""
+    """Everything `lab up` creates, in order (a Secret's token masked; with group_workload
+    leaderworkerset, each group is one LeaderWorkerSet: runner.labs.kubernetes.lws)."""
+    from runner.labs.kubernetes import monitoring  # built on this module
+
     if spec_of(inventory).group_workload is GroupWorkload.LEADERWORKERSET:
         from runner.labs.kubernetes import lws
 
-        return lws.all_manifests(inventory)
+        return [*lws.all_manifests(inventory), *monitoring.manifests(inventory)]
     return [
         namespace(inventory),
         service(inventory),
         *(headless_service(inventory, g) for g in groups(inventory)),
+        *monitoring.manifests(inventory),
         *(workload(inventory, n) for n in inventory.nodes),
     ]

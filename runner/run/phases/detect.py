@@ -45,7 +45,11 @@ def detect(ctx: Context, ls: LoadedScenario) -> Detected:
 def one_alert(ctx: Context, a: AlertExpectation, since: datetime) -> float | None:
     name = f"detect: alert {a.name} fires"
     expected = f"firing within {a.within_s:g} s real of the injection"
-    prom = ctx.lab.inventory.lab.prometheus
+    try:
+        prom = ctx.lab.prometheus_url()
+    except GamedayError as exc:  # a Prometheus the lab cannot find now (its pod has no IP)
+        ctx.rec.error(phase=Phase.DETECT, name=name, expected=expected, observed=exc.message)
+        return None
     if not prom:
         ctx.rec.error(
             phase=Phase.DETECT,

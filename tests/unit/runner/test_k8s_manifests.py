@@ -66,11 +66,25 @@ def shipped() -> list[dict[str, Any]]:
 def test_every_generated_and_shipped_manifest_validates(tmp_path: Path, version: str) -> None:
     docs = generated(tmp_path) + shipped()
     kinds = sorted({d["kind"] for d in docs})
-    assert kinds == ["Deployment", "LeaderWorkerSet", "Namespace", "Pod", "Service", "StatefulSet"]
+    assert kinds == [
+        "ConfigMap",
+        "Deployment",
+        "LeaderWorkerSet",
+        "Namespace",
+        "Pod",
+        "Role",
+        "RoleBinding",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+        "StatefulSet",
+    ]
     for doc in docs:
         check(doc, version)
-    # 2 one-node labs, the test server's 5 nodes, LWS lab, STS lab, a stray pod each, k8s/
-    assert len(docs) == 2 * 3 + 8 + 4 + 8 + 5 + 3
+    # eks and kind (3 each, and their Prometheus's 5), the test server (its 5 nodes, the group's
+    # headless Service, its Prometheus's 5 and the API token's Secret), the LWS lab, the
+    # StatefulSet lab, a stray pod each, k8s/
+    assert len(docs) == 2 * (3 + 5) + (3 + 5 + 6) + 4 + 8 + 5 + 8
 
 
 def lws_doc(tmp_path: Path) -> dict[str, Any]:
@@ -78,7 +92,7 @@ def lws_doc(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_the_core_schema_check_can_fail(tmp_path: Path) -> None:
-    doc = copy.deepcopy(shipped()[2])
+    doc = copy.deepcopy(shipped()[6])
     assert doc["kind"] == "Deployment"
     doc["spec"]["strategy"]["rollingUpdat"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):

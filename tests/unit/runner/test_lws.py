@@ -3,6 +3,7 @@ the inventory errors, `gameday lab manifests`, and `lab up` on a cluster without
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,8 @@ def write(tmp_path: Path, workload: str = "leaderworkerset", **kw: str) -> Path:
         )
     )
     text = text.replace("../build/kubeapi/kubeconfig", str(tmp_path / "kube" / "kubeconfig"))
+    # and without its Prometheus (tests/unit/runner/labs/test_kube_monitoring.py has it)
+    text = re.sub(r"\n      monitoring:\n(        .*\n)+", "\n", text)
     p = tmp_path / "inventory.yaml"
     p.write_text(text + group(**kw))  # type: ignore[arg-type]
     return p
