@@ -1062,9 +1062,22 @@ _POD_DNS = re.compile(
 )
 
 
+_STABLE_IPS: dict[tuple[str, str], str] = {}
+_STABLE_LOCK = threading.Lock()
+
+
 def stable_ip(ns: str, pod: str) -> str:
-    h = hashlib.sha256(f"{ns}/{pod}".encode()).digest()
-    return f"127.0.91.{2 + h[0] % 250}"
+    """The IP of the pod of that name: the same for every pod of the name, and no other name's
+    (a hash of the name collided: two ranks of one group on one address)."""
+    with _STABLE_LOCK:
+        ip = _STABLE_IPS.get((ns, pod))
+        if ip is None:
+            n = len(_STABLE_IPS)
+            if n >= 253 * 250:
+                raise RuntimeError("the stand-in has no stable pod IP left")
+            ip = f"127.0.{91 + n // 253}.{2 + n % 253}"
+            _STABLE_IPS[(ns, pod)] = ip
+        return ip
 
 
 def resolve(value: str) -> str:

@@ -44,6 +44,8 @@ class Container(Incarnation):
     """An incarnation on Kubernetes: one container of a node's pod, (pod, restartCount)."""
 
     pod: str = ""
+    # a StatefulSet's replacement pod has the old one's name: the uid tells them apart
+    pod_uid: str = ""
     restart_count: int = 0
     reason: str = ""
     logs: list[LogLine] | None = None  # kept once it has exited
@@ -193,9 +195,10 @@ class PodWatch:
                 return cs
         return None
 
-    def inc(self, node: str, pod: str, restart_count: int) -> Container | None:
+    def inc(self, node: str, pod: Any, restart_count: int) -> Container | None:
+        """The incarnation of that pod's container `restart_count` (the client's V1Pod)."""
         for inc in self.views[node].incs:
-            if inc.pod == pod and inc.restart_count == restart_count:
+            if inc.pod_uid == pod.metadata.uid and inc.restart_count == restart_count:
                 return inc
         return None
 
@@ -203,12 +206,11 @@ class PodWatch:
         cs = self._container_status(pod)
         if cs is None:
             return
-        name = pod.metadata.name
         last = cs.last_state.terminated if cs.last_state else None
         # the container before this one: it exited (seen now, or missed between two updates)
         if last is not None and cs.restart_count > 0:
             inc, _ = self._inc_of(
-                node, name, cs.restart_count - 1, last.container_id, last.started_at
+                node, pod, cs.restart_count - 1, last.container_id, last.started_at
             )
             if inc.finished_at is None:
                 self._exited(node, pod, inc, last, initial=initial)
@@ -217,7 +219,7 @@ class PodWatch:
             self._running(node, pod, cs, initial)
         elif state.terminated is not None:
             term = state.terminated
-            inc, _ = self._inc_of(node, name, cs.restart_count, term.container_id, term.started_at)
+            inc, _ = self._inc_of(node, pod, cs.restart_count, term.container_id, term.started_at)
             if inc.finished_at is None:
                 self._exited(node, pod, inc, state.terminated, initial=initial)
             self.views[node].ready = False
@@ -230,7 +232,7 @@ class PodWatch:
         name = pod.metadata.name
         v = self.views[node]
         inc, new = self._inc_of(
-            node, name, cs.restart_count, cs.container_id, cs.state.running.started_at
+            node, pod, cs.restart_count, cs.container_id, cs.state.running.started_at
         )
         if new and not initial:
             self.feed.emit(
@@ -279,7 +281,7 @@ class PodWatch:
         )
 
     def _inc_of(
-        self, node: str, pod: str, rc: int, cid: str | None, started: datetime | None
+        self, node: str, pod: Any, rc: int, cid: str | None, started: datetime | None
     ) -> tuple[Container, bool]:
         """The incarnation of the pod's container `rc`, and whether it is new (unseen so far)."""
         found = self.inc(node, pod, rc)
@@ -290,7 +292,8 @@ class PodWatch:
             number=len(incs) + 1,
             container_id=cid or "",
             started_at=as_utc(started) or datetime.now(UTC),
-            pod=pod,
+            pod=pod.metadata.name,
+            pod_uid=pod.metadata.uid,
             restart_count=rc,
         )
         incs.append(inc)
@@ -366,7 +369,7 @@ class PodWatch:
     def _pod_gone(self, node: str, pod: Any) -> None:
         """A deleted pod's containers are gone; one still running when the pod went is a stop."""
         for inc in self.views[node].incs:
-            if inc.pod == pod.metadata.name and inc.finished_at is None:
+            if inc.pod_uid == pod.metadata.uid and inc.finished_at is None:
                 inc.finished_at = datetime.now(UTC)
                 inc.code = 137
                 inc.stopped = True
@@ -405,7 +408,7 @@ class PodWatch:
             restarts=int(cs.restart_count),
             ready=bool(cs.ready) and not terminating,
             reason=reason or "",
-            current=self.inc(n.name, pod.metadata.name, cs.restart_count),
+            current=self.inc(n.name, pod, cs.restart_count),
             incarnations=v.incs,
         )
 
