@@ -78,17 +78,17 @@ def test_the_runtime_scenarios_on_kubernetes(
     # the kubelet restarted the head alone: one restart, the workers none, serving still down
     assert a["expect: state"]["observed"].startswith("running")
     assert a["expect: state"]["observed"].endswith("restarts 1")
-    assert a["expect: exit code"]["observed"] == "0"
+    assert a["expect: exit code"]["observed"] == "exit code 0"
     assert "per_lab.kubernetes" in " ".join(head["notes"])
     recover = [x for x in head["assertions"] if x["phase"] == "recover"]
     assert [x["verdict"] for x in recover] == ["passed", "passed"]
     assert "does NOT restore" in recover[0]["name"]
     alerts = [x for x in head["assertions"] if x["phase"] == "detect"]
-    assert [x["name"] for x in alerts] == ["detect: alert ServingDown"]
+    assert [x["name"] for x in alerts] == ["detect: alert ServingDown fires"]
     assert alerts[0]["verdict"] == "passed"
 
     gpu = scenarios["stray-gpu-process"]
-    timeline = " | ".join(e["text"] for e in gpu["timeline"])
+    timeline = " | ".join(e["event"] for e in gpu["timeline"])
     assert "node1: omniparser holds GPU memory" in timeline
     assert gpu["verdict"] == "passed"
     # the suite brought the lab up and took it down: nothing of it is left
