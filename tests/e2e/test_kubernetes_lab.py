@@ -104,7 +104,8 @@ def test_exit_time_and_previous_logs_come_from_the_container_status(
     # no previous container yet: the kubelet's 400, which the driver reads as "none"
     pod = lab.states()["serving"]
     assert pod.status is NodeStatus.RUNNING and pod.last_exit is None
-    name = core.list_namespaced_pod(lab.ns, label_selector=mf.selector(lab.inventory)).items[0]
+    sel = mf.selector(lab.inventory, "serving")
+    name = core.list_namespaced_pod(lab.ns, label_selector=sel).items[0]
     with pytest.raises(ApiException) as err:
         core.read_namespaced_pod_log(name.metadata.name, lab.ns, previous=True)
     assert err.value.status == 400
@@ -134,7 +135,7 @@ def test_exit_time_and_previous_logs_come_from_the_container_status(
             lab.wait_events(lab.last_event_seq(), 1)
         assert st.status is NodeStatus.CRASH_LOOPING, st
         assert st.last_exit is not None and st.last_exit.code == 1
-        pods = core.list_namespaced_pod(lab.ns, label_selector=mf.selector(lab.inventory)).items
+        pods = core.list_namespaced_pod(lab.ns, label_selector=sel).items
         live = next(p for p in pods if p.metadata.deletion_timestamp is None)
         term = live.status.container_statuses[0].last_state.terminated
         # whole seconds from the kubelet, refined by the last log line inside that second

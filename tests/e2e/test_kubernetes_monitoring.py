@@ -135,7 +135,9 @@ def test_prometheus_scrapes_the_serving_and_head_pods_by_node(
     tmp_path: Path, engines: None
 ) -> None:
     inv_path = tmp_path / "inventory.yaml"
-    inv_path.write_text((ROOT / "inventories" / "kube-testserver.yaml").read_text() + GROUP)
+    own = (ROOT / "inventories" / "kube-testserver.yaml").read_text()
+    # the shipped inventory's own group replaced by this one
+    inv_path.write_text(own.split("    # seeds/000's 4-node tensor-parallel group")[0] + GROUP)
     inv = load_inventory(inv_path)
     pods = lab_pods(inv)
     assert sorted(pods) == ["node1", "node2", "node3", "node4", "prometheus", "serving"]
@@ -171,7 +173,7 @@ def test_prometheus_scrapes_the_serving_and_head_pods_by_node(
 
 
 def test_serving_down_fires_when_the_serving_pod_is_gone(tmp_path: Path, engines: None) -> None:
-    inv = load_inventory(ROOT / "inventories" / "kube-testserver.yaml")
+    inv = load_inventory(cli.kube_serving_only(tmp_path))
     pods = lab_pods(inv)
     kube_sd.write_targets(tmp_path / "pods.json", list(pods.values()))
     proc = start_prometheus(tmp_path, inv)
@@ -233,9 +235,9 @@ def test_on_the_test_server_lab_up_runs_prometheus_and_serving_down_fires(
 ) -> None:
     monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path / "state"))
     inv = cli.variant(
-        ROOT / "inventories" / "kube-testserver.yaml",
+        cli.kube_serving_only(tmp_path),
         tmp_path,
-        {"../build/kubeapi/kubeconfig": str(tmp_path / "kubeapi" / "kubeconfig")},
+        {str(ROOT / "build" / "kubeapi" / "kubeconfig"): str(tmp_path / "kubeapi" / "kubeconfig")},
     )
     lab = KubernetesLab(load_inventory(inv))
     lab.up()

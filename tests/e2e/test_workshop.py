@@ -17,7 +17,7 @@ import pytest
 from runner.inventory import load_inventory
 from runner.labs import open_lab
 from runner.parallel import instance
-from tests.support.cli import ROOT, gameday, ok
+from tests.support.cli import ROOT, gameday, kube_serving_only, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -106,7 +106,8 @@ def test_two_kubernetes_seats_are_two_labelled_namespaces(tmp_path: Path, kubeap
     core = client.CoreV1Api(
         config.new_client_from_config(config_file=str(ROOT / "build" / "kubeapi" / "kubeconfig"))
     )
-    inv = ROOT / "inventories" / "kube-testserver.yaml"
+    # one serving pod a seat: two seats of the 4-node group would want 10 GPUs of the 5
+    inv = kube_serving_only(tmp_path)
     ok(gd(tmp_path, "workshop", "up", "--seats", "2", "--lab", str(inv), timeout=900))
     try:
         labels = {

@@ -169,8 +169,8 @@ def run(session: Session, target: Target, argv: list[str]) -> None:
     path = target.env.get("PATH")
     # the image is this interpreter's environment, for exec as for the container's entrypoint
     # (Cluster.argv): its programs are found there, never by luck on the test machine's PATH
-    argv = command_argv(argv) or argv
-    if pid is None or shutil.which(argv[0], path=path) is None:
+    program = command_argv(argv) or argv
+    if pid is None or shutil.which(program[0], path=path) is None:
         listener = threading.Thread(target=session.listen, args=(None,), daemon=True)
         listener.start()
         session.channel(
@@ -184,7 +184,7 @@ def run(session: Session, target: Target, argv: list[str]) -> None:
         return
     enter = ["nsenter", f"--target={pid}", "--pid", "--mount", "--uts", f"--wd={target.cwd}"]
     proc = subprocess.Popen(
-        [*enter, "--", *argv],
+        [*enter, "--", *program],
         env=target.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

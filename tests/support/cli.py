@@ -49,6 +49,19 @@ def variant(source: Path, tmp_path: Path, replace: dict[str, str], name: str | N
     return p
 
 
+KUBE_GROUP_MARK = "    # seeds/000's 4-node tensor-parallel group"
+
+
+def kube_serving_only(tmp_path: Path, name: str = "kube-serving.yaml") -> Path:
+    """inventories/kube-testserver.yaml without its 4-node group (one serving pod, as tests of a
+    single engine want), its kubeconfig path made absolute."""
+    text = (ROOT / "inventories" / "kube-testserver.yaml").read_text().split(KUBE_GROUP_MARK)[0]
+    kubeconfig = str(ROOT / "build" / "kubeapi" / "kubeconfig")
+    p = tmp_path / name
+    p.write_text(text.replace("../build/kubeapi/kubeconfig", kubeconfig))
+    return p
+
+
 def inventory(tmp_path: Path, address: str, **replace: str) -> Path:
     """The local lab's inventory, its serving node on `address`, under the lab name `test`."""
     base = {"127.0.77.10": address, "name: local": "name: test"}

@@ -209,7 +209,7 @@ def test_nodes_not_in_the_inventory(tmp_path: Path) -> None:
     typo = edited(tmp_path, HEAD, "node: node2", "node: nod2", "t.yaml")
     for sc, where, field in (
         (group, f"{group}:25", "[target]: 'tp_group' is a group, not a host,"),
-        (typo, f"{typo}:47", "[expect.probes.0.node]: 'nod2' is not a host"),
+        (typo, f"{typo}:48", "[expect.probes.0.node]: 'nod2' is not a host"),
     ):
         assert_input_error(gameday("validate", str(sc), "--lab", str(INVENTORY)), where, field)
         proc = gameday("run", str(sc), "--lab", str(INVENTORY), "--reports", str(tmp_path))
