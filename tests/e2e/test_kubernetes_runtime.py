@@ -12,40 +12,23 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
 
 from runner.inventory import load_inventory
 from runner.labs.kubernetes import stray
 from runner.labs.kubernetes.driver import KubernetesLab
+from tests.e2e import test_kubernetes_lab as kube_lab
 from tests.kubeapi.server import Server
 from tests.support.cli import ROOT, gameday, ok
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
-KUBECONFIG = ROOT / "build" / "kubeapi" / "kubeconfig"
 RUNTIME = ["head-only-restart", "stray-gpu-process", "dhcp-address-change"]
-
-
-@pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("kube-runtime-state")
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    srv = Server(0, KUBECONFIG, time_scale=100).start()  # writes the inventory's kubeconfig
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def core(server: Server) -> Any:
-    return client.CoreV1Api(config.new_client_from_config(config_file=str(KUBECONFIG)))
+# the stand-in server, its client and a state folder: the Kubernetes lab tests' module fixtures
+server, core, state = kube_lab.server, kube_lab.core, kube_lab.state
 
 
 def gd(state: Path, *args: str, timeout: float = 900) -> Any:

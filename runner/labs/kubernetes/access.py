@@ -1,6 +1,7 @@
 """What the Kubernetes lab does inside and beside its pods: exec into an engine's container
-(signals, the GPU list) and stray pods on a node (programs, seeds/001 on a cluster). A part of
-runner.labs.kubernetes.driver.KubernetesLab, kept apart for its size."""
+(signals, the GPU list), stray pods on a node (programs, seeds/001 on a cluster), and its
+Prometheus's pod. A part of runner.labs.kubernetes.driver.KubernetesLab, kept apart for its
+size."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from runner.errors import LabError, LabNotUp
 from runner.inventory import Inventory
 from runner.labs import common
 from runner.labs.base import GpuProcess, ProcessState
+from runner.labs.events import EventFeed
+from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes import stray
 from runner.labs.kubernetes.api import KubeApi
 from runner.labs.kubernetes.podexec import (
@@ -30,7 +33,9 @@ class PodAccess:
     inventory: Inventory
     kube: KubeApi
     pods: PodWatch
+    feed: EventFeed
     ns: str
+    _prometheus: str | None
 
     def _sync(self) -> None:
         raise NotImplementedError
@@ -128,3 +133,46 @@ class PodAccess:
     def _wait_pod_gone(self, name: str, timeout: float) -> None:
         """Until the pod is gone: its deletion seen on a watch (no polling)."""
         self._wait_pods_gone(f"{stray.STRAY_LABEL}={name}", int(timeout))
+
+    # ---- its Prometheus ----------------------------------------------------------------------
+
+    def prometheus_url(self) -> str | None:
+        """`monitoring.prometheus_url` (a port-forward), else the Prometheus pod's IP, as the
+        engines are reached; LabError while it has none."""
+        mon = self.inventory.lab.monitoring
+        if mon is None:
+            return self.inventory.lab.prometheus
+        url = mon.prometheus_url or self._prometheus_pod()
+        if url is None:
+            raise LabError(
+                f"the lab's Prometheus pod has no IP yet (namespace {self.ns})",
+                hint=f"kubectl -n {self.ns} get pods -l {kmon.selector(self.inventory)}",
+            )
+        return url
+
+    def _prometheus_pod(self) -> str | None:
+        if self._prometheus is None:  # read once: the Deployment's pod keeps its IP
+            self._require_lab_namespace()
+            self._prometheus = kmon.pod_url(self.kube, self.inventory)
+        return self._prometheus
+
+    def monitoring_ready(self, timeout_s: float) -> None:
+        """Until Prometheus has scraped each serving and head pod once, at its pod IP."""
+        mon = self.inventory.lab.monitoring
+        if mon is None:
+            return
+        self._sync()
+
+        def pod_ips() -> dict[str, str | None]:
+            with self.feed.cond:
+                pods = {n.name: self.pods.views[n.name].pod for n in self.inventory.nodes}
+            return {
+                k: p.status.pod_ip if p is not None and p.status else None for k, p in pods.items()
+            }
+
+        kmon.wait_scraped(
+            lambda: mon.prometheus_url or self._prometheus_pod(),
+            lambda: kmon.engine_targets(self.inventory, pod_ips()),
+            timeout_s,
+            hint=f"kubectl -n {self.ns} logs deploy/{kmon.NAME}; its targets page says why",
+        )

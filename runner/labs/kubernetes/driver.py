@@ -289,47 +289,6 @@ class KubernetesLab(PodAccess, LabDriver):
             out += kmon.leftovers(self.kube, self.inventory)
         return out
 
-    def prometheus_url(self) -> str | None:
-        """`monitoring.prometheus_url` (a port-forward), else the Prometheus pod's IP, as the
-        engines are reached; LabError while it has none."""
-        mon = self.inventory.lab.monitoring
-        if mon is None:
-            return super().prometheus_url()
-        url = mon.prometheus_url or self._prometheus_pod()
-        if url is None:
-            raise LabError(
-                f"the lab's Prometheus pod has no IP yet (namespace {self.ns})",
-                hint=f"kubectl -n {self.ns} get pods -l {kmon.selector(self.inventory)}",
-            )
-        return url
-
-    def _prometheus_pod(self) -> str | None:
-        if self._prometheus is None:  # read once: the Deployment's pod keeps its IP
-            self._require_lab_namespace()
-            self._prometheus = kmon.pod_url(self.kube, self.inventory)
-        return self._prometheus
-
-    def monitoring_ready(self, timeout_s: float) -> None:
-        """Until Prometheus has scraped each serving and head pod once, at its pod IP."""
-        mon = self.inventory.lab.monitoring
-        if mon is None:
-            return
-        self._sync()
-
-        def pod_ips() -> dict[str, str | None]:
-            with self.feed.cond:
-                pods = {n.name: self.pods.views[n.name].pod for n in self.inventory.nodes}
-            return {
-                k: p.status.pod_ip if p is not None and p.status else None for k, p in pods.items()
-            }
-
-        kmon.wait_scraped(
-            lambda: mon.prometheus_url or self._prometheus_pod(),
-            lambda: kmon.engine_targets(self.inventory, pod_ips()),
-            timeout_s,
-            hint=f"kubectl -n {self.ns} logs deploy/{kmon.NAME}; its targets page says why",
-        )
-
     # ---- the watch ---------------------------------------------------------------------------
 
     def _sync(self) -> None:
