@@ -69,8 +69,14 @@ def lab_build(lab_path: Path, force: bool) -> None:
 
 @lab.command("manifests")
 @lab_option
+@click.option(
+    "--scenario-objects",
+    is_flag=True,
+    help="Print instead what scenarios create on the lab (a stray GPU pod), for reading: its "
+    "nodeName is the target's node when it runs.",
+)
 @handled
-def lab_manifests(lab_path: Path) -> None:
+def lab_manifests(lab_path: Path, scenario_objects: bool) -> None:
     """Print the Kubernetes manifests `lab up` applies (kubectl apply -f - takes them), its
     Prometheus's with the inventory's monitoring (a Secret's token masked). With
     gameday_lab.kubernetes.group_workload: leaderworkerset, each tensor-parallel group is one
@@ -86,6 +92,13 @@ def lab_manifests(lab_path: Path) -> None:
             file=lab_path,
             hint="gameday lab manifests --lab inventories/eks.yaml",
         )
+    if scenario_objects:
+        from runner.labs.kubernetes.stray import scenario_manifests
+
+        text = dump_all(scenario_manifests(inventory))
+        head = f"# gameday lab manifests --scenario-objects --lab {lab_path}\n"
+        output.out.print(head + text, markup=False, end="")
+        return
     text = dump_all(all_manifests(inventory))
     output.out.print(f"# gameday lab manifests --lab {lab_path}\n" + text, markup=False, end="")
 

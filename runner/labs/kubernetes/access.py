@@ -125,7 +125,9 @@ class PodAccess:
         if status == 200:  # a finished one of an earlier start: a bare pod is not restarted
             self.kube.delete(self.kube.core.delete_namespaced_pod, pod_name)
             self._wait_pod_gone(pod_name, 60)
-        body = stray.stray_pod(self.inventory, name, host, want.command)
+        body = stray.stray_pod(
+            self.inventory, name, host, stray.command_for(self.inventory, want.command)
+        )
         self.kube.call(
             f"create pod {pod_name}", self.kube.core.create_namespaced_pod, self.ns, body
         )

@@ -69,3 +69,39 @@ def stray_pod(
     if spec.gpu is not None:
         pod["spec"]["tolerations"] = [dict(t) for t in spec.gpu.tolerations]
     return pod
+
+
+TARGET_NODE = "<the node of the target's pod>"
+
+# On a real GPU, in vLLM's image (torch, no vllm-lab): a process that holds `argv[1]` MiB of the
+# node's GPU and idles, as seeds/001's OmniParser did. gameday's own text, never a scenario's.
+TORCH_HOLDER = """\
+import sys, time, torch
+held = torch.empty(int(sys.argv[1]) * 2**20, dtype=torch.uint8, device="cuda")
+print("holding", sys.argv[1], "MiB on", torch.cuda.get_device_name(0), flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def command_for(inventory: Inventory, lab_command: Sequence[str]) -> tuple[str, ...]:
+    """The stray program's container command: the lab engine image's `vllm-lab stray` as the
+    other labs run it; in vLLM's image, a torch process holding as much GPU memory."""
+    if inventory.lab.engine_command[:1] == ("vllm-lab",):
+        return tuple(lab_command)
+    mib = "1417"
+    if "--mib" in lab_command:
+        mib = lab_command[list(lab_command).index("--mib") + 1]
+    return ("python3", "-c", TORCH_HOLDER, mib)
+
+
+def scenario_manifests(inventory: Inventory) -> list[dict[str, Any]]:
+    """What scenarios create on this lab, one of each program they may start (for reading and
+    validation; `nodeName` is filled in when a scenario runs)."""
+    from runner.scenario import PROGRAMS, Program
+
+    names = {Program.STRAY_GPU_PROCESS: "omniparser"}  # as the catalogue's scenario names it
+    return [
+        stray_pod(inventory, names[p], TARGET_NODE, command_for(inventory, PROGRAMS[p]))
+        for p in PROGRAMS
+    ]

@@ -63,3 +63,30 @@ def test_capabilities_follow_the_inventory() -> None:
     assert AdoptedKubernetesLab.capabilities.fget(lab) == frozenset(  # type: ignore[attr-defined]
         {Capability.SERVICE_LINKS}
     )
+
+
+def test_the_stray_program_is_the_lab_engines_or_a_torch_holder_in_vllms_image() -> None:
+    lab_cmd = ("vllm-lab", "stray", "--name", "/omniparser/venv/bin/python", "--mib", "900")
+    inv = load_inventory(INVENTORY)
+    assert stray.command_for(inv, lab_cmd) == lab_cmd
+    eks = load_inventory(ROOT / "inventories" / "eks.yaml")
+    assert eks.lab.engine_command == ("vllm", "serve")
+    assert stray.command_for(eks, lab_cmd) == ("python3", "-c", stray.TORCH_HOLDER, "900")
+    [pod] = stray.scenario_manifests(eks)
+    assert pod["metadata"]["name"] == "stray-omniparser"
+    assert pod["spec"]["containers"][0]["command"][-1] == "1417"
+    compile(stray.TORCH_HOLDER, "holder", "exec")  # it is Python
+
+
+def test_lab_manifests_prints_the_scenario_objects_on_request() -> None:
+    import yaml
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    inv = ROOT / "inventories" / "kube-testserver.yaml"
+    r = CliRunner().invoke(main, ["lab", "manifests", "--scenario-objects", "--lab", str(inv)])
+    assert r.exit_code == 0, r.output
+    assert list(yaml.safe_load_all(r.stdout)) == stray.scenario_manifests(load_inventory(inv))
+    plain = CliRunner().invoke(main, ["lab", "manifests", "--lab", str(inv)])
+    assert "stray-omniparser" not in plain.stdout  # `lab up` does not create it

@@ -46,10 +46,7 @@ def generated(tmp_path: Path) -> list[dict[str, Any]]:
     invs.append(load_inventory(write(tmp_path / "sts", workload="statefulsets")))
     docs = [doc for inv in invs for doc in mf.all_manifests(inv)]
     # what scenarios apply beside the lab's own objects: a stray GPU pod on the target's node
-    docs += [
-        stray.stray_pod(inv, "omniparser", "ip-10-0-1-23.ec2.internal", ["vllm-lab", "stray"])
-        for inv in invs
-    ]
+    docs += [doc for inv in invs for doc in stray.scenario_manifests(inv)]
     return docs
 
 
