@@ -342,8 +342,9 @@ def _serve(
     group: list[socket.socket],
     shared: SharedGpu | None,
 ) -> int:
-    """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens) -> ("tok", rid, text)* then
-    ("end", rid, finish_reason, n). A fatal error ends the process (exit 1), as EngineCore's."""
+    """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens[, choice index]) ->
+    ("tok", rid, text)* then ("end", rid, finish_reason, n). A fatal error ends the process
+    (exit 1), as EngineCore's."""
     per_token = SECONDS_PER_OUTPUT_TOKEN / s.time_scale
     shapes: set[int] = set()
     while True:
@@ -355,7 +356,7 @@ def _serve(
             return 0
         if msg[0] != "gen":
             continue
-        _, rid, prompt, prompt_tokens, max_tokens = msg
+        _, rid, prompt, prompt_tokens, max_tokens, *choice = msg
         shape = int(prompt_tokens).bit_length()
         if shape not in shapes:
             failure = _jit_load(s, shared, log)
@@ -367,7 +368,7 @@ def _serve(
                 )
                 return _fatal(log, tb, failure)
             shapes.add(shape)
-        tokens, reason = completion(s.served_name, prompt, max_tokens)
+        tokens, reason = completion(s.served_name, prompt, max_tokens, *choice)
         if prompt_tokens + len(tokens) > s.derived_max_len:
             # Positions past what RoPE was trained on: NaN logits, decoded as token 0.
             tokens, reason = garbage(max_tokens), "length"

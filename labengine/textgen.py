@@ -81,14 +81,38 @@ def chat_prompt_tokens(messages: list[dict[str, object]]) -> int:
     return n
 
 
-def completion(model: str, prompt: str, max_tokens: int) -> tuple[list[str], str]:
-    """(tokens, finish_reason). Ends with "stop" when the answer is shorter than max_tokens."""
-    digest = hashlib.sha256(f"{model}\x00{prompt}".encode()).digest()
+def completion(model: str, prompt: str, max_tokens: int, index: int = 0) -> tuple[list[str], str]:
+    """(tokens, finish_reason) of choice `index` (a request's `n` choices differ, each its own
+    pure function). Ends with "stop" when the answer is shorter than max_tokens."""
+    key = f"{model}\x00{prompt}" + (f"\x00{index}" if index else "")
+    digest = hashlib.sha256(key.encode()).digest()
     natural = 6 + digest[0] % 18
     start = digest[1] % len(WORDS)
     n = min(natural, max_tokens)
     tokens = [(" " if i else "") + WORDS[(start + i) % len(WORDS)] for i in range(n)]
     return tokens, ("stop" if natural <= max_tokens else "length")
+
+
+def top_logprobs(model: str, position: int, token: str, n: int) -> list[tuple[str, float]]:
+    """The `max(n, 1)` most likely tokens at `position`, best first, with their logprobs. The
+    token the engine chose is always the most likely one (the lab engine decodes greedily), so
+    it heads the list; the runners-up are the words after it in the word list, each less likely
+    than the one before. Pure function of (model, position, token): no randomness."""
+    digest = hashlib.sha256(f"{model}\x00{position}\x00{token}".encode()).digest()
+    best = -round(0.001 + digest[0] / 1000, 6)
+    lead = " " if token.startswith(" ") else ""
+    at = WORDS.index(token.strip()) if token.strip() in WORDS else 0
+    out = [(token, best)]
+    seen = {token}
+    k = 1
+    while len(out) < max(n, 1):
+        alt = lead + WORDS[(at + k) % len(WORDS)]
+        k += 1
+        if alt in seen:
+            continue
+        seen.add(alt)
+        out.append((alt, round(out[-1][1] - 0.5 - digest[len(out) % 32] / 100, 6)))
+    return out
 
 
 def garbage(n: int) -> list[str]:

@@ -3,6 +3,7 @@ endpoints (whole or streamed as server-sent events), with vLLM's error bodies.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from starlette.routing import Route
 
 from labengine.server.metrics import CONTENT_TYPE
 from labengine.server.state import EngineDead, ServerState, generate
-from labengine.textgen import chat_prompt_tokens, count_tokens
+from labengine.textgen import chat_prompt_tokens, count_tokens, top_logprobs
 
 ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
@@ -41,6 +42,9 @@ DEV_MODE_WARNING = (
 # what a request gets while the scheduler is paused (vllm/v1/engine/core.py, 0.33)
 PAUSED = "Generation is paused. Please retry after it resumes."
 SLEEP_TAGS = "{'weights', 'kv_cache'}"
+# ModelConfig.max_logprobs and envs.VLLM_MAX_N_SEQUENCES, their defaults in vLLM 0.33
+MAX_LOGPROBS = 20
+MAX_N_SEQUENCES = 16384
 
 
 def error(status: int, message: str, etype: str) -> JSONResponse:
@@ -59,6 +63,9 @@ class Prompt:
     tokens: int
     max_tokens: int
     stream: bool
+    n: int = 1
+    logprobs: int | None = None  # top-N per token (completions: `logprobs`; chat: `top_logprobs`)
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
 
 
 def prompt_of(body: dict[str, Any], chat: bool) -> tuple[str, int] | JSONResponse:
@@ -112,7 +119,64 @@ async def read_request(st: ServerState, request: Request, chat: bool) -> Prompt 
     max_tokens = check_request(st, body, n_prompt)
     if isinstance(max_tokens, JSONResponse):
         return max_tokens
-    return Prompt(text, n_prompt, max_tokens, bool(body.get("stream")))
+    options = sampling_of(body, chat)
+    if isinstance(options, JSONResponse):
+        return options
+    n, logprobs = options
+    stream_options = body.get("stream_options")
+    include = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+    return Prompt(text, n_prompt, max_tokens, bool(body.get("stream")), n, logprobs, include)
+
+
+def invalid(message: str, param: str | None, value: object = None) -> JSONResponse:
+    """A VLLMValidationError as vLLM renders it: str(exc) names the parameter and value."""
+    extras = [f"parameter={param}"] if param is not None else []
+    if value is not None:
+        extras.append(f"value={value}")
+    text = f"{message} ({', '.join(extras)})" if extras else message
+    body = {"error": {"message": text, "type": "BadRequestError", "param": param, "code": 400}}
+    return JSONResponse(body, status_code=400)
+
+
+def sampling_of(body: dict[str, Any], chat: bool) -> tuple[int, int | None] | JSONResponse:
+    """`n` and the number of top logprobs per token, checked as vLLM 0.33 checks them
+    (chat_completion/protocol.py check_logprobs, sampling_params.py)."""
+    n = body.get("n", 1)
+    n = 1 if n is None else n
+    if not isinstance(n, int) or isinstance(n, bool):
+        return invalid(f"n must be an int, but is of type {type(n)}", None)
+    if n < 1:
+        return invalid(f"n must be at least 1, got {n}.", None)
+    if n > MAX_N_SEQUENCES:
+        return invalid(
+            f"n must be at most {MAX_N_SEQUENCES}, got {n}. To increase this limit, set the "
+            "VLLM_MAX_N_SEQUENCES environment variable.",
+            None,
+        )
+    if n > 1 and body.get("temperature") == 0:
+        return invalid(f"n must be 1 when using greedy sampling, got {n}.", None)
+    if chat:
+        top = body.get("top_logprobs")
+        if top is not None and not isinstance(top, int | float):
+            return invalid("`top_logprobs` must be an integer.", "top_logprobs", top)
+        if top is not None and top < 0 and top != -1:
+            return invalid("`top_logprobs` must be a positive value or -1.", "top_logprobs", top)
+        if top is not None and (top == -1 or top > 0) and not body.get("logprobs"):
+            return invalid(
+                "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
+            )
+        wanted: int | None = int(top or 0) if body.get("logprobs") else None
+    else:
+        raw = body.get("logprobs")
+        wanted = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    if wanted is not None and wanted > MAX_LOGPROBS:
+        return invalid(
+            f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
+            f"{MAX_LOGPROBS}",
+            "logprobs",
+            wanted,
+        )
+    return n, wanted
 
 
 @dataclass(frozen=True)
@@ -128,30 +192,43 @@ class Completion:
     def object(self) -> str:
         return "chat.completion" if self.chat else "text_completion"
 
-    def choice(self, text: str, reason: str | None, delta: bool) -> dict[str, Any]:
+    @property
+    def chunk_object(self) -> str:
+        # vLLM's CompletionStreamResponse keeps "text_completion"; chat chunks have their own
+        return "chat.completion.chunk" if self.chat else "text_completion"
+
+    def choice(
+        self, index: int, text: str, reason: str | None, delta: bool, lp: Any = None
+    ) -> dict[str, Any]:
         if self.chat:
             content = {"role": "assistant", "content": text}
-            head: dict[str, Any] = {"index": 0, "delta" if delta else "message": content}
+            head: dict[str, Any] = {"index": index, "delta" if delta else "message": content}
         else:
-            head = {"index": 0, "text": text}
-        return {**head, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+            head = {"index": index, "text": text}
+        return {**head, "logprobs": lp, "finish_reason": reason, "stop_reason": None}
 
-    def chunk(self, text: str, reason: str | None) -> dict[str, Any]:
+    def chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
         return {
             "id": self.id,
-            "object": f"{self.object}.chunk",
+            "object": self.chunk_object,
             "created": self.created,
             "model": self.model,
-            "choices": [self.choice(text, reason, True)],
+            "choices": [choice],
         }
 
-    def whole(self, text: str, reason: str, n_prompt: int, n_out: int) -> dict[str, Any]:
+    def usage_chunk(self, n_prompt: int, n_out: int) -> dict[str, Any]:
+        """The last chunk with `stream_options.include_usage`: no choices, the usage (vLLM
+        serialises it without its None fields, in UsageInfo's field order)."""
+        usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_out}
+        return {**self.chunk({}), "choices": [], "usage": {**usage, "completion_tokens": n_out}}
+
+    def whole(self, choices: list[dict[str, Any]], n_prompt: int, n_out: int) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": self.object,
             "created": self.created,
             "model": self.model,
-            "choices": [self.choice(text, reason, False)],
+            "choices": choices,
             "usage": {
                 "prompt_tokens": n_prompt,
                 "completion_tokens": n_out,
@@ -159,13 +236,80 @@ class Completion:
             },
         }
 
+    def logprobs(self, tokens: list[str], top: int, first: int, offset: int) -> Any:
+        """vLLM's logprobs object for `tokens` (positions from `first` on, text offsets from
+        `offset`): ChatCompletionLogProbs or CompletionLogProbs."""
+        tops = [top_logprobs(self.model, first + i, t, top) for i, t in enumerate(tokens)]
+        if self.chat:
+            return {
+                "content": [_chat_logprob(t, lps, top) for t, lps in zip(tokens, tops, strict=True)]
+            }
+        offsets = [offset + sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+        return {
+            "text_offset": offsets,
+            "token_logprobs": [lps[0][1] for lps in tops],
+            "tokens": tokens,
+            "top_logprobs": [dict(lps) for lps in tops],
+        }
+
+
+def _entry(token: str, logprob: float) -> dict[str, Any]:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+def _chat_logprob(token: str, lps: list[tuple[str, float]], top: int) -> dict[str, Any]:
+    return {**_entry(token, lps[0][1]), "top_logprobs": [_entry(t, v) for t, v in lps[:top]]}
+
+
+async def _merged(st: ServerState, p: Prompt) -> AsyncIterator[tuple[int, tuple[Any, ...]]]:
+    """The items of the request's `n` choices as the engine core sends them, with their index."""
+    q: asyncio.Queue[tuple[int, tuple[Any, ...]] | BaseException | None] = asyncio.Queue()
+
+    async def pump(index: int) -> None:
+        try:
+            async for item in generate(st, p.text, p.tokens, p.max_tokens, index):
+                await q.put((index, item))
+            await q.put(None)
+        except BaseException as e:  # the consumer re-raises it (EngineDead)
+            await q.put(e)
+
+    st.metrics.received(p.n, p.max_tokens)
+    tasks = [asyncio.create_task(pump(i)) for i in range(p.n)]
+    try:
+        done = 0
+        while done < p.n:
+            got = await q.get()
+            if got is None:
+                done += 1
+            elif isinstance(got, BaseException):
+                raise got
+            else:
+                yield got
+    finally:
+        for t in tasks:
+            t.cancel()
+
 
 async def _events(st: ServerState, p: Prompt, out: Completion) -> AsyncIterator[bytes]:
-    """Server-sent events: a chunk per token, a last chunk with the finish reason, [DONE]."""
+    """Server-sent events: a chunk per token, a last chunk per choice with its finish reason,
+    the usage chunk when asked for, [DONE]."""
+    counts = [0] * p.n
+    offsets = [0] * p.n
     try:
-        async for item in generate(st, p.text, p.tokens, p.max_tokens):
-            chunk = out.chunk(item[2], None) if item[0] == "tok" else out.chunk("", item[2])
-            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        async for index, item in _merged(st, p):
+            lp = None
+            if item[0] == "tok":
+                if p.logprobs is not None:
+                    lp = out.logprobs([item[2]], p.logprobs, counts[index], offsets[index])
+                counts[index] += 1
+                offsets[index] += len(item[2])
+                choice = out.choice(index, item[2], None, True, lp)
+            else:
+                choice = out.choice(index, "", item[2], True, lp)
+            yield f"data: {json.dumps(out.chunk(choice))}\n\n".encode()
+        if p.include_usage:
+            usage = out.usage_chunk(p.tokens, sum(counts))
+            yield f"data: {json.dumps(usage)}\n\n".encode()
     except EngineDead:
         err = {
             "error": {
@@ -179,17 +323,21 @@ async def _events(st: ServerState, p: Prompt, out: Completion) -> AsyncIterator[
 
 
 async def _whole(st: ServerState, p: Prompt, out: Completion) -> Response:
-    parts: list[str] = []
-    reason, n_out = "stop", 0
+    parts: list[list[str]] = [[] for _ in range(p.n)]
+    reasons, n_out = ["stop"] * p.n, 0
     try:
-        async for item in generate(st, p.text, p.tokens, p.max_tokens):
+        async for index, item in _merged(st, p):
             if item[0] == "tok":
-                parts.append(item[2])
+                parts[index].append(item[2])
             else:
-                reason, n_out = item[2], item[3]
+                reasons[index], n_out = item[2], n_out + item[3]
     except EngineDead:
         return error(500, ENGINE_ERROR, "InternalServerError")
-    return JSONResponse(out.whole("".join(parts), reason, p.tokens, n_out))
+    choices = []
+    for i, toks in enumerate(parts):
+        lp = out.logprobs(toks, p.logprobs, 0, 0) if p.logprobs is not None else None
+        choices.append(out.choice(i, "".join(toks), reasons[i], False, lp))
+    return JSONResponse(out.whole(choices, p.tokens, n_out))
 
 
 class Api:
@@ -249,6 +397,7 @@ class Api:
         level = int(raw)
         if self.st.sleeping is None:
             self.st.sleeping = level
+            self.st.metrics.set_sleep_level(level or None)
             if level >= 1:
                 took = 0.05 / max(self.st.time_scale, 1.0)
                 self.st.log.info("abstract.py:408", f"It took {took:.6f} seconds to fall asleep.")
@@ -267,6 +416,7 @@ class Api:
                 "abstract.py:426", f"It took {took:.6f} seconds to wake up tags {SLEEP_TAGS}."
             )
         self.st.sleeping = None
+        self.st.metrics.set_sleep_level(None)
         return JSONResponse({"status": "awake", "tags": tags})
 
     async def is_sleeping(self, _: Request) -> Response:

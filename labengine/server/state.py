@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -17,7 +18,7 @@ from typing import Any
 import uvicorn
 
 from labengine.logs import VllmLog
-from labengine.server.metrics import EngineMetrics
+from labengine.server.metrics import EngineMetrics, RequestTimes
 from labengine.wording import Era
 
 
@@ -41,32 +42,51 @@ class ServerState:
     dead: bool = False
     sleeping: int | None = None  # the sleep level while asleep (0: the scheduler paused only)
     queues: dict[str, asyncio.Queue[tuple[Any, ...]]] = field(default_factory=dict)
+    last_end: float = 0.0  # when the engine core last ended a request (monotonic seconds)
     ids: itertools.count[int] = field(default_factory=itertools.count)
     server: uvicorn.Server | None = None
     metrics: EngineMetrics = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = EngineMetrics(self.served_name)
+        self.metrics = EngineMetrics(self.served_name, self.max_model_len)
 
 
 async def generate(
-    st: ServerState, prompt: str, n_prompt: int, max_tokens: int
+    st: ServerState, prompt: str, n_prompt: int, max_tokens: int, index: int = 0
 ) -> AsyncIterator[tuple[Any, ...]]:
-    """The engine core's ("tok", ...) items then its ("end", ...) item for one request.
-    Raises EngineDead if the engine core dies first."""
+    """The engine core's ("tok", ...) items then its ("end", ...) item for choice `index` of one
+    request. Raises EngineDead if the engine core dies first.
+
+    The engine core serves the pipe's requests one after the other: a request is scheduled when
+    the one sent before it has ended, which is what its queue time measures."""
     rid = f"req-{next(st.ids)}"
     q: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+    ahead = bool(st.queues)
     st.queues[rid] = q
     st.metrics.started(min(1.0, (n_prompt + max_tokens) / max(st.kv_tokens, 1)))
+    arrival = time.monotonic()
+    stamps: list[float] = []
     try:
-        st.conn.send(("gen", rid, prompt, n_prompt, max_tokens))
+        st.conn.send(("gen", rid, prompt, n_prompt, max_tokens, index))
         while True:
             item = await q.get()
             if item[0] == "dead":
                 raise EngineDead
+            now = time.monotonic()
             yield item
+            if item[0] == "tok":
+                stamps.append(now)
             if item[0] == "end":
-                st.metrics.finished(n_prompt, item[3], item[2])
+                first = stamps[0] if stamps else now
+                times = RequestTimes(
+                    arrival=arrival,
+                    scheduled=min(first, max(arrival, st.last_end)) if ahead else arrival,
+                    first_token=first,
+                    token_gaps=tuple(b - a for a, b in itertools.pairwise(stamps)),
+                    end=now,
+                )
+                st.last_end = now
+                st.metrics.finished(n_prompt, item[3], item[2], max_tokens, times)
                 return
     finally:
         st.queues.pop(rid, None)

@@ -60,7 +60,10 @@ def test_frames_are_typed() -> None:
 
 def samples(m: EngineMetrics) -> list[str]:
     text = m.exposition().decode()
-    return [ln for ln in text.splitlines() if ln.startswith("vllm:") and "_created" not in ln]
+    nine = ("vllm:num_requests_running{", "vllm:num_requests_waiting{", "vllm:kv_cache_usage_perc{",
+            "vllm:prompt_tokens_total{", "vllm:generation_tokens_total{",
+            "vllm:request_success_total{")  # fmt: skip
+    return [ln for ln in text.splitlines() if ln.startswith(nine)]
 
 
 def test_metrics_follow_requests() -> None:
@@ -72,6 +75,12 @@ def test_metrics_follow_requests() -> None:
         f"vllm:num_requests_running{{{lv}}} 2.0",
         f"vllm:num_requests_waiting{{{lv}}} 0.0",
         f"vllm:kv_cache_usage_perc{{{lv}}} 0.5",
+        f"vllm:prompt_tokens_total{{{lv}}} 0.0",
+        f"vllm:generation_tokens_total{{{lv}}} 0.0",
+        *(
+            f'vllm:request_success_total{{engine="0",finished_reason="{r}",model_name="qwen"}} 0.0'
+            for r in ("stop", "length", "abort", "error", "repetition")
+        ),
     ]
     m.finished(25, 21, "stop")
     m.left()
@@ -86,6 +95,10 @@ def test_metrics_follow_requests() -> None:
         f"vllm:generation_tokens_total{{{lv}}} 24.0",
         'vllm:request_success_total{engine="0",finished_reason="stop",model_name="qwen"} 1.0',
         'vllm:request_success_total{engine="0",finished_reason="length",model_name="qwen"} 1.0',
+        *(
+            f'vllm:request_success_total{{engine="0",finished_reason="{r}",model_name="qwen"}} 0.0'
+            for r in ("abort", "error", "repetition")
+        ),
     ]
     assert (m.prompt_total, m.gen_total, m.kv_usage) == (27, 24, 0.0)
 
