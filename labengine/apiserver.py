@@ -18,11 +18,11 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
 from typing import Any
 
-from labengine import core, envs
+from labengine import arch, core, envs
 from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
 from labengine.gpu import GpuConfigError, NodeGpus, node_gpus
 from labengine.logs import VllmLog, unprefixed_warning
-from labengine.models import ModelInfo, ModelNotFound, resolve
+from labengine.models import DtypeError, ModelInfo, ModelNotFound, resolve, resolve_dtype
 from labengine.tracebacks import Traceback, frames
 from labengine.wording import (
     Era,
@@ -116,6 +116,7 @@ def _settings(
         log.traceback(frames(Traceback.SERVE_CONFIG), f"ValueError: {exc}")
         raise _Failed from exc
     log.info("model.py:547", f"Resolved architecture: {model.architecture}")
+    dtype = _dtype(args, model, model_tag, log)
     max_len, derived = _max_model_len(args, env, model, model_tag, log)
     _check_world(args, gpus, log)
     large = gpus.gpu.large
@@ -142,7 +143,21 @@ def _settings(
         master_port=args.master_port,
         time_scale=scale,
         env=env,
+        dtype=dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
+
+
+def _dtype(args: argparse.Namespace, model: ModelInfo, model_tag: str, log: VllmLog) -> str:
+    """--dtype as ModelConfig resolves it; a refusal is its validation error."""
+    try:
+        arch.check_supported(model.config)
+        return resolve_dtype(model.model_type, model.config_dtype, args.dtype)
+    except (DtypeError, arch.UnsupportedArchitecture) as exc:
+        _validation_error(
+            log, "ModelConfig", str(exc), f"ArgsKwargs((), {{'model': '{model_tag}', ...}})"
+        )
+        raise _Failed from exc
 
 
 def _max_model_len(
