@@ -299,19 +299,30 @@ def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
 
 
 def _log_cudagraph_estimate(s: CoreSettings, log: VllmLog) -> None:
-    """gpu_worker.py: determine_available_memory's line after the estimate is applied."""
-    estimate = cudagraph_estimate(s)
-    if not estimate:
+    """gpu_worker.py: determine_available_memory's line on the estimate, applied or not."""
+    if s.era is Era.V0_19 or not graph_bytes(s):
         return
-    delta = estimate / s.gpus.gpu.cuda_total_bytes
-    log.info(
-        "gpu_worker.py:786",
-        "CUDA graph memory profiling is enabled (default since v0.21.0). The current "
-        f"--gpu-memory-utilization={s.utilization:.4f} is equivalent to "
-        f"--gpu-memory-utilization={round(s.utilization - delta, 4):.4f} without CUDA graph "
-        "memory profiling. To maintain the same effective KV cache size as before, increase "
-        f"--gpu-memory-utilization to {min(round(s.utilization + delta, 4), 1.0):.4f}. "
-        "To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+    util = s.utilization
+    delta = graph_bytes(s) / s.gpus.gpu.cuda_total_bytes
+    suggested = min(round(util + delta, 4), 1.0)
+    if cudagraph_estimate(s):
+        log.info(
+            "gpu_worker.py:786",
+            "CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+            f"--gpu-memory-utilization={util:.4f} is equivalent to "
+            f"--gpu-memory-utilization={round(util - delta, 4):.4f} without CUDA graph "
+            "memory profiling. To maintain the same effective KV cache size as before, increase "
+            f"--gpu-memory-utilization to {suggested:.4f}. "
+            "To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+        )
+        return
+    log.warning(
+        "gpu_worker.py:802",
+        "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). "
+        "Without it, CUDA graph memory is not accounted for during KV cache allocation, which "
+        "may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it "
+        "(the default as of v0.21.0) and increasing --gpu-memory-utilization from "
+        f"{util:.4f} to {suggested:.4f}.",
     )
 
 

@@ -266,3 +266,28 @@ def test_a100_does_not_take_the_large_gpu_defaults() -> None:
     assert gpu_types()["a100-80g"].large is False
     assert gpu_types()["h100"].large is True
     assert gpu_types()["a100-80g"].memory_mib * MIB >= 70 * 2**30
+
+
+def test_cudagraph_estimate_disabled_warns_as_vllm_does() -> None:
+    stream = io.StringIO()
+    env = {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
+    core._log_cudagraph_estimate(
+        settings(QWEN, era=Era.V0_33, env=env), VllmLog("EngineCore", stream)
+    )
+    assert stream.getvalue().split("] ", 1)[1].rstrip("\n") == (
+        "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). "
+        "Without it, CUDA graph memory is not accounted for during KV cache allocation, which "
+        "may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it "
+        "(the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9000 to "
+        "0.9354."
+    )
+    quiet = io.StringIO()
+    core._log_cudagraph_estimate(settings(QWEN), VllmLog("EngineCore", quiet))  # 0.19: nothing
+    assert quiet.getvalue() == ""
+
+
+def test_seed_shortage_in_033_has_no_memory_left_after_the_graph_estimate() -> None:
+    # 0.18 GiB available in 0.19 (seeds/004) less the 0.79 GiB estimate: below zero
+    p = core.memory_plan(settings(QWEN, era=Era.V0_33, utilization=0.5, max_model_len=16384))
+    assert round(p.available / 2**30, 2) == -0.61
+    assert p.fits is False
