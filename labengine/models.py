@@ -44,6 +44,19 @@ FLOAT16_NOT_SUPPORTED = {
 KV_CACHE_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
 
 
+def cast_line(config_dtype: str, dtype: str) -> tuple[str, str] | None:
+    """(level, line) vLLM logs when the served dtype differs from the config's
+    (vllm/config/model.py: _get_and_verify_dtype), or None."""
+    config_dtype = DTYPE_NAMES.get(config_dtype, config_dtype)
+    if dtype == config_dtype:
+        return None
+    if dtype == "float32":
+        return "info", f"Upcasting torch.{config_dtype} to torch.{dtype}."
+    if config_dtype == "float32":
+        return "info", f"Downcasting torch.{config_dtype} to torch.{dtype}."
+    return "warning", f"Casting torch.{config_dtype} to torch.{dtype}."
+
+
 class DtypeError(Exception):
     """vLLM's refusal of a dtype for a model (a ModelConfig validation error)."""
 

@@ -13,7 +13,7 @@ import pytest
 from labengine import core, memory
 from labengine.gpu import MIB, NodeGpus, gpu_types
 from labengine.logs import VllmLog
-from labengine.models import DtypeError, resolve, resolve_dtype
+from labengine.models import DtypeError, cast_line, resolve, resolve_dtype
 from labengine.wording import Era
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -291,3 +291,18 @@ def test_seed_shortage_in_033_has_no_memory_left_after_the_graph_estimate() -> N
     p = core.memory_plan(settings(QWEN, era=Era.V0_33, utilization=0.5, max_model_len=16384))
     assert round(p.available / 2**30, 2) == -0.61
     assert p.fits is False
+
+
+@pytest.mark.parametrize(
+    ("config_dtype", "dtype", "expected"),
+    [
+        ("float32", "bfloat16", ("info", "Downcasting torch.float32 to torch.bfloat16.")),
+        ("bfloat16", "float32", ("info", "Upcasting torch.bfloat16 to torch.float32.")),
+        ("float16", "bfloat16", ("warning", "Casting torch.float16 to torch.bfloat16.")),
+        ("bfloat16", "bfloat16", None),
+    ],
+)
+def test_cast_lines_are_vllms(
+    config_dtype: str, dtype: str, expected: tuple[str, str] | None
+) -> None:
+    assert cast_line(config_dtype, dtype) == expected
