@@ -18,11 +18,18 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
 from typing import Any
 
-from labengine import core, envs
+from labengine import arch, core, envs
 from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
 from labengine.gpu import GpuConfigError, NodeGpus, node_gpus
 from labengine.logs import VllmLog, unprefixed_warning
-from labengine.models import ModelInfo, ModelNotFound, resolve
+from labengine.models import (
+    DtypeError,
+    ModelInfo,
+    ModelNotFound,
+    cast_line,
+    resolve,
+    resolve_dtype,
+)
 from labengine.tracebacks import Traceback, frames
 from labengine.wording import (
     Era,
@@ -116,6 +123,7 @@ def _settings(
         log.traceback(frames(Traceback.SERVE_CONFIG), f"ValueError: {exc}")
         raise _Failed from exc
     log.info("model.py:547", f"Resolved architecture: {model.architecture}")
+    dtype = _dtype(args, model, model_tag, era, log)
     max_len, derived = _max_model_len(args, env, model, model_tag, log)
     _check_world(args, gpus, log)
     large = gpus.gpu.large
@@ -142,7 +150,31 @@ def _settings(
         master_port=args.master_port,
         time_scale=scale,
         env=env,
+        dtype=dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
+
+
+def _dtype(
+    args: argparse.Namespace, model: ModelInfo, model_tag: str, era: Era, log: VllmLog
+) -> str:
+    """--dtype as ModelConfig resolves it; a refusal is its validation error."""
+    try:
+        arch.check_supported(model.config)
+        dtype = resolve_dtype(model.model_type, model.config_dtype, args.dtype)
+    except (DtypeError, arch.UnsupportedArchitecture) as exc:
+        _validation_error(
+            log, "ModelConfig", str(exc), f"ArgsKwargs((), {{'model': '{model_tag}', ...}})"
+        )
+        raise _Failed from exc
+    cast = cast_line(model.config_dtype, dtype)
+    if cast is not None:
+        level, line = cast
+        # config/model.py: _get_and_verify_dtype (lines 2010-2016 in 0.19.1, 2510-2516 in 0.33.0)
+        where = {"info": 13 if line.startswith("Downcasting") else 10, "warning": 16}[level]
+        base = 2000 if era is Era.V0_19 else 2500
+        getattr(log, level)(f"model.py:{base + where}", line)
+    return dtype
 
 
 def _max_model_len(

@@ -59,6 +59,8 @@ class CoreSettings:
     time_scale: float
     env: dict[str, str]
     headless: bool = False
+    dtype: str = ""  # resolved --dtype ("" = the model's own, as with --dtype auto)
+    kv_cache_dtype: str = "auto"
 
     @property
     def world(self) -> int:
@@ -88,18 +90,35 @@ def sleep_real(seconds: float, scale: float) -> None:
         time.sleep(seconds / scale)
 
 
+def cudagraph_estimate(s: CoreSettings) -> int:
+    """The CUDA-graph memory 0.2x+ subtracts from the KV budget (gpu_worker.py:
+    determine_available_memory; VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default 1 from
+    v0.21, 0 in 0.19)."""
+    if s.era is Era.V0_19 or not envs.truthy(
+        s.env, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", True
+    ):
+        return 0
+    return graph_bytes(s)
+
+
 def memory_plan(s: CoreSettings) -> memory.KvPlan:
     """This rank's start-up memory arithmetic (see labengine.memory)."""
     m = s.model
+    dtype = s.dtype or m.dtype
     return memory.plan(
         cuda_total=s.gpus.gpu.cuda_total_bytes,
         utilization=s.utilization,
-        loaded_weights=m.loaded_bytes(s.tp),
-        activation_peak=m.activation_peak_bytes(s.max_num_batched_tokens, s.max_num_seqs),
+        loaded_weights=m.loaded_bytes(s.tp, dtype),
+        activation_peak=m.activation_peak_bytes(s.max_num_batched_tokens, s.max_num_seqs, dtype),
         non_torch=s.gpus.gpu.non_torch_mib * 2**20,
         layers=m.num_layers // s.pp,
-        per_token_per_layer=m.kv_bytes_per_token_per_layer(s.tp),
+        per_token_per_layer=m.kv_bytes_per_token_per_layer(s.tp, dtype, s.kv_cache_dtype),
         max_model_len=s.max_model_len,
+        sliding_layers=m.sliding_layers() // s.pp,
+        sliding_window=m.sliding_window,
+        max_in_flight_tokens=s.max_num_batched_tokens * s.pp,
+        cudagraph=cudagraph_estimate(s),
+        era=s.era,
     )
 
 
@@ -115,7 +134,7 @@ def graph_bytes(s: CoreSettings) -> int:
 def gpu_bytes(s: CoreSettings, plan: memory.KvPlan) -> int:
     """What the rank holds once serving: weights, KV blocks, CUDA graphs, non-torch memory."""
     return (
-        s.model.loaded_bytes(s.tp)
+        s.model.loaded_bytes(s.tp, s.dtype or None)
         + plan.num_blocks * plan.page_bytes
         + graph_bytes(s)
         + s.gpus.gpu.non_torch_mib * 2**20
@@ -160,11 +179,11 @@ def _log_config(s: CoreSettings, log: VllmLog) -> None:
         f"Initializing a V1 LLM engine (v{s.era.version}) with config: model='{m.tag}', "
         f"speculative_config=None, tokenizer='{m.tag}', skip_tokenizer_init=False, "
         f"tokenizer_mode=auto, revision=None, trust_remote_code=False, "
-        f"dtype=torch.{m.dtype}, max_seq_len={s.max_model_len}, download_dir=None, "
+        f"dtype=torch.{s.dtype or m.dtype}, max_seq_len={s.max_model_len}, download_dir=None, "
         f"load_format=auto, tensor_parallel_size={s.tp}, pipeline_parallel_size={s.pp}, "
         f"data_parallel_size=1, disable_custom_all_reduce=False, "
         f"quantization={'awq_marlin' if m.quantization == 'awq' else m.quantization}, "
-        f"enforce_eager={s.enforce_eager}, kv_cache_dtype=auto, device_config=cuda, "
+        f"enforce_eager={s.enforce_eager}, kv_cache_dtype={s.kv_cache_dtype}, device_config=cuda, "
         f"seed=0, served_model_name={s.served_name}, enable_prefix_caching=True, "
         f"enable_chunked_prefill=True",
     )
@@ -208,7 +227,7 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
     """Fetch the weights into the (emptyDir) HF cache, then load them onto the GPU."""
     m = s.model
     log.info("gpu_model_runner.py:2338", f"Starting to load model {m.tag}...")
-    loaded = m.loaded_bytes(s.tp)
+    loaded = m.loaded_bytes(s.tp, s.dtype or None)
     download_s = (loaded / 2**30) / s.gpus.gpu.download_gib_s
     weights_s = (loaded / 2**30) / s.gpus.gpu.load_gib_s
     log.info("weight_utils.py:392", "Using model weights format ['*.safetensors']")
@@ -218,6 +237,7 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
         f"Time spent downloading weights for {m.tag}: {download_s:.6f} seconds",
     )
     sleep_real(weights_s, s.time_scale)
+    _check_fits_while_loading(s, loaded, shared)
     log.info("default_loader.py:384", f"Loading weights took {weights_s:.2f} seconds")
     log.info(
         "gpu_model_runner.py:4820",
@@ -225,6 +245,33 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
     )
     if shared:
         shared.allocate(s.process_name, loaded + s.gpus.gpu.non_torch_mib * MIB)
+
+
+def _check_fits_while_loading(s: CoreSettings, loaded: int, shared: SharedGpu | None) -> None:
+    """Weights larger than the device: torch's caching allocator refuses the tensor that does
+    not fit (c10/cuda/CUDACachingAllocator.cpp's OutOfMemoryError text)."""
+    total = s.gpus.gpu.cuda_total_bytes
+    held = s.gpus.gpu.non_torch_mib * MIB + (
+        shared.used_mib(exclude_self=True) * MIB if shared else 0
+    )
+    if held + loaded <= total:
+        return
+    # the loader fills the device layer by layer until one layer's tensors no longer fit
+    layer = math.ceil(loaded / max(1, s.model.num_layers))
+    allocated = (total - held) // layer * layer
+    free = total - held - allocated
+    in_use = s.gpus.gpu.non_torch_mib * MIB + allocated
+    msg = (
+        f"CUDA out of memory. Tried to allocate {layer / MIB:.2f} MiB. GPU 0 has a total "
+        f"capacity of {total / 2**30:.2f} GiB of which {free / MIB:.2f} MiB is free. "
+        f"Including non-PyTorch memory, this process has {in_use / 2**30:.2f} GiB memory in use. "
+        f"Of the allocated memory {allocated / 2**30:.2f} GiB is allocated by PyTorch, and "
+        "0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+        "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+        "fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+    raise EngineStartError("torch.OutOfMemoryError", msg, Traceback.CORE_INIT)
 
 
 def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
@@ -235,16 +282,48 @@ def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
         log.info("monitor.py:34", f"torch.compile takes {COMPILE_S:.2f} s in total")
     sleep_real(PROFILE_S, s.time_scale)
     plan = memory_plan(s)
-    log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(max(plan.available, 0))} GiB")
-    if plan.available <= 0:
+    # vLLM prints the figure as it is, negative when the non-KV memory exceeds the budget
+    log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(plan.available)} GiB")
+    _log_cudagraph_estimate(s, log)
+    if plan.check_available <= 0:
         raise EngineStartError("ValueError", no_kv_memory(), Traceback.CORE_KV_CACHE)
     if not plan.fits:
-        est = memory.estimate_max_model_len(s.era, plan.available, plan.page_bytes, s.max_model_len)
-        msg = kv_shortage(s.era, s.max_model_len, plan.needed, plan.available, est)
+        est = memory.estimate_max_model_len(
+            s.era, plan.available, plan.page_bytes, s.max_model_len, plan.layout
+        )
+        msg = kv_shortage(s.era, s.max_model_len, plan.needed, plan.check_available, est)
         raise EngineStartError("ValueError", msg, Traceback.CORE_KV_CACHE)
     for i, line in enumerate(capacity_lines(s.era, plan.tokens, s.max_model_len, plan.concurrency)):
         log.info(f"kv_cache_utils.py:{1319 + 5 * i}", line)
     return plan
+
+
+def _log_cudagraph_estimate(s: CoreSettings, log: VllmLog) -> None:
+    """gpu_worker.py: determine_available_memory's line on the estimate, applied or not."""
+    if s.era is Era.V0_19 or not graph_bytes(s):
+        return
+    util = s.utilization
+    delta = graph_bytes(s) / s.gpus.gpu.cuda_total_bytes
+    suggested = min(round(util + delta, 4), 1.0)
+    if cudagraph_estimate(s):
+        log.info(
+            "gpu_worker.py:786",
+            "CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+            f"--gpu-memory-utilization={util:.4f} is equivalent to "
+            f"--gpu-memory-utilization={round(util - delta, 4):.4f} without CUDA graph "
+            "memory profiling. To maintain the same effective KV cache size as before, increase "
+            f"--gpu-memory-utilization to {suggested:.4f}. "
+            "To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+        )
+        return
+    log.warning(
+        "gpu_worker.py:802",
+        "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). "
+        "Without it, CUDA graph memory is not accounted for during KV cache allocation, which "
+        "may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it "
+        "(the default as of v0.21.0) and increasing --gpu-memory-utilization from "
+        f"{util:.4f} to {suggested:.4f}.",
+    )
 
 
 def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:

@@ -22,29 +22,105 @@ BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True)
+class KvLayout:
+    """The KV cache's shape on one rank: how many layers attend fully and over a sliding window,
+    and the bytes one token takes in one layer."""
+
+    full_layers: int
+    per_token_per_layer: int
+    sliding_layers: int = 0
+    sliding_window: int = 0
+    max_in_flight_tokens: int = 0  # VllmConfig.max_in_flight_tokens: max_num_batched_tokens
+
+    @property
+    def layer_page(self) -> int:
+        return BLOCK_SIZE * self.per_token_per_layer
+
+    def groups(self) -> list[bool]:
+        """One entry per KV cache group, True for a sliding-window group
+        (vllm/v1/core/kv_cache_planning.py: _get_kv_cache_groups_uniform_page_size: groups of
+        `group_size` layers, the smallest type's count unless the largest is under 1.5x it)."""
+        kinds = [(False, self.full_layers), (True, self.sliding_layers)]
+        kinds = [(k, n) for k, n in kinds if n > 0]
+        if not kinds:
+            return []
+        lo, hi = min(n for _, n in kinds), max(n for _, n in kinds)
+        size = hi if hi < lo * 1.5 else lo
+        return [k for k, n in kinds for _ in range(math.ceil(n / size))]
+
+    @property
+    def group_size(self) -> int:
+        kinds = [n for n in (self.full_layers, self.sliding_layers) if n > 0]
+        lo, hi = min(kinds), max(kinds)
+        return hi if hi < lo * 1.5 else lo
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one block across a group (kv_cache_planning.py:
+        _get_kv_cache_bytes_per_block); for a full-attention model, all its layers."""
+        return self.group_size * self.layer_page
+
+    def blocks_per_request(self, sliding: bool, max_model_len: int) -> int:
+        """kv_cache_interface.py: FullAttentionSpec / SlidingWindowSpec.max_memory_usage_bytes
+        in pages: a sliding layer holds the window plus the tokens in flight, and one block
+        more for a window that starts mid-block."""
+        if not sliding:
+            return math.ceil(max_model_len / BLOCK_SIZE)
+        tokens = min(self.sliding_window - 1 + self.max_in_flight_tokens, max_model_len)
+        return math.ceil(tokens / BLOCK_SIZE) + 1
+
+    def needed(self, max_model_len: int) -> int:
+        """kv_cache_planning.py: max_memory_usage_bytes summed over every layer."""
+        full = self.full_layers * self.blocks_per_request(False, max_model_len)
+        sliding = self.sliding_layers * self.blocks_per_request(True, max_model_len)
+        return (full + (sliding if self.sliding_layers else 0)) * self.layer_page
+
+
+@dataclass(frozen=True)
 class KvPlan:
     budget: int
     non_kv: int
     available: int
-    page_bytes: int
+    layout: KvLayout
     num_blocks: int
     max_model_len: int
+    era: Era = Era.V0_19
 
     @property
-    def tokens(self) -> int:
-        return self.num_blocks * BLOCK_SIZE
+    def page_bytes(self) -> int:
+        return self.layout.page_bytes
+
+    @property
+    def check_available(self) -> int:
+        """What the start-up check compares with: 0.33 first holds back the pool's null block
+        (kv_cache_planning.py: check_enough_kv_cache_memory, _pool_bytes_per_block)."""
+        return self.available - (self.page_bytes if self.era is Era.V0_33 else 0)
 
     @property
     def concurrency(self) -> float:
-        return self.tokens / self.max_model_len
+        """kv_cache_utils.py: get_max_concurrency_for_kv_cache_config: blocks over the blocks a
+        max-length request takes in every group."""
+        per_request = sum(
+            self.layout.blocks_per_request(g, self.max_model_len) for g in self.layout.groups()
+        )
+        return self.num_blocks / per_request if per_request else 0.0
+
+    @property
+    def tokens(self) -> int:
+        """The logged "GPU KV cache size": 0.19 divides the blocks among the groups
+        (kv_cache_utils.py: get_kv_cache_configs); 0.33 takes concurrency x max_model_len
+        (get_kv_cache_capacity)."""
+        if self.era is Era.V0_33:
+            return int(self.concurrency * self.max_model_len)
+        return self.num_blocks // max(1, len(self.layout.groups())) * BLOCK_SIZE
 
     @property
     def needed(self) -> int:
-        return needed_bytes(self.max_model_len, self.page_bytes)
+        return self.layout.needed(self.max_model_len)
 
     @property
     def fits(self) -> bool:
-        return self.available > 0 and self.needed <= self.available
+        return self.check_available > 0 and self.needed <= self.check_available
 
 
 def page_bytes(layers: int, per_token_per_layer: int) -> int:
@@ -65,23 +141,42 @@ def plan(
     layers: int,
     per_token_per_layer: int,
     max_model_len: int,
+    sliding_layers: int = 0,
+    sliding_window: int = 0,
+    max_in_flight_tokens: int = 0,
+    cudagraph: int = 0,
+    era: Era = Era.V0_19,
 ) -> KvPlan:
+    """`layers` counts every attention layer, `sliding_layers` those of them over a window.
+    `cudagraph` is the CUDA-graph estimate that 0.2x+ takes from the KV budget
+    (gpu_worker.py: determine_available_memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)."""
     budget = math.ceil(cuda_total * utilization)
-    non_kv = loaded_weights + activation_peak + non_torch
+    non_kv = loaded_weights + activation_peak + non_torch + cudagraph
     available = budget - non_kv
-    page = page_bytes(layers, per_token_per_layer)
-    blocks = max(0, available // page)
-    return KvPlan(budget, non_kv, available, page, blocks, max_model_len)
+    layout = KvLayout(
+        full_layers=layers - sliding_layers,
+        per_token_per_layer=per_token_per_layer,
+        sliding_layers=sliding_layers,
+        sliding_window=sliding_window,
+        max_in_flight_tokens=max_in_flight_tokens,
+    )
+    blocks = max(0, available // layout.page_bytes)
+    return KvPlan(budget, non_kv, available, layout, blocks, max_model_len, era)
 
 
-def estimate_max_model_len(era: Era, available: int, page: int, max_model_len: int) -> int:
-    """Largest length whose KV fits, by binary search as vLLM does (0.33 keeps one block back)."""
+def estimate_max_model_len(
+    era: Era, available: int, page: int, max_model_len: int, layout: KvLayout | None = None
+) -> int:
+    """Largest length whose KV fits, by binary search as vLLM does (kv_cache_planning.py:
+    estimate_max_model_len; 0.33 keeps one block back). With a layout, its own needs per
+    length (sliding layers included); without, `page` covers every layer."""
     if era is Era.V0_33:
         available -= page
     lo, hi, best = 1, max_model_len, 0
     while lo <= hi:
         mid = (lo + hi) // 2
-        if needed_bytes(mid, page) <= available:
+        need = layout.needed(mid) if layout else needed_bytes(mid, page)
+        if need <= available:
             best, lo = mid, mid + 1
         else:
             hi = mid - 1

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labengine import arch
+
 PACKAGED_MODELS = Path(__file__).resolve().parent / "models"
 
 # vllm/config/model.py: the keys that can bound the context window, in the order vLLM checks them.
@@ -25,6 +27,60 @@ POSSIBLE_MAX_LEN_KEYS = (
 )
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "half": 2, "float": 4}
+# vllm/config/model.py: _STR_DTYPE_TO_TORCH_DTYPE (the names `--dtype` takes besides "auto")
+DTYPE_NAMES = {
+    "half": "float16",
+    "float16": "float16",
+    "float": "float32",
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+}
+# vllm/config/model.py: _FLOAT16_NOT_SUPPORTED_MODELS
+FLOAT16_NOT_SUPPORTED = {
+    m: "Numerical instability. Please use bfloat16 or float32 instead."
+    for m in ("gemma2", "gemma3", "gemma3_text", "glm4")
+}
+# vllm/utils/torch_utils.py: STR_DTYPE_TO_TORCH_DTYPE for --kv-cache-dtype (fp8 = one byte)
+KV_CACHE_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
+
+
+def cast_line(config_dtype: str, dtype: str) -> tuple[str, str] | None:
+    """(level, line) vLLM logs when the served dtype differs from the config's
+    (vllm/config/model.py: _get_and_verify_dtype), or None."""
+    config_dtype = DTYPE_NAMES.get(config_dtype, config_dtype)
+    if dtype == config_dtype:
+        return None
+    if dtype == "float32":
+        return "info", f"Upcasting torch.{config_dtype} to torch.{dtype}."
+    if config_dtype == "float32":
+        return "info", f"Downcasting torch.{config_dtype} to torch.{dtype}."
+    return "warning", f"Casting torch.{config_dtype} to torch.{dtype}."
+
+
+class DtypeError(Exception):
+    """vLLM's refusal of a dtype for a model (a ModelConfig validation error)."""
+
+
+def resolve_dtype(model_type: str, config_dtype: str, requested: str) -> str:
+    """vllm/config/model.py: _get_and_verify_dtype with _resolve_auto_dtype on a CUDA device of
+    compute capability >= 8 (supported dtypes bfloat16, float16, float32, in that order):
+    "auto" keeps the config's dtype but down-casts float32 to bfloat16."""
+    config_dtype = DTYPE_NAMES.get(config_dtype, config_dtype)
+    req = requested.lower()
+    if req == "auto":
+        dtype = "bfloat16" if config_dtype == "float32" else config_dtype
+        if model_type in FLOAT16_NOT_SUPPORTED and dtype == "float16":
+            dtype = "bfloat16"
+    elif req in DTYPE_NAMES:
+        dtype = DTYPE_NAMES[req]
+    else:
+        raise DtypeError(f"Unknown dtype: {requested!r}")
+    if model_type in FLOAT16_NOT_SUPPORTED and dtype == "float16":
+        raise DtypeError(
+            f"The model type {model_type!r} does not support float16. "
+            f"Reason: {FLOAT16_NOT_SUPPORTED[model_type]}"
+        )
+    return dtype
 
 
 class ModelNotFound(Exception):
@@ -60,11 +116,48 @@ class ModelInfo:
         return int(self.config["hidden_size"]) // int(self.config["num_attention_heads"])
 
     @property
-    def dtype(self) -> str:
+    def config_dtype(self) -> str:
+        """The checkpoint's dtype as config.json names it (`torch_dtype`, or `dtype` in newer
+        transformers); AWQ/GPTQ models run their activations in fp16."""
         quant = self.config.get("quantization_config") or {}
         if quant.get("quant_method") in ("awq", "gptq"):
-            return "float16"  # vLLM runs AWQ/GPTQ models in fp16
-        return str(self.config.get("torch_dtype", "bfloat16"))
+            return "float16"
+        raw = self.config.get("torch_dtype") or self.config.get("dtype") or "bfloat16"
+        return DTYPE_NAMES.get(str(raw), str(raw))
+
+    @property
+    def dtype(self) -> str:
+        """The dtype `--dtype auto` resolves to."""
+        return resolve_dtype(self.model_type, self.config_dtype, "auto")
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", ""))
+
+    @property
+    def is_mla(self) -> bool:
+        """DeepSeek-V2/V3's multi-head latent attention: one latent vector per token and layer."""
+        return "kv_lora_rank" in self.config
+
+    def sliding_layers(self) -> int:
+        """How many layers attend over a sliding window (vLLM reads config.layer_types, which
+        transformers' Gemma2Config fills with sliding layers at even indices)."""
+        window = self.config.get("sliding_window")
+        if not window:
+            return 0
+        types = self.config.get("layer_types")
+        if isinstance(types, list):
+            return sum(1 for t in types if t == "sliding_attention")
+        if self.model_type == "gemma2":
+            return (self.num_layers + 1) // 2
+        return 0
+
+    @property
+    def sliding_window(self) -> int:
+        return int(self.config.get("sliding_window") or 0) if self.sliding_layers() else 0
+
+    def params(self) -> int:
+        return arch.shape(self.config).params
 
     @property
     def quantization(self) -> str | None:
@@ -91,22 +184,42 @@ class ModelInfo:
             derived = 2048.0  # vLLM's fallback when config.json bounds nothing
         return key, derived
 
-    def kv_bytes_per_token_per_layer(self, tp: int = 1) -> int:
+    def kv_bytes_per_token_per_layer(
+        self, tp: int = 1, dtype: str | None = None, kv_cache_dtype: str = "auto"
+    ) -> int:
+        """vllm/v1/kv_cache_interface.py: AttentionSpec.page_size_bytes / block_size, K and V
+        for this rank's heads; MLAAttentionSpec: one latent (kv_lora_rank + qk_rope_head_dim),
+        the same on every rank. `--kv-cache-dtype fp8` stores one byte per element."""
+        elem = KV_CACHE_DTYPE_BYTES.get(kv_cache_dtype) or DTYPE_BYTES[dtype or self.dtype]
+        if self.is_mla:
+            latent = int(self.config["kv_lora_rank"]) + int(self.config["qk_rope_head_dim"])
+            return latent * elem
         kv_heads = max(1, self.num_kv_heads // tp)
-        return 2 * kv_heads * self.head_dim * DTYPE_BYTES[self.dtype]
+        return 2 * kv_heads * self.head_dim * elem
 
-    def loaded_bytes(self, tp: int = 1) -> int:
-        """GPU memory the loaded model takes on one rank: the checkpoint plus what the loader adds
+    def weight_bytes(self, dtype: str | None = None) -> int:
+        """The whole model's weights in `dtype`: the checkpoint's size where it has files in that
+        dtype, else counted from the architecture (labengine.arch)."""
+        dtype = dtype or self.dtype
+        same = DTYPE_BYTES[dtype] == DTYPE_BYTES[self.config_dtype] or self.quantization
+        if self.checkpoint_bytes and same:
+            return self.checkpoint_bytes
+        return arch.weight_bytes(self.config, DTYPE_BYTES[dtype])
+
+    def loaded_bytes(self, tp: int = 1, dtype: str | None = None) -> int:
+        """GPU memory the loaded model takes on one rank: the weights plus what the loader adds
         (the lab profile's measured `load_extra_bytes`, e.g. AWQ->Marlin repacking buffers)."""
         extra = int(self.lab_profile.get("load_extra_bytes", 0))
-        return math.ceil((self.checkpoint_bytes + extra) / tp)
+        return math.ceil((self.weight_bytes(dtype) + extra) / tp)
 
-    def activation_peak_bytes(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    def activation_peak_bytes(
+        self, max_num_batched_tokens: int, max_num_seqs: int, dtype: str | None = None
+    ) -> int:
         """Peak of the profiling forward pass: MLP and residual activations of a full batch of
         tokens, plus fp32 logits of the sampler warm-up for max_num_seqs requests."""
         h = int(self.config["hidden_size"])
-        inter = int(self.config["intermediate_size"])
-        forward = max_num_batched_tokens * (3 * inter + 4 * h) * DTYPE_BYTES[self.dtype]
+        inter = int(self.config.get("moe_intermediate_size") or self.config["intermediate_size"])
+        forward = max_num_batched_tokens * (3 * inter + 4 * h) * DTYPE_BYTES[dtype or self.dtype]
         sampler = max_num_seqs * int(self.config["vocab_size"]) * 4
         return forward + sampler
 

@@ -1,0 +1,94 @@
+"""The model zoo (labengine/models): each public model's size from its config.json alone, against
+the size its publisher states (the Hugging Face model card's parameter count)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labengine import arch
+from labengine.models import PACKAGED_MODELS, resolve
+
+# tag -> (published parameters, family)
+PUBLISHED = {
+    "meta-llama/Llama-3.1-8B-Instruct": (8.03e9, "dense GQA"),
+    "Qwen/Qwen2.5-0.5B-Instruct": (0.494e9, "dense GQA, tied embeddings"),
+    "Qwen/Qwen2.5-7B-Instruct": (7.62e9, "dense GQA, qkv bias"),
+    "mistralai/Mistral-7B-Instruct-v0.3": (7.25e9, "dense GQA"),
+    "microsoft/Phi-3-mini-4k-instruct": (3.82e9, "MHA"),
+    "google/gemma-7b": (8.54e9, "explicit head_dim"),
+    "google/gemma-2-9b": (9.24e9, "hybrid sliding window, float32 config"),
+    "google/gemma-2-2b-it": (2.61e9, "hybrid sliding window"),
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": (46.7e9, "MoE"),
+    "Qwen/Qwen1.5-MoE-A2.7B": (14.3e9, "MoE with shared experts"),
+    "deepseek-ai/DeepSeek-V2-Lite": (15.7e9, "MLA + MoE"),
+    "Qwen/Qwen2.5-14B-Instruct-AWQ": (14.7e9, "AWQ 4-bit"),
+    "TheBloke/Llama-2-7B-Chat-GPTQ": (6.74e9, "GPTQ 4-bit"),
+}
+
+
+def test_the_zoo_holds_every_packaged_model() -> None:
+    found = {
+        str(p.parent.relative_to(PACKAGED_MODELS)) for p in PACKAGED_MODELS.glob("*/*/config.json")
+    }
+    assert found == set(PUBLISHED)
+    assert len(found) >= 12
+
+
+@pytest.mark.parametrize("tag", sorted(PUBLISHED))
+def test_parameter_count_within_2_percent_of_published(tag: str) -> None:
+    published, _family = PUBLISHED[tag]
+    assert abs(resolve(tag).params() / published - 1) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("tag", "params"),
+    [
+        # counted by hand from each config: embeddings, per-layer attention, MLP and norms
+        ("Qwen/Qwen2.5-7B-Instruct", 7_615_616_512),
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46_702_792_704),
+        ("deepseek-ai/DeepSeek-V2-Lite", 15_706_484_224),
+    ],
+)
+def test_exact_counts(tag: str, params: int) -> None:
+    assert resolve(tag).params() == params
+
+
+def test_mixtral_count_by_hand() -> None:
+    h, inter, layers, vocab, experts = 4096, 14336, 32, 32000, 8
+    attention = h * 4096 + 2 * h * 1024 + 4096 * h
+    moe = experts * 3 * h * inter + h * experts
+    expected = 2 * vocab * h + h + layers * (attention + moe + 2 * h)
+    assert expected == 46_702_792_704
+
+
+def test_config_only_folder_loads_its_computed_weights() -> None:
+    m = resolve("Qwen/Qwen2.5-7B-Instruct")
+    assert m.checkpoint_bytes == 0  # no safetensors in the folder
+    assert m.loaded_bytes() == 7_615_616_512 * 2
+    assert m.loaded_bytes(tp=2) == 7_615_616_512
+
+
+def test_checkpoints_agree_with_the_architecture() -> None:
+    for tag in ("Qwen/Qwen2.5-14B-Instruct-AWQ", "meta-llama/Llama-3.1-8B-Instruct"):
+        m = resolve(tag)
+        assert arch.weight_bytes(m.config, 2) == m.checkpoint_bytes
+
+
+def test_gptq_packs_four_bits() -> None:
+    # TheBloke's model.safetensors is 3.90 GB: int32-packed 4-bit weights, fp16 scales and
+    # packed zeros per 128 rows, embeddings and lm_head in fp16
+    m = resolve("TheBloke/Llama-2-7B-Chat-GPTQ")
+    assert abs(m.weight_bytes() / 3.90e9 - 1) < 0.02
+
+
+def test_unknown_architecture_is_refused_in_vllms_words(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["FooForCausalLM"]}))
+    with pytest.raises(arch.UnsupportedArchitecture) as exc:
+        arch.check_supported(resolve(str(tmp_path)).config)
+    assert str(exc.value).startswith(
+        "Model architectures ['FooForCausalLM'] are not supported for now. "
+        "Supported architectures: ["
+    )
