@@ -20,8 +20,15 @@ from labengine.gpu import MIB, NodeGpus, SharedGpu
 from labengine.logs import VllmLog
 from labengine.models import ModelInfo
 from labengine.textgen import completion, garbage
-from labengine.tracebacks import Traceback, frames
-from labengine.wording import Era, capacity_lines, gib, kv_shortage, no_kv_memory
+from labengine.tracebacks import CORE_SITES, Traceback, frames, process_died
+from labengine.wording import (
+    Era,
+    capacity_lines,
+    dp_group_leader,
+    gib,
+    kv_shortage,
+    no_kv_memory,
+)
 
 # Real-world durations (seconds) of the phases that do not depend on model size, from the seeds'
 # logs: the API server resolves config ~9 s after start; the engine core hits its distributed
@@ -78,6 +85,7 @@ class EngineStartError(Exception):
 
     def __init__(self, exc_type: str, message: str, traceback: Traceback) -> None:
         super().__init__(f"{exc_type}: {message}")
+        self.exc_type_message = f"{exc_type}: {message}"
         self.exc_type = exc_type
         self.message = message
         self.traceback = traceback
@@ -137,8 +145,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         plan = _profile(s, log)
         _capture_graphs(s, log)
     except EngineStartError as exc:
-        log.error("core.py:1108", "EngineCore failed to start.")
-        log.traceback(frames(exc.traceback), f"{exc.exc_type}: {exc.message}")
+        _log_exception(s, log, "EngineCore failed to start.", exc.traceback, exc.exc_type_message)
         conn.send(("failed", exc.exc_type, exc.message))
         conn.close()
         return 1
@@ -237,7 +244,7 @@ def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
     plan = memory_plan(s)
     log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(max(plan.available, 0))} GiB")
     if plan.available <= 0:
-        raise EngineStartError("ValueError", no_kv_memory(), Traceback.CORE_KV_CACHE)
+        raise EngineStartError("ValueError", no_kv_memory(s.era), Traceback.CORE_KV_CACHE)
     if not plan.fits:
         est = memory.estimate_max_model_len(s.era, plan.available, plan.page_bytes, s.max_model_len)
         msg = kv_shortage(s.era, s.max_model_len, plan.needed, plan.available, est)
@@ -274,9 +281,8 @@ def _free_port() -> int:
 def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
     srv = socket.create_server((s.master_addr, s.master_port))
     log.info(
-        "multiproc_executor.py:134",
-        f"Waiting for {s.nnodes - 1} remote node(s) to join the group at "
-        f"{s.master_addr}:{s.master_port}",
+        f"multiproc_executor.py:{134 if s.era is Era.V0_19 else 167}",
+        dp_group_leader(s.node_rank, s.master_addr, _host_ip(s), s.world, s.world // s.nnodes),
     )
     peers: dict[int, socket.socket] = {}
     while len(peers) < s.nnodes - 1:
@@ -289,9 +295,6 @@ def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
             continue
         peers[rank] = conn
     srv.close()
-    log.info(
-        "multiproc_executor.py:160", f"All {s.nnodes} ranks joined the group (world_size={s.world})"
-    )
     return [peers[r] for r in sorted(peers)]
 
 
@@ -318,9 +321,22 @@ TRITON_800 = "RuntimeError: Triton Error [CUDA]: operation not permitted"
 JIT_HEADROOM_MIB = 512  # loading a freshly compiled kernel module needs room on the device
 
 
-def _fatal(log: VllmLog, traceback: Traceback, final: str) -> int:
-    log.error("core.py:935", "EngineCore encountered a fatal error.")
-    log.traceback(frames(traceback), final)
+def _log_exception(s: CoreSettings, log: VllmLog, msg: str, tb: Traceback, final: str) -> None:
+    """run_engine_core's `except Exception`: logger.exception(msg), then `raise e` ends the
+    process, and multiprocessing prints the traceback again."""
+    site = CORE_SITES[s.era]
+    line = site.failed_to_start if msg == "EngineCore failed to start." else site.fatal_error
+    log.logged_exception(f"core.py:{line}", msg, frames(tb), final)
+    log.process_died(s.era.engine_core_name, process_died(s.era, frames(tb)), final)
+
+
+def _host_ip(s: CoreSettings) -> str:
+    """vLLM's get_ip(): VLLM_HOST_IP, else this host's address (the head's is master_addr)."""
+    return s.env.get("VLLM_HOST_IP") or s.master_addr
+
+
+def _fatal(s: CoreSettings, log: VllmLog, traceback: Traceback, final: str) -> int:
+    _log_exception(s, log, "EngineCore encountered a fatal error.", traceback, final)
     return 1
 
 
@@ -365,7 +381,7 @@ def _serve(
                     if failure == DEEPGEMM_800
                     else Traceback.BUSY_LOOP_TRITON
                 )
-                return _fatal(log, tb, failure)
+                return _fatal(s, log, tb, failure)
             shapes.add(shape)
         tokens, reason = completion(s.served_name, prompt, max_tokens)
         if prompt_tokens + len(tokens) > s.derived_max_len:
@@ -377,6 +393,7 @@ def _serve(
                     _exchange(group, rid)
                 except OSError:
                     return _fatal(
+                        s,
                         log,
                         Traceback.BUSY_LOOP_NCCL,
                         "RuntimeError: NCCL error: remote process "
