@@ -248,8 +248,13 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
     sleep_real(API_START_S, s.time_scale)
-    log.info("api_server.py:1850", "Supported_tasks: ['generate']")
-    log.info("launcher.py:37", f"Starting vLLM API server 0 on http://{host}:{port}")
+    new = s.era is Era.V0_33
+    log.info("entry.py:135" if new else "api_server.py:592", "Supported tasks: ['generate']")
+    log.info(
+        "entry.py:139" if new else "api_server.py:596",
+        f"Starting vLLM server on http://{host}:{port}",
+    )
+    log.info("launcher.py:186" if new else "launcher.py:37", "Available routes are:")
     dev_mode = envs.truthy(s.env, "VLLM_SERVER_DEV_MODE")
     if dev_mode:
         log.warning("__init__.py:44", DEV_MODE_WARNING)

@@ -152,12 +152,16 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, plan))
     init_real = (time.monotonic() - t_init) * s.time_scale
-    log.info(
-        "core.py:240",
-        f"init engine (profile, create kv cache, warmup model) took {init_real:.2f} seconds",
-    )
+    log.info("core.py:240", _init_took(s, init_real))
     conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
     return _serve(s, conn, log, group, shared)
+
+
+def _init_took(s: CoreSettings, seconds: float) -> str:
+    head = f"init engine (profile, create kv cache, warmup model) took {seconds:.2f}"
+    if s.era is Era.V0_19:
+        return f"{head} seconds"
+    return f"{head} s" if s.enforce_eager else f"{head} s (compilation: {COMPILE_S:.2f} s)"
 
 
 def _log_config(s: CoreSettings, log: VllmLog) -> None:
@@ -180,19 +184,11 @@ def _log_config(s: CoreSettings, log: VllmLog) -> None:
 def _init_distributed(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
     """get_open_port() reads VLLM_PORT (a Kubernetes service link breaks it here); a group of
     nodes forms at rank 0's store. The sockets to the other ranks."""
+    # vLLM logs the process group's init method at DEBUG only: nothing is printed here
     try:
-        base_port = envs.vllm_port(s.era, s.env)
+        envs.vllm_port(s.era, s.env)
     except envs.EnvError as exc:
         raise EngineStartError("ValueError", str(exc), Traceback.CORE_VLLM_PORT) from exc
-    port = base_port if base_port is not None else _free_port()
-    init_method = (
-        f"tcp://{s.master_addr}:{s.master_port}" if s.nnodes > 1 else f"tcp://127.0.0.1:{port}"
-    )
-    log.info(
-        "parallel_state.py:1208",
-        f"world_size={s.world} rank={s.node_rank} local_rank=0 "
-        f"distributed_init_method={init_method} backend=nccl",
-    )
     return _host_store(s, log) if s.nnodes > 1 else []
 
 
@@ -218,7 +214,6 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
     loaded = m.loaded_bytes(s.tp)
     download_s = (loaded / 2**30) / s.gpus.gpu.download_gib_s
     weights_s = (loaded / 2**30) / s.gpus.gpu.load_gib_s
-    log.info("weight_utils.py:392", "Using model weights format ['*.safetensors']")
     sleep_real(download_s, s.time_scale)
     log.info(
         "weight_utils.py:413",
@@ -237,9 +232,12 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
 def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
     """torch.compile, a forward pass of max_num_batched_tokens, then the KV-cache check."""
     if not s.enforce_eager:
-        log.info("backends.py:548", "Using cache directory: /root/.cache/vllm/torch_compile_cache")
+        log.info(
+            "backends.py:548",
+            "Using cache directory: /root/.cache/vllm/torch_compile_cache for vLLM's torch.compile",
+        )
         sleep_real(COMPILE_S, s.time_scale)
-        log.info("monitor.py:34", f"torch.compile takes {COMPILE_S:.2f} s in total")
+        log.info("monitor.py:34", f"torch.compile took {COMPILE_S:.2f} s in total")
     sleep_real(PROFILE_S, s.time_scale)
     plan = memory_plan(s)
     log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(max(plan.available, 0))} GiB")
@@ -262,12 +260,6 @@ def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
             "gpu_model_runner.py:4924",
             f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graphs)} GiB",
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # ---- the tensor-parallel group ------------------------------------------------------------------
@@ -440,12 +432,6 @@ def run_worker(s: CoreSettings, log: VllmLog) -> int:
             time.sleep(max(1.0 / scale, 0.01))
     peer.settimeout(None)
     peer.sendall((json.dumps({"rank": s.node_rank}) + "\n").encode())
-    log.info(
-        "parallel_state.py:1208",
-        f"world_size={s.world} rank={s.node_rank} "
-        f"local_rank=0 distributed_init_method=tcp://{s.master_addr}:{s.master_port} "
-        "backend=nccl",
-    )
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, memory_plan(s)))
     reader = peer.makefile("rb")
