@@ -94,7 +94,7 @@ class _Templates(ast.NodeVisitor):
     def __init__(self, path: str) -> None:
         self.path = path
         self.found: list[Template] = []
-        self.dynamic: set[str] = set()  # logger methods called with a format held in a variable
+        self.defaults: list[dict[str, ast.expr]] = [{}]  # parameters' default values
         self.scopes: list[dict[str, list[ast.expr]]] = [{}]
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -116,7 +116,15 @@ class _Templates(ast.NodeVisitor):
             ):
                 opaque.add(sub.id)
         self.scopes.append({k: v for k, v in local.items() if k not in opaque})
+        params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        positional = params[len(params) - len(node.args.defaults) :]
+        defaults = dict(zip(positional, node.args.defaults, strict=True))
+        for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True):
+            if default is not None:
+                defaults[arg.arg] = default
+        self.defaults.append(defaults)
         self.generic_visit(node)
+        self.defaults.pop()
         self.scopes.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -161,8 +169,14 @@ class _Templates(ast.NodeVisitor):
                 self._add(node, method, text)
             elif self._stringy(fmt):
                 self._add(node, method, self._text(fmt))
-            else:
-                self.dynamic.add(str(method))
+            elif isinstance(fmt, ast.Name) and fmt.id in self.defaults[-1]:
+                # a format passed as a parameter (monitor.py's `message`): its default value
+                default = self.defaults[-1][fmt.id]
+                if isinstance(default, ast.Constant) and isinstance(default.value, str):
+                    text = PERCENT.sub(
+                        lambda m: "%" if m.group() == "%%" else PLACEHOLDER, default.value
+                    )
+                    self._add(node, method, text)
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -173,8 +187,12 @@ class _Templates(ast.NodeVisitor):
         self._add(node, None, self._text(node))
 
     def _add(self, node: ast.expr, level: str | None, text: str) -> None:
-        literal = max(re.split("[\x00-\x03]", text), key=len)
-        if len(literal) < 8:
+        # the longest literal run outside the expanded names' alternatives, which may be empty
+        top = text
+        while (shorter := re.sub("\x01[^\x01\x03]*\x03", PLACEHOLDER, top)) != top:
+            top = shorter
+        literal = max(re.split("[\x00-\x03]", top), key=len)
+        if len(re.sub("[\x00-\x03]", "", text)) < 8:
             return
         self.found.append(
             Template(f"{self.path}:{node.lineno}", level, _regex(text), literal, text)
@@ -200,12 +218,6 @@ def templates(tree: Path) -> list[Template]:
         visitor = _Templates(str(path.relative_to(tree.parent)))
         visitor.visit(module)
         found += visitor.found
-        # a format passed in a variable (monitor.py's `message` parameter): the module's strings
-        # may be logged at the levels it is logged with
-        for t in [t for t in visitor.found if t.level is None]:
-            text = PERCENT.sub(lambda m: "%" if m.group() == "%%" else PLACEHOLDER, t.text)
-            literal = max(re.split("[\x00-\x03]", text), key=len)
-            found += [Template(t.where, lv, _regex(text), literal, text) for lv in visitor.dynamic]
     return found
 
 
