@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench mutation clean lab-deps docker
+.PHONY: run test bench mutation conformance clean lab-deps docker
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ bench: $(VENV)/.installed lab-deps docker
 # the report is kept in bench/MUTATION.md
 mutation: $(VENV)/.installed
 	$(BIN)/python bench/mutation.py --write bench/MUTATION.md
+
+# the lab engine's messages, env names and flags against each wording era's vLLM wheel (fetched
+# with `pip download vllm==<v> --no-deps` into ~/.cache/gameday/vllm, or WHEELS=<dir>); the
+# table is kept in bench/CONFORMANCE.md
+conformance: $(VENV)/.installed
+	$(BIN)/python bench/conformance.py $(if $(WHEELS),--wheel-dir $(WHEELS)) --write bench/CONFORMANCE.md
 
 clean:
 	rm -rf $(VENV)

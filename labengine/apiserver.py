@@ -33,8 +33,11 @@ from labengine.models import (
 from labengine.tracebacks import Traceback, frames
 from labengine.wording import (
     Era,
+    engine_init_failed,
+    headless_launch,
     long_max_model_len,
     long_max_model_len_allowed,
+    tp_heads_indivisible,
     world_size_too_large,
 )
 
@@ -53,7 +56,7 @@ def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, 
     model_tag = _announce(args, non_default, log)
     host = args.host or "0.0.0.0"
     try:
-        _check_environ(args, env, log)
+        _check_environ(args, env, era, log)
         sock = None if args.headless else _bind(host, args.port, log)
         sleep_real(CONFIG_RESOLVE_S, scale)
         settings = _settings(args, env, era, scale, model_tag, log)
@@ -81,13 +84,14 @@ def _announce(args: argparse.Namespace, non_default: dict[str, Any], log: VllmLo
     return model_tag
 
 
-def _check_environ(args: argparse.Namespace, env: dict[str, str], log: VllmLog) -> None:
-    for name in envs.unknown_names(env):
+def _check_environ(args: argparse.Namespace, env: dict[str, str], era: Era, log: VllmLog) -> None:
+    where = "envs.py:1744" if era is Era.V0_19 else "interface.py:1469"
+    for name in envs.unknown_names(era, env):
         msg = f"Unknown vLLM environment variable detected: {name}"
         if args.fail_on_environ_validation:
             log.traceback(frames(Traceback.SERVE_ENVIRON), f"ValueError: {msg}")
             raise _Failed
-        log.warning("envs.py:1744", msg)
+        log.warning(where, msg)
 
 
 def _bind(host: str, port: int, log: VllmLog) -> socket.socket:
@@ -126,6 +130,7 @@ def _settings(
     dtype = _dtype(args, model, model_tag, era, log)
     max_len, derived = _max_model_len(args, env, model, model_tag, log)
     _check_world(args, gpus, log)
+    _check_heads(args, model, log)
     large = gpus.gpu.large
     batched = args.max_num_batched_tokens or (8192 if large else 2048)
     log.info(
@@ -182,26 +187,30 @@ def _max_model_len(
 ) -> tuple[int, float]:
     """The context window served and the model's own (derived) one."""
     key, derived = model.derived_max_len()
+    model_max_length = model.config.get("model_max_length")
     max_len: int = args.max_model_len if args.max_model_len is not None else int(derived)
     if max_len > derived:
         if not envs.truthy(env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
             _validation_error(
                 log,
                 "ModelConfig",
-                long_max_model_len(max_len, key, derived),
+                long_max_model_len(max_len, key, derived, model_max_length),
                 f"ArgsKwargs((), {{'model': '{model_tag}', ...}})",
             )
             raise _Failed
-        log.warning("model.py:1755", long_max_model_len_allowed(max_len, key, derived))
+        log.warning(
+            "model.py:1755", long_max_model_len_allowed(max_len, key, derived, model_max_length)
+        )
     log.info("model.py:1510", f"Using max model len {max_len}")
     return max_len, derived
 
 
 def _check_world(args: argparse.Namespace, gpus: NodeGpus, log: VllmLog) -> None:
+    """ParallelConfig picks a backend only when none is given: on one node ("mp" is the default
+    with --nnodes > 1), a world larger than this node's GPUs is refused."""
     world = args.tensor_parallel_size * args.pipeline_parallel_size
-    ray = args.distributed_executor_backend == "ray"
-    available = len(gpus.visible) * (args.nnodes if not ray else 1)
-    if world > available and not ray:
+    picks_backend = args.distributed_executor_backend is None and args.nnodes == 1
+    if picks_backend and world * args.data_parallel_size > 1 and world > len(gpus.visible):
         _validation_error(
             log,
             "ParallelConfig",
@@ -211,6 +220,20 @@ def _check_world(args: argparse.Namespace, gpus: NodeGpus, log: VllmLog) -> None
         raise _Failed
     if len(gpus.visible) == 0:
         log.traceback(frames(Traceback.SERVE_CONFIG), "RuntimeError: No CUDA GPUs are available")
+        raise _Failed
+
+
+def _check_heads(args: argparse.Namespace, model: ModelInfo, log: VllmLog) -> None:
+    """VllmConfig's validation: the attention heads split evenly across the TP ranks."""
+    heads = int(model.config["num_attention_heads"])
+    tp: int = args.tensor_parallel_size
+    if heads % tp:
+        _validation_error(
+            log,
+            "VllmConfig",
+            tp_heads_indivisible(heads, tp),
+            "ArgsKwargs((), {'model_config': ModelConfig(...), ...})",
+        )
         raise _Failed
 
 
@@ -235,10 +258,8 @@ def _run_headless(s: CoreSettings, log: VllmLog) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     try:
         log.info(
-            "api_server.py:120",
-            f"Launching vLLM (v{s.era.version}) headless multiproc executor, with head node "
-            f"address tcp://{s.master_addr}:{s.master_port} for torch.distributed "
-            "process group.",
+            f"serve.py:{193 if s.era is Era.V0_19 else 224}",
+            headless_launch(s.era, s.master_addr, s.master_port),
         )
         # the worker's name before the process's: once `ps` shows it, its lines carry it too
         log.rebind(core.worker_name(s))
@@ -259,8 +280,13 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
     sleep_real(API_START_S, s.time_scale)
-    log.info("api_server.py:1850", "Supported_tasks: ['generate']")
-    log.info("launcher.py:37", f"Starting vLLM API server 0 on http://{host}:{port}")
+    new = s.era is Era.V0_33
+    log.info("entry.py:135" if new else "api_server.py:592", "Supported tasks: ['generate']")
+    log.info(
+        "entry.py:139" if new else "api_server.py:596",
+        f"Starting vLLM server on http://{host}:{port}",
+    )
+    log.info("launcher.py:186" if new else "launcher.py:37", "Available routes are:")
     dev_mode = envs.truthy(s.env, "VLLM_SERVER_DEV_MODE")
     if dev_mode:
         log.warning("__init__.py:44", DEV_MODE_WARNING)
@@ -318,8 +344,7 @@ def _start_core(
         code = proc.exitcode if proc.exitcode is not None else 1
         log.traceback(
             frames(Traceback.SERVE_ENGINE_STARTUP),
-            "RuntimeError: Engine core initialization failed. See root cause above. "
-            f"Failed core proc(s): {{'EngineCore_DP0': {code}}}",
+            f"RuntimeError: {engine_init_failed(s.era, code)}",
         )
         raise _Failed
     return proc, parent, int(msg[1]["kv_tokens"])

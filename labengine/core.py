@@ -20,8 +20,15 @@ from labengine.gpu import MIB, NodeGpus, SharedGpu
 from labengine.logs import VllmLog
 from labengine.models import ModelInfo
 from labengine.textgen import completion, garbage
-from labengine.tracebacks import Traceback, frames
-from labengine.wording import Era, capacity_lines, gib, kv_shortage, no_kv_memory
+from labengine.tracebacks import CORE_SITES, Traceback, frames, process_died
+from labengine.wording import (
+    Era,
+    capacity_lines,
+    dp_group_leader,
+    gib,
+    kv_shortage,
+    no_kv_memory,
+)
 
 # Real-world durations (seconds) of the phases that do not depend on model size, from the seeds'
 # logs: the API server resolves config ~9 s after start; the engine core hits its distributed
@@ -80,6 +87,7 @@ class EngineStartError(Exception):
 
     def __init__(self, exc_type: str, message: str, traceback: Traceback) -> None:
         super().__init__(f"{exc_type}: {message}")
+        self.exc_type_message = f"{exc_type}: {message}"
         self.exc_type = exc_type
         self.message = message
         self.traceback = traceback
@@ -156,20 +164,23 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         plan = _profile(s, log)
         _capture_graphs(s, log)
     except EngineStartError as exc:
-        log.error("core.py:1108", "EngineCore failed to start.")
-        log.traceback(frames(exc.traceback), f"{exc.exc_type}: {exc.message}")
+        _log_exception(s, log, "EngineCore failed to start.", exc.traceback, exc.exc_type_message)
         conn.send(("failed", exc.exc_type, exc.message))
         conn.close()
         return 1
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, plan))
     init_real = (time.monotonic() - t_init) * s.time_scale
-    log.info(
-        "core.py:240",
-        f"init engine (profile, create kv cache, warmup model) took {init_real:.2f} seconds",
-    )
+    log.info("core.py:240", _init_took(s, init_real))
     conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
     return _serve(s, conn, log, group, shared)
+
+
+def _init_took(s: CoreSettings, seconds: float) -> str:
+    head = f"init engine (profile, create kv cache, warmup model) took {seconds:.2f}"
+    if s.era is Era.V0_19:
+        return f"{head} seconds"
+    return f"{head} s" if s.enforce_eager else f"{head} s (compilation: {COMPILE_S:.2f} s)"
 
 
 def _log_config(s: CoreSettings, log: VllmLog) -> None:
@@ -192,19 +203,11 @@ def _log_config(s: CoreSettings, log: VllmLog) -> None:
 def _init_distributed(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
     """get_open_port() reads VLLM_PORT (a Kubernetes service link breaks it here); a group of
     nodes forms at rank 0's store. The sockets to the other ranks."""
+    # vLLM logs the process group's init method at DEBUG only: nothing is printed here
     try:
-        base_port = envs.vllm_port(s.era, s.env)
+        envs.vllm_port(s.era, s.env)
     except envs.EnvError as exc:
         raise EngineStartError("ValueError", str(exc), Traceback.CORE_VLLM_PORT) from exc
-    port = base_port if base_port is not None else _free_port()
-    init_method = (
-        f"tcp://{s.master_addr}:{s.master_port}" if s.nnodes > 1 else f"tcp://127.0.0.1:{port}"
-    )
-    log.info(
-        "parallel_state.py:1208",
-        f"world_size={s.world} rank={s.node_rank} local_rank=0 "
-        f"distributed_init_method={init_method} backend=nccl",
-    )
     return _host_store(s, log) if s.nnodes > 1 else []
 
 
@@ -230,7 +233,6 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
     loaded = m.loaded_bytes(s.tp, s.dtype or None)
     download_s = (loaded / 2**30) / s.gpus.gpu.download_gib_s
     weights_s = (loaded / 2**30) / s.gpus.gpu.load_gib_s
-    log.info("weight_utils.py:392", "Using model weights format ['*.safetensors']")
     sleep_real(download_s, s.time_scale)
     log.info(
         "weight_utils.py:413",
@@ -277,16 +279,19 @@ def _check_fits_while_loading(s: CoreSettings, loaded: int, shared: SharedGpu | 
 def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
     """torch.compile, a forward pass of max_num_batched_tokens, then the KV-cache check."""
     if not s.enforce_eager:
-        log.info("backends.py:548", "Using cache directory: /root/.cache/vllm/torch_compile_cache")
+        log.info(
+            "backends.py:548",
+            "Using cache directory: /root/.cache/vllm/torch_compile_cache for vLLM's torch.compile",
+        )
         sleep_real(COMPILE_S, s.time_scale)
-        log.info("monitor.py:34", f"torch.compile takes {COMPILE_S:.2f} s in total")
+        log.info("monitor.py:34", f"torch.compile took {COMPILE_S:.2f} s in total")
     sleep_real(PROFILE_S, s.time_scale)
     plan = memory_plan(s)
     # vLLM prints the figure as it is, negative when the non-KV memory exceeds the budget
     log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(plan.available)} GiB")
     _log_cudagraph_estimate(s, log)
     if plan.check_available <= 0:
-        raise EngineStartError("ValueError", no_kv_memory(), Traceback.CORE_KV_CACHE)
+        raise EngineStartError("ValueError", no_kv_memory(s.era), Traceback.CORE_KV_CACHE)
     if not plan.fits:
         est = memory.estimate_max_model_len(
             s.era, plan.available, plan.page_bytes, s.max_model_len, plan.layout
@@ -336,12 +341,6 @@ def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # ---- the tensor-parallel group ------------------------------------------------------------------
 #
 # Rank 0 hosts the rendezvous store (TCPStore) at master_addr:master_port; each headless node's
@@ -353,9 +352,8 @@ def _free_port() -> int:
 def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
     srv = socket.create_server((s.master_addr, s.master_port))
     log.info(
-        "multiproc_executor.py:134",
-        f"Waiting for {s.nnodes - 1} remote node(s) to join the group at "
-        f"{s.master_addr}:{s.master_port}",
+        f"multiproc_executor.py:{134 if s.era is Era.V0_19 else 167}",
+        dp_group_leader(s.node_rank, s.master_addr, _host_ip(s), s.world, s.world // s.nnodes),
     )
     peers: dict[int, socket.socket] = {}
     while len(peers) < s.nnodes - 1:
@@ -368,9 +366,6 @@ def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
             continue
         peers[rank] = conn
     srv.close()
-    log.info(
-        "multiproc_executor.py:160", f"All {s.nnodes} ranks joined the group (world_size={s.world})"
-    )
     return [peers[r] for r in sorted(peers)]
 
 
@@ -397,9 +392,22 @@ TRITON_800 = "RuntimeError: Triton Error [CUDA]: operation not permitted"
 JIT_HEADROOM_MIB = 512  # loading a freshly compiled kernel module needs room on the device
 
 
-def _fatal(log: VllmLog, traceback: Traceback, final: str) -> int:
-    log.error("core.py:935", "EngineCore encountered a fatal error.")
-    log.traceback(frames(traceback), final)
+def _log_exception(s: CoreSettings, log: VllmLog, msg: str, tb: Traceback, final: str) -> None:
+    """run_engine_core's `except Exception`: logger.exception(msg), then `raise e` ends the
+    process, and multiprocessing prints the traceback again."""
+    site = CORE_SITES[s.era]
+    line = site.failed_to_start if msg == "EngineCore failed to start." else site.fatal_error
+    log.logged_exception(f"core.py:{line}", msg, frames(tb), final)
+    log.process_died(s.era.engine_core_name, process_died(s.era, frames(tb)), final)
+
+
+def _host_ip(s: CoreSettings) -> str:
+    """vLLM's get_ip(): VLLM_HOST_IP, else this host's address (the head's is master_addr)."""
+    return s.env.get("VLLM_HOST_IP") or s.master_addr
+
+
+def _fatal(s: CoreSettings, log: VllmLog, traceback: Traceback, final: str) -> int:
+    _log_exception(s, log, "EngineCore encountered a fatal error.", traceback, final)
     return 1
 
 
@@ -445,7 +453,7 @@ def _serve(
                     if failure == DEEPGEMM_800
                     else Traceback.BUSY_LOOP_TRITON
                 )
-                return _fatal(log, tb, failure)
+                return _fatal(s, log, tb, failure)
             shapes.add(shape)
         tokens, reason = completion(s.served_name, prompt, max_tokens, *choice)
         if prompt_tokens + len(tokens) > s.derived_max_len:
@@ -457,6 +465,7 @@ def _serve(
                     _exchange(group, rid)
                 except OSError:
                     return _fatal(
+                        s,
                         log,
                         Traceback.BUSY_LOOP_NCCL,
                         "RuntimeError: NCCL error: remote process "
@@ -503,12 +512,6 @@ def run_worker(s: CoreSettings, log: VllmLog) -> int:
             time.sleep(max(1.0 / scale, 0.01))
     peer.settimeout(None)
     peer.sendall((json.dumps({"rank": s.node_rank}) + "\n").encode())
-    log.info(
-        "parallel_state.py:1208",
-        f"world_size={s.world} rank={s.node_rank} "
-        f"local_rank=0 distributed_init_method=tcp://{s.master_addr}:{s.master_port} "
-        "backend=nccl",
-    )
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, memory_plan(s)))
     reader = peer.makefile("rb")

@@ -63,15 +63,29 @@ class VllmLog:
 
     def traceback(self, frames: list[Frame], final: str) -> None:
         """A Python traceback with vLLM's real call path, ending in `final` (Type: message)."""
-        lines = ["Traceback (most recent call last):"]
-        for file, line, func, code in frames:
-            lines.append(f'  File "{file}", line {line}, in {func}')
-            lines.append(f"    {code}")
-        lines.append(final)
-        self.raw("\n".join(lines))
+        self.raw("\n".join(traceback_lines(frames, final)))
+
+    def logged_exception(self, where: str, msg: str, frames: list[Frame], final: str) -> None:
+        """`logger.exception(msg)`: vLLM's formatter puts the record's head (`ERROR <ts>
+        [file:line] `) on the message and on every line of the traceback after it."""
+        self._log("ERROR", where, "\n".join([msg, *traceback_lines(frames, final)]))
+
+    def process_died(self, name: str, frames: list[Frame], final: str) -> None:
+        """What multiprocessing prints when a process's target raises: `Process <name>:`, then
+        the traceback, without a record head."""
+        self.raw("\n".join([f"Process {name}:", *traceback_lines(frames, final)]))
 
     def exception(self, exc: BaseException) -> None:
         self.raw("".join(traceback.format_exception(exc)))
+
+
+def traceback_lines(frames: list[Frame], final: str) -> list[str]:
+    lines = ["Traceback (most recent call last):"]
+    for file, line, func, code in frames:
+        lines.append(f'  File "{file}", line {line}, in {func}')
+        lines.append(f"    {code}")
+    lines.append(final)
+    return lines
 
 
 def unprefixed_warning(where: str, msg: str, stream: TextIO | None = None) -> None:

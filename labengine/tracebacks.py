@@ -12,8 +12,10 @@ import enum
 import json
 from functools import cache
 from importlib.resources import files
+from typing import NamedTuple
 
 from labengine.logs import Frame
+from labengine.wording import Era
 
 
 class Traceback(enum.StrEnum):
@@ -59,3 +61,34 @@ def _load() -> dict[Traceback, tuple[Frame, ...]]:
 def frames(which: Traceback) -> list[Frame]:
     """The frames of one traceback, outermost first."""
     return list(_load()[which])
+
+
+PYTHON_LIB = "/usr/lib/python3.12"
+VLLM_CORE = "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py"
+
+
+class CoreSite(NamedTuple):
+    """The lines of run_engine_core's `except Exception` in vllm/v1/engine/core.py."""
+
+    failed_to_start: int  # logger.exception("EngineCore failed to start.")
+    fatal_error: int  # logger.exception("EngineCore encountered a fatal error.")
+    reraise: int  # raise e
+
+
+CORE_SITES = {Era.V0_19: CoreSite(1108, 1110, 1112), Era.V0_33: CoreSite(1584, 1586, 1588)}
+
+
+def process_died(era: Era, inner: list[Frame]) -> list[Frame]:
+    """The engine core process's own traceback once run_engine_core re-raises: multiprocessing's
+    bootstrap, the `raise e`, then the frames of the first traceback."""
+    return [
+        Frame(f"{PYTHON_LIB}/multiprocessing/process.py", 314, "_bootstrap", "self.run()"),
+        Frame(
+            f"{PYTHON_LIB}/multiprocessing/process.py",
+            108,
+            "run",
+            "self._target(*self._args, **self._kwargs)",
+        ),
+        Frame(VLLM_CORE, CORE_SITES[era].reraise, "run_engine_core", "raise e"),
+        *inner,
+    ]

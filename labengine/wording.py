@@ -29,52 +29,108 @@ def gib(nbytes: float) -> float:
     return round(nbytes / 2**30, 2)
 
 
+CONSERVING_MEMORY = (
+    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+)
+
+
 def kv_shortage(era: Era, max_len: int, needed: int, available: int, estimate: int) -> str:
+    """check_enough_kv_cache_memory's error; the estimate is left out when it is not positive."""
+    est = (
+        f"Based on the available memory, the estimated maximum model length is {estimate}. "
+        if estimate > 0
+        else ""
+    )
     if era is Era.V0_19:
         return (
             f"To serve at least one request with the models's max seq len ({max_len}), "
             f"({gib(needed)} GiB KV cache is needed, which is larger than the available KV cache "
-            f"memory ({gib(available)} GiB). Based on the available memory, the estimated maximum "
-            f"model length is {estimate}. Try increasing `gpu_memory_utilization` or decreasing "
-            "`max_model_len` when initializing the engine."
+            f"memory ({gib(available)} GiB). {est}Try increasing `gpu_memory_utilization` or "
+            f"decreasing `max_model_len` when initializing the engine. {CONSERVING_MEMORY}"
         )
     return (
         f"To serve at least one request with the model's max seq len ({max_len}), "
         f"({gib(needed)} GiB KV cache is needed, which is larger than the available KV cache "
-        f"memory ({gib(available)} GiB). Based on the available memory, the estimated maximum "
-        f"model length is {estimate}. Try increasing `gpu_memory_utilization` (which also "
+        f"memory ({gib(available)} GiB). {est}Try increasing `gpu_memory_utilization` (which also "
         "controls CPU memory on the CPU backend) or decreasing `max_model_len` when "
-        "initializing the engine. "
-        "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details."
+        f"initializing the engine. {CONSERVING_MEMORY}"
     )
 
 
-def no_kv_memory() -> str:
+def no_kv_memory(era: Era) -> str:
+    if era is Era.V0_19:
+        return (
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+            f"when initializing the engine. {CONSERVING_MEMORY}"
+        )
     return (
         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-        "when initializing the engine."
+        "when initializing the engine (this flag also controls CPU memory reservation on the CPU "
+        f"backend, despite its name). {CONSERVING_MEMORY}"
     )
 
 
-def long_max_model_len(requested: int, key: str, derived: float) -> str:
+_LONG_LEN_CAUTION = (
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses "
+    "relative position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. "
+    "If the model uses absolute position encoding, positions exceeding derived_max_model_len "
+    "will cause a CUDA array out-of-bounds error."
+)
+
+
+def _long_len(requested: int, key: str, derived: float, model_max_length: int | None) -> str:
     return (
         f"User-specified max_model_len ({requested}) is greater than the derived max_model_len "
-        f"({key}={derived} or model_max_length=None in model's config.json). To allow overriding "
-        "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
-        "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses "
-        "relative position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. "
-        "If the model uses absolute position encoding, positions exceeding derived_max_model_len "
-        "will cause a CUDA array out-of-bounds error."
+        f"({key}={derived} or model_max_length={model_max_length} in model's config.json)."
     )
 
 
-def long_max_model_len_allowed(requested: int, key: str, derived: float) -> str:
+def long_max_model_len(
+    requested: int, key: str, derived: float, model_max_length: int | None = None
+) -> str:
+    """ModelConfig's refusal of a max_model_len over the model's own (the same in both eras)."""
     return (
-        f"User-specified max_model_len ({requested}) is greater than the derived max_model_len "
-        f"({key}={derived} or model_max_length=None in model's config.json). "
-        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set: make sure the value is correct and within the "
-        "model context size."
+        f"{_long_len(requested, key, derived, model_max_length)} To allow overriding this "
+        f"maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. {_LONG_LEN_CAUTION}"
     )
+
+
+def long_max_model_len_allowed(
+    requested: int, key: str, derived: float, model_max_length: int | None = None
+) -> str:
+    """The warning logged instead when VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    return f"{_long_len(requested, key, derived, model_max_length)} {_LONG_LEN_CAUTION}"
+
+
+def tp_heads_indivisible(heads: int, tp: int) -> str:
+    """ModelConfig.verify_with_parallel_config, raised from VllmConfig's validation."""
+    return (
+        f"Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+        f"({tp})."
+    )
+
+
+def headless_launch(era: Era, master_addr: str, master_port: int) -> str:
+    return (
+        f"Launching vLLM (v{era.version}) headless multiproc executor, with head node address "
+        f"{master_addr}:{master_port} for torch.distributed process group."
+    )
+
+
+def dp_group_leader(node_rank: int, master_addr: str, ip: str, world: int, local: int) -> str:
+    """MultiprocExecutor on a group's head node, before it waits for the other nodes."""
+    return (
+        f"DP group leader: node_rank={node_rank}, node_rank_within_dp={node_rank}, "
+        f"master_addr={master_addr}, mq_connect_ip={ip} (local), world_size={world}, "
+        f"local_world_size={local}"
+    )
+
+
+def engine_init_failed(era: Era, exit_code: int) -> str:
+    """The API server's error once the engine core died during start-up. 0.19 reads the failed
+    processes before the dead one has exited, so its mapping is empty."""
+    procs = "{}" if era is Era.V0_19 else f"{{'{era.engine_core_name}': {exit_code}}}"
+    return f"Engine core initialization failed. See root cause above. Failed core proc(s): {procs}"
 
 
 def world_size_too_large(world: int, gpus: int) -> str:

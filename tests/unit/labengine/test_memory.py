@@ -76,7 +76,10 @@ def test_shortage_message_both_wordings() -> None:
         "cache memory (0.18 GiB). Based on the available memory, the estimated "
         "maximum model length is 976."
     )
-    assert old.endswith("when initializing the engine.")
+    assert old.endswith(
+        "when initializing the engine. "
+        "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )
     new = kv_shortage(Era.V0_33, 16384, p.needed, p.available, 960)
     assert "the model's max seq len" in new and "See https://docs.vllm.ai" in new
 

@@ -1,0 +1,478 @@
+"""The lab engine's words against vLLM's own source, for each wording era (0.19.1, 0.33.0).
+
+    python bench/conformance.py [--wheel-dir DIR] [--write bench/CONFORMANCE.md]
+
+For each era it takes the real `vllm` wheel (from --wheel-dir, else `pip download vllm==<v>
+--no-deps` into the cache), reads its source with `ast` (nothing of vLLM is imported) and checks:
+
+- messages: `vllm-lab serve` is run through the start-up cases below; every log record it prints
+  (`LEVEL <ts> [file:line] message`) must match a logger call of the same level in vLLM's source,
+  and every exception message (`Type: message`, pydantic's `Value error, message`) a string of
+  vLLM's source. A source template matches when its text is equal with each placeholder (`%s`,
+  `{expr}`) standing for any text; a placeholder naming a string assigned in the same function
+  stands for that string's template.
+- env names: the lab engine's known names for the era are exactly the VLLM_* keys of
+  `environment_variables` in that era's vllm/envs.py.
+- flags: every option `vllm-lab serve` accepts is one `vllm serve` registers (the option strings
+  of `add_argument` calls in its argument modules and the frontend dataclasses' fields).
+
+It prints a table (case, vLLM, lab engine, equal) and the differences; exit 1 if any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import signal
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from labengine.cli import add_serve_arguments
+from labengine.envs import known
+from labengine.wording import Era
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gameday" / "vllm"
+LOG_LEVELS = {
+    "INFO": {"info", "info_once"},
+    "WARNING": {"warning", "warning_once", "warn"},
+    "ERROR": {"error", "exception", "error_once"},
+}
+PERCENT = re.compile(r"%(?:\(\w+\))?[-+ #0]*\d*(?:\.\d+)?[sdifrxg%]")
+PLACEHOLDER = "\x00"  # a placeholder's mark inside a template before it becomes a regex
+
+
+# ---- vLLM's source ------------------------------------------------------------------------------
+
+
+def source_tree(era: Era, wheel_dir: Path | None) -> Path:
+    """The wheel's `vllm/` sources, unpacked once into the cache."""
+    version = era.version
+    root = CACHE / f"src-{version}"
+    if (root / "vllm" / "envs.py").exists():
+        return root / "vllm"
+    wheels = CACHE / "wheels"
+    found = sorted((wheel_dir or wheels).glob(f"vllm-{version}-*.whl"))
+    if not found:
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "-d",
+                str(wheels),
+                f"vllm=={version}",
+            ],
+            check=True,
+        )
+        found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+    with zipfile.ZipFile(found[0]) as zf:
+        zf.extractall(root, [n for n in zf.namelist() if n.startswith("vllm/") and n[-3:] == ".py"])
+    return root / "vllm"
+
+
+@dataclass(frozen=True)
+class Template:
+    where: str  # file:line in the wheel
+    level: str | None  # the logger method, None for any other string
+    pattern: re.Pattern[str]
+    literal: str  # its longest literal run, for a quick pre-filter
+    text: str  # the template, placeholders marked
+
+
+class _Templates(ast.NodeVisitor):
+    """Every string expression of a module, as templates; logger calls' with their level."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.found: list[Template] = []
+        self.defaults: list[dict[str, ast.expr]] = [{}]  # parameters' default values
+        self.scopes: list[dict[str, list[ast.expr]]] = [{}]
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """A name stands for its strings only when every binding of it in the function is one."""
+        local: dict[str, list[ast.expr]] = {}
+        opaque = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        stringy: set[int] = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+                target = sub.targets[0]
+                if isinstance(target, ast.Name) and self._stringy(sub.value):
+                    local.setdefault(target.id, []).append(sub.value)
+                    stringy.add(id(target))
+        for sub in ast.walk(node):
+            if (
+                isinstance(sub, ast.Name)
+                and isinstance(sub.ctx, ast.Store)
+                and id(sub) not in stringy
+            ):
+                opaque.add(sub.id)
+        self.scopes.append({k: v for k, v in local.items() if k not in opaque})
+        params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        positional = params[len(params) - len(node.args.defaults) :]
+        defaults = dict(zip(positional, node.args.defaults, strict=True))
+        for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True):
+            if default is not None:
+                defaults[arg.arg] = default
+        self.defaults.append(defaults)
+        self.generic_visit(node)
+        self.defaults.pop()
+        self.scopes.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    @staticmethod
+    def _stringy(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return _Templates._stringy(node.left) or _Templates._stringy(node.right)
+        return isinstance(node, ast.JoinedStr)
+
+    def _text(self, node: ast.expr, depth: int = 0) -> str:
+        """The template text, placeholders marked; names of local strings expanded once."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(self._text(v, depth) for v in node.values)
+        if isinstance(node, ast.FormattedValue):
+            return self._name(node.value, depth)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return self._text(node.left, depth) + self._text(node.right, depth)
+        return PLACEHOLDER
+
+    def _name(self, node: ast.expr, depth: int) -> str:
+        options = self.scopes[-1].get(node.id, []) if isinstance(node, ast.Name) else []
+        if not options or depth > 1:
+            return PLACEHOLDER
+        return "\x01" + "\x02".join(self._text(o, depth + 1) for o in options) + "\x03"
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        method = func.attr if isinstance(func, ast.Attribute) else None
+        if method in set().union(*LOG_LEVELS.values()) and node.args:
+            fmt = node.args[0]
+            if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str):
+                args = iter(node.args[1:])
+                text = PERCENT.sub(
+                    lambda m: "%" if m.group() == "%%" else self._name(next(args, fmt), 0),
+                    fmt.value,
+                )
+                self._add(node, method, text)
+            elif self._stringy(fmt):
+                self._add(node, method, self._text(fmt))
+            elif isinstance(fmt, ast.Name) and fmt.id in self.defaults[-1]:
+                # a format passed as a parameter (monitor.py's `message`): its default value
+                default = self.defaults[-1][fmt.id]
+                if isinstance(default, ast.Constant) and isinstance(default.value, str):
+                    text = PERCENT.sub(
+                        lambda m: "%" if m.group() == "%%" else PLACEHOLDER, default.value
+                    )
+                    self._add(node, method, text)
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and len(node.value) >= 12:
+            self._add(node, None, node.value)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        self._add(node, None, self._text(node))
+
+    def _add(self, node: ast.expr, level: str | None, text: str) -> None:
+        # the longest literal run outside the expanded names' alternatives, which may be empty
+        top = text
+        while (shorter := re.sub("\x01[^\x01\x03]*\x03", PLACEHOLDER, top)) != top:
+            top = shorter
+        literal = max(re.split("[\x00-\x03]", top), key=len)
+        if len(re.sub("[\x00-\x03]", "", text)) < 8:
+            return
+        self.found.append(
+            Template(f"{self.path}:{node.lineno}", level, _regex(text), literal, text)
+        )
+
+
+def _regex(text: str) -> re.Pattern[str]:
+    out = []
+    for ch in text:
+        out.append(
+            {PLACEHOLDER: ".*?", "\x01": "(?:", "\x02": "|", "\x03": ")"}.get(ch) or re.escape(ch)
+        )
+    return re.compile("".join(out), re.DOTALL)
+
+
+def templates(tree: Path) -> list[Template]:
+    found: list[Template] = []
+    for path in sorted(tree.rglob("*.py")):
+        try:
+            module = ast.parse(path.read_text("utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        visitor = _Templates(str(path.relative_to(tree.parent)))
+        visitor.visit(module)
+        found += visitor.found
+    return found
+
+
+def env_names(tree: Path) -> set[str]:
+    module = ast.parse((tree / "envs.py").read_text("utf-8"))
+    for node in ast.walk(module):
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if (
+            isinstance(target, ast.Name)
+            and target.id == "environment_variables"
+            and isinstance(value, ast.Dict)
+        ):
+            return {
+                k.value
+                for k in value.keys
+                if isinstance(k, ast.Constant)
+                and isinstance(k.value, str)
+                and k.value.startswith("VLLM_")
+            }
+    raise SystemExit(f"{tree}/envs.py: no environment_variables mapping")
+
+
+def serve_flags(tree: Path) -> set[str]:
+    """The option strings `vllm serve` registers."""
+    files = [tree / "engine" / "arg_utils.py", tree / "entrypoints" / "cli" / "serve.py"]
+    files += list((tree / "entrypoints").glob("*/cli_args.py"))
+    flags: set[str] = {"--help", "-h"}
+    for path in files:
+        module = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(module):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                flags |= {
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant)
+                    and isinstance(a.value, str)
+                    and a.value.startswith("-")
+                }
+            if isinstance(node, ast.ClassDef) and node.name.endswith("FrontendArgs"):
+                flags |= {
+                    "--" + s.target.id.replace("_", "-")
+                    for s in node.body
+                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                }
+    return flags
+
+
+# ---- what the lab engine prints ---------------------------------------------------------------
+
+QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
+# (case, argv after `serve`, extra environment, the text after which the run is stopped)
+CASES: list[tuple[str, list[str], dict[str, str], str | None]] = [
+    ("healthy start", [QWEN, "--max-model-len", "4096"], {}, "Route: /metrics"),
+    ("kv-cache shortage", [QWEN, "--gpu-memory-utilization", "0.5", "--max-model-len", "16384"],
+     {}, None),
+    ("no KV memory", [QWEN, "--gpu-memory-utilization", "0.4"], {}, None),
+    ("context overflow", ["--model", QWEN, "--max-model-len", "131072"], {}, None),
+    ("long max len allowed", [QWEN, "--max-model-len", "65536"],
+     {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}, None),
+    ("world size", [QWEN, "-tp", "2"], {}, None),
+    ("TP and heads", [QWEN, "-tp", "3"], {"GAMEDAY_GPU_COUNT": "4"}, None),
+    ("VLLM_PORT URI", [QWEN], {"VLLM_PORT": "tcp://10.0.0.1:8000", "VLLM_SERVICE_HOST": "x"},
+     None),
+    ("VLLM_PORT not an integer", [QWEN], {"VLLM_PORT": "10.0.0.1:8000"}, None),
+    ("unknown env, hard fail", [QWEN, "--fail-on-environ-validation"],
+     {"VLLM_SERVICE_HOST": "x"}, None),
+    ("group head", [QWEN, "-tp", "2", "--nnodes", "2", "--node-rank", "0"], {}, "DP group"),
+    ("headless node", [QWEN, "-tp", "2", "--nnodes", "2", "--node-rank", "1", "--headless"],
+     {}, "headless multiproc executor"),
+]  # fmt: skip
+
+RECORD = re.compile(r"^\((?P<proc>\w+) pid=\d+\) (?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} "
+                    r"\[(?P<where>[\w.]+:\d+)\] (?P<msg>.*)$")  # fmt: skip
+FINAL = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:[A-Z]+ \d\d-\d\d [\d:]{8} \[[\w.]+:\d+\] )?"
+                   r"(?P<type>[\w.]+(?:Error|Exception)): (?P<msg>.*)$")  # fmt: skip
+
+
+def run_case(era: Era, argv: list[str], extra: dict[str, str], stop: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    env |= {"GAMEDAY_VLLM_ERA": era.value, "GAMEDAY_TIME_SCALE": "1000"} | extra
+    port = ["--host", "127.0.0.1", "--port", str(_free_port()), "--master-port"]
+    port.append(str(_free_port()))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labengine", "serve", *argv, *port],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    out = ""
+    for line in proc.stdout:
+        out += line
+        if stop is not None and stop in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    try:
+        rest, _ = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rest, _ = proc.communicate()
+    return out + rest
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Printed:
+    case: str
+    kind: str  # INFO, WARNING, ERROR or "exception"
+    where: str  # the lab engine's [file:line], or the exception's type
+    text: str
+
+
+def printed(case: str, out: str) -> list[Printed]:
+    """The log records and exception messages in one run's output (traceback frames aside)."""
+    found: list[Printed] = []
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        final = FINAL.match(line)
+        if final and final["type"] != "pydantic_core._pydantic_core.ValidationError":
+            found.append(Printed(case, "exception", final["type"], final["msg"]))
+            continue
+        rec = RECORD.match(line)
+        if rec and not _traceback_line(rec["msg"]):
+            found.append(Printed(case, rec["level"], rec["where"], rec["msg"]))
+            continue
+        body = re.sub(r"^\(\w+ pid=\d+\) ", "", line)
+        if body.startswith("  Value error, "):  # pydantic: the message may span lines
+            text = [body[len("  Value error, ") :]]
+            for nxt in lines[i + 1 :]:
+                if " [type=value_error" in text[-1]:
+                    break
+                text.append(re.sub(r"^\(\w+ pid=\d+\) ", "", nxt))
+            msg = "\n".join(text).split(" [type=value_error", 1)[0]
+            found.append(Printed(case, "exception", "ValidationError", msg))
+    return found
+
+
+def _traceback_line(msg: str) -> bool:
+    return msg.startswith(("Traceback (most recent call last):", "  ")) or bool(FINAL.match(msg))
+
+
+# ---- the comparison ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    vllm: str
+    lab: str
+    equal: bool
+
+
+def match(p: Printed, found: list[Template]) -> Template | None:
+    levels = LOG_LEVELS.get(p.kind)
+    for t in found:
+        if levels is not None and t.level not in levels:
+            continue
+        if t.literal in p.text and t.pattern.fullmatch(p.text):
+            return t
+    return None
+
+
+def message_rows(era: Era, found: list[Template]) -> list[Row]:
+    rows: list[Row] = []
+    seen: set[tuple[str, str]] = set()
+    for case, argv, extra, stop in CASES:
+        for p in printed(case, run_case(era, argv, extra, stop)):
+            key = (p.kind, re.sub(r"\d+", "N", p.text))
+            if key in seen:
+                continue
+            seen.add(key)
+            t = match(p, found)
+            lab = f"{p.kind} [{p.where}] {_short(p.text)}"
+            rows.append(Row(f"message ({p.case})", t.where if t else "-", lab, t is not None))
+    return rows
+
+
+def _short(text: str) -> str:
+    text = text.replace("\n", "\\n").replace("|", "\\|")
+    return text if len(text) <= 110 else text[:107] + "..."
+
+
+def env_rows(era: Era, tree: Path) -> list[Row]:
+    theirs, ours = env_names(tree), known(era)
+    rows = [
+        Row(
+            "env names (VLLM_* in envs.py)",
+            f"{len(theirs)} names",
+            f"{len(ours)} names",
+            theirs == ours,
+        )
+    ]
+    rows += [Row("env name", "-", n, False) for n in sorted(ours - theirs)]
+    rows += [Row("env name", n, "-", False) for n in sorted(theirs - ours)]
+    return rows
+
+
+def flag_rows(era: Era, tree: Path) -> list[Row]:
+    """The flags `vllm-lab serve` accepts. get_kwargs gives vLLM's bool fields argparse's
+    BooleanOptionalAction, so `--no-X` exists wherever `--X` is a bool field's flag; such a
+    lab flag counts as known when `--X` is one of vLLM's and the lab's is boolean too."""
+    theirs = serve_flags(tree)
+    parser = argparse.ArgumentParser(add_help=True)
+    add_serve_arguments(parser, era)
+    rows = []
+    for action in parser._actions:
+        for flag in action.option_strings:
+            found = flag in theirs
+            shown = flag
+            if not found and flag.startswith("--no-"):
+                positive = "--" + flag[len("--no-") :]
+                found = positive in theirs and isinstance(action, argparse.BooleanOptionalAction)
+                shown = f"{positive} (BooleanOptionalAction)"
+            rows.append(Row("flag", shown if found else "-", flag, found))
+    return rows
+
+
+def report(wheel_dir: Path | None) -> tuple[str, int]:
+    out = ["# The lab engine against vLLM's source", "", "Written by `make conformance`"
+           " (bench/conformance.py); see its docstring for what is compared.", ""]  # fmt: skip
+    differences = 0
+    for era in Era:
+        tree = source_tree(era, wheel_dir)
+        rows = message_rows(era, templates(tree)) + env_rows(era, tree) + flag_rows(era, tree)
+        bad = [r for r in rows if not r.equal]
+        differences += len(bad)
+        out += [f"## vLLM {era.version}: {len(rows)} cases, {len(bad)} differences", ""]
+        out += ["| case | vLLM | lab engine | equal |", "|---|---|---|---|"]
+        out += [f"| {r.case} | {r.vllm} | {r.lab} | {'yes' if r.equal else 'NO'} |" for r in rows]
+        out.append("")
+    return "\n".join(out), differences
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--wheel-dir", type=Path, default=None, help="where vllm-<v>-*.whl are")
+    ap.add_argument("--write", type=Path, default=None, help="also write the table here")
+    args = ap.parse_args()
+    text, differences = report(args.wheel_dir)
+    sys.stdout.write(text + f"\n{differences} differences\n")
+    if args.write:
+        args.write.write_text(text + f"\n{differences} differences\n")
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

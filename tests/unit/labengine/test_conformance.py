@@ -1,0 +1,124 @@
+"""bench/conformance.py's reading of vLLM's source and of the lab engine's output, on small
+sources written here (the real wheels are read by `make conformance`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("conformance", ROOT / "bench" / "conformance.py")
+assert _spec is not None and _spec.loader is not None
+conformance = importlib.util.module_from_spec(_spec)
+sys.modules["conformance"] = conformance
+_spec.loader.exec_module(conformance)
+
+SOURCE = """
+import logging
+logger = logging.getLogger(__name__)
+
+def check(available, needed, est, key):
+    if available <= 0:
+        raise ValueError("No available memory for the cache blocks. Try harder.")
+    estimated_msg = ""
+    if est > 0:
+        estimated_msg = f"The estimated maximum model length is {est}. "
+    raise ValueError(f"Needed ({needed} GiB) is over ({available} GiB). {estimated_msg}Sorry.")
+
+def start(ip, port):
+    logger.info("Starting vLLM server on %s", f"http://{ip}:{port}")
+    logger.debug("world_size=%d rank=%d", 1, 0)
+    for key in ("a", "b"):
+        msg = f"derived ({key}=1)"
+        logger.warning("%s %s", msg, "take care")
+
+def timed(message: str = "torch.compile took %.2f s in total"):
+    logger.info_once(message, 1.0)
+"""
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory: pytest.TempPathFactory) -> list[object]:
+    tree = tmp_path_factory.mktemp("wheel") / "vllm"
+    tree.mkdir()
+    (tree / "mod.py").write_text(SOURCE)
+    return list(conformance.templates(tree))
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "where"),
+    [
+        ("exception", "No available memory for the cache blocks. Try harder.", "vllm/mod.py:7"),
+        (
+            "exception",
+            "Needed (3.0 GiB) is over (0.18 GiB). "
+            "The estimated maximum model length is 976. Sorry.",
+            "vllm/mod.py:11",
+        ),
+        ("exception", "Needed (3.0 GiB) is over (0.18 GiB). Sorry.", "vllm/mod.py:11"),
+        ("INFO", "Starting vLLM server on http://0.0.0.0:8000", "vllm/mod.py:14"),
+        ("WARNING", "derived (max_position_embeddings=1) take care", "vllm/mod.py:18"),
+        ("INFO", "torch.compile took 26.00 s in total", "vllm/mod.py:21"),
+    ],
+)
+def test_a_printed_text_matches_its_template(
+    found: list[object], kind: str, text: str, where: str
+) -> None:
+    t = conformance.match(conformance.Printed("case", kind, "x.py:1", text), found)
+    assert t is not None and t.where == where
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [
+        ("INFO", "world_size=1 rank=0"),  # logged at DEBUG only
+        ("WARNING", "Starting vLLM server on http://0.0.0.0:8000"),  # wrong level
+        ("INFO", "Starting vLLM API server 0 on http://0.0.0.0:8000"),  # not vLLM's words
+        ("exception", "Needed (3.0 GiB) is over (0.18 GiB). The estimate is 976. Sorry."),
+    ],
+)
+def test_text_not_in_the_source_is_a_difference(found: list[object], kind: str, text: str) -> None:
+    assert conformance.match(conformance.Printed("case", kind, "x.py:1", text), found) is None
+
+
+def test_printed_reads_records_exceptions_and_pydantic_messages() -> None:
+    out = "\n".join(
+        [
+            "(EngineCore pid=9) INFO 12-01 03:00:00 [core.py:93] Initializing a V1 LLM engine",
+            "(EngineCore pid=9) ERROR 12-01 03:00:00 [core.py:1108] EngineCore failed to start.",
+            "(EngineCore pid=9) ERROR 12-01 03:00:00 [core.py:1108] Traceback (most recent call "
+            "last):",
+            '(EngineCore pid=9) ERROR 12-01 03:00:00 [core.py:1108]   File "a.py", line 1, in f',
+            "(EngineCore pid=9) ERROR 12-01 03:00:00 [core.py:1108]     raise ValueError(x)",
+            "(EngineCore pid=9) ERROR 12-01 03:00:00 [core.py:1108] ValueError: no memory",
+            "(EngineCore pid=9) Process EngineCore:",
+            "(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error "
+            "for ParallelConfig",
+            "(APIServer pid=1)   Value error, World size (2) is larger. If intentional:",
+            "(APIServer pid=1) - ray, set it. [type=value_error, input_value=x, input_type=y]",
+            "(APIServer pid=1) INFO:     Application startup complete.",
+        ]
+    )
+    got = [(p.kind, p.where, p.text) for p in conformance.printed("case", out)]
+    assert got == [
+        ("INFO", "core.py:93", "Initializing a V1 LLM engine"),
+        ("ERROR", "core.py:1108", "EngineCore failed to start."),
+        ("exception", "ValueError", "no memory"),
+        (
+            "exception",
+            "ValidationError",
+            "World size (2) is larger. If intentional:\n- ray, set it.",
+        ),
+    ]
+
+
+def test_env_names_are_the_vllm_keys_of_environment_variables(tmp_path: Path) -> None:
+    (tmp_path / "envs.py").write_text(
+        "environment_variables: dict = {\n"
+        '    "VLLM_PORT": lambda: 1,\n    "CUDA_HOME": lambda: 2,\n'
+        '    "VLLM_HOST_IP": lambda: 3,\n}\n'
+    )
+    assert conformance.env_names(tmp_path) == {"VLLM_PORT", "VLLM_HOST_IP"}
