@@ -173,6 +173,11 @@ def test_phase_reached() -> None:
         startup.reached(lines("Starting vLLM API server 0 on http://0.0.0.0:8000"))
         is StartupPhase.SERVING
     )
+    # vLLM 0.19.1's and 0.33.0's own words (the seed's build said "API server 0")
+    assert (
+        startup.reached(lines("Starting vLLM server on http://0.0.0.0:8000"))
+        is StartupPhase.SERVING
+    )
 
 
 def test_results_are_frozen() -> None:
