@@ -30,7 +30,9 @@ MARKERS: list[tuple[StartupPhase, re.Pattern[str]]] = [
     ),
     (
         StartupPhase.SERVING,
-        re.compile(r"Starting vLLM (?:API )?server|Application startup complete|Uvicorn running on"),
+        re.compile(
+            r"Starting vLLM (?:API )?server|Application startup complete|Uvicorn running on"
+        ),
     ),
 ]
 
