@@ -143,6 +143,9 @@ def test_logs_follow_streams_until_ctrl_c(local: tuple[Path, LocalLab]) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=os.environ.copy(),
+        # a test run started in the background (`make test &`) ignores SIGINT, and a child
+        # inherits that: Ctrl-C is the user's, so the follower gets the default back
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert follow.stdout is not None
