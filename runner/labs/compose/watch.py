@@ -8,6 +8,7 @@ a server's readiness is probed like the kubelet does.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import threading
@@ -81,6 +82,8 @@ class DockerWatch:
         self.signalled: set[str] = set()
         self._outside_stop: set[str] = set()  # stopped with SIGTERM; the stop's end not seen yet
         self._events: Any = None
+        self._thread: threading.Thread | None = None
+        self._closes_at_exit = False
         self._synced = False
 
     def sync(self) -> None:
@@ -95,7 +98,11 @@ class DockerWatch:
             decode=True,
             filters={"type": "container", "label": self._labels},
         )
-        threading.Thread(target=self._watch, name="docker-events", daemon=True).start()
+        self._thread = threading.Thread(target=self._watch, name="docker-events", daemon=True)
+        self._thread.start()
+        if not self._closes_at_exit:
+            atexit.register(self.close)
+            self._closes_at_exit = True
         for n in self.inventory.nodes:
             with contextlib.suppress(LabNotUp):
                 self._take(n, self._engine(n.name))
@@ -114,10 +121,16 @@ class DockerWatch:
             self._watch_incarnation(n, inc, c)
 
     def close(self) -> None:
+        """Close the event feed and wait for its thread: one still reading a socket when the
+        interpreter finalises can take the process down (a CLI verb exited -11 now and then)."""
         if self._events is not None:
             with contextlib.suppress(Exception):
                 self._events.close()
             self._events = None
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self._thread = None
         self._synced = False
 
     def _node_of(self, attrs: dict[str, str]) -> Node | None:
