@@ -88,17 +88,19 @@ def _elsewhere(e: NodeSignature) -> tuple[str, str, list[Pattern]]:
     return "a worker's", e.node, identifying(e.in_order, all_if_none=True)
 
 
-def phase_of(lines: Sequence[Line], last: int, declared: StartupPhase | None) -> tuple[StartupPhase | None, str]:
-    """The furthest phase the log's own lines show up to line number `last`; else the phase
-    the scenario declares for its failure; else none."""
+def phase_of(
+    lines: Sequence[Line], last: int, declared: StartupPhase | None
+) -> tuple[StartupPhase | None, str]:
+    """The furthest phase shown by the log's own lines up to line number `last`, or by the
+    failure itself (the phase the scenario declares for it), whichever is later; else none."""
     best = -1
     for ln in lines[:last]:
         for p, rx in MARKERS:
             if _ORDER.index(p) > best and rx.search(ln.text):
                 best = _ORDER.index(p)
-    if best >= 0:
-        return _ORDER[best], "log"
-    return (declared, "scenario") if declared else (None, "none")
+    if declared is not None and _ORDER.index(declared) > best:
+        return declared, "scenario"
+    return (_ORDER[best], "log") if best >= 0 else (None, "none")
 
 
 def _finding(ls: LoadedScenario, sightings: list[Sighting], lines: Sequence[Line]) -> Finding:

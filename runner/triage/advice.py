@@ -23,12 +23,14 @@ GIB = 2**30
 
 _MODEL = re.compile(
     r"(?:Starting to load model|Loading model|model=|'model(?:_tag)?': )\s*'?"
-    r"(?P<tag>[\w.-]+/[\w.-]+)"
+    r"(?P<tag>[\w.-]+/[\w.-]*[\w-])"
 )
-_UTIL = re.compile(r"gpu_memory_utilization'?[=:]\s*'?\(?(?P<v>[\d.]+)")
+_UTIL = re.compile(r"gpu_memory_utilization'?[=:]\s*'?\(?(?P<v>\d+(?:\.\d+)?)")
 _TP = re.compile(r"tensor_parallel_size'?[=:]\s*(?P<v>\d+)")
 _BATCHED = re.compile(r"max_num_batched_tokens'?[=:]\s*(?P<v>\d+)")
-_TOTAL = re.compile(r"total_gpu_memory \((?P<v>[\d.]+) ?GiB\)|total capacity of (?P<w>[\d.]+) GiB")
+_TOTAL = re.compile(
+    r"total_gpu_memory \((?P<v>\d+(?:\.\d+)?) ?GiB\)|total capacity of (?P<w>\d+(?:\.\d+)?) GiB"
+)
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
 
 

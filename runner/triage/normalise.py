@@ -29,7 +29,7 @@ _FENCE = re.compile(r"^(?:```|~~~)")
 # masked digits: a run of x, X, * or # standing where digits stood (an address or a number):
 # two or more mask characters, or one beside a dot or colon that separates numbers
 _MASK = re.compile(
-    r"(?<![A-Za-z_])(?:[xX]{2,}|\*{2,}|#{2,}|(?<=[.:])[xX*#](?=[.:\s]|$)|[xX*#](?=[.:]\d))"
+    r"(?<![A-Za-z_])(?:[xX]{2,}|\*{2,}|#{2,}|(?<=[.:])[xX*#](?=[.:\s]|$)|[xX*#](?=[.:][\dxX*#]))"
     r"(?![A-Za-z_])"
 )
 
