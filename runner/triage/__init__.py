@@ -20,7 +20,7 @@ from runner.triage.advice import advise
 from runner.triage.match import Evidence, find_in_order
 from runner.triage.normalise import Line, normalise
 
-__all__ = ["Finding", "Sighting", "identifying", "normalise", "triage"]
+__all__ = ["Finding", "Sighting", "identifying", "normalise", "signatures", "triage"]
 
 # what only a serving engine logs: a failure after these is a serving-phase failure
 _SERVING = re.compile(
@@ -63,7 +63,7 @@ def identifying(patterns: Sequence[Pattern], all_if_none: bool = False) -> list[
     return marked if marked or not all_if_none else list(patterns)
 
 
-def _signatures(ls: LoadedScenario) -> list[tuple[str, str, list[Pattern]]]:
+def signatures(ls: LoadedScenario) -> list[tuple[str, str, list[Pattern]]]:
     """(view, node, identifying patterns) of every signature the scenario declares, on every
     lab kind it runs on, each once."""
     out: list[tuple[str, str, list[Pattern]]] = []
@@ -130,7 +130,7 @@ def triage(text: str, scenarios: Sequence[LoadedScenario]) -> list[Finding]:
     found = []
     for ls in scenarios:
         sightings = []
-        for view, node, pats in _signatures(ls):
+        for view, node, pats in signatures(ls):
             ev = find_in_order(lines, [(p.regex, p.description) for p in pats])
             if ev is not None:
                 pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)

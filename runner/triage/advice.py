@@ -25,7 +25,7 @@ _MODEL = re.compile(
     r"(?:Starting to load model|Loading model|model=|'model(?:_tag)?': )\s*'?"
     r"(?P<tag>[\w.-]+/[\w.-]*[\w-])"
 )
-_UTIL = re.compile(r"gpu_memory_utilization'?[=:]\s*'?\(?(?P<v>\d+(?:\.\d+)?)")
+_UTIL = re.compile(r"gpu_memory_utilization'?(?:[=:]\s*'?| \()(?P<v>\d+(?:\.\d+)?)")
 _TP = re.compile(r"tensor_parallel_size'?[=:]\s*(?P<v>\d+)")
 _BATCHED = re.compile(r"max_num_batched_tokens'?[=:]\s*(?P<v>\d+)")
 _TOTAL = re.compile(
@@ -125,7 +125,9 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
     return advice
 
 
-def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], lines: Sequence[Line]) -> list[str]:
+def advise(
+    evidence_caps: Sequence[tuple[Mapping[str, str], str]], lines: Sequence[Line]
+) -> list[str]:
     for caps, text in evidence_caps:
         if {"max_len", "needed", "available"} <= caps.keys():
             return kv_shortage(caps, text, lines)
