@@ -67,9 +67,10 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
         for s in f.sightings:
             out.append(f"  view: {esc(_where(s))}")
             for e in s.evidence:
+                head = f"  matched line {e.number}: "
                 for i, ln in enumerate(e.lines):
-                    label = f"line {ln.number}:" if i == 0 else " " * len(f"line {ln.number}:")
-                    out.append(f"  matched {label} {esc(ln.original[:240])}")
+                    lead = head if i == 0 else " " * len(head)
+                    out.append(f"{lead}{esc(ln.original[:240])}")
         out += [f"  advice: {esc(a)}" for a in f.advice]
         out += [f"  recovery: {esc(fix)}" for fix in f.fixes]
         out += [f"  does not work: {esc(s)}" for s in f.shortcuts]
