@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from runner import startup
 from runner.scenario import LoadedScenario, NodeSignature, Outcome, Pattern, StartupPhase
 from runner.triage.advice import advise
-from runner.triage.match import Evidence, find_in_order
+from runner.triage.match import Evidence, Log, find_in_order
 from runner.triage.normalise import Line, normalise
 
 __all__ = ["Finding", "Sighting", "identifying", "normalise", "signatures", "triage"]
@@ -127,11 +127,12 @@ def _finding(ls: LoadedScenario, sightings: list[Sighting], lines: Sequence[Line
 def triage(text: str, scenarios: Sequence[LoadedScenario]) -> list[Finding]:
     """The known failures `text` shows, in the order they first appear."""
     lines = normalise(text)
+    log = Log(lines)
     found = []
     for ls in scenarios:
         sightings = []
         for view, node, pats in signatures(ls):
-            ev = find_in_order(lines, [(p.regex, p.description) for p in pats])
+            ev = find_in_order(log, [(p.regex, p.description) for p in pats])
             if ev is not None:
                 pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
                 sightings.append(Sighting(view, node, pod, tuple(ev)))

@@ -68,34 +68,64 @@ def _search(rx: Regex, lines: Sequence[Line]) -> tuple[str, dict[str, str]] | No
     return None
 
 
-def find(
-    lines: Sequence[Line], regex: str, description: str = "", start: int = 0
-) -> tuple[int, Evidence] | None:
-    """The first match of `regex` at or after index `start`: the index after its last line, and
-    the evidence."""
-    rx = compile_user(regex)
-    for i in range(start, len(lines)):
+class Log:
+    """Normalised lines with what every pattern's search reuses: where each line's possible
+    continuation ends, and the whole text joined both ways (a pattern with no anchor that
+    matches neither cannot match any window of it)."""
+
+    def __init__(self, lines: Sequence[Line]) -> None:
+        self.lines = list(lines)
+        self.ends = [self._block_end(i) for i in range(len(self.lines))]
+        self.joined = tuple(sep.join(ln.text for ln in self.lines) for sep in (" ", ""))
+
+    def _block_end(self, i: int) -> int:
         end = i + 1
-        while True:
+        while (
+            end < len(self.lines)
+            and end - i < MAX_SPAN
+            and _continues(self.lines[i], self.lines[end])
+        ):
+            end += 1
+        return end
+
+
+def find(
+    log: Log | Sequence[Line], regex: str, description: str = "", start: int = 0
+) -> tuple[int, Evidence] | None:
+    """The first match of `regex` at or after line index `start`: the index after its last line,
+    and the evidence."""
+    log = log if isinstance(log, Log) else Log(log)
+    rx = compile_user(regex)
+    anchored = "^" in regex or "$" in regex
+    if not anchored and not any(rx.search(text) for text in log.joined):
+        return None
+    lines = log.lines
+    for i in range(start, len(lines)):
+        last = log.ends[i]
+        if last - i > 1 and not anchored:
+            # a joining that does not match holds no shorter one that does
+            window = lines[i:last]
+            if not any(
+                rx.search(sep.join(ln.text for ln in window)[:MAX_LINE]) for sep in (" ", "")
+            ):
+                continue
+        for end in range(i + 1, last + 1):
             hit = _search(rx, lines[i:end])
             if hit is not None:
-                _, caps = hit
-                return end, Evidence(description or regex, tuple(lines[i:end]), caps)
-            if end >= len(lines) or end - i >= MAX_SPAN or not _continues(lines[i], lines[end]):
-                break
-            end += 1
+                return end, Evidence(description or regex, tuple(lines[i:end]), hit[1])
     return None
 
 
 def find_in_order(
-    lines: Sequence[Line], patterns: Sequence[tuple[str, str]]
+    log: Log | Sequence[Line], patterns: Sequence[tuple[str, str]]
 ) -> list[Evidence] | None:
     """Every (regex, description) in order, each after the lines of the one before; None when
     one is missing."""
+    log = log if isinstance(log, Log) else Log(log)
     pos = 0
     found = []
     for regex, description in patterns:
-        hit = find(lines, regex, description, pos)
+        hit = find(log, regex, description, pos)
         if hit is None:
             return None
         pos, ev = hit
