@@ -297,54 +297,44 @@ def schema(dest: Path | None) -> None:
     help="Recognise only the scenarios in this folder [default: the team's folders from "
     "gameday.toml, then the built-in catalogue].",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the findings as JSON on stdout (one entry per log: scenario, phase, each "
+    "node's view with the evidence's line numbers, advice, recovery).",
+)
 @handled
 def triage(logfiles: tuple[str, ...], scenario_dir: Path | None, as_json: bool) -> None:
-    """Name the known failure in a captured log (e.g. `kubectl logs --previous`); `-` is stdin.
-    Exit 0 when a known failure is recognised, 1 when none is."""
+    """Name the known failures in pasted or captured logs; `-` is stdin.
+
+    Reads a log as people paste it: `kubectl logs` (with --timestamps or --prefix), `docker logs
+    -t`, `docker compose logs`, journald, quoted in a chat or a Markdown fence, wrapped at a
+    terminal's width, with digits masked as xxx. Every signature a scenario declares counts,
+    another node's (`elsewhere`) included; several failures are listed in the order they first
+    appear, each with whose view the log is, the phase its lines show, and advice computed from
+    its numbers (e.g. the --max-model-len and --gpu-memory-utilization a KV shortage needs).
+
+    \b
+    Exit codes:
+      0  a known failure is recognised in at least one log
+      1  no known failure in any log
+      2  invalid input (a log file that cannot be read, a scenario folder that does not load)
+    """
     from runner.triage import triage as do_triage
+    from runner.triage.report import as_dict, as_lines
 
     args = (str(scenario_dir),) if scenario_dir is not None else ()
     loaded = [e.loaded for e in load_all(args)]
     any_found = False
     report: list[dict[str, Any]] = []
     for name in logfiles:
-        text = _read_log(name)
-        findings = do_triage(text, loaded)
+        findings = do_triage(_read_log(name), loaded)
         any_found |= bool(findings)
-        entry = {
-            "log": name,
-            "findings": [
-                {
-                    "scenario": f.scenario.scenario.metadata.id,
-                    "title": f.scenario.scenario.metadata.title,
-                    "phase": f.phase.value,
-                    "matched": [line for _, line in f.matched],
-                    "recovery": f.fixes,
-                    "shortcuts_that_do_not_work": f.shortcuts,
-                }
-                for f in findings
-            ],
-        }
-        report.append(entry)
-        if as_json:
-            continue
-        if not findings:
-            output.out.print(f"{output.escape(name)}: no known failure")
-            continue
-        for f in findings:
-            sc = f.scenario.scenario
-            output.out.print(
-                f"{output.escape(name)}: [bold]{output.escape(sc.metadata.id)}[/] - "
-                f"{output.escape(sc.metadata.title)}"
-            )
-            output.out.print(f"  phase reached: {f.phase.value}")
-            for _, line in f.matched:
-                output.out.print(f"  matched: {output.escape(line[:240])}")
-            for fix in f.fixes:
-                output.out.print(f"  recovery: {output.escape(fix)}")
-            for s in f.shortcuts:
-                output.out.print(f"  does not work: {output.escape(s)}")
+        report.append(as_dict(name, findings))
+        if not as_json:
+            for line in as_lines(name, findings):
+                output.out.print(line)
     if as_json:
         output.json_out(report)
     sys.exit(0 if any_found else 1)

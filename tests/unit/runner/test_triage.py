@@ -1,4 +1,5 @@
-"""Triage recognises the seed's 0.19 logs and the 0.33 wording, and says so when it does not."""
+"""Triage recognises the seed's 0.19 logs and the 0.33 wording, and says so when it does not; its
+normaliser, its matcher across wrapped lines, its phase and its advice."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner.scenario import LoadedScenario, StartupPhase, discover, load_scenario
-from runner.triage import identifying, to_lines, triage
+from runner.triage import Finding, normalise, signatures, triage
 from tests.support.seedlogs import HEALTHY, SEED_019
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,29 +42,33 @@ def test_no_known_failure(text: str) -> None:
 KV_LINE = SEED_019["kv-cache-shortage"].splitlines()[2]
 
 
+def matched(f: Finding) -> list[tuple[int, str]]:
+    return [(e.number, e.quote) for s in f.sightings for e in s.evidence]
+
+
 def test_phase_and_recovery_in_finding() -> None:
     [f] = triage(SEED_019["kv-cache-shortage"], SCEN)
-    assert f.phase is StartupPhase.KV_CACHE_CHECK
-    assert f.matched == [(2, KV_LINE)]
-    assert f.fixes == ["Back to the baseline args (util 0.9, max-model-len 4096)"]
-    assert f.shortcuts == [
-        "Restart the pod and hope: nothing changed; the same budget gives the same 0.18 GiB"
-    ]
+    assert (f.phase, f.phase_source) == (StartupPhase.KV_CACHE_CHECK, "log")
+    assert matched(f) == [(3, KV_LINE)]
+    assert f.fixes == ("Back to the baseline args (util 0.9, max-model-len 4096)",)
+    assert f.shortcuts == (
+        "Restart the pod and hope: nothing changed; the same budget gives the same 0.18 GiB",
+    )
 
 
 def test_forbidden_shortcut_is_marked() -> None:
     [f] = triage(SEED_019["context-window-overflow"], SCEN)
-    assert f.phase is StartupPhase.CONFIG_VALIDATION
-    assert f.matched == [(1, SEED_019["context-window-overflow"].splitlines()[1])]
-    assert f.fixes == [
-        "Put --max-model-len back within max_position_embeddings (re-apply the baseline)"
-    ]
-    assert f.shortcuts == [
+    assert (f.phase, f.phase_source) == (StartupPhase.CONFIG_VALIDATION, "scenario")
+    assert matched(f) == [(2, SEED_019["context-window-overflow"].splitlines()[1])]
+    assert f.fixes == (
+        "Put --max-model-len back within max_position_embeddings (re-apply the baseline)",
+    )
+    assert f.shortcuts == (
         "Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to get past the check: the bypass only moves the "
         "failure to the second wall: 131072 tokens need 24 GiB of KV cache that one A10G does not "
         "have\n [FORBIDDEN: positions beyond max_position_embeddings were never trained with RoPE "
-        "and give NaN: silently garbage output even where memory would allow it\n]"
-    ]
+        "and give NaN: silently garbage output even where memory would allow it\n]",
+    )
 
 
 def test_runtime_stamps_are_stripped() -> None:
@@ -74,7 +79,7 @@ def test_runtime_stamps_are_stripped() -> None:
         "2026-11-29T07:00:01Znot a stamp: no space after it",
         "2026-11-29 07:00:01Z naive: kept",
     ]
-    assert [ln.text for ln in to_lines("\n".join(stamped))] == [
+    assert [ln.text for ln in normalise("\n".join(stamped))] == [
         "(EngineCore pid=81) INFO ok",
         "(EngineCore pid=81) ERROR x",
         "plain",
@@ -82,21 +87,35 @@ def test_runtime_stamps_are_stripped() -> None:
         "2026-11-29 07:00:01Z naive: kept",
     ]
     [f] = triage(V033["kv-cache-shortage"], SCEN)
-    stamp, line = V033["kv-cache-shortage"].rstrip("\n").split(" ", 1)
-    assert (stamp, f.matched) == ("2026-11-29T07:00:01.123456789Z", [(0, line)])
-    assert f.matched[0][0] == 0
+    # the evidence quotes the line as pasted, stamp and all
+    assert matched(f) == [(1, V033["kv-cache-shortage"].rstrip("\n"))]
 
 
-def test_identifying_patterns() -> None:
-    by_id = {ls.scenario.metadata.id: [p.description for p in identifying(ls)] for ls in SCEN}
+def test_every_signature_a_scenario_declares() -> None:
+    by_id = {
+        ls.scenario.metadata.id: [
+            (view, node, [p.description for p in pats]) for view, node, pats in signatures(ls)
+        ]
+        for ls in SCEN
+    }
     assert by_id == {
-        "context-window-overflow": ["requested length above the derived window"],
+        "context-window-overflow": [
+            ("the serving node's", "serving", ["requested length above the derived window"])
+        ],
         "dhcp-address-change": [],  # no log signature at all
-        "head-only-restart": ["the API server finds its engine dead"],
-        "kv-cache-shortage": ["3.0 GiB needed, 0.18 GiB available, estimate 976"],
-        "service-name-collision": [""],
-        "stray-gpu-process": ["a runtime kernel load refused with CUDA error 800"],
-        "tp-mismatch": [""],
+        "head-only-restart": [
+            ("the head's", "node1", ["the API server finds its engine dead"]),
+            # elsewhere marks no pattern identifying: all of its patterns identify it
+            ("a worker's", "node2", ["only PyTorch's heartbeat monitor speaks on the worker"]),
+        ],
+        "kv-cache-shortage": [
+            ("the serving node's", "serving", ["3.0 GiB needed, 0.18 GiB available, estimate 976"])
+        ],
+        "service-name-collision": [("the serving node's", "serving", [""])],
+        "stray-gpu-process": [
+            ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"])
+        ],
+        "tp-mismatch": [("the serving node's", "serving", [""])],
     }
 
 
@@ -122,11 +141,11 @@ def test_every_identifying_pattern_in_order_captures_unchecked(tmp_path: Path) -
     log = SEED_019["kv-cache-shortage"]
     [f] = triage(log, [ls])
     lines = log.splitlines()
-    assert f.matched == [(1, lines[1]), (2, lines[2])]
-    assert f.shortcuts == ["Restart the pod and hope: does not restore service"]
+    assert matched(f) == [(2, lines[1]), (3, lines[2])]
+    assert f.shortcuts == ("Restart the pod and hope: does not restore service",)
     # a value the scenario's captures would refuse is the same failure here
     [g] = triage(log.replace("is 976.", "is 123."), [ls])
-    assert g.matched == [(1, lines[1]), (2, lines[2].replace("is 976.", "is 123."))]
+    assert matched(g) == [(2, lines[1]), (3, lines[2].replace("is 976.", "is 123."))]
     # out of order is not the failure; one identifying pattern alone is not either
     assert triage("\n".join([lines[2], lines[1]]), [ls]) == []
     assert triage(lines[2], [ls]) == []
@@ -142,6 +161,6 @@ def test_an_empty_line_can_be_the_match(tmp_path: Path) -> None:
         ),
     )
     [f] = triage("x\n\ny", [ls])
-    assert f.matched == [(1, "")]
+    assert matched(f) == [(2, "")]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        f.fixes = []  # type: ignore[misc]
+        f.fixes = ()  # type: ignore[misc]

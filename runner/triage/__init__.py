@@ -1,0 +1,142 @@
+"""`gameday triage`: name the known failures a pasted log shows.
+
+The knowledge is the scenario files themselves. A scenario is recognised when every pattern its
+signature marks `identifies: true` matches, in order; a signature another node logs (`elsewhere`)
+is recognised by its identifying patterns, or by all its patterns where it marks none. Absent
+patterns and capture checks are not applied: a `--tail` excerpt proves nothing by what it lacks,
+and a log from another model or length is the same failure. Logs are normalised first
+(runner.triage.normalise) and wrapped messages matched across lines (runner.triage.match).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner import startup
+from runner.scenario import LoadedScenario, NodeSignature, Outcome, Pattern, StartupPhase
+from runner.triage.advice import advise
+from runner.triage.match import Evidence, Log, find_in_order
+from runner.triage.normalise import Line, normalise
+
+__all__ = ["Finding", "Sighting", "identifying", "normalise", "signatures", "triage"]
+
+# what only a serving engine logs: a failure after these is a serving-phase failure
+_SERVING = re.compile(
+    r"EngineDeadError|EngineCore encountered a fatal error|Avg prompt throughput"
+    r"|\"(?:POST|GET) /v1/|Running: \d+ reqs"
+)
+MARKERS = [*startup.MARKERS, (StartupPhase.SERVING, _SERVING)]
+_ORDER = list(StartupPhase)
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One node's view of the failure: `view` says whose log it reads as ("the head's", "a
+    worker's", "the serving node's"), `node` the scenario's name for that node and `pod` the
+    node or pod a collector's prefix named."""
+
+    view: str
+    node: str
+    pod: str | None
+    evidence: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    scenario: LoadedScenario
+    sightings: tuple[Sighting, ...]
+    phase: StartupPhase | None
+    phase_source: str  # "log", "scenario" or "none"
+    advice: tuple[str, ...]
+    fixes: tuple[str, ...]
+    shortcuts: tuple[str, ...]
+
+    @property
+    def first_line(self) -> int:
+        return min(s.evidence[0].number for s in self.sightings)
+
+
+def identifying(patterns: Sequence[Pattern], all_if_none: bool = False) -> list[Pattern]:
+    marked = [p for p in patterns if p.identifies]
+    return marked if marked or not all_if_none else list(patterns)
+
+
+def signatures(ls: LoadedScenario) -> list[tuple[str, str, list[Pattern]]]:
+    """(view, node, identifying patterns) of every signature the scenario declares, on every
+    lab kind it runs on, each once."""
+    out: list[tuple[str, str, list[Pattern]]] = []
+    seen: set[tuple[str, ...]] = set()
+    for kind in ls.scenario.labs:
+        sc = ls.scenario.for_lab(kind)
+        group = bool(sc.expect.elsewhere)
+        sigs: list[tuple[str, str, list[Pattern]]] = []
+        if sc.expect.signature:
+            view = "the head's" if group else "the serving node's"
+            sigs.append((view, sc.target, identifying(sc.expect.signature.in_order)))
+        sigs += [_elsewhere(e) for e in sc.expect.elsewhere]
+        for view, node, pats in sigs:
+            key = (view, *(p.regex for p in pats))
+            if pats and key not in seen:
+                seen.add(key)
+                out.append((view, node, pats))
+    return out
+
+
+def _elsewhere(e: NodeSignature) -> tuple[str, str, list[Pattern]]:
+    return "a worker's", e.node, identifying(e.in_order, all_if_none=True)
+
+
+def phase_of(
+    lines: Sequence[Line], last: int, declared: StartupPhase | None
+) -> tuple[StartupPhase | None, str]:
+    """The furthest phase shown by the log's own lines up to line number `last`, or by the
+    failure itself (the phase the scenario declares for it), whichever is later; else none."""
+    best = -1
+    for ln in lines[:last]:
+        for p, rx in MARKERS:
+            if _ORDER.index(p) > best and rx.search(ln.text):
+                best = _ORDER.index(p)
+    if declared is not None and _ORDER.index(declared) > best:
+        return declared, "scenario"
+    return (_ORDER[best], "log") if best >= 0 else (None, "none")
+
+
+def _finding(ls: LoadedScenario, sightings: list[Sighting], lines: Sequence[Line]) -> Finding:
+    sc = ls.scenario
+    last = max(s.evidence[-1].lines[-1].number for s in sightings)
+    phase, source = phase_of(lines, last, sc.expect.phase)
+    evidence = [(ev.captures, ev.text) for s in sightings for ev in s.evidence]
+    return Finding(
+        scenario=ls,
+        sightings=tuple(sightings),
+        phase=phase,
+        phase_source=source,
+        advice=tuple(advise(evidence, lines)),
+        fixes=tuple(s.name for s in sc.recover if s.outcome is Outcome.RESTORES),
+        shortcuts=tuple(
+            f"{s.name}: {s.why or 'does not restore service'}"
+            + (f" [FORBIDDEN: {s.forbidden}]" if s.forbidden else "")
+            for s in sc.recover
+            if s.outcome is Outcome.DOES_NOT_RESTORE
+        ),
+    )
+
+
+def triage(text: str, scenarios: Sequence[LoadedScenario]) -> list[Finding]:
+    """The known failures `text` shows, in the order they first appear."""
+    lines = normalise(text)
+    log = Log(lines)
+    found = []
+    for ls in scenarios:
+        sightings = []
+        for view, node, pats in signatures(ls):
+            ev = find_in_order(log, [(p.regex, p.description) for p in pats])
+            if ev is not None:
+                pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
+                sightings.append(Sighting(view, node, pod, tuple(ev)))
+        if sightings:
+            sightings.sort(key=lambda s: s.evidence[0].number)
+            found.append(_finding(ls, sightings, lines))
+    return sorted(found, key=lambda f: f.first_line)

@@ -1,0 +1,134 @@
+"""Advice computed from the numbers a log shows.
+
+A KV-cache shortage (a signature capturing `max_len`, `needed` and `available`, in GiB) gets the
+`--max-model-len` that fits the memory the log reports, and the `--gpu-memory-utilization` that
+would fit the requested length. Where the log names a model the lab engine knows
+(labengine.models), the lab engine's own arithmetic gives the KV cache per token
+(labengine.memory); else the message's own numbers give it by proportion. The advice says which.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+from labengine import memory
+from labengine.gpu import gpu_types
+from labengine.models import ModelInfo, ModelNotFound, resolve
+from labengine.wording import Era
+from runner.triage.normalise import Line
+
+GIB = 2**30
+
+_MODEL = re.compile(
+    r"(?:Starting to load model|Loading model|model=|'model(?:_tag)?': )\s*'?"
+    r"(?P<tag>[\w.-]+/[\w.-]*[\w-])"
+)
+_UTIL = re.compile(r"gpu_memory_utilization'?(?:[=:]\s*'?| \()(?P<v>\d+(?:\.\d+)?)")
+_TP = re.compile(r"tensor_parallel_size'?[=:]\s*(?P<v>\d+)")
+_BATCHED = re.compile(r"max_num_batched_tokens'?[=:]\s*(?P<v>\d+)")
+_TOTAL = re.compile(
+    r"total_gpu_memory \((?P<v>\d+(?:\.\d+)?) ?GiB\)|total capacity of (?P<w>\d+(?:\.\d+)?) GiB"
+)
+DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
+
+
+def _first(rx: re.Pattern[str], lines: Sequence[Line]) -> re.Match[str] | None:
+    return next((m for ln in lines if (m := rx.search(ln.text))), None)
+
+
+def _number(caps: Mapping[str, str], key: str) -> float | None:
+    try:
+        v = float(caps[key].replace(",", ""))
+    except (KeyError, ValueError):
+        return None
+    return v if v > 0 else None  # a masked figure reads as zeros: no figure
+
+
+def _model(lines: Sequence[Line]) -> ModelInfo | None:
+    m = _first(_MODEL, lines)
+    if m is None:
+        return None
+    try:
+        return resolve(m.group("tag"))
+    except (ModelNotFound, OSError, ValueError, KeyError):
+        return None
+
+
+def _gpu_total(lines: Sequence[Line]) -> tuple[float, str] | None:
+    """The GPU's memory in GiB, and where it came from."""
+    m = _first(_TOTAL, lines)
+    if m:
+        return float(m.group("v") or m.group("w")), "the log's total GPU memory"
+    for gpu in gpu_types().values():
+        if any(gpu.name in ln.text for ln in lines):
+            return gpu.cuda_total_bytes / GIB, f"the {gpu.name} the log names"
+    return None
+
+
+def _fit_len_by_model(
+    info: ModelInfo, lines: Sequence[Line], era: Era, max_len: int, available: float
+) -> tuple[int, float]:
+    """(the longest fitting length, GiB one request of max_len needs) from the lab engine."""
+    tp = _first(_TP, lines)
+    batched = _first(_BATCHED, lines)
+    layout = memory.KvLayout(
+        full_layers=info.num_layers - info.sliding_layers(),
+        per_token_per_layer=info.kv_bytes_per_token_per_layer(int(tp.group("v")) if tp else 1),
+        sliding_layers=info.sliding_layers(),
+        sliding_window=info.sliding_window,
+        max_in_flight_tokens=int(batched.group("v")) if batched else DEFAULT_BATCHED,
+    )
+    avail = int(available * GIB)
+    fit = memory.estimate_max_model_len(era, avail, layout.page_bytes, max_len, layout)
+    return fit, layout.needed(max_len) / GIB
+
+
+def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> list[str]:
+    """Advice for a KV shortage from its captured numbers, or none when the figures are missing."""
+    max_len, needed, available = (_number(caps, k) for k in ("max_len", "needed", "available"))
+    if max_len is None or needed is None or available is None:
+        return []
+    era = Era.V0_33 if "model's max seq len" in text or "which also controls" in text else Era.V0_19
+    info = _model(lines)
+    if info is not None:
+        fit, needed = _fit_len_by_model(info, lines, era, int(max_len), available)
+        how = f"by the lab engine's arithmetic for {info.tag}"
+    else:
+        fit = int(available / needed * max_len) // memory.BLOCK_SIZE * memory.BLOCK_SIZE
+        how = "by proportion from the message's own figures (the log names no model gameday knows)"
+    short = needed - available
+    advice = [
+        f"--max-model-len {fit} fits the {available:g} GiB of KV cache available ({how})",
+        f"--max-model-len {int(max_len)} needs {needed:.2f} GiB: {short:.2f} GiB more KV budget",
+    ]
+    total = _gpu_total(lines)
+    util = _first(_UTIL, lines)
+    if total is None:
+        advice.append(
+            f"--gpu-memory-utilization: raise it by {short:.2f} GiB / the GPU's memory "
+            "(the log names neither the GPU nor its total memory)"
+        )
+        return advice
+    gib, source = total
+    step = math.ceil(short / gib * 100) / 100
+    if util is None:
+        advice.append(f"--gpu-memory-utilization: {step:.2f} more than now (GPU from {source})")
+    else:
+        new = float(util.group("v")) + step
+        fits = "; above 0.95 leaves too little for CUDA itself" if new > 0.95 else ""
+        advice.append(
+            f"--gpu-memory-utilization {new:.2f} fits --max-model-len {int(max_len)} "
+            f"(now {util.group('v')}; GPU from {source}){fits}"
+        )
+    return advice
+
+
+def advise(
+    evidence_caps: Sequence[tuple[Mapping[str, str], str]], lines: Sequence[Line]
+) -> list[str]:
+    for caps, text in evidence_caps:
+        if {"max_len", "needed", "available"} <= caps.keys():
+            return kv_shortage(caps, text, lines)
+    return []

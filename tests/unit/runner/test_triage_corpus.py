@@ -1,0 +1,41 @@
+"""Triage on a corpus of pasted excerpts (tests/data/triage): the seed write-ups' own, both vLLM
+wordings, wrapped, masked, quoted, stamped and prefixed, and healthy or unrelated logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runner.scenario import discover, load_scenario
+from runner.triage import triage
+
+ROOT = Path(__file__).resolve().parents[3]
+CORPUS = ROOT / "tests" / "data" / "triage"
+SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
+EXPECTED: dict[str, list[list[Any]]] = yaml.safe_load((CORPUS / "expected.yaml").read_text())
+
+
+def test_every_excerpt_has_an_expectation() -> None:
+    files = sorted(p.name for p in CORPUS.iterdir() if p.name != "expected.yaml")
+    assert files == sorted(EXPECTED)
+    failures = [k for k, v in EXPECTED.items() if v]
+    assert (len(failures), len(EXPECTED) - len(failures)) == (48, 11)
+    assert len([k for k in failures if k.startswith("seed")]) == 8
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus(name: str) -> None:
+    text = (CORPUS / name).read_bytes().decode()
+    got = [
+        [
+            f.scenario.scenario.metadata.id,
+            " + ".join(s.view for s in f.sightings),
+            f.phase.value if f.phase else None,
+            " + ".join(s.pod for s in f.sightings if s.pod) or None,
+        ]
+        for f in triage(text, SCEN)
+    ]
+    assert got == EXPECTED[name]

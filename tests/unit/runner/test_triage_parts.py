@@ -1,0 +1,188 @@
+"""Triage's parts: the normaliser, the matcher across wrapped lines, the phase, the advice and
+the command's output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from runner.cli import main
+from runner.scenario import StartupPhase, discover, load_scenario
+from runner.triage import normalise, phase_of, triage
+from runner.triage.match import find
+
+ROOT = Path(__file__).resolve().parents[3]
+SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
+KV = next(ls for ls in SCEN if ls.scenario.metadata.id == "kv-cache-shortage")
+KV033 = (
+    "(EngineCore_DP0 pid=90) ValueError: To serve at least one request with the model's max seq "
+    "len ({n}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory "
+    "({avail} GiB). Based on the available memory, the estimated maximum model length is 11456. "
+    "Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) "
+    "or decreasing `max_model_len` when initializing the engine."
+)
+
+
+def test_prefixes_quotes_and_masks_are_taken_off() -> None:
+    pasted = [
+        "> - [pod/node2-0/vllm] 2026-11-29T07:00:01Z [rank1]:[W1130 xx:xx:xx.xxx x.cpp:12] a",
+        "node1-1  | 2026-11-29T07:00:01.1Z (APIServer pid=1) INFO ok",
+        "Nov 30 12:00:01 gpu-host-3 vllm[123]: VLLM_PORT 'tcp://10.100.xxx.xx:8000' b",
+        "```",
+        "  - ray, set x",
+        "| (EngineCore pid=***) ERROR X.X GiB, 4x A10G, 0x8",
+        "&gt; 1. quoted\tand numbered",
+    ]
+    got = [(ln.number, ln.text, ln.node) for ln in normalise("\n".join(pasted))]
+    assert got == [
+        (1, "[rank1]:[W1130 00:00:00.000 x.cpp:12] a", "node2-0"),
+        (2, "(APIServer pid=1) INFO ok", "node1-1"),
+        (3, "VLLM_PORT 'tcp://10.100.000.00:8000' b", "gpu-host-3"),
+        (4, "", None),
+        (5, "ray, set x", None),
+        (6, "(EngineCore pid=000) ERROR 0.0 GiB, 4x A10G, 0x8", None),
+        (7, "quoted and numbered", None),
+    ]
+    assert normalise("\n".join(pasted))[0].original == pasted[0]
+
+
+def test_a_wrapped_message_is_matched_across_its_lines() -> None:
+    mid_word = normalise("x\n(EngineCore pid=1) ValueError: VLLM_PO\nRT 'tcp://1.2.3.4:80' appears")
+    at_word = normalise("VLLM_PORT 'tcp://1.2.3.4:80' appears to be\n   a URI. This may")
+    rx = r"VLLM_PORT '(?P<v>tcp://[0-9.]+:\d+)' appears to be a URI\. This"
+    assert find(mid_word, r"VLLM_PORT 'tcp") is not None
+    hit = find(mid_word, r"VLLM_PORT '(?P<v>tcp://[0-9.]+:\d+)' appears")
+    assert hit is not None and (hit[0], hit[1].number, hit[1].captures) == (
+        3,
+        2,
+        {"v": "tcp://1.2.3.4:80"},
+    )
+    hit = find(at_word, rx)
+    assert hit is not None and [ln.number for ln in hit[1].lines] == [1, 2]
+    # a new record, a blank line or another pod's line never continues a message
+    for text in (
+        "VLLM_PORT 'tcp://1.2.3.4:80' appears to be\n(EngineCore pid=1) a URI. This",
+        "VLLM_PORT 'tcp://1.2.3.4:80' appears to be\n\na URI. This",
+        "[pod/a/c] VLLM_PORT 'tcp://1.2.3.4:80' appears to be\n[pod/b/c] a URI. This",
+        "VLLM_PORT 'tcp://1.2.3.4:80' appears to be\nINFO a URI. This",
+    ):
+        assert find(normalise(text), rx) is None
+    # the match belongs to the line it starts on
+    hit = find(normalise("noise\nVLLM_PORT 'tcp://1.2.3.4:80' appears to be a URI. This"), rx)
+    assert hit is not None and hit[1].number == 2
+
+
+def test_phase_from_the_evidence() -> None:
+    served = normalise(
+        "(APIServer pid=1) INFO:     Application startup complete.\n"
+        "RuntimeError: Triton Error [CUDA]: operation not permitted\n"
+    )
+    assert phase_of(served, 2, None) == (StartupPhase.SERVING, "log")
+    assert phase_of(served[1:], 1, None) == (None, "none")
+    assert phase_of(served[1:], 1, StartupPhase.KV_CACHE_CHECK) == (
+        StartupPhase.KV_CACHE_CHECK,
+        "scenario",
+    )
+    # the 18-hour CUDA 800 crash of the issue: serving, not config validation
+    [f] = [f for f in triage(served[0].original + "\n" + served[1].original, SCEN)]
+    assert (f.scenario.scenario.metadata.id, f.phase) == ("stray-gpu-process", StartupPhase.SERVING)
+
+
+def test_kv_advice_by_proportion() -> None:
+    # the issue's case: 32768 tokens, 6.0 GiB needed, 2.1 GiB available; no model, no GPU named
+    [f] = triage(KV033.format(n=32768, need="6.0", avail="2.1"), [KV])
+    assert f.advice == (
+        "--max-model-len 11456 fits the 2.1 GiB of KV cache available (by proportion from the "
+        "message's own figures (the log names no model gameday knows))",
+        "--max-model-len 32768 needs 6.00 GiB: 3.90 GiB more KV budget",
+        "--gpu-memory-utilization: raise it by 3.90 GiB / the GPU's memory (the log names "
+        "neither the GPU nor its total memory)",
+    )
+    # the same failure with other figures gets other advice
+    log = KV033.format(n=8192, need="4.0", avail="1.0")
+    log += (
+        "\nMemory profiling takes 20 s: total_gpu_memory (40.0GiB) x gpu_memory_utilization (0.80)"
+    )
+    [g] = triage(log, [KV])
+    assert g.advice == (
+        "--max-model-len 2048 fits the 1 GiB of KV cache available (by proportion from the "
+        "message's own figures (the log names no model gameday knows))",
+        "--max-model-len 8192 needs 4.00 GiB: 3.00 GiB more KV budget",
+        "--gpu-memory-utilization 0.88 fits --max-model-len 8192 (now 0.80; GPU from the log's "
+        "total GPU memory)",
+    )
+
+
+def test_kv_advice_by_the_lab_engines_arithmetic() -> None:
+    # Qwen2.5-14B-Instruct-AWQ: 48 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 192 KiB a
+    # token; 0.18 GiB holds 61 blocks of 16 = 976 tokens; 16384 tokens take 3 GiB; an A10G has
+    # 22838 MiB, so the 2.82 GiB missing is 0.127 of it: 0.5 + 0.13
+    text = (ROOT / "tests/data/triage/kv-019-markdown-fence-model.md").read_text()
+    [f] = triage(text, [KV])
+    assert f.advice == (
+        "--max-model-len 976 fits the 0.18 GiB of KV cache available (by the lab engine's "
+        "arithmetic for Qwen/Qwen2.5-14B-Instruct-AWQ)",
+        "--max-model-len 16384 needs 3.00 GiB: 2.82 GiB more KV budget",
+        "--gpu-memory-utilization 0.63 fits --max-model-len 16384 (now 0.5; GPU from the NVIDIA "
+        "A10G the log names)",
+    )
+    # Qwen2.5-7B in 0.33 wording: 28 x 4 x 128 x 2 x 2 = 56 KiB a token; 0.33 holds one block
+    # of 0.45 GiB back: 525 blocks = 8400 tokens
+    text = (ROOT / "tests/data/triage/kv-033-with-model-config.log").read_text()
+    [g] = triage(text, [KV])
+    assert g.advice[:2] == (
+        "--max-model-len 8400 fits the 0.45 GiB of KV cache available (by the lab engine's "
+        "arithmetic for Qwen/Qwen2.5-7B-Instruct)",
+        "--max-model-len 32768 needs 1.75 GiB: 1.30 GiB more KV budget",
+    )
+
+
+def test_masked_figures_give_no_numbers() -> None:
+    [f] = triage(KV033.format(n=32768, need="X.X", avail="X.XX"), [KV])
+    assert f.advice == ()
+
+
+def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text(
+        '[pod/node2-0/vllm] 2026-11-29T07:00:01Z [rank1] Failed to check the "should dump" '
+        "flag on TCPStore,\n[pod/node2-0/vllm]   (maybe TCPStore server has shut down too "
+        "early), with error: Broken pipe\n"
+    )
+    res = CliRunner().invoke(main, ["triage", "--json", str(log)])
+    assert res.exit_code == 0, res.output
+    [entry] = json.loads(res.output)
+    [finding] = entry["findings"]
+    assert (finding["scenario"], finding["phase"], finding["phase_source"]) == (
+        "head-only-restart",
+        None,
+        "none",
+    )
+    assert finding["views"] == [
+        {
+            "view": "a worker's",
+            "node": "node2",
+            "pod": "node2-0",
+            "evidence": [
+                {
+                    "line": 1,
+                    "text": log.read_text().rstrip("\n"),
+                    "description": "only PyTorch's heartbeat monitor speaks on the worker",
+                }
+            ],
+        }
+    ]
+    res = CliRunner().invoke(main, ["triage", str(log)])
+    lines = res.output.splitlines()
+    assert lines[1:4] == [
+        "  phase reached: unknown (the log shows no start-up marker)",
+        "  view: a worker's (node2 in the scenario; node2-0 from the line prefix)",
+        "  matched line 1: [pod/node2-0/vllm] 2026-11-29T07:00:01Z [rank1] Failed to check the "
+        '"should dump" flag on TCPStore,',
+    ]
+    healthy = tmp_path / "ok.log"
+    healthy.write_text("(APIServer pid=1) INFO:     Application startup complete.\n")
+    res = CliRunner().invoke(main, ["triage", str(healthy)])
+    assert (res.exit_code, res.output) == (1, f"{healthy}: no known failure\n")
