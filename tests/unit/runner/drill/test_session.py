@@ -29,7 +29,7 @@ def drill_of(run: FakeRun, **options: Any) -> Drill:
     return Drill(run.ls, run.lab, journal, run.progress.append, http=http, options=opts)
 
 
-def handed_over(d: Drill, timeout: float = 10.0) -> DrillStatus:
+def handed_over(d: Drill, timeout: float = 60.0) -> DrillStatus:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = d.bus.status
@@ -54,7 +54,7 @@ def drilled(run: FakeRun, person: Person, **options: Any) -> tuple[Drill, Scenar
     t = threading.Thread(target=act)
     t.start()
     result = d.run()
-    t.join(10)
+    t.join(60)
     if errors:
         raise errors[0]
     return d, result
@@ -70,7 +70,7 @@ def rollback(d: Drill) -> None:
     )
 
 
-def wait_for_action(d: Drill, n: int, timeout: float = 5.0) -> None:
+def wait_for_action(d: Drill, n: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while len(d.bus.status.actions) < n:
         assert time.monotonic() < deadline, f"actions: {d.bus.status.actions}"
@@ -132,7 +132,7 @@ def test_hints_by_delay_and_on_request_and_the_first_ack(tmp_path: Path) -> None
     answers: list[str] = []
 
     def person(d: Drill) -> None:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while not d.bus.status.hints:
             assert time.monotonic() < deadline
             time.sleep(0.01)
