@@ -136,6 +136,7 @@ class Drill:
         self.outcome: DrillOutcome | None = None
         self.fault_at: datetime | None = None
         self.handed_over_at: datetime | None = None
+        self._recogniser: Recogniser | None = None
         self.detected_at_s: float | None = None
         self.recovered_at_s: float | None = None
         self._lock = threading.RLock()
@@ -221,6 +222,9 @@ class Drill:
     def _handover(self) -> None:
         self.fault_at = self.ctx.fault_at or self.ctx.injected_at or utcnow()
         self.handed_over_at = utcnow()
+        # the nodes' state is taken before the people are told: an action they take at once
+        # must be a change from it
+        self._recogniser = self._recogniser_now()
         self._note(
             f"handed over {self.clock():.1f} s after the fault; no recovery step runs",
             EventKind.PHASE,
@@ -241,11 +245,11 @@ class Drill:
             self._note(text, EventKind.PHASE, phase=OUTCOME_PHASE[outcome])
 
     # ---- watching ----
-    def _watch(self) -> None:
+    def _recogniser_now(self) -> Recogniser:
         lab, opts = self.lab, self.options
         names = [n.name for n in lab.inventory.nodes]
         states = lab.states()
-        recogniser = Recogniser(
+        return Recogniser(
             configs={n: lab.config(n) for n in names},
             generations={n: states[n].generation for n in names},
             incarnations={n: states[n].incarnation for n in names},
@@ -254,6 +258,11 @@ class Drill:
             policies={n.name: n.restart for n in lab.inventory.nodes if n.name in names},
             since=self.handed_over_at,
         )
+
+    def _watch(self) -> None:
+        lab, opts = self.lab, self.options
+        recogniser = self._recogniser
+        assert recogniser is not None  # set at the hand-over
         timeout = opts.timeout_s if opts.timeout_s is not None else default_timeout(self.ls, lab)
         deadline = time.monotonic() + timeout
         last_look = -float("inf")
