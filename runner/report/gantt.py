@@ -1,0 +1,574 @@
+"""A scenario's timeline as a Gantt chart: `layout` turns the recorded events into lanes, phase
+bands, incarnation bars, markers and brackets on an axis of real-world seconds; `svg` draws it.
+
+One lane each for the runner, every node that has an event, Prometheus, and any other source
+(ansible). The axis is broken where a long quiet gap would squeeze the rest: such a gap takes a
+fixed BREAK_PX and is marked, so seconds-long bursts and a 300-second back-off share a picture.
+Every string is escaped by ElementTree; full texts are in <title> (shown on hover).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from runner.results import EventKind, ScenarioResult, TimelineEvent
+
+RUNNER = "runner"
+PROMETHEUS = "prometheus"
+WIDTH = 1100  # px of the whole picture
+BREAK_PX = 44.0  # px a compressed quiet gap takes
+MIN_QUIET_S = 10.0  # real seconds: a shorter gap is never compressed
+QUIET_FRACTION = 0.15  # a gap longer than this share of the uncompressed time is compressed
+MAX_BREAKS = 8
+
+
+class BarState(enum.StrEnum):
+    STARTING = "starting"  # started, not ready yet
+    RUNNING = "running"  # ready
+    UNREADY = "unready"
+    CRASHED = "crashed"  # exited on its own, not restarted yet
+    BACKOFF = "back-off"  # the runtime waits before the next start
+
+
+@dataclass(frozen=True)
+class Bar:
+    lane: str
+    start_s: float
+    end_s: float
+    state: BarState
+    incarnation: int | None
+
+
+@dataclass(frozen=True)
+class Band:
+    phase: str
+    start_s: float
+    end_s: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point event: the four markers (inject, fail, first alert, restored) and every other
+    event as a tick in its lane."""
+
+    lane: str
+    at_s: float
+    kind: EventKind
+    text: str
+
+
+@dataclass(frozen=True)
+class Bracket:
+    name: str  # "time to fail"
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Real-world seconds to x. `breaks`: the compressed gaps (start_s, end_s)."""
+
+    x0: float
+    x1: float
+    span_s: float
+    breaks: tuple[tuple[float, float], ...]
+
+    @property
+    def px_per_s(self) -> float:
+        linear_s = self.span_s - sum(b - a for a, b in self.breaks)
+        linear_px = self.x1 - self.x0 - BREAK_PX * len(self.breaks)
+        return linear_px / linear_s if linear_s > 0 else 0.0
+
+    def x(self, t: float) -> float:
+        t = min(max(t, 0.0), self.span_s)
+        skipped, n_before = 0.0, 0
+        for a, b in self.breaks:
+            if t >= b:
+                skipped += b - a
+                n_before += 1
+            elif t > a:  # inside a break: spread over its BREAK_PX
+                base = self.x0 + (a - skipped) * self.px_per_s + BREAK_PX * n_before
+                return base + BREAK_PX * (t - a) / (b - a)
+        return self.x0 + (t - skipped) * self.px_per_s + BREAK_PX * n_before
+
+
+@dataclass(frozen=True)
+class Layout:
+    lanes: tuple[str, ...]
+    span_s: float
+    breaks: tuple[tuple[float, float], ...]
+    bands: tuple[Band, ...]
+    bars: tuple[Bar, ...]
+    marks: tuple[Mark, ...]  # the four markers, first of each kind, in time order
+    ticks: tuple[Mark, ...]  # every event
+    brackets: tuple[Bracket, ...]
+    time_scale: float
+
+
+MARKERS = {
+    EventKind.INJECT: "inject",
+    EventKind.FAIL: "fail",
+    EventKind.ALERT: "first alert",
+    EventKind.RESTORED: "restored",
+}
+
+
+def lane_of(e: TimelineEvent) -> str:
+    if e.node is not None:
+        return e.node
+    return e.source
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def lanes(events: Iterable[TimelineEvent]) -> tuple[str, ...]:
+    """The runner first, the nodes in natural order, Prometheus, then any other source."""
+    evs = list(events)
+    nodes = sorted({e.node for e in evs if e.node is not None}, key=_natural)
+    others = sorted({lane_of(e) for e in evs} - {RUNNER, PROMETHEUS, *nodes})
+    return (RUNNER, *nodes, PROMETHEUS, *others)
+
+
+def quiet_breaks(times: Iterable[float], span_s: float) -> tuple[tuple[float, float], ...]:
+    """The gaps between consecutive event times to compress: the longest first, while a gap is
+    longer than MIN_QUIET_S and QUIET_FRACTION of the time not yet compressed."""
+    ts = sorted({0.0, span_s, *times})
+    gaps = sorted(itertools.pairwise(ts), key=lambda g: g[0] - g[1])
+    chosen: list[tuple[float, float]] = []
+    linear = span_s
+    for a, b in gaps:
+        if len(chosen) == MAX_BREAKS or b - a <= max(MIN_QUIET_S, QUIET_FRACTION * linear):
+            break
+        chosen.append((a, b))
+        linear -= b - a
+    return tuple(sorted(chosen))
+
+
+_INCARNATION = re.compile(r"incarnation (\d+)")
+
+
+def _bars(lane: str, events: list[tuple[float, TimelineEvent]], end_s: float) -> list[Bar]:
+    """A node's incarnations from its lifecycle events. A node whose first lifecycle event is
+    not a start was running when the scenario began (the baseline had it serving)."""
+    life = [(t, e) for t, e in events if e.kind in _LIFECYCLE]
+    out: list[Bar] = []
+    cur: tuple[BarState, float, int | None] | None = None
+    if life and life[0][1].kind is not EventKind.STARTED:
+        cur = (BarState.RUNNING, 0.0, None)
+
+    def close(t: float, inc: int | None = None) -> None:
+        """`inc`: the incarnation the closing event names (a bar from before the scenario
+        learns its number from it)."""
+        if cur is not None and t > cur[1]:
+            out.append(Bar(lane, cur[1], t, cur[0], cur[2] if cur[2] is not None else inc))
+
+    for t, e in life:
+        m = _INCARNATION.search(e.event)
+        inc = int(m.group(1)) if m else (cur[2] if cur else None)
+        nxt: tuple[BarState, float, int | None] | None
+        if e.kind is EventKind.STARTED:
+            nxt = (BarState.STARTING, t, inc)
+        elif e.kind is EventKind.READY:
+            nxt = (BarState.RUNNING, t, inc)
+        elif e.kind is EventKind.UNREADY:
+            nxt = (BarState.UNREADY, t, inc) if cur else None
+        elif e.kind is EventKind.EXITED:
+            nxt = None if e.event.startswith("stopped by the lab") else (BarState.CRASHED, t, inc)
+        else:  # BACKOFF
+            nxt = (BarState.BACKOFF, t, inc)
+        if nxt is not None and cur is not None and nxt[0] is cur[0]:
+            continue  # no change of state
+        close(t, inc)
+        cur = nxt
+    close(end_s)
+    return out
+
+
+_LIFECYCLE = {
+    EventKind.STARTED,
+    EventKind.READY,
+    EventKind.UNREADY,
+    EventKind.EXITED,
+    EventKind.BACKOFF,
+}
+
+
+def _brackets(s: ScenarioResult, marks: dict[EventKind, Mark]) -> list[Bracket]:
+    """Each measured time, ending at the marker it was measured to."""
+    out = []
+    for name, value, kind in (
+        ("time to fail", s.time_to_fail_s, EventKind.FAIL),
+        ("time to detect", s.time_to_detect_s, EventKind.ALERT),
+        ("time to recover", s.time_to_recover_s, EventKind.RESTORED),
+    ):
+        if value is not None and kind in marks:
+            end = marks[kind].at_s
+            out.append(Bracket(name, max(end - value, 0.0), end))
+    return out
+
+
+def _real_s(ts: datetime, t0: datetime, scale: float) -> float:
+    return round((ts - t0).total_seconds() * scale, 6)
+
+
+def layout(s: ScenarioResult, time_scale: float) -> Layout:
+    """`time_scale`: real-world seconds per lab second (LabInfo.time_scale)."""
+    evs = sorted(s.timeline, key=lambda e: e.ts)
+    t0 = min([s.started_at, *(e.ts for e in evs)])
+    timed = [(_real_s(e.ts, t0, time_scale), e) for e in evs]
+    span = max([_real_s(s.finished_at, t0, time_scale), *(t for t, _ in timed), 1e-3])
+    names = lanes(evs)
+    bars = [b for n in names for b in _bars(n, [te for te in timed if lane_of(te[1]) == n], span)]
+    phases = [(t, e) for t, e in timed if e.kind is EventKind.PHASE]
+    bands = [
+        Band(e.event.split()[1], t, phases[i + 1][0] if i + 1 < len(phases) else span, e.event)
+        for i, (t, e) in enumerate(phases)
+    ]
+    first: dict[EventKind, Mark] = {}
+    for t, e in timed:
+        if e.kind in MARKERS and e.kind not in first:
+            first[e.kind] = Mark(lane_of(e), t, e.kind, e.event)
+    return Layout(
+        lanes=names,
+        span_s=span,
+        breaks=quiet_breaks((t for t, _ in timed), span),
+        bands=tuple(bands),
+        bars=tuple(bars),
+        marks=tuple(sorted(first.values(), key=lambda m: m.at_s)),
+        ticks=tuple(Mark(lane_of(e), t, e.kind or EventKind.NOTE, e.event) for t, e in timed),
+        brackets=tuple(_brackets(s, first)),
+        time_scale=time_scale,
+    )
+
+
+def fmt_s(real_s: float, time_scale: float) -> str:
+    """Real-world seconds, with the lab's in brackets where the lab runs scaled."""
+    text = f"{real_s:.1f} s" if abs(real_s) < 1000 else f"{real_s:.0f} s"
+    if time_scale != 1:
+        text += f" (lab {real_s / time_scale:.3g} s)"
+    return text
+
+
+# ---- drawing ----
+
+FONT_PX = 11
+CHAR_PX = 7.0  # a generous width of one character at FONT_PX (labels are placed with it)
+ROW_H = 15  # a row of labels (markers, phases, brackets, legend)
+LANE_H = 24
+MARK_ROWS = 2
+PHASE_COLOURS = {
+    "baseline": "#e8f1e4",
+    "inject": "#fbe3cf",
+    "expect": "#f8d9d9",
+    "detect": "#fff1c2",
+    "recover": "#dde8fa",
+    "verify": "#d9f0ea",
+    "cleanup": "#ececec",
+}
+BAR_COLOURS = {
+    BarState.STARTING: "#9cc3e6",
+    BarState.RUNNING: "#3a7bd5",
+    BarState.UNREADY: "#e0a030",
+    BarState.CRASHED: "#c0392b",
+    BarState.BACKOFF: "#8e8e8e",
+}
+MARK_COLOURS = {
+    EventKind.INJECT: "#d35400",
+    EventKind.FAIL: "#b3141b",
+    EventKind.ALERT: "#8e44ad",
+    EventKind.RESTORED: "#17702a",
+}
+
+
+def text_px(text: str) -> float:
+    return len(text) * CHAR_PX
+
+
+def place(centre: float, text: str, lo: float, hi: float) -> float:
+    """The x at which `text`, centred on `centre` where it can be, starts inside [lo, hi]."""
+    w = text_px(text)
+    return max(lo, min(centre - w / 2, hi - w))
+
+
+def _el(parent: ET.Element, tag: str, title: str | None = None, **attrs: object) -> ET.Element:
+    el = ET.SubElement(
+        parent, tag, {k.rstrip("_").replace("_", "-"): _attr(v) for k, v in attrs.items()}
+    )
+    if title is not None:
+        ET.SubElement(el, "title").text = title
+    return el
+
+
+def _attr(v: object) -> str:
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+def _text(parent: ET.Element, x: float, y: float, text: str, **attrs: object) -> ET.Element:
+    el = _el(parent, "text", None, x=x, y=y, **attrs)
+    el.text = text
+    return el
+
+
+@dataclass
+class _Canvas:
+    lay: Layout
+    axis: Axis
+    root: ET.Element
+    lanes_y: float  # top of the first lane
+
+    def lane_mid(self, lane: str) -> float:
+        return self.lanes_y + LANE_H * self.lay.lanes.index(lane) + LANE_H / 2
+
+    @property
+    def lanes_bottom(self) -> float:
+        return self.lanes_y + LANE_H * len(self.lay.lanes)
+
+    def at(self, t: float) -> str:
+        return "+" + fmt_s(t, self.lay.time_scale)
+
+
+def svg(lay: Layout, label: str) -> str:
+    """The picture as an <svg> element (inline in the page); `label`: its accessible name."""
+    label_px = min(max(max(text_px(n) for n in lay.lanes) + 14, 80.0), 170.0)
+    axis = Axis(label_px, WIDTH - 12, lay.span_s, lay.breaks)
+    lanes_y = ROW_H * (MARK_ROWS + 1) + 6
+    height = lanes_y + LANE_H * len(lay.lanes) + ROW_H * (2 + len(lay.brackets) + _legend_rows())
+    height += 10
+    root = ET.Element(
+        "svg",
+        {
+            "xmlns": "http://www.w3.org/2000/svg",
+            "class": "gantt",
+            "width": str(WIDTH),
+            "height": f"{height:.0f}",
+            "viewBox": f"0 0 {WIDTH} {height:.0f}",
+            "role": "img",
+            "aria-label": label,
+            "font-size": str(FONT_PX),
+        },
+    )
+    ET.SubElement(root, "title").text = f"{label} (real-world seconds since the scenario began)"
+    c = _Canvas(lay, axis, root, lanes_y)
+    _draw_bands(c)
+    _draw_lanes(c, label_px)
+    _draw_bars(c)
+    _draw_ticks(c)
+    _draw_breaks(c)
+    _draw_markers(c)
+    y = _draw_axis(c)
+    y = _draw_brackets(c, y)
+    _draw_legend(c, y)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _draw_bands(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="bands")
+    y_label = c.lanes_y - 4
+    for b in c.lay.bands:
+        x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
+        tip = f"{b.text}: {c.at(b.start_s)} to {c.at(b.end_s)}"
+        fill = PHASE_COLOURS.get(b.phase, "#f4f4f4")
+        _el(
+            g,
+            "rect",
+            tip,
+            x=x0,
+            y=y_label - ROW_H + 4,
+            width=max(x1 - x0, 1.0),
+            height=c.lanes_bottom - y_label + ROW_H - 4,
+            fill=fill,
+            class_="band",
+        )
+        if text_px(b.phase) + 4 <= x1 - x0:
+            _text(g, x0 + 2, y_label, b.phase, class_="phase")
+
+
+def _draw_lanes(c: _Canvas, label_px: float) -> None:
+    g = _el(c.root, "g", class_="lanes")
+    for i, lane in enumerate(c.lay.lanes):
+        y = c.lanes_y + LANE_H * i
+        _el(g, "line", x1=0, y1=y + LANE_H, x2=WIDTH, y2=y + LANE_H, stroke="#d0d0d0")
+        fit = {}
+        if text_px(lane) > label_px - 10:  # a long name is squeezed to fit, never cut
+            fit = {"textLength": label_px - 10, "lengthAdjust": "spacingAndGlyphs"}
+        el = _text(g, 4, y + LANE_H / 2 + 4, lane, class_="lane", **fit)
+        ET.SubElement(el, "title").text = lane
+
+
+def _draw_bars(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="bars")
+    for b in c.lay.bars:
+        x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
+        inc = f" incarnation {b.incarnation}" if b.incarnation is not None else ""
+        tip = (
+            f"{b.lane}{inc}: {b.state.value} from {c.at(b.start_s)} to {c.at(b.end_s)} "
+            f"({fmt_s(b.end_s - b.start_s, c.lay.time_scale)})"
+        )
+        _el(
+            g,
+            "rect",
+            tip,
+            x=x0,
+            y=c.lane_mid(b.lane) - 6,
+            width=max(x1 - x0, 1.5),
+            height=12,
+            fill=BAR_COLOURS[b.state],
+            class_=f"bar {b.state.value}",
+            data_lane=b.lane,
+        )
+
+
+def _draw_ticks(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="ticks")
+    for m in c.lay.ticks:
+        tip = f"{c.at(m.at_s)} {m.lane}: {m.text}"
+        _el(
+            g,
+            "circle",
+            tip,
+            cx=c.axis.x(m.at_s),
+            cy=c.lane_mid(m.lane) + 9,
+            r=2.2,
+            fill="#555",
+            class_=f"tick {m.kind.value}",
+        )
+
+
+def _draw_breaks(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="breaks")
+    for a, b in c.lay.breaks:
+        x = c.axis.x(a)
+        tip = f"axis broken: {fmt_s(b - a, c.lay.time_scale)} compressed ({c.at(a)} to {c.at(b)})"
+        top, bottom = c.lanes_y - ROW_H, c.lanes_bottom
+        _el(
+            g,
+            "rect",
+            tip,
+            x=x + 4,
+            y=top,
+            width=BREAK_PX - 8,
+            height=bottom - top,
+            fill="#ffffff",
+            fill_opacity="0.8",
+            class_="break",
+        )
+        for dx in (4, BREAK_PX - 4):
+            _el(
+                g,
+                "path",
+                d=f"M{x + dx - 3:.1f},{bottom + 4:.1f} L{x + dx + 3:.1f},{top - 2:.1f}",
+                stroke="#777",
+                fill="none",
+            )
+
+
+def _draw_markers(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="markers")
+    row_end = [0.0] * MARK_ROWS
+    for m in c.lay.marks:
+        x, colour, name = c.axis.x(m.at_s), MARK_COLOURS[m.kind], MARKERS[m.kind]
+        tip = f"{name} at {c.at(m.at_s)}, {m.lane}: {m.text}"
+        mg = _el(g, "g", tip, class_=f"marker {m.kind.value}")
+        _el(
+            mg,
+            "line",
+            x1=x,
+            y1=ROW_H * MARK_ROWS + 2,
+            x2=x,
+            y2=c.lanes_bottom,
+            stroke=colour,
+            stroke_dasharray="4 3",
+        )
+        y = c.lane_mid(m.lane)
+        _el(mg, "path", d=f"M{x:.1f},{y - 7:.1f} l6,7 l-6,7 l-6,-7 z", fill=colour)
+        tx = place(x, name, 0, WIDTH)
+        row = next((i for i, end in enumerate(row_end) if tx >= end + 4), MARK_ROWS - 1)
+        row_end[row] = tx + text_px(name)
+        _text(mg, tx, ROW_H * (row + 1) - 3, name, fill=colour, class_="marker-label")
+
+
+def _draw_axis(c: _Canvas) -> float:
+    """The axis under the lanes, labelled where its pieces begin and end; returns the next y."""
+    g = _el(c.root, "g", class_="axis")
+    y = c.lanes_bottom
+    _el(g, "line", x1=c.axis.x0, y1=y, x2=c.axis.x1, y2=y, stroke="#555")
+    points = sorted({0.0, c.lay.span_s, *(t for br in c.lay.breaks for t in br)})
+    last_end = -1e9
+    for t in points:
+        text = f"+{t:.0f} s" if t >= 10 else f"+{t:.1f} s"
+        x = c.axis.x(t)
+        tx = place(x, text, 0, WIDTH)
+        if tx < last_end + 6:
+            continue  # too close to the previous label; the hover texts carry the times
+        _el(g, "line", x1=x, y1=y, x2=x, y2=y + 4, stroke="#555")
+        _text(g, tx, y + ROW_H, text, class_="axis-label")
+        last_end = tx + text_px(text)
+    return y + ROW_H + 4
+
+
+def _draw_brackets(c: _Canvas, y: float) -> float:
+    g = _el(c.root, "g", class_="brackets")
+    for b in c.lay.brackets:
+        y += ROW_H
+        x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
+        text = f"{b.name} {fmt_s(b.end_s - b.start_s, c.lay.time_scale)}"
+        bg = _el(g, "g", f"{text}: {c.at(b.start_s)} to {c.at(b.end_s)}", class_="bracket")
+        _el(
+            bg,
+            "path",
+            d=f"M{x0:.1f},{y - 9:.1f} V{y - 4:.1f} H{x1:.1f} V{y - 9:.1f}",
+            stroke="#333",
+            fill="none",
+            stroke_width="1.5",
+        )
+        w = text_px(text)
+        if x1 + 6 + w <= WIDTH:
+            tx = x1 + 6
+        elif x0 - 6 - w >= 0:
+            tx = x0 - 6 - w
+        else:
+            tx = place((x0 + x1) / 2, text, 0, WIDTH)
+        _text(bg, tx, y, text, class_="bracket-label")
+    return y + 6
+
+
+def _legend_items() -> list[tuple[str, str, str]]:
+    items = [("rect", colour, state.value) for state, colour in BAR_COLOURS.items()]
+    items += [("marker", MARK_COLOURS[k], name) for k, name in MARKERS.items()]
+    return [*items, ("break", "#777", "axis broken: a quiet gap compressed")]
+
+
+def _legend_rows() -> int:
+    rows, x = 1, 4.0
+    for _, _, text in _legend_items():
+        w = 18 + text_px(text)
+        if x + w > WIDTH:
+            rows, x = rows + 1, 4.0
+        x += w + 12
+    return rows
+
+
+def _draw_legend(c: _Canvas, y: float) -> None:
+    g = _el(c.root, "g", class_="legend")
+    x, y = 4.0, y + ROW_H
+    for shape, colour, text in _legend_items():
+        w = 18 + text_px(text)
+        if x + w > WIDTH:
+            x, y = 4.0, y + ROW_H
+        if shape == "rect":
+            _el(g, "rect", x=x, y=y - 9, width=12, height=10, fill=colour)
+        elif shape == "marker":
+            _el(g, "path", d=f"M{x + 6:.1f},{y - 10:.1f} l6,6 l-6,6 l-6,-6 z", fill=colour)
+        else:
+            _el(g, "path", d=f"M{x + 2:.1f},{y + 1:.1f} L{x + 8:.1f},{y - 10:.1f}", stroke=colour)
+        _text(g, x + 16, y, text)
+        x += w + 12
