@@ -15,7 +15,7 @@ from datetime import datetime
 import jinja2
 from markupsafe import Markup, escape
 
-from runner.report import drill, gantt
+from runner.report import drill, gantt, gantt_layout
 from runner.results import Assertion, EventKind, RunResult, ScenarioResult, Verdict
 
 FOLD_CHARS = 200  # a longer value is folded behind its first words
@@ -81,18 +81,18 @@ def failures(result: RunResult) -> list[Failure]:
 
 
 def seconds(value: float | None, scale: float) -> str:
-    return "-" if value is None else gantt.fmt_s(value, scale)
+    return "-" if value is None else gantt_layout.fmt_s(value, scale)
 
 
 def offset(s: ScenarioResult, at: datetime, scale: float) -> str:
     """An event's time since the scenario began, real-world seconds."""
-    return "+" + gantt.fmt_s((at - s.started_at).total_seconds() * scale, scale)
+    return "+" + gantt_layout.fmt_s((at - s.started_at).total_seconds() * scale, scale)
 
 
 def html(result: RunResult) -> str:
     scale = result.lab.time_scale
     pictures = {
-        s.id: Markup(gantt.svg(gantt.layout(s, scale), f"timeline of {s.id}"))
+        s.id: Markup(gantt.svg(gantt_layout.layout(s, scale), f"timeline of {s.id}"))
         for s in result.scenarios
         if s.timeline
     }
