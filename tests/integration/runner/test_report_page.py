@@ -136,8 +136,7 @@ def test_a_failed_run_reads_at_a_glance(tmp_path: Path) -> None:
         assert texts(driver, f"{svg} .bracket > title") == [
             "time to fail 15.4 s (lab 0.154 s): +4.0 s (lab 0.0404 s) to +19.4 s (lab 0.194 s)",
             "time to detect 313.0 s (lab 3.13 s): +4.0 s (lab 0.0405 s) to +317.0 s (lab 3.17 s)",
-            "time to recover 124.1 s (lab 1.24 s): +972.7 s (lab 9.73 s) "
-            "to +1097 s (lab 11 s)",
+            "time to recover 124.1 s (lab 1.24 s): +972.7 s (lab 9.73 s) to +1097 s (lab 11 s)",
         ]
         assert driver.execute_script(OVERFLOW_JS) == []
         driver.execute_script(

@@ -13,8 +13,8 @@ from runner.labs.base import EventType, LabEvent
 from runner.report import gantt, load_result
 from runner.report.gantt_layout import (
     Axis,
-    Bar,
     Band,
+    Bar,
     BarState,
     Bracket,
     Mark,
@@ -182,7 +182,12 @@ def test_the_svg_has_a_lane_label_per_node_and_escapes_every_text() -> None:
         ("prometheus", "alert ServingDown firing", EventKind.ALERT, None),
         ("runner", "service verified (health and inference)", EventKind.RESTORED, None),
         ("lab:node4", "started incarnation 2 pid 31974", EventKind.STARTED, "node4"),
-        ("lab:node4", "stopped by the lab to re-apply (exit 0, incarnation 1)", EventKind.EXITED, "node4"),
+        (
+            "lab:node4",
+            "stopped by the lab to re-apply (exit 0, incarnation 1)",
+            EventKind.EXITED,
+            "node4",
+        ),
         ("lab:node1", "ready", EventKind.READY, "node1"),
         ("lab:node1", "unready", EventKind.UNREADY, "node1"),
         ("lab:n", "back-off 10.000 s (restarts 1)", EventKind.BACKOFF, "n"),
