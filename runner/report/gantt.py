@@ -255,22 +255,44 @@ def _draw_markers(c: _Canvas) -> None:
         _text(mg, tx, ROW_H * (row + 1) - 3, name, fill=colour, class_="marker-label")
 
 
+def _axis_labels(c: _Canvas) -> list[tuple[float, str, str]]:
+    """(x, text, class): each break's compressed length where it sits, then the axis's ends and
+    the times each break spans."""
+    out = [(c.axis.x(t), _plus(t), "axis-label") for t in (0.0, c.lay.span_s)]
+    for a, b in c.lay.breaks:
+        out += [(c.axis.x(a), _plus(a), "axis-label"), (c.axis.x(b), _plus(b), "axis-label")]
+        out.append((c.axis.x(a) + BREAK_PX / 2, f"{b - a:.0f} s", "gap-label"))
+    # a gap's length first where labels collide: it says what the picture leaves out
+    return sorted(out, key=lambda p: (p[2] != "gap-label", p[0]))
+
+
+def _plus(t: float) -> str:
+    return f"+{t:.0f} s" if t >= 10 else f"+{t:.1f} s"
+
+
 def _draw_axis(c: _Canvas) -> float:
-    """The axis under the lanes, labelled where its pieces begin and end; returns the next y."""
+    """The axis under the lanes, labelled where it begins, breaks and ends (a label that would
+    touch the previous one is left out: the hover texts carry every time); returns the next y."""
     g = _el(c.root, "g", class_="axis")
     y = c.lanes_bottom
     _el(g, "line", x1=c.axis.x0, y1=y, x2=c.axis.x1, y2=y, stroke="#555")
-    points = sorted({0.0, c.lay.span_s, *(t for br in c.lay.breaks for t in br)})
-    last_end = -1e9
-    for t in points:
-        text = f"+{t:.0f} s" if t >= 10 else f"+{t:.1f} s"
-        x = c.axis.x(t)
+    taken: list[tuple[float, float]] = []
+    for x, text, cls in _axis_labels(c):
         tx = place(x, text, 0, WIDTH)
-        if tx < last_end + 6:
-            continue  # too close to the previous label; the hover texts carry the times
-        _el(g, "line", x1=x, y1=y, x2=x, y2=y + 4, stroke="#555")
-        _text(g, tx, y + ROW_H, text, class_="axis-label")
-        last_end = tx + text_px(text)
+        span = (tx - 6, tx + text_px(text) + 6)
+        if any(span[0] < b and a < span[1] for a, b in taken):
+            continue
+        taken.append(span)
+        if cls == "axis-label":
+            _el(g, "line", x1=x, y1=y, x2=x, y2=y + 4, stroke="#555")
+        _text(
+            g,
+            tx,
+            y + ROW_H,
+            text,
+            class_=cls,
+            font_style="italic" if cls != "axis-label" else "normal",
+        )
     return y + ROW_H + 4
 
 
@@ -303,7 +325,7 @@ def _draw_brackets(c: _Canvas, y: float) -> float:
 def _legend_items() -> list[tuple[str, str, str]]:
     items = [("rect", colour, state.value) for state, colour in BAR_COLOURS.items()]
     items += [("marker", MARK_COLOURS[k], name) for k, name in MARKERS.items()]
-    return [*items, ("break", "#777", "axis broken: a quiet gap compressed")]
+    return [*items, ("break", "#777", "axis broken (in italics: the quiet time left out)")]
 
 
 def _legend_rows() -> int:

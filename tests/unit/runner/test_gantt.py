@@ -165,6 +165,8 @@ def test_the_svg_has_a_lane_label_per_node_and_escapes_every_text() -> None:
     assert len(root.findall(".//s:rect[@class='bar crashed']", ns)) == 2
     assert len(root.findall(".//s:g[@class='bracket']", ns)) == 2
     assert len(root.findall(".//s:rect[@class='break']", ns)) == 2
+    gaps = [t.text for t in root.iterfind(".//s:text[@class='gap-label']", ns)]
+    assert gaps == ["299 s", "296 s"]  # the added line at 3 s ends the first silence
     assert "<script>" not in svg and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in svg
     titles = [t.text for t in root.iterfind(".//s:g[@class='bracket']/s:title", ns)]
     assert titles == [
