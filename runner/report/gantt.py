@@ -207,7 +207,7 @@ def _draw_breaks(c: _Canvas) -> None:
     for a, b in c.lay.breaks:
         x = c.axis.x(a)
         tip = f"axis broken: {fmt_s(b - a, c.lay.time_scale)} compressed ({c.at(a)} to {c.at(b)})"
-        top, bottom = c.lanes_y - ROW_H, c.lanes_bottom
+        top, bottom = c.lanes_y, c.lanes_bottom  # below the phase names
         _el(
             g,
             "rect",
