@@ -9,6 +9,7 @@ ElementTree). Text is wrapped, never cut: a long value shows its first words and
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -42,16 +43,44 @@ def head(text: str, limit: int = FOLD_CHARS) -> str:
 
 
 def arrows(text: str) -> Markup:
-    """`text` escaped, each `before -> after` shown as before → after."""
-    parts = [escape(p) for p in text.split(ARROW)]
-    if len(parts) == 1:
-        return Markup(parts[0])
-    sep = Markup(' <span class="arrow">→</span> ')
-    body = sep.join(
-        Markup('<span class="{}">{}</span>').format("before" if i < len(parts) - 1 else "after", p)
-        for i, p in enumerate(parts)
-    )
-    return Markup('<span class="change">{}</span>').format(body)
+    """`text` escaped; a `before -> after` shown as before → after, the words that changed
+    marked (<del>, <ins>) and the leading label ("node1: args") left plain."""
+    parts = text.split(ARROW)
+    if len(parts) != 2:
+        return Markup(' <span class="arrow">→</span> ').join(escape(p) for p in parts)
+    label, old, new = _changed(parts[0].split(" "), parts[1].split(" "))
+    return Markup(
+        '<span class="change">{}<span class="before">{}</span> <span class="arrow">→</span> '
+        '<span class="after">{}</span></span>'
+    ).format(escape(" ".join(label) + " ") if label else "", old, new)
+
+
+def _changed(before: list[str], after: list[str]) -> tuple[list[str], Markup, Markup]:
+    """The label that leads `before` (the words before the first one `after` shares, or, when
+    they share none, all but as many as `after` has), and both sides with changes marked."""
+    sm = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    blocks = [m for m in sm.get_matching_blocks() if m.size]
+    if blocks and blocks[0].b == 0:
+        n_label = blocks[0].a
+    elif not blocks:
+        n_label = max(len(before) - len(after), 0)
+    else:
+        n_label = 0
+    label, before = before[:n_label], before[n_label:]
+    sm = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    old: list[Markup] = []
+    new: list[Markup] = []
+    for op, a0, a1, b0, b1 in sm.get_opcodes():
+        a_words, b_words = " ".join(before[a0:a1]), " ".join(after[b0:b1])
+        if op == "equal":
+            old.append(escape(a_words))
+            new.append(escape(b_words))
+            continue
+        if a_words:
+            old.append(Markup("<del>{}</del>").format(a_words))
+        if b_words:
+            new.append(Markup("<ins>{}</ins>").format(b_words))
+    return label, Markup(" ").join(old), Markup(" ").join(new)
 
 
 def fold(text: str, limit: int = FOLD_CHARS) -> Markup:

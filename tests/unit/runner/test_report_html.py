@@ -21,11 +21,22 @@ def test_head_keeps_whole_words() -> None:
     )
 
 
-def test_a_change_reads_before_then_after_escaped() -> None:
+def test_a_change_reads_before_then_after_with_its_changed_words_marked() -> None:
     assert str(arrows("node1: args --max-model-len 4096 -> --max-model-len <65536>")) == (
-        '<span class="change"><span class="before">node1: args --max-model-len 4096</span>'
-        ' <span class="arrow">→</span> '
-        '<span class="after">--max-model-len &lt;65536&gt;</span></span>'
+        '<span class="change">node1: args <span class="before">--max-model-len <del>4096</del>'
+        '</span> <span class="arrow">→</span> '
+        '<span class="after">--max-model-len <ins>&lt;65536&gt;</ins></span></span>'
+    )
+    # nothing shared: the label is what the after side has no counterpart for
+    assert str(arrows("node3: management address 127.0.80.13 -> 127.0.80.23")) == (
+        '<span class="change">node3: management address <span class="before">'
+        '<del>127.0.80.13</del></span> <span class="arrow">→</span> '
+        '<span class="after"><ins>127.0.80.23</ins></span></span>'
+    )
+    assert str(arrows("serving: args M --port 8000 -> M --port 8000 --nnodes 2")) == (
+        '<span class="change">serving: args <span class="before">M --port 8000</span> '
+        '<span class="arrow">→</span> <span class="after">M --port 8000 <ins>--nnodes 2</ins>'
+        "</span></span>"
     )
     assert str(arrows("no change & <b>")) == "no change &amp; &lt;b&gt;"
 
