@@ -161,3 +161,36 @@ def test_a_real_failed_drill_shows_its_failed_assertion_first(tmp_path: Path) ->
         shot = tmp_path / "report-page-drill.png"
         assert driver.save_screenshot(str(shot))
         keep(shot)
+
+
+def test_a_real_failed_run_shows_its_failure_first_and_a_lane_per_node(tmp_path: Path) -> None:
+    """head-only-restart run on the local lab with its exit code expected wrong (3, not 0):
+    its events carry the kinds the runner records."""
+    need_browser()
+    write_reports(load_result(DATA / "head-only-restart-failed.json"), tmp_path)
+    with browser.chromium() as driver:
+        driver.get((tmp_path / "report.html").as_uri())
+        assert texts(driver, ".failures .failed-assertion") == ["expect: exit code (failed)"]
+        assert texts(driver, ".failures dd") == ["expected: exit code 3", "observed: exit code 0"]
+        svg = "#head-only-restart-wrong svg.gantt"
+        lanes = driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]),"
+            " e => e.firstChild.nodeValue);",
+            f"{svg} text.lane",
+        )
+        assert lanes == ["runner", "node1", "node2", "node3", "node4", "prometheus"]
+        brackets = driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]),"
+            " e => e.firstChild.nodeValue);",
+            f"{svg} .bracket-label",
+        )
+        assert brackets == [
+            "time to fail 26.5 s (lab 0.265 s)",
+            "time to detect 333.8 s (lab 3.34 s)",
+            "time to recover 145.5 s (lab 1.45 s)",
+        ]
+        assert driver.execute_script(OVERFLOW_JS) == []
+        driver.execute_script("document.querySelector(arguments[0]).scrollIntoView()", svg)
+        shot = tmp_path / "report-page-failed-run.png"
+        assert driver.save_screenshot(str(shot))
+        keep(shot)
