@@ -8,9 +8,10 @@ as a pass or a fail of the scenario's assertions.
 from __future__ import annotations
 
 import enum
+import re
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from runner.drill.model import HintView, ObservedAction
 
@@ -68,11 +69,67 @@ class Assertion(Frozen):
         return v
 
 
+class EventKind(enum.StrEnum):
+    """What a timeline event is, for the report's picture (its text says it to a person)."""
+
+    PHASE = "phase"  # a phase of the run began
+    INJECT = "inject"  # the fault, or part of it, was put in place
+    FAIL = "fail"  # the failure was observed
+    ALERT = "alert"  # an expected alert fired
+    RESTORED = "restored"  # the service was verified again
+    STARTED = "started"  # a node's engine started (an incarnation)
+    EXITED = "exited"  # a node's engine exited (crashed, or stopped by the lab)
+    FIRST_OUTPUT = "first_output"
+    READY = "ready"
+    UNREADY = "unready"
+    BACKOFF = "backoff"  # the runtime waits before the next start
+    APPLIED = "applied"  # a node's configuration was applied
+    PROCESS = "process"  # a process beside the engine started or stopped
+    STEP = "step"  # a recovery or cleanup step did something
+    LOG = "log"  # a log line a signature matched
+    NOTE = "note"
+
+
+_TEXT_KINDS: tuple[tuple[str, EventKind], ...] = (
+    (r"phase \w", EventKind.PHASE),
+    (r"inject: ", EventKind.INJECT),
+    (r"failure observed", EventKind.FAIL),
+    (r"alert \S+ firing", EventKind.ALERT),
+    (r"service verified", EventKind.RESTORED),
+    (r"started incarnation", EventKind.STARTED),
+    (r"exited with code|stopped by the lab", EventKind.EXITED),
+    (r"first_output$", EventKind.FIRST_OUTPUT),
+    (r"ready$", EventKind.READY),
+    (r"unready$", EventKind.UNREADY),
+    (r"back-off ", EventKind.BACKOFF),
+    (r"applied$", EventKind.APPLIED),
+    (r"aux_(started|stopped)$", EventKind.PROCESS),
+    (r"log: ", EventKind.LOG),
+    (r"(recover \d+|cleanup|drill): ", EventKind.STEP),
+)
+
+
 class TimelineEvent(Frozen):
     ts: datetime  # UTC
-    source: str  # runner | lab:<node> | log:<node>
+    source: str  # runner | lab:<node> | log:<node> | prometheus | ansible
     clock: str  # whose clock stamped it
     event: str
+    # results written before these were recorded derive them from `event` and `source`
+    kind: EventKind | None = None
+    node: str | None = None  # the node it happened to, where known
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        text, source = str(data.get("event", "")), str(data.get("source", ""))
+        if data.get("kind") is None:
+            kind = next((k for rx, k in _TEXT_KINDS if re.match(rx, text)), EventKind.NOTE)
+            data = {**data, "kind": kind}
+        if data.get("node") is None and source.startswith(("lab:", "log:")):
+            data = {**data, "node": source.split(":", 1)[1]}
+        return data
 
 
 MAX_EVIDENCE_LINE = 4000  # characters of one log line kept as evidence

@@ -3,8 +3,8 @@
 - result.json  the RunResult as JSON (documented in README.md)
 - junit.xml    one testcase per scenario; a failed assertion is a <failure>, an error an <error>
 - report.md    a summary a person reads in a terminal or a PR comment
-- report.html  self-contained: a timeline picture per scenario and the evidence; every value that
-               came from a lab or a log is escaped (Jinja2 autoescape)
+- report.html  self-contained: failures first, a summary, a Gantt picture per scenario and the
+               evidence (runner.report.html); every value from a lab or a log is escaped
 
 Every string is redacted (runner.redact) and its control characters made visible
 (runner.printable) before any file is written: XML 1.0 has no form for most C0 characters, and
@@ -17,7 +17,6 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import jinja2
 import pydantic
 
 from runner.errors import InputError
@@ -25,6 +24,7 @@ from runner.fsutil import read_bytes
 from runner.printable import printable
 from runner.redact import redact_obj
 from runner.report import drill
+from runner.report import html as html_page
 from runner.results import RunResult, ScenarioResult, Verdict
 
 FILES = ("result.json", "junit.xml", "report.md", "report.html")
@@ -194,34 +194,5 @@ def _drill_md(s: ScenarioResult) -> list[str]:
     return [*lines, ""]
 
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("runner", "report/templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-
-
-def timeline_points(s: ScenarioResult) -> list[dict[str, object]]:
-    if not s.timeline:
-        return []
-    t0 = min(e.ts for e in s.timeline)
-    t1 = max(e.ts for e in s.timeline)
-    span = max((t1 - t0).total_seconds(), 1e-3)
-    return [
-        {
-            "x": (e.ts - t0).total_seconds() / span,
-            "t": (e.ts - t0).total_seconds(),
-            "source": e.source,
-            "event": e.event,
-            "clock": e.clock,
-        }
-        for e in s.timeline
-    ]
-
-
 def html(result: RunResult) -> str:
-    return _ENV.get_template("report.html.j2").render(
-        r=result, points={s.id: timeline_points(s) for s in result.scenarios}, drill=drill
-    )
+    return html_page.html(result)

@@ -10,11 +10,33 @@ from datetime import UTC, datetime
 from runner import signature as sig
 from runner.labs.base import EventType, LabEvent, LogLine
 from runner.probes import ProbeResult
-from runner.results import Assertion, Evidence, EvidenceLine, Phase, TimelineEvent, Verdict
+from runner.results import (
+    Assertion,
+    EventKind,
+    Evidence,
+    EvidenceLine,
+    Phase,
+    TimelineEvent,
+    Verdict,
+    truncate,
+)
 from runner.scenario import Pattern
 
 CONTEXT_LINES = 3  # lines kept on each side of a matched line
 TAIL_LINES = 8  # the log's last lines, always kept
+
+
+LAB_KINDS = {
+    EventType.APPLIED: EventKind.APPLIED,
+    EventType.STARTED: EventKind.STARTED,
+    EventType.FIRST_OUTPUT: EventKind.FIRST_OUTPUT,
+    EventType.READY: EventKind.READY,
+    EventType.UNREADY: EventKind.UNREADY,
+    EventType.EXITED: EventKind.EXITED,
+    EventType.BACKOFF: EventKind.BACKOFF,
+    EventType.AUX_STARTED: EventKind.PROCESS,
+    EventType.AUX_STOPPED: EventKind.PROCESS,
+}
 
 
 @dataclass
@@ -88,9 +110,19 @@ class Recorder:
         ts: datetime | None = None,
         source: str = "runner",
         clock: str = "runner (UTC)",
+        kind: EventKind | None = None,
+        node: str | None = None,
     ) -> None:
+        """`kind`: what it is for the report's picture (None: derived from the text)."""
         self.timeline.append(
-            TimelineEvent(ts=ts or datetime.now(UTC), source=source, clock=clock, event=event)
+            TimelineEvent(
+                ts=ts or datetime.now(UTC),
+                source=source,
+                clock=clock,
+                event=event,
+                kind=kind,
+                node=node,
+            )
         )
 
     def lab_event(self, e: LabEvent) -> None:
@@ -101,14 +133,28 @@ class Recorder:
             if e.stopped:
                 took = f", {e.stop_took_s:.3f} s after SIGTERM" if e.stop_took_s is not None else ""
                 text = f"stopped by the lab to re-apply (exit {code}, incarnation {inc}{took})"
-            self.event(text, ts=e.exit.finished_at, source=source, clock="lab runtime (exit time)")
+            self.event(
+                text,
+                ts=e.exit.finished_at,
+                source=source,
+                clock="lab runtime (exit time)",
+                kind=EventKind.EXITED,
+                node=e.node,
+            )
             return
         text = e.type.value
         if e.type is EventType.BACKOFF:
             text = f"back-off {e.delay_s or 0:.3f} s (restarts {e.restarts})"
         elif e.type is EventType.STARTED:
             text = f"started incarnation {e.incarnation} pid {e.pid}"
-        self.event(text, ts=e.ts, source=source, clock="lab runtime (UTC)")
+        self.event(
+            text,
+            ts=e.ts,
+            source=source,
+            clock="lab runtime (UTC)",
+            kind=LAB_KINDS[e.type],
+            node=e.node,
+        )
 
     # ---- evidence ----
     def signature(
@@ -140,16 +186,18 @@ class Recorder:
                 expected=f"no line matches /{r.pattern.regex}/",
                 observed="none found"
                 if not r.matched
-                else f"line {r.line_index}: {(r.line or '')[:300]}",
+                else f"line {r.line_index}: {truncate(r.line or '')}",
             )
         for r in result.in_order:
             if r.ok and r.line_index is not None:
                 ln = logs[r.line_index]
                 self.event(
-                    f"log: {ln.text[:160]}",
+                    f"log: {truncate(ln.text)}",
                     ts=ln.ts,
                     source=f"log:{node}",
                     clock="lab runtime (log line, stamped in UTC as read)",
+                    kind=EventKind.LOG,
+                    node=node,
                 )
         marks = {
             r.line_index for r in (*result.in_order, *result.absent) if r.line_index is not None
@@ -176,7 +224,7 @@ def _label(p: Pattern) -> str:
 def _observed(r: sig.PatternResult, i: int, n_lines: int, source: str) -> str:
     if r.ok:
         caps = ", ".join(f"{k}={v}" for k, v in r.captures.items())
-        return f"line {r.line_index}: {r.line[:300] if r.line else ''}" + (
+        return f"line {r.line_index}: {truncate(r.line or '')}" + (
             f"  [captures: {caps}]" if caps else ""
         )
     if r.matched:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runner.errors import LabError
-from runner.results import Phase, Verdict
+from runner.results import EventKind, Phase, Verdict
 from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.scenario import LoadedScenario
 
@@ -23,7 +23,7 @@ class Steady:
 
 def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
     ctx.progress("baseline: waiting for the target to be ready")
-    ctx.rec.event("phase baseline")
+    ctx.rec.event("phase baseline", kind=EventKind.PHASE)
     if ctx.lab.config(ctx.target) != ctx.lab.baseline_config(ctx.target):
         raise LabError(
             f"node {ctx.target} is not at its baseline configuration",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from runner.errors import GamedayError
 from runner.labs import group_restart_needed, restart_scope
 from runner.labs.base import Change, ChangeKind, NodeState
-from runner.results import Phase
+from runner.results import EventKind, Phase
 from runner.run.actions import undo_all
 from runner.run.context import Context
 
@@ -26,7 +26,7 @@ def cleanup(ctx: Context) -> Cleaned:
     """If the target does not come back on its own (a head that exited 0 is not restarted by
     its policy), restart its whole group together, as the runbook says."""
     ctx.progress("cleanup")
-    ctx.rec.event("phase cleanup")
+    ctx.rec.event("phase cleanup", kind=EventKind.PHASE)
     undone: list[Change] = []
     try:
         undone = undo_all(ctx, "cleanup")

@@ -10,7 +10,7 @@ from typing import Any
 
 from runner import prometheus
 from runner.errors import GamedayError
-from runner.results import Phase
+from runner.results import EventKind, Phase
 from runner.run.context import Context, utcnow
 from runner.scenario import AlertExpectation, LoadedScenario, Window
 from runner.timing import elapsed_real
@@ -33,7 +33,7 @@ def detect(ctx: Context, ls: LoadedScenario) -> Detected:
     if not alerts:
         return Detected(None)
     ctx.progress("detect: waiting for alerts")
-    ctx.rec.event("phase detect")
+    ctx.rec.event("phase detect", kind=EventKind.PHASE)
     since = ctx.fault_began_at or ctx.injected_at or utcnow()
     for a in alerts:
         got = one_alert(ctx, a, since)
@@ -80,6 +80,7 @@ def one_alert(ctx: Context, a: AlertExpectation, since: datetime) -> float | Non
         ts=fired,
         source="prometheus",
         clock="Prometheus (activeAt + the rule's for)",
+        kind=EventKind.ALERT,
     )
     ctx.rec.check(
         phase=Phase.DETECT,

@@ -13,7 +13,7 @@ from runner import signature as sig
 from runner import startup
 from runner.labs.base import ExitInfo, LogLine
 from runner.labs.common import crash_loop_backoff_s
-from runner.results import Phase
+from runner.results import EventKind, Phase
 from runner.run.context import (
     POLL_S,
     Context,
@@ -40,7 +40,7 @@ class Expected:
 
 def expect(ctx: Context, ls: LoadedScenario) -> Expected:
     ctx.progress("expect: waiting for the failure")
-    ctx.rec.event("phase expect")
+    ctx.rec.event("phase expect", kind=EventKind.PHASE)
     if ls.scenario.expect.failure is FailureMode.SILENT:
         return expect_silent(ctx, ls)
     return expect_exit(ctx, ls)
@@ -60,7 +60,7 @@ def expect_silent(ctx: Context, ls: LoadedScenario) -> Expected:
     if not all_passed(results):
         return Expected(None)
     ttf = elapsed_real(ctx.scale, ctx.fault_at or ctx.injected_at, seen_at)
-    ctx.rec.event("failure observed (silent: seen by the probes)", ts=seen_at)
+    ctx.rec.event("failure observed (silent: seen by the probes)", ts=seen_at, kind=EventKind.FAIL)
     ctx.check_window(
         Phase.EXPECT,
         "expect: time to fail",
@@ -85,6 +85,8 @@ def expect_exit(ctx: Context, ls: LoadedScenario) -> Expected:
         ts=failure.finished_at,
         source=f"lab:{ctx.target}",
         clock="lab runtime (exit time)",
+        kind=EventKind.FAIL,
+        node=ctx.target,
     )
     capture_evidence(ctx, ls, "at the failure")
     if exp.state is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner.results import Phase
+from runner.results import EventKind, Phase
 from runner.run.actions import UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.scenario import LoadedScenario
@@ -19,7 +19,7 @@ class Injected:
 
 def inject(ctx: Context, ls: LoadedScenario) -> Injected:
     ctx.progress("inject")
-    ctx.rec.event("phase inject")
+    ctx.rec.event("phase inject", kind=EventKind.PHASE)
     ctx.injected_at = utcnow()
     ctx.inject_seq = ctx.seq
     try:

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from runner import signature as sig
 from runner.labs.base import LabEvent, NodeState
-from runner.results import Phase, Verdict
+from runner.results import EventKind, Phase, Verdict
 from runner.run.actions import UserStepFailed, apply_actions
 from runner.run.context import Context, all_passed, first_exit, utcnow
 from runner.run.phases.expect import logs_for
@@ -25,7 +25,7 @@ class Recovered:
 
 def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
     sc = ls.scenario
-    ctx.rec.event("phase recover")
+    ctx.rec.event("phase recover", kind=EventKind.PHASE)
     ttr: float | None = None
     for i, step in enumerate(sc.recover, 1):
         ctx.progress(f"recover {i}/{len(sc.recover)}: {step.name}")
@@ -66,7 +66,7 @@ def step_failed(ctx: Context, step: RecoveryStep, label: str, why: str) -> bool:
 def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -> float | None:
     """Service back: the node ready, then every verification probe passing, within the window."""
     v = ls.scenario.verify
-    ctx.rec.event(f"phase verify ({label})")
+    ctx.rec.event(f"phase verify ({label})", kind=EventKind.PHASE)
     deadline_lab = ctx.scale.window_deadline_lab(v.time_to_recover) + ctx.lab.start_cost_s
     t_end = time.monotonic() + deadline_lab
     gen0 = ctx.lab.states()[ctx.target].generation
@@ -103,7 +103,7 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
     # the interpreter's own start does not scale)
     start = max(applied_at, state.first_output_at or applied_at)
     ttr = elapsed_real(ctx.scale, start, passed_at)
-    ctx.rec.event("service verified (health and inference)", ts=passed_at)
+    ctx.rec.event("service verified (health and inference)", ts=passed_at, kind=EventKind.RESTORED)
     ctx.check_window(
         Phase.VERIFY,
         "verify: time to recover",

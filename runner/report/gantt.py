@@ -1,0 +1,355 @@
+"""A scenario's timeline as an SVG Gantt chart (runner.report.gantt_layout lays it out): lanes,
+phase bands, incarnation bars, markers, brackets and a broken axis. Server-side, no script:
+every string is escaped by ElementTree, and full texts are in <title> (shown on hover).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+from runner.report.gantt_layout import (
+    BREAK_PX,
+    MARKERS,
+    WIDTH,
+    Axis,
+    BarState,
+    Layout,
+    fmt_s,
+)
+from runner.results import EventKind
+
+FONT_PX = 11
+CHAR_PX = 7.0  # a generous width of one character at FONT_PX (labels are placed with it)
+ROW_H = 15  # a row of labels (markers, phases, brackets, legend)
+LANE_H = 24
+MARK_ROWS = 2
+PHASE_COLOURS = {
+    "baseline": "#e8f1e4",
+    "inject": "#fbe3cf",
+    "expect": "#f8d9d9",
+    "detect": "#fff1c2",
+    "recover": "#dde8fa",
+    "verify": "#d9f0ea",
+    "cleanup": "#ececec",
+}
+BAR_COLOURS = {
+    BarState.STARTING: "#9cc3e6",
+    BarState.RUNNING: "#3a7bd5",
+    BarState.UNREADY: "#e0a030",
+    BarState.CRASHED: "#c0392b",
+    BarState.BACKOFF: "#8e8e8e",
+}
+MARK_COLOURS = {
+    EventKind.INJECT: "#d35400",
+    EventKind.FAIL: "#b3141b",
+    EventKind.ALERT: "#8e44ad",
+    EventKind.RESTORED: "#17702a",
+}
+
+
+def text_px(text: str) -> float:
+    return len(text) * CHAR_PX
+
+
+def place(centre: float, text: str, lo: float, hi: float) -> float:
+    """The x at which `text`, centred on `centre` where it can be, starts inside [lo, hi]."""
+    w = text_px(text)
+    return max(lo, min(centre - w / 2, hi - w))
+
+
+def _el(parent: ET.Element, tag: str, title: str | None = None, **attrs: object) -> ET.Element:
+    el = ET.SubElement(
+        parent, tag, {k.rstrip("_").replace("_", "-"): _attr(v) for k, v in attrs.items()}
+    )
+    if title is not None:
+        ET.SubElement(el, "title").text = title
+    return el
+
+
+def _attr(v: object) -> str:
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+def _text(parent: ET.Element, x: float, y: float, text: str, **attrs: object) -> ET.Element:
+    el = _el(parent, "text", None, x=x, y=y, **attrs)
+    el.text = text
+    return el
+
+
+@dataclass
+class _Canvas:
+    lay: Layout
+    axis: Axis
+    root: ET.Element
+    lanes_y: float  # top of the first lane
+
+    def lane_mid(self, lane: str) -> float:
+        return self.lanes_y + LANE_H * self.lay.lanes.index(lane) + LANE_H / 2
+
+    @property
+    def lanes_bottom(self) -> float:
+        return self.lanes_y + LANE_H * len(self.lay.lanes)
+
+    def at(self, t: float) -> str:
+        return "+" + fmt_s(t, self.lay.time_scale)
+
+
+def svg(lay: Layout, label: str) -> str:
+    """The picture as an <svg> element (inline in the page); `label`: its accessible name."""
+    label_px = min(max(max(text_px(n) for n in lay.lanes) + 14, 80.0), 170.0)
+    axis = Axis(label_px, WIDTH - 12, lay.span_s, lay.breaks)
+    lanes_y = ROW_H * (MARK_ROWS + 1) + 6
+    height = lanes_y + LANE_H * len(lay.lanes) + ROW_H * (2 + len(lay.brackets) + _legend_rows())
+    height += 10
+    root = ET.Element(
+        "svg",
+        {
+            "xmlns": "http://www.w3.org/2000/svg",
+            "class": "gantt",
+            "width": str(WIDTH),
+            "height": f"{height:.0f}",
+            "viewBox": f"0 0 {WIDTH} {height:.0f}",
+            "role": "img",
+            "aria-label": label,
+            "font-size": str(FONT_PX),
+        },
+    )
+    ET.SubElement(root, "title").text = f"{label} (real-world seconds since the scenario began)"
+    c = _Canvas(lay, axis, root, lanes_y)
+    _draw_bands(c)
+    _draw_lanes(c, label_px)
+    _draw_bars(c)
+    _draw_ticks(c)
+    _draw_breaks(c)
+    _draw_markers(c)
+    y = _draw_axis(c)
+    y = _draw_brackets(c, y)
+    _draw_legend(c, y)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _draw_bands(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="bands")
+    y_label = c.lanes_y - 4
+    for b in c.lay.bands:
+        x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
+        tip = f"{b.text}: {c.at(b.start_s)} to {c.at(b.end_s)}"
+        fill = PHASE_COLOURS.get(b.phase, "#f4f4f4")
+        _el(
+            g,
+            "rect",
+            tip,
+            x=x0,
+            y=y_label - ROW_H + 4,
+            width=max(x1 - x0, 1.0),
+            height=c.lanes_bottom - y_label + ROW_H - 4,
+            fill=fill,
+            class_="band",
+        )
+        if text_px(b.phase) + 4 <= x1 - x0:
+            _text(g, x0 + 2, y_label, b.phase, class_="phase")
+
+
+def _draw_lanes(c: _Canvas, label_px: float) -> None:
+    g = _el(c.root, "g", class_="lanes")
+    for i, lane in enumerate(c.lay.lanes):
+        y = c.lanes_y + LANE_H * i
+        _el(g, "line", x1=0, y1=y + LANE_H, x2=WIDTH, y2=y + LANE_H, stroke="#d0d0d0")
+        fit = {}
+        if text_px(lane) > label_px - 10:  # a long name is squeezed to fit, never cut
+            fit = {"textLength": label_px - 10, "lengthAdjust": "spacingAndGlyphs"}
+        el = _text(g, 4, y + LANE_H / 2 + 4, lane, class_="lane", **fit)
+        ET.SubElement(el, "title").text = lane
+
+
+def _draw_bars(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="bars")
+    for b in c.lay.bars:
+        x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
+        inc = f" incarnation {b.incarnation}" if b.incarnation is not None else ""
+        tip = (
+            f"{b.lane}{inc}: {b.state.value} from {c.at(b.start_s)} to {c.at(b.end_s)} "
+            f"({fmt_s(b.end_s - b.start_s, c.lay.time_scale)})"
+        )
+        _el(
+            g,
+            "rect",
+            tip,
+            x=x0,
+            y=c.lane_mid(b.lane) - 6,
+            width=max(x1 - x0, 1.5),
+            height=12,
+            fill=BAR_COLOURS[b.state],
+            class_=f"bar {b.state.value}",
+            data_lane=b.lane,
+        )
+
+
+def _draw_ticks(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="ticks")
+    for m in c.lay.ticks:
+        tip = f"{c.at(m.at_s)} {m.lane}: {m.text}"
+        _el(
+            g,
+            "circle",
+            tip,
+            cx=c.axis.x(m.at_s),
+            cy=c.lane_mid(m.lane) + 9,
+            r=2.2,
+            fill="#555",
+            class_=f"tick {m.kind.value}",
+        )
+
+
+def _draw_breaks(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="breaks")
+    for a, b in c.lay.breaks:
+        x = c.axis.x(a)
+        tip = f"axis broken: {fmt_s(b - a, c.lay.time_scale)} compressed ({c.at(a)} to {c.at(b)})"
+        top, bottom = c.lanes_y, c.lanes_bottom  # below the phase names
+        _el(
+            g,
+            "rect",
+            tip,
+            x=x + 4,
+            y=top,
+            width=BREAK_PX - 8,
+            height=bottom - top,
+            fill="#ffffff",
+            fill_opacity="0.8",
+            class_="break",
+        )
+        for dx in (4, BREAK_PX - 4):
+            _el(
+                g,
+                "path",
+                d=f"M{x + dx - 3:.1f},{bottom + 4:.1f} L{x + dx + 3:.1f},{top - 2:.1f}",
+                stroke="#777",
+                fill="none",
+            )
+
+
+def _draw_markers(c: _Canvas) -> None:
+    g = _el(c.root, "g", class_="markers")
+    row_end = [0.0] * MARK_ROWS
+    for m in c.lay.marks:
+        x, colour, name = c.axis.x(m.at_s), MARK_COLOURS[m.kind], MARKERS[m.kind]
+        tip = f"{name} at {c.at(m.at_s)}, {m.lane}: {m.text}"
+        mg = _el(g, "g", tip, class_=f"marker {m.kind.value}")
+        _el(
+            mg,
+            "line",
+            x1=x,
+            y1=ROW_H * MARK_ROWS + 2,
+            x2=x,
+            y2=c.lanes_bottom,
+            stroke=colour,
+            stroke_dasharray="4 3",
+        )
+        y = c.lane_mid(m.lane)
+        _el(mg, "path", d=f"M{x:.1f},{y - 7:.1f} l6,7 l-6,7 l-6,-7 z", fill=colour)
+        tx = place(x, name, 0, WIDTH)
+        row = next((i for i, end in enumerate(row_end) if tx >= end + 4), MARK_ROWS - 1)
+        row_end[row] = tx + text_px(name)
+        _text(mg, tx, ROW_H * (row + 1) - 3, name, fill=colour, class_="marker-label")
+
+
+def _axis_labels(c: _Canvas) -> list[tuple[float, str, str]]:
+    """(x, text, class): each break's compressed length where it sits, then the axis's ends and
+    the times each break spans."""
+    out = [(c.axis.x(t), _plus(t), "axis-label") for t in (0.0, c.lay.span_s)]
+    for a, b in c.lay.breaks:
+        out += [(c.axis.x(a), _plus(a), "axis-label"), (c.axis.x(b), _plus(b), "axis-label")]
+        out.append((c.axis.x(a) + BREAK_PX / 2, f"{b - a:.0f} s", "gap-label"))
+    # a gap's length first where labels collide: it says what the picture leaves out
+    return sorted(out, key=lambda p: (p[2] != "gap-label", p[0]))
+
+
+def _plus(t: float) -> str:
+    return f"+{t:.0f} s" if t >= 10 else f"+{t:.1f} s"
+
+
+def _draw_axis(c: _Canvas) -> float:
+    """The axis under the lanes, labelled where it begins, breaks and ends (a label that would
+    touch the previous one is left out: the hover texts carry every time); returns the next y."""
+    g = _el(c.root, "g", class_="axis")
+    y = c.lanes_bottom
+    _el(g, "line", x1=c.axis.x0, y1=y, x2=c.axis.x1, y2=y, stroke="#555")
+    taken: list[tuple[float, float]] = []
+    for x, text, cls in _axis_labels(c):
+        tx = place(x, text, 0, WIDTH)
+        span = (tx - 6, tx + text_px(text) + 6)
+        if any(span[0] < b and a < span[1] for a, b in taken):
+            continue
+        taken.append(span)
+        if cls == "axis-label":
+            _el(g, "line", x1=x, y1=y, x2=x, y2=y + 4, stroke="#555")
+        _text(
+            g,
+            tx,
+            y + ROW_H,
+            text,
+            class_=cls,
+            font_style="italic" if cls != "axis-label" else "normal",
+        )
+    return y + ROW_H + 4
+
+
+def _draw_brackets(c: _Canvas, y: float) -> float:
+    g = _el(c.root, "g", class_="brackets")
+    for b in c.lay.brackets:
+        y += ROW_H
+        x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
+        text = f"{b.name} {fmt_s(b.end_s - b.start_s, c.lay.time_scale)}"
+        bg = _el(g, "g", f"{text}: {c.at(b.start_s)} to {c.at(b.end_s)}", class_="bracket")
+        _el(
+            bg,
+            "path",
+            d=f"M{x0:.1f},{y - 9:.1f} V{y - 4:.1f} H{x1:.1f} V{y - 9:.1f}",
+            stroke="#333",
+            fill="none",
+            stroke_width="1.5",
+        )
+        w = text_px(text)
+        if x1 + 6 + w <= WIDTH:
+            tx = x1 + 6
+        elif x0 - 6 - w >= 0:
+            tx = x0 - 6 - w
+        else:
+            tx = place((x0 + x1) / 2, text, 0, WIDTH)
+        _text(bg, tx, y, text, class_="bracket-label")
+    return y + 6
+
+
+def _legend_items() -> list[tuple[str, str, str]]:
+    items = [("rect", colour, state.value) for state, colour in BAR_COLOURS.items()]
+    items += [("marker", MARK_COLOURS[k], name) for k, name in MARKERS.items()]
+    return [*items, ("break", "#777", "axis broken (in italics: the quiet time left out)")]
+
+
+def _legend_rows() -> int:
+    rows, x = 1, 4.0
+    for _, _, text in _legend_items():
+        w = 18 + text_px(text)
+        if x + w > WIDTH:
+            rows, x = rows + 1, 4.0
+        x += w + 12
+    return rows
+
+
+def _draw_legend(c: _Canvas, y: float) -> None:
+    g = _el(c.root, "g", class_="legend")
+    x, y = 4.0, y + ROW_H
+    for shape, colour, text in _legend_items():
+        w = 18 + text_px(text)
+        if x + w > WIDTH:
+            x, y = 4.0, y + ROW_H
+        if shape == "rect":
+            _el(g, "rect", x=x, y=y - 9, width=12, height=10, fill=colour)
+        elif shape == "marker":
+            _el(g, "path", d=f"M{x + 6:.1f},{y - 10:.1f} l6,6 l-6,6 l-6,-6 z", fill=colour)
+        else:
+            _el(g, "path", d=f"M{x + 2:.1f},{y + 1:.1f} L{x + 8:.1f},{y - 10:.1f}", stroke=colour)
+        _text(g, x + 16, y, text)
+        x += w + 12

@@ -1,0 +1,226 @@
+"""The report's Gantt picture: lanes, incarnation bars, phase bands, markers, brackets and the
+broken axis, from events; the kinds an old result.json derives from its texts."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from runner.labs.base import EventType, LabEvent
+from runner.report import gantt, load_result
+from runner.report.gantt_layout import (
+    Axis,
+    Band,
+    Bar,
+    BarState,
+    Bracket,
+    Mark,
+    fmt_s,
+    layout,
+    quiet_breaks,
+)
+from runner.results import EventKind, ScenarioResult, TimelineEvent, Verdict
+from runner.run.record import Recorder
+
+DATA = Path(__file__).parents[2] / "data" / "report"
+T0 = datetime(2026, 12, 1, 5, 0, 0, tzinfo=UTC)
+
+
+def ev(at: float, source: str, text: str, kind: EventKind | None = None) -> TimelineEvent:
+    return TimelineEvent(
+        ts=T0 + timedelta(seconds=at), source=source, clock="test", event=text, kind=kind
+    )
+
+
+def crash_loop() -> ScenarioResult:
+    """A node that crashes, waits out two 300-second back-offs, then serves."""
+    events = [
+        ev(0, "runner", "phase inject"),
+        ev(0.5, "runner", "inject: SIGKILL to n1's engine core"),
+        ev(1, "lab:n1", "exited with code 1 (incarnation 1)"),
+        ev(1, "lab:n1", "failure observed (exit 1)"),
+        ev(2, "lab:n1", "back-off 300.000 s (restarts 1)"),
+        ev(302, "lab:n1", "started incarnation 2 pid 10"),
+        ev(303, "lab:n1", "exited with code 1 (incarnation 2)"),
+        ev(304, "lab:n1", "back-off 300.000 s (restarts 2)"),
+        ev(600, "runner", "phase recover"),
+        ev(604, "lab:n1", "started incarnation 3 pid 11"),
+        ev(605, "lab:n1", "ready"),
+        ev(606, "runner", "service verified (health and inference)"),
+    ]
+    return ScenarioResult(
+        id="crash-loop",
+        title="a crash loop",
+        file="scenarios/crash-loop.yaml",
+        lab="local",
+        verdict=Verdict.PASSED,
+        time_to_fail_s=0.5,
+        time_to_recover_s=2.0,
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=606),
+        assertions=[],
+        timeline=events,
+        evidence=[],
+        notes=[],
+    )
+
+
+def test_a_crash_loop_is_a_lane_of_bars_with_its_back_offs_on_a_broken_axis() -> None:
+    lay = layout(crash_loop(), 1.0)
+    assert lay.lanes == ("runner", "n1", "prometheus")
+    assert lay.span_s == 606.0
+    assert lay.breaks == ((2.0, 302.0), (304.0, 600.0))
+    assert lay.bars == (
+        Bar("n1", 0.0, 1.0, BarState.RUNNING, 1),
+        Bar("n1", 1.0, 2.0, BarState.CRASHED, 1),
+        Bar("n1", 2.0, 302.0, BarState.BACKOFF, 1),
+        Bar("n1", 302.0, 303.0, BarState.STARTING, 2),
+        Bar("n1", 303.0, 304.0, BarState.CRASHED, 2),
+        Bar("n1", 304.0, 604.0, BarState.BACKOFF, 2),
+        Bar("n1", 604.0, 605.0, BarState.STARTING, 3),
+        Bar("n1", 605.0, 606.0, BarState.RUNNING, 3),
+    )
+    assert lay.bands == (
+        Band("inject", 0.0, 600.0, "phase inject"),
+        Band("recover", 600.0, 606.0, "phase recover"),
+    )
+    assert [(m.kind, m.lane, m.at_s) for m in lay.marks] == [
+        (EventKind.INJECT, "runner", 0.5),
+        (EventKind.FAIL, "n1", 1.0),
+        (EventKind.RESTORED, "runner", 606.0),
+    ]
+    assert lay.brackets == (
+        Bracket("time to fail", 0.5, 1.0),
+        Bracket("time to recover", 604.0, 606.0),
+    )
+
+
+def test_the_axis_gives_a_compressed_gap_a_fixed_width_and_shares_the_rest() -> None:
+    axis = Axis(100.0, 1100.0, 604.0, ((2.0, 302.0), (303.0, 603.0)))
+    # 1000 px, two breaks of 44 px: 912 px for the 4 s not compressed, 228 px a second
+    assert axis.px_per_s == 228.0
+    assert [axis.x(t) for t in (0, 2, 152, 302, 303, 603, 604)] == [
+        100.0,
+        556.0,
+        578.0,
+        600.0,
+        828.0,
+        872.0,
+        1100.0,
+    ]
+
+
+def test_only_gaps_long_against_the_usual_gap_are_compressed() -> None:
+    assert quiet_breaks([0, 1, 2, 302, 303, 603, 604], 604.0) == ((2.0, 302.0), (303.0, 603.0))
+    # events spread evenly keep a linear axis
+    assert quiet_breaks([0, 40, 60, 100], 100.0) == ()
+    # 9 s is never compressed, however short the rest
+    assert quiet_breaks([0, 0.1, 0.2, 9.2], 9.2) == ()
+    assert quiet_breaks([0, 1, 2, 3, 100, 101, 102], 102.0) == ((3.0, 100.0),)
+
+
+def test_times_are_real_world_seconds_with_the_labs_in_brackets() -> None:
+    lay = layout(crash_loop(), 100.0)  # the lab ran 6.06 s, the real world 606 s
+    assert lay.span_s == 60600.0
+    assert fmt_s(15.388, 100.0) == "15.4 s (lab 0.154 s)"
+    assert fmt_s(15.388, 1.0) == "15.4 s"
+    assert fmt_s(60600.0, 100.0) == "60600 s (lab 606 s)"
+
+
+def test_a_real_four_node_restart_has_a_lane_per_node_and_its_incarnations() -> None:
+    run = load_result(DATA / "seven-passed.json")
+    s = next(s for s in run.scenarios if s.id == "head-only-restart")
+    lay = layout(s, run.lab.time_scale)
+    assert lay.lanes == ("runner", "node1", "node2", "node3", "node4", "prometheus")
+    assert [b for b in lay.bars if b.lane == "node2"] == [
+        Bar("node2", 0.0, 955.2502, BarState.RUNNING, 1),
+        Bar("node2", 959.2152, 976.1522, BarState.STARTING, 2),
+        Bar("node2", 976.1522, 1097.1467, BarState.RUNNING, 2),
+    ]
+    assert [(m.kind.value, m.lane, m.at_s) for m in lay.marks] == [
+        ("inject", "runner", 3.5979),
+        ("fail", "node1", 19.4329),
+        ("alert", "prometheus", 317.0232),
+        ("restored", "runner", 1096.7995),
+    ]
+    assert [b.name for b in lay.brackets] == ["time to fail", "time to detect", "time to recover"]
+    assert lay.brackets[0] == Bracket("time to fail", pytest.approx(4.0449), 19.4329)
+
+
+def test_the_svg_has_a_lane_label_per_node_and_escapes_every_text() -> None:
+    s = crash_loop()
+    evil = ev(3, "lab:n1", "log: <script>alert(1)</script> & more")
+    s = s.model_copy(update={"timeline": [*s.timeline, evil]})
+    svg = gantt.svg(layout(s, 1.0), "timeline of crash-loop")
+    root = ET.fromstring(svg)
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    assert [t.text for t in root.iterfind(".//s:text[@class='lane']", ns)] == [
+        "runner",
+        "n1",
+        "prometheus",
+    ]
+    assert len(root.findall(".//s:rect[@class='bar crashed']", ns)) == 2
+    assert len(root.findall(".//s:g[@class='bracket']", ns)) == 2
+    assert len(root.findall(".//s:rect[@class='break']", ns)) == 2
+    gaps = [t.text for t in root.iterfind(".//s:text[@class='gap-label']", ns)]
+    assert gaps == ["299 s", "296 s"]  # the added line at 3 s ends the first silence
+    assert "<script>" not in svg and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in svg
+    titles = [t.text for t in root.iterfind(".//s:g[@class='bracket']/s:title", ns)]
+    assert titles == [
+        "time to fail 0.5 s: +0.5 s to +1.0 s",
+        "time to recover 2.0 s: +604.0 s to +606.0 s",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "text", "kind", "node"),
+    [
+        ("runner", "phase verify (recover 2: restart all)", EventKind.PHASE, None),
+        ("runner", "inject: node1: args --a 1 -> --a 2", EventKind.INJECT, None),
+        ("lab:node1", "failure observed (exit 0)", EventKind.FAIL, "node1"),
+        ("prometheus", "alert ServingDown firing", EventKind.ALERT, None),
+        ("runner", "service verified (health and inference)", EventKind.RESTORED, None),
+        ("lab:node4", "started incarnation 2 pid 31974", EventKind.STARTED, "node4"),
+        (
+            "lab:node4",
+            "stopped by the lab to re-apply (exit 0, incarnation 1)",
+            EventKind.EXITED,
+            "node4",
+        ),
+        ("lab:node1", "ready", EventKind.READY, "node1"),
+        ("lab:node1", "unready", EventKind.UNREADY, "node1"),
+        ("lab:n", "back-off 10.000 s (restarts 1)", EventKind.BACKOFF, "n"),
+        ("log:node2", "log: [rank1] Failed to check", EventKind.LOG, "node2"),
+        ("runner", "recover 1: restart node1 (together)", EventKind.STEP, None),
+        ("runner", "baseline serving again", EventKind.NOTE, None),
+    ],
+)
+def test_an_old_results_event_derives_its_kind_and_node(
+    source: str, text: str, kind: EventKind, node: str | None
+) -> None:
+    old = {"ts": T0.isoformat(), "source": source, "clock": "c", "event": text}
+    e = TimelineEvent.model_validate(old)
+    assert (e.kind, e.node) == (kind, node)
+
+
+def test_a_lab_event_is_recorded_with_its_kind_and_node() -> None:
+    rec = Recorder()
+    rec.lab_event(
+        LabEvent(seq=1, ts=T0, node="n1", type=EventType.BACKOFF, delay_s=300.0, restarts=2)
+    )
+    rec.lab_event(LabEvent(seq=2, ts=T0, node="n1", type=EventType.AUX_STARTED, name="stray"))
+    assert [(e.event, e.kind, e.node) for e in rec.timeline] == [
+        ("back-off 300.000 s (restarts 2)", EventKind.BACKOFF, "n1"),
+        ("aux_started", EventKind.PROCESS, "n1"),
+    ]
+
+
+def test_marks_keep_the_first_of_each_kind() -> None:
+    s = crash_loop()
+    later = ev(305, "runner", "failure observed (silent: seen by the probes)")
+    lay = layout(s.model_copy(update={"timeline": [*s.timeline, later]}), 1.0)
+    assert Mark("n1", 1.0, EventKind.FAIL, "failure observed (exit 1)") in lay.marks
+    assert len(lay.marks) == 3
