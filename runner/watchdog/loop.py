@@ -110,7 +110,13 @@ class Watchdog:
         clock = LabClock(self.lab.inventory.lab.time_scale)
         observer = Observer(self.lab, self.nodes)
         target = probe_target(self.lab, self.nodes)
-        probe = InferenceProbe(kind="inference", node=target, prompt=PROBE_PROMPT, max_tokens=8)
+        probe = InferenceProbe(
+            kind="inference",
+            node=target,
+            prompt=PROBE_PROMPT,
+            max_tokens=8,
+            expect_finish_reason=None,
+        )
         self.memory = start(clock.now_s())
         with httpx.Client() as http:
             env = ProbeEnv(http=http, lab=self.lab, scale=clock.scale, target=target)
