@@ -29,6 +29,7 @@ from runner.watchdog.machine import (
     Observation,
     Policy,
     Step,
+    WatchState,
     start,
     step,
     wants_probe,
@@ -63,13 +64,17 @@ class Observer:
     seen: dict[str, tuple[object, ...]] = field(default_factory=dict)
     log_at: dict[str, datetime | None] = field(default_factory=dict)
 
-    def look(self) -> tuple[bool, bool, tuple[str, ...]]:
-        """(progress, ready, down) of the group now."""
+    def look(self) -> tuple[bool, bool, tuple[str, ...], tuple[str, ...]]:
+        """(progress, ready, down, started) of the group now."""
         states = self.lab.states()
         progress = False
+        started: list[str] = []
         for n in self.nodes:
             st = states[n]
             key = _key(st)
+            old = self.seen.get(n)
+            if old is not None and old[1:3] != key[1:3] and not st.ready:
+                started.append(n)
             progress |= self.seen.get(n) != key
             self.seen[n] = key
             fresh = self.lab.logs_since(n, self.log_at.get(n))
@@ -80,7 +85,7 @@ class Observer:
                 self.log_at[n] = new[-1].ts
         ready = all(states[n].ready and states[n].status is NodeStatus.RUNNING for n in self.nodes)
         down = tuple(n for n in self.nodes if states[n].status in DOWN)
-        return progress, ready, down
+        return progress, ready, down, tuple(started)
 
 
 def _key(st: NodeState) -> tuple[object, ...]:
@@ -135,9 +140,9 @@ class Watchdog:
     ) -> Step:
         assert self.memory is not None
         try:
-            progress, ready, down = observer.look()
+            progress, ready, down, started = observer.look()
         except GamedayError as exc:
-            progress, ready, down = False, False, ()
+            progress, ready, down, started = False, False, (), ()
             log.warning("could not read the lab: %s", exc.message)
         probe_ok: bool | None = None
         detail = ""
@@ -150,6 +155,7 @@ class Watchdog:
             progress=progress,
             ready=ready,
             down=down,
+            started=started if self.memory.state is not WatchState.RESTARTING else (),
             probe_ok=probe_ok,
             probe_detail=detail[:200],
         )

@@ -59,6 +59,9 @@ class Observation(Frozen):
     progress: bool  # a node logged a new line or changed state since the last look
     ready: bool  # every node of the group reports ready
     down: tuple[str, ...] = ()  # nodes that exited or wait to be restarted
+    # nodes that began a new incarnation since the last look and are not ready yet: restarted
+    # by their runtime's policy or by a person, they boot
+    started: tuple[str, ...] = ()
     probe_ok: bool | None = None  # the inference probe's outcome (None: not probed)
     probe_detail: str = ""
 
@@ -114,6 +117,15 @@ def step(policy: Policy, m: Memory, obs: Observation) -> Step:
     bad = obs.probe_ok is False or bool(obs.down)
     if m.state is WatchState.BOOTING:
         return _booting(policy, m, obs, healthy, bad)
+    if obs.started and not obs.down:
+        booting = Memory(
+            state=WatchState.BOOTING, since_s=now, progress_at_s=now, restarts=m.restarts
+        )
+        return Step(
+            memory=booting,
+            decision=Decision.WAIT,
+            reason=f"{', '.join(obs.started)} started anew (not by the watchdog): booting",
+        )
     if healthy:
         if m.state is WatchState.SUSPECT:
             return _serving(m, now, f"inference completed after {m.failures} failed look(s)")

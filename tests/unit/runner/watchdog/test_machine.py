@@ -26,9 +26,16 @@ def obs(
     progress: bool = False,
     ready: bool = True,
     detail: str = "refused",
+    started: tuple[str, ...] = (),
 ) -> Observation:
     return Observation(
-        now_s=now, progress=progress, ready=ready, down=down, probe_ok=probe, probe_detail=detail
+        now_s=now,
+        progress=progress,
+        ready=ready,
+        down=down,
+        probe_ok=probe,
+        probe_detail=detail,
+        started=started,
     )
 
 
@@ -217,3 +224,23 @@ def test_a_crash_loop_ends_in_gave_up_after_the_budget() -> None:
     assert decisions.count(Decision.GIVE_UP) == 1
     assert m.state is WatchState.GAVE_UP
     assert decisions[-1] is Decision.HOLD
+
+
+@pytest.mark.parametrize("state", [WatchState.SERVING, WatchState.SUSPECT])
+def test_a_node_started_anew_by_someone_else_boots(state: WatchState) -> None:
+    m = mem(state, since=5, failures=1 if state is WatchState.SUSPECT else 0, restarts=(3,))
+    s = step(P, m, obs(40, probe=False, ready=False, started=("serving",)))
+    assert s.decision is Decision.WAIT
+    assert s.memory == mem(WatchState.BOOTING, since=40, progress_at=40, restarts=(3,))
+    assert s.reason == "serving started anew (not by the watchdog): booting"
+
+
+def test_a_node_started_anew_while_another_is_down_is_a_failed_look() -> None:
+    s = step(P, mem(WatchState.SERVING), obs(40, probe=False, down=("node1",), started=("node2",)))
+    assert (s.decision, s.memory.state) == (Decision.SUSPECT, WatchState.SUSPECT)
+
+
+def test_gave_up_ignores_a_node_started_anew_until_it_serves() -> None:
+    m = mem(WatchState.GAVE_UP, since=3000, restarts=(1000, 2000))
+    s = step(P, m, obs(3030, probe=False, ready=False, started=("node1",)))
+    assert (s.decision, s.memory) == (Decision.HOLD, m)
