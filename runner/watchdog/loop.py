@@ -43,12 +43,13 @@ DOWN = (NodeStatus.EXITED, NodeStatus.CRASH_LOOPING)
 
 @dataclass(frozen=True)
 class LabClock:
-    """Real-world seconds from the lab's: monotonic lab time times the lab's time_scale."""
+    """Real-world seconds since the watch began: lab seconds times the lab's time_scale."""
 
     scale: float
+    origin: float = field(default_factory=time.monotonic)
 
     def now_s(self) -> float:
-        return time.monotonic() * self.scale
+        return (time.monotonic() - self.origin) * self.scale
 
     def wait(self, stop: threading.Event, real_s: float) -> bool:
         """Wait real_s real-world seconds (real_s / scale here); True if asked to stop."""
