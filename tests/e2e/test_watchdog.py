@@ -125,7 +125,9 @@ def test_head_only_restart_is_recovered_by_a_group_restart(lab: tuple[Path, Loca
         served = dog.wait_for("serving", 60, after=n)
         after = incarnations(driver)
         # recovered within head-only-restart's time_to_recover (1800 s real), nobody involved
-        assert served["real_s"] - dog.lines[n - 1]["real_s"] <= 1800
+        recovered_s = served["real_s"] - dog.lines[n - 1]["real_s"]
+        assert recovered_s <= 1800
+        print(f"recovered {recovered_s:.0f} s real after the last good look")
         assert restart["state"] == "restarting"
         assert {n: after[n] - before[n] for n in TP} == {n: 1 for n in TP}  # all four, once
         assert dog.decisions().count("restart") == 1
@@ -159,6 +161,7 @@ def test_a_request_shape_crash_loop_spends_the_budget_and_gives_up(
         with contextlib.suppress(httpx.HTTPError):  # the engine dies serving it: the fault
             httpx.post(driver.url("node1") + "/v1/chat/completions", json=body, timeout=5)
         gave_up = dog.wait_for("give_up", 90)
+        print(f"gave up at {gave_up['real_s']:.0f} s real into the watch")
         assert gave_up["level"] == "error"
         assert "restart budget spent (2 restart(s) within 3600 s)" in gave_up["reason"]
         assert dog.decisions().count("restart") == 2
