@@ -37,6 +37,7 @@ from runner.cli_options import (
     reports_option,
     selection_options,
 )
+from runner.cli_watchdog import watchdog
 from runner.cli_workshop import workshop
 from runner.errors import GamedayError, InputError
 from runner.fsutil import read_bytes
@@ -63,6 +64,7 @@ def main() -> None:
 main.add_command(lab)
 main.add_command(drill)
 main.add_command(workshop)
+main.add_command(watchdog)
 
 
 @main.command()

@@ -1,0 +1,35 @@
+"""`gameday watchdog`'s bad input: one clear message, a documented exit code, no traceback."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from tests.support.cli import ROOT
+
+LOCAL = str(ROOT / "inventories" / "local.yaml")
+
+
+def run(*args: str) -> tuple[int, str]:
+    from runner.cli import main
+
+    r = CliRunner().invoke(main, ["watchdog", "--lab", LOCAL, *args])
+    return r.exit_code, r.output
+
+
+def test_an_unknown_group_is_exit_2_naming_it() -> None:
+    code, out = run("--group", "tp_grup")
+    assert code == 2
+    assert "no node or group 'tp_grup' in the lab" in out
+    assert "Traceback" not in out
+
+
+def test_an_alert_url_that_is_not_http_is_exit_2() -> None:
+    code, out = run("--group", "tp_group", "--alert-url", "file:///etc/passwd")
+    assert code == 2
+    assert "--alert-url 'file:///etc/passwd' is not an http(s) URL" in out
+
+
+def test_a_zero_probe_interval_is_refused_by_the_option() -> None:
+    code, out = run("--group", "tp_group", "--probe-interval-s", "0")
+    assert code == 2
+    assert "Invalid value for '--probe-interval-s'" in out
