@@ -24,6 +24,7 @@ from rich.text import Text
 
 from runner.durations import real_s
 from runner.errors import GamedayError
+from runner.history import History, Measure
 from runner.printable import printable
 from runner.results import RunResult, Verdict
 
@@ -33,6 +34,7 @@ __all__ = [
     "err",
     "error",
     "escape",
+    "history_table",
     "json_out",
     "message",
     "out",
@@ -192,3 +194,30 @@ def run_summary(result: RunResult, report_dir: str) -> None:
                     debug("    " + a.detail.rstrip().replace("\n", "\n    "))
     out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
     out.print(f"verdict: [{_STYLE[result.verdict]}]{result.verdict.value}[/]")
+
+
+def _change(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f} s"
+
+
+def history_table(h: History) -> None:
+    """One table per scenario: its runs oldest first, each time with its change against the run
+    before, a regression in time to recover flagged."""
+    for t in h.trends:
+        table = Table(title=escape(f"{t.scenario}: {len(t.points)} run(s)"), title_justify="left")
+        table.add_column("run", overflow="fold")
+        table.add_column("verdict", no_wrap=True, min_width=7)
+        for col in ("time to fail", "time to detect", "time to recover"):
+            table.add_column(col, overflow="fold")
+        for p in t.points:
+            cells = []
+            for m in Measure:
+                value = getattr(p, m.value)
+                text = "-" if value is None else f"{value:.1f} s"
+                if change := _change(p.change_s.get(m)):
+                    text += f" ({change})"
+                if m is Measure.RECOVER and p.recover_regressed:
+                    text += " [bold red]REGRESSED[/]"
+                cells.append(text)
+            table.add_row(escape(p.run_id), f"[{_STYLE[p.verdict]}]{p.verdict.value}[/]", *cells)
+        out.print(table)

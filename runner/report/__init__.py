@@ -21,7 +21,7 @@ import jinja2
 import pydantic
 
 from runner.durations import real_s
-from runner.errors import InputError
+from runner.errors import InputError, plain_message
 from runner.fsutil import read_bytes
 from runner.printable import printable
 from runner.redact import redact_obj
@@ -59,7 +59,7 @@ def load_result(path: Path) -> RunResult:
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(
-            f"not a gameday result: {err['msg']}",
+            f"not a gameday result: {plain_message(err)}",
             file=path,
             field=".".join(map(str, err["loc"])) or None,
             hint=hint,
@@ -104,12 +104,8 @@ def junit(result: RunResult) -> str:
         "failures": str(sum(s.verdict is Verdict.FAILED for s in result.scenarios)),
         "errors": str(sum(s.verdict is Verdict.ERROR for s in result.scenarios)),
     }
-    suites = ET.Element(
-        "testsuites",
-        name="gameday",
-        time=f"{(result.finished_at - result.started_at).total_seconds():.3f}",
-        **counts,
-    )
+    total = (result.finished_at - result.started_at).total_seconds()
+    suites = ET.Element("testsuites", {"name": "gameday", "time": f"{total:.3f}", **counts})
     for s in result.scenarios:
         suite = ET.SubElement(
             suites,
