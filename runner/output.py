@@ -205,7 +205,8 @@ def history_table(h: History) -> None:
     before, a regression in time to recover flagged."""
     for t in h.trends:
         table = Table(title=escape(f"{t.scenario}: {len(t.points)} run(s)"), title_justify="left")
-        table.add_column("run", overflow="fold")
+        ids = max(len(p.run_id) for p in t.points)
+        table.add_column("run", overflow="fold", min_width=min(ids, 30))
         table.add_column("verdict", no_wrap=True, min_width=7)
         for col in ("time to fail", "time to detect", "time to recover"):
             table.add_column(col, overflow="fold")
