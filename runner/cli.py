@@ -23,10 +23,11 @@ from typing import Any
 import click
 
 from runner import __version__, output
-from runner.catalogue import BUILTIN, Entry, builtin_dir, resolve
+from runner.catalogue import builtin_dir, resolve
 from runner.checks import check_engine_names, check_unique_ids
 from runner.cli_drill import drill
 from runner.cli_lab import lab
+from runner.cli_list import list_, schema
 from runner.cli_options import (
     COMMON_EXITS,
     EXIT_INPUT,
@@ -55,7 +56,7 @@ from runner.inventory import Inventory, check_scenario, load_inventory
 from runner.labs import open_lab
 from runner.labs.capabilities import lacking
 from runner.results import Verdict
-from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
+from runner.scenario import LoadedScenario, discover, load_scenario
 from runner.select import Selection
 from runner.undo import cleanup_lab
 
@@ -94,6 +95,8 @@ main.add_command(drill)
 main.add_command(workshop)
 main.add_command(report)
 main.add_command(history)
+main.add_command(list_)
+main.add_command(schema)
 
 
 @main.command(epilog=VERDICT_EXITS)
@@ -296,61 +299,6 @@ def _is_inventory(path: Path) -> bool:
     except OSError:
         return False
     return any(line.rstrip() == "all:" for line in head.splitlines())
-
-
-@main.command("list")
-@click.argument("scenarios", nargs=-1)
-@selection_options
-@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
-@handled
-def list_(scenarios: tuple[str, ...], selection: Selection, as_json: bool) -> None:
-    """List scenarios: id, labs, title, and where each comes from (`builtin`: the catalogue
-    that ships with gameday; a team file with a built-in id overrides it)."""
-    entries = load_all(scenarios)
-    keep = {id(ls) for ls in selection([e.loaded for e in entries])}
-    entries = [e for e in entries if id(e.loaded) in keep]
-    if as_json:
-        output.json_out([_row(e) for e in entries])
-        return
-    for e in entries:
-        md, labs = e.loaded.scenario.metadata, ",".join(k.value for k in e.loaded.scenario.labs)
-        source = e.origin + (f" (overrides {BUILTIN})" if e.overrides else "")
-        output.out.print(
-            f"{output.escape(md.id):<28} {labs:<26} {output.escape(md.title)}  "
-            + output.escape(f"[{source}]")
-        )
-
-
-def _row(e: Entry) -> dict[str, Any]:
-    sc = e.loaded.scenario
-    return {
-        "id": sc.metadata.id,
-        "title": sc.metadata.title,
-        "labs": [k.value for k in sc.labs],
-        "file": str(e.loaded.path),
-        "tags": sc.metadata.tags,
-        "source": e.origin,
-        "overrides_builtin": e.overrides,
-    }
-
-
-@main.command()
-@click.option(
-    "--output",
-    "-o",
-    "dest",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write to this file instead of stdout.",
-)
-@handled
-def schema(dest: Path | None) -> None:
-    """Print the scenario format as JSON Schema (for editors)."""
-    text = json.dumps(json_schema(), indent=2) + "\n"
-    if dest is None:
-        sys.stdout.write(text)
-    else:
-        dest.write_text(text)
 
 
 @main.command()
