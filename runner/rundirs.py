@@ -56,9 +56,9 @@ def find_run(arg: str | None, root: Path) -> Path:
         path = root / arg
     if path.is_dir():
         path = path / "result.json"
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"no such run: {arg!r}", file=root, hint=hint)
-    return path
+    return path  # a device or FIFO is refused by the reader, which names it
 
 
 def copy_reports(run_dir: Path, targets: dict[str, Path | None]) -> None:
