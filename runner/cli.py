@@ -5,6 +5,9 @@ maps them to exit codes:
     1  an assertion failed (or: triage found no known failure)
     2  invalid input: scenario, inventory, arguments
     3  lab or infrastructure error (lab not up, port in use, an assertion gameday could not judge)
+  130  interrupted
+
+Every command's --help states its own (runner.cli_options.exit_codes).
 
 The `lab` command group is in runner.cli_lab; the error mapping and the shared options in
 runner.cli_options.
@@ -20,23 +23,31 @@ from typing import Any
 import click
 
 from runner import __version__, output
-from runner.catalogue import BUILTIN, Entry, builtin_dir, resolve
+from runner.catalogue import builtin_dir, resolve
 from runner.checks import check_engine_names, check_unique_ids
 from runner.cli_drill import drill
 from runner.cli_lab import lab
+from runner.cli_list import list_, schema
 from runner.cli_options import (
+    COMMON_EXITS,
+    VERDICT_EXITS,
+    check_writable,
     chosen,
     config,
+    document_exits,
     dry_run_option,
+    exit_codes,
     fail_fast_option,
     handled,
     lab_option,
     last_failed_option,
     load_all,
+    output_path,
     parallel_option,
     reports_option,
     selection_options,
 )
+from runner.cli_reports import history, report
 from runner.cli_watchdog import watchdog
 from runner.cli_workshop import workshop
 from runner.errors import GamedayError, InputError
@@ -44,9 +55,8 @@ from runner.fsutil import read_bytes
 from runner.inventory import Inventory, check_scenario, load_inventory
 from runner.labs import open_lab
 from runner.labs.capabilities import lacking
-from runner.report import load_result, write_reports
 from runner.results import Verdict
-from runner.scenario import LoadedScenario, discover, json_schema, load_scenario
+from runner.scenario import LoadedScenario, discover, load_scenario
 from runner.select import Selection
 from runner.undo import cleanup_lab
 
@@ -54,20 +64,43 @@ MAX_LOG_BYTES = 256 * 1024 * 1024
 EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=COMMON_EXITS)
 @click.version_option(__version__, prog_name="gameday")
-def main() -> None:
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Results only: no progress or diagnostics on stderr (errors are still printed).",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Diagnostics too: every progress line, each failed assertion's detail.",
+)
+def main(quiet: bool, verbose: bool) -> None:
     """Chaos-engineering scenarios for LLM-serving stacks: inject a fault, assert the failure
-    signature and time-to-fail, walk the recovery path, verify service is back."""
+    signature and time-to-fail, walk the recovery path, verify service is back.
+
+    Results go to stdout, progress and diagnostics to stderr."""
+    if quiet and verbose:
+        raise click.UsageError("-q and -v exclude each other")
+    output.set_level(
+        output.Level.QUIET if quiet else output.Level.VERBOSE if verbose else output.Level.NORMAL
+    )
 
 
 main.add_command(lab)
 main.add_command(drill)
 main.add_command(workshop)
 main.add_command(watchdog)
+main.add_command(report)
+main.add_command(history)
+main.add_command(list_)
+main.add_command(schema)
 
 
-@main.command()
+@main.command(epilog=VERDICT_EXITS)
 @click.argument("scenarios", nargs=-1)
 @selection_options
 @lab_option
@@ -76,7 +109,18 @@ main.add_command(watchdog)
 @fail_fast_option
 @last_failed_option
 @dry_run_option
-@click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
+@click.option(
+    "--json",
+    "json_to",
+    is_flag=False,
+    flag_value="-",
+    default=None,
+    metavar="[PATH.json]",
+    help="Print result.json to stdout instead of the table; with PATH.json, also write it "
+    "there (parent folders made). With --dry-run: the plans as JSON.",
+)
+@output_path("junit", "junit.xml")
+@output_path("html", "report.html")
 @handled
 def run(
     scenarios: tuple[str, ...],
@@ -87,7 +131,9 @@ def run(
     fail_fast: bool,
     failed_only: bool,
     dry_run: bool,
-    as_json: bool,
+    json_to: str | None,
+    junit_to: Path | None,
+    html_to: Path | None,
 ) -> None:
     """Run scenarios: files, folders or ids (default: the team's folders from gameday.toml,
     then the built-in catalogue), those that apply to the lab.
@@ -95,22 +141,42 @@ def run(
     A scenario's own `command`, `playbook` and `http` steps run in its folder with the lab's
     facts (GAMEDAY_LAB, GAMEDAY_NODE_<NAME>_URL, ...) in their environment; README.md,
     "User-written steps"."""
+    from runner.rundirs import copy_reports
     from runner.suite import run_suite
 
+    json_file = _json_path(json_to)
+    copies = {"junit.xml": junit_to, "result.json": json_file, "report.html": html_to}
+    for dest in copies.values():
+        if dest is not None:
+            check_writable(dest)
     loaded = chosen(scenarios, selection, failed_only, reports_dir)
     inventory = load_inventory(lab_path)
     if dry_run:
-        print_plans(loaded, inventory, as_json)
+        print_plans(loaded, inventory, json_to is not None)
         return
     with output.ProgressLine() as progress:
         outcome = run_suite(
             loaded, inventory, reports_dir, progress, parallel=parallel, fail_fast=fail_fast
         )
-    if as_json:
+    copy_reports(outcome.report_dir, copies)
+    if json_to == "-":
         output.json_out(json.loads(outcome.result.model_dump_json()))
     else:
         output.run_summary(outcome.result, str(outcome.report_dir))
     sys.exit(EXIT[outcome.result.verdict])
+
+
+def _json_path(value: str | None) -> Path | None:
+    """`--json PATH.json`'s file (`--json` alone prints to stdout). A value not ending in .json
+    is refused: it is most likely a scenario written after --json."""
+    if value is None or value == "-":
+        return None
+    if not value.endswith(".json"):
+        raise InputError(
+            f"--json {value}: a file to write must end in .json",
+            hint="put scenarios before --json, or name a .json file",
+        )
+    return Path(value)
 
 
 def print_plans(loaded: list[LoadedScenario], inventory: Inventory, as_json: bool) -> None:
@@ -125,7 +191,7 @@ def print_plans(loaded: list[LoadedScenario], inventory: Inventory, as_json: boo
         output.out.print("\n".join(output.escape(line) for line in render(p)))
 
 
-@main.command()
+@main.command(epilog=COMMON_EXITS)
 @click.argument("scenarios", nargs=-1)
 @selection_options
 @lab_option
@@ -149,7 +215,9 @@ def plan(
     print_plans(loaded, load_inventory(lab_path), as_json)
 
 
-@main.command()
+@main.command(
+    epilog=exit_codes((0, "every file is valid"), (2, "a file is invalid (each is named)"))
+)
 @click.argument("paths", nargs=-1)
 @click.option(
     "--lab",
@@ -189,7 +257,7 @@ def validate(paths: tuple[str, ...], check_lab: Path | None) -> None:
                         notes = [f"not on this lab: applies to {_kinds(ls)} only"]
                         if why := ls.scenario.lab_notes.get(inventory.lab.kind):
                             notes.append(f"why: {' '.join(why.split())}")
-            output.message(f"ok  {f}" + "".join(f"\n    {n}" for n in notes))
+            output.out.print(output.escape(f"ok  {f}" + "".join(f"\n    {n}" for n in notes)))
         except InputError as exc:
             errors.append(exc)
             output.error(exc)
@@ -234,61 +302,6 @@ def _is_inventory(path: Path) -> bool:
     return any(line.rstrip() == "all:" for line in head.splitlines())
 
 
-@main.command("list")
-@click.argument("scenarios", nargs=-1)
-@selection_options
-@click.option("--json", "as_json", is_flag=True)
-@handled
-def list_(scenarios: tuple[str, ...], selection: Selection, as_json: bool) -> None:
-    """List scenarios: id, labs, title, and where each comes from (`builtin`: the catalogue
-    that ships with gameday; a team file with a built-in id overrides it)."""
-    entries = load_all(scenarios)
-    keep = {id(ls) for ls in selection([e.loaded for e in entries])}
-    entries = [e for e in entries if id(e.loaded) in keep]
-    if as_json:
-        output.json_out([_row(e) for e in entries])
-        return
-    for e in entries:
-        md, labs = e.loaded.scenario.metadata, ",".join(k.value for k in e.loaded.scenario.labs)
-        source = e.origin + (f" (overrides {BUILTIN})" if e.overrides else "")
-        output.out.print(
-            f"{output.escape(md.id):<28} {labs:<26} {output.escape(md.title)}  "
-            + output.escape(f"[{source}]")
-        )
-
-
-def _row(e: Entry) -> dict[str, Any]:
-    sc = e.loaded.scenario
-    return {
-        "id": sc.metadata.id,
-        "title": sc.metadata.title,
-        "labs": [k.value for k in sc.labs],
-        "file": str(e.loaded.path),
-        "tags": sc.metadata.tags,
-        "source": e.origin,
-        "overrides_builtin": e.overrides,
-    }
-
-
-@main.command()
-@click.option(
-    "--output",
-    "-o",
-    "dest",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write to this file instead of stdout.",
-)
-@handled
-def schema(dest: Path | None) -> None:
-    """Print the scenario format as JSON Schema (for editors)."""
-    text = json.dumps(json_schema(), indent=2) + "\n"
-    if dest is None:
-        sys.stdout.write(text)
-    else:
-        dest.write_text(text)
-
-
 @main.command()
 @click.argument("logfiles", nargs=-1, required=True)
 @click.option(
@@ -316,12 +329,6 @@ def triage(logfiles: tuple[str, ...], scenario_dir: Path | None, as_json: bool) 
     another node's (`elsewhere`) included; several failures are listed in the order they first
     appear, each with whose view the log is, the phase its lines show, and advice computed from
     its numbers (e.g. the --max-model-len and --gpu-memory-utilization a KV shortage needs).
-
-    \b
-    Exit codes:
-      0  a known failure is recognised in at least one log
-      1  no known failure in any log
-      2  invalid input (a log file that cannot be read, a scenario folder that does not load)
     """
     from runner.triage import triage as do_triage
     from runner.triage.report import as_dict, as_lines
@@ -398,26 +405,15 @@ def _read_log(name: str) -> str:
 
 
 @main.command()
-@click.argument("run", type=click.Path(path_type=Path), required=False)
-@reports_option
-@handled
-def report(run: Path | None, reports_dir: Path) -> None:
-    """Print a run's summary and re-render its reports (default: the latest run)."""
-    if run is None:
-        runs = sorted(p for p in reports_dir.glob("*/result.json"))
-        if not runs:
-            raise InputError("no runs found", file=reports_dir, hint="gameday run first")
-        run = runs[-1].parent
-    path = run / "result.json" if run.is_dir() else run
-    result = load_result(path)
-    write_reports(result, path.parent)
-    output.run_summary(result, str(path.parent))
-    sys.exit(EXIT[result.verdict])
-
-
-@main.command()
 @lab_option
-@parallel_option
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="The N of the `run --parallel N` that was interrupted: undo on each of its N "
+    "instances of the lab.",
+)
 @handled
 def cleanup(lab_path: Path, parallel: int) -> None:
     """Undo whatever an interrupted run left on the lab (idempotent); with --parallel N, on
@@ -446,6 +442,14 @@ def cleanup(lab_path: Path, parallel: int) -> None:
             output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")
         for group in outcome.restarted:
             output.message(f"restarted {', '.join(group)} together: they were not serving")
+
+
+triage.epilog = exit_codes(
+    (0, "a known failure is recognised in at least one log"),
+    (1, "no known failure in any log"),
+    (2, "invalid input (a log file that cannot be read, a scenario folder that does not load)"),
+)
+document_exits(main, COMMON_EXITS)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import click
 import httpx
 
 from runner import output
-from runner.cli_options import handled, lab_option, load_all, reports_option
+from runner.cli_options import VERDICT_EXITS, handled, lab_option, load_all, reports_option
 from runner.drill.launch import run_drill
 from runner.drill.live import DrillView
 from runner.drill.server import start_server
@@ -49,7 +49,7 @@ def drill() -> None:
     the drill running on a lab. README.md, "Game days: gameday drill"."""
 
 
-@drill.command("start")
+@drill.command("start", epilog=VERDICT_EXITS)
 @click.argument("scenario")
 @lab_option
 @click.option(

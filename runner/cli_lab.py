@@ -124,7 +124,7 @@ def lab_down(lab_path: Path) -> None:
 
 @lab.command("status")
 @lab_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @handled
 def lab_status(lab_path: Path, as_json: bool) -> None:
     """Show each node's state. Exit 3 when the lab is not up."""

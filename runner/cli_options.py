@@ -5,6 +5,7 @@ the arguments and the selection options."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -166,3 +167,57 @@ last_failed_option = click.option(
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print the plan (see `gameday plan`) and touch nothing."
 )
+
+
+def exit_codes(*rows: tuple[int, str]) -> str:
+    """A command's --help epilog: its exit codes, one a line (click keeps a `\b` paragraph as
+    written)."""
+    return "\b\nExit codes:\n" + "\n".join(f"  {code:<3}  {what}" for code, what in rows)
+
+
+EXIT_INPUT = (2, "invalid input: scenario, inventory, arguments, a path that cannot be written")
+EXIT_LAB = (3, "lab or infrastructure error (lab not up, port in use, ...)")
+EXIT_INTERRUPTED = (130, "interrupted (Ctrl-C or SIGTERM)")
+COMMON_EXITS = exit_codes((0, "done"), EXIT_INPUT, EXIT_LAB, EXIT_INTERRUPTED)
+VERDICT_EXITS = exit_codes(
+    (0, "every scenario passed (or was skipped)"),
+    (1, "an assertion failed"),
+    EXIT_INPUT,
+    (3, "lab or infrastructure error, or an assertion gameday could not judge"),
+    EXIT_INTERRUPTED,
+)
+
+
+def document_exits(group: click.Group, epilog: str) -> None:
+    """Give every command under `group` that states no exit codes of its own `epilog`."""
+    for cmd in group.commands.values():
+        if isinstance(cmd, click.Group):
+            document_exits(cmd, epilog)
+        if not cmd.epilog:
+            cmd.epilog = epilog
+
+
+def output_path(name: str, what: str) -> Callable[[F], F]:
+    """`--NAME PATH`: also write the run's `what` there (parent folders made)."""
+    return click.option(
+        f"--{name}",
+        f"{name}_to",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        metavar="PATH",
+        help=f"Also write the run's {what} to PATH (its parent folders are made).",
+    )
+
+
+def check_writable(dest: Path) -> None:
+    """InputError unless `dest` can be written as a file (checked before a run starts, so that a
+    typo does not surface after a long run)."""
+    if dest.is_dir():
+        raise InputError("is a folder, not a file", file=dest, hint="name a file")
+    parent = dest.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{parent} is not a folder", file=dest, hint="name a file in a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{parent} is not writable", file=dest, hint="name a writable place")

@@ -26,7 +26,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, StrictStr
 
-from runner.errors import InputError
+from runner.errors import InputError, plain_message
 
 CONFIG_NAME = "gameday.toml"
 PYPROJECT = "pyproject.toml"
@@ -108,7 +108,7 @@ def _from_file(path: Path, table: tuple[str, ...]) -> Config:
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0])
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = "unknown key" if err["type"] == "extra_forbidden" else plain_message(err)
         field = ".".join((*table, *map(str, err["loc"])))
         raise InputError(
             msg, file=path, line=_line(path, table, key), field=field, hint=HINT

@@ -14,7 +14,9 @@ An assertion that does not hold is not an exception: it is a verdict in the resu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 class GamedayError(Exception):
@@ -70,3 +72,18 @@ class LabNotUp(LabError):
 
 class LeftoversError(LabError):
     pass
+
+
+_LIBRARY_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def plain_message(err: Mapping[str, Any]) -> str:
+    """A pydantic error's message as a person reads it: a validator's own words without the
+    "Value error, " pydantic puts before them."""
+    ctx = err.get("ctx") or {}
+    if err.get("type") in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])
+    msg = str(err.get("msg", ""))
+    for prefix in _LIBRARY_PREFIXES:
+        msg = msg.removeprefix(prefix)
+    return msg

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runner.errors import InventoryError, ScenarioError
+from runner.errors import InventoryError, ScenarioError, plain_message
 from runner.scenario import MAX_WINDOW_S, LabKind, LoadedScenario, Restart
 from runner.yamlsrc import Source, load
 
@@ -452,7 +452,7 @@ def _msg(err: Any) -> str:
         return "unknown key (check its spelling)"
     if err["type"] == "missing":
         return "required key is missing"
-    return str(err["msg"])
+    return plain_message(err)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")

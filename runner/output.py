@@ -1,5 +1,6 @@
 """Everything gameday prints goes through here (rich on a terminal, plain lines otherwise).
-Results and JSON go to stdout; progress, messages and errors to stderr.
+Results and JSON go to stdout; progress, messages and errors to stderr. `-q` keeps only the
+results and the errors; `-v` adds every progress line and each failed assertion's detail.
 
 No control character from a log, a lab or a scenario reaches the terminal raw: every string
 rich renders passes through runner.printable first (ESC becomes `\x1b`), and `escape` does the
@@ -7,6 +8,7 @@ same for text that takes another path (the live status line)."""
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -20,11 +22,45 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from runner.durations import real_s
 from runner.errors import GamedayError
+from runner.history import History, Measure
 from runner.printable import printable
 from runner.results import RunResult, Verdict
 
-__all__ = ["err", "error", "escape", "json_out", "message", "out", "run_summary"]
+__all__ = [
+    "Level",
+    "debug",
+    "err",
+    "error",
+    "escape",
+    "history_table",
+    "json_out",
+    "message",
+    "out",
+    "run_summary",
+    "set_level",
+]
+
+
+class Level(enum.IntEnum):
+    """How much goes to stderr besides errors (`gameday -q` / `-v`)."""
+
+    QUIET = 0  # results and errors only
+    NORMAL = 1
+    VERBOSE = 2  # every progress line, each failed assertion's detail
+
+
+_level = Level.NORMAL
+
+
+def set_level(level: Level) -> None:
+    global _level
+    _level = level
+
+
+def level() -> Level:
+    return _level
 
 
 # A backslash before a `[` that rich's escape leaves alone (not tag-like: `\[W`, a regex's
@@ -77,12 +113,14 @@ class ProgressLine:
         self._lock = threading.Lock()
 
     def __enter__(self) -> ProgressLine:
-        if err.is_terminal:
+        if err.is_terminal and _level is Level.NORMAL:
             self._status = err.status("starting")
             self._status.__enter__()
         return self
 
     def __call__(self, message: str) -> None:
+        if _level is Level.QUIET:
+            return
         with self._lock:  # `--parallel` workers report from their threads
             self._show(message)
 
@@ -107,7 +145,15 @@ def error(exc: GamedayError) -> None:
 
 
 def message(text: str) -> None:
-    err.print(escape(text))
+    """A diagnostic on stderr (not with -q)."""
+    if _level >= Level.NORMAL:
+        err.print(escape(text))
+
+
+def debug(text: str) -> None:
+    """A diagnostic on stderr with -v only."""
+    if _level >= Level.VERBOSE:
+        err.print(f"[dim]{escape(text)}[/]")
 
 
 def json_out(data: Any) -> None:
@@ -115,17 +161,23 @@ def json_out(data: Any) -> None:
 
 
 def run_summary(result: RunResult, report_dir: str) -> None:
+    """The run's table (durations in real-world seconds, lab seconds in brackets on a scaled
+    lab), its failed assertions, where the reports are and the verdict. No cell is ever cut:
+    on a narrow terminal a cell folds onto more lines instead."""
     table = Table(title=escape(f"gameday run {result.run_id} on lab {result.lab.name}"))
-    table.add_column("scenario", no_wrap=True)
-    for col in ("verdict", "time to fail", "time to recover", "failed assertions"):
-        table.add_column(col)
+    table.add_column("scenario", overflow="fold")
+    table.add_column("verdict", no_wrap=True, min_width=7)
+    for col in ("time to fail", "time to detect", "time to recover", "failed"):
+        table.add_column(col, overflow="fold")
+    scale = result.lab.time_scale
     for s in result.scenarios:
         bad = [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
         table.add_row(
             escape(s.id),
             f"[{_STYLE[s.verdict]}]{s.verdict.value}[/]",
-            f"{s.time_to_fail_s:.1f} s" if s.time_to_fail_s is not None else "-",
-            f"{s.time_to_recover_s:.1f} s" if s.time_to_recover_s is not None else "-",
+            real_s(s.time_to_fail_s, scale),
+            real_s(s.time_to_detect_s, scale),
+            real_s(s.time_to_recover_s, scale),
             str(len(bad)) if bad else "",
         )
     out.print(table)
@@ -138,5 +190,35 @@ def run_summary(result: RunResult, report_dir: str) -> None:
                 )
                 out.print(f"    expected: {escape(a.expected)}")
                 out.print(f"    observed: {escape(a.observed)}")
+                if a.detail:
+                    debug("    " + a.detail.rstrip().replace("\n", "\n    "))
     out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
     out.print(f"verdict: [{_STYLE[result.verdict]}]{result.verdict.value}[/]")
+
+
+def _change(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f} s"
+
+
+def history_table(h: History) -> None:
+    """One table per scenario: its runs oldest first, each time with its change against the run
+    before, a regression in time to recover flagged."""
+    for t in h.trends:
+        table = Table(title=escape(f"{t.scenario}: {len(t.points)} run(s)"), title_justify="left")
+        ids = max(len(p.run_id) for p in t.points)
+        table.add_column("run", overflow="fold", min_width=min(ids, 30))
+        table.add_column("verdict", no_wrap=True, min_width=7)
+        for col in ("time to fail", "time to detect", "time to recover"):
+            table.add_column(col, overflow="fold")
+        for p in t.points:
+            cells = []
+            for m in Measure:
+                value = getattr(p, m.value)
+                text = "-" if value is None else f"{value:.1f} s"
+                if change := _change(p.change_s.get(m)):
+                    text += f" ({change})"
+                if m is Measure.RECOVER and p.recover_regressed:
+                    text += " [bold red]REGRESSED[/]"
+                cells.append(text)
+            table.add_row(escape(p.run_id), f"[{_STYLE[p.verdict]}]{p.verdict.value}[/]", *cells)
+        out.print(table)

@@ -14,6 +14,7 @@ from pathlib import Path
 from runner.errors import InputError
 from runner.report import load_result
 from runner.results import Verdict
+from runner.rundirs import run_dirs
 from runner.scenario import LoadedScenario
 
 Matcher = Callable[[Callable[[str], bool]], bool]  # given "does this word match", the verdict
@@ -144,8 +145,8 @@ class LastFailed:
 
 def last_failed(reports: Path) -> LastFailed:
     """The latest run's failures. Run folders are named by their start time, so the latest is
-    the last in name order."""
-    runs = sorted(reports.glob("*/result.json")) if reports.is_dir() else []
+    the last in name order (reports/latest points at it, and is not a run of its own)."""
+    runs = [d / "result.json" for d in run_dirs(reports)]
     if not runs:
         return LastFailed(None, frozenset())
     result = load_result(runs[-1])

@@ -20,6 +20,7 @@ from runner.parallel import check_parallel, instance, run_workers
 from runner.report import write_reports
 from runner.results import Assertion, LabInfo, Phase, RunResult, ScenarioResult, Verdict, combine
 from runner.run import Progress, run_scenario
+from runner.rundirs import link_latest
 from runner.scenario import LoadedScenario
 from runner.timing import TimeScale
 
@@ -117,6 +118,7 @@ def run_suite(
     results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
     result = _run_result(run_id, inventory, started, workers, results)
     write_reports(result, report_dir)
+    link_latest(reports_root, report_dir)
     return SuiteOutcome(result, report_dir)
 
 

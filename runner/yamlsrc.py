@@ -16,7 +16,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from runner.errors import InputError
+from runner.errors import InputError, plain_message
 from runner.fsutil import read_bytes
 
 MAX_BYTES = 1_000_000
@@ -49,10 +49,7 @@ class Source:
         # a mapping's key at fault: the key itself is the field (pydantic adds "[key]")
         loc = tuple(p for p in loc if p != "[key]")
         field = ".".join(str(p) for p in loc) or None
-        msg = err["msg"]
-        if err["type"] == "value_error":
-            # our own validators' messages, without pydantic's "Value error, " before them
-            msg = str(err["ctx"]["error"]) if "error" in err.get("ctx", {}) else msg
+        msg = plain_message(err)
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not part of the format; check its spelling)"
         elif err["type"] == "missing":

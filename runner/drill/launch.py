@@ -15,6 +15,7 @@ from runner.labs import wait_all_ready
 from runner.report import write_reports
 from runner.results import RunMode
 from runner.run.context import Progress, utcnow
+from runner.rundirs import link_latest
 from runner.scenario import LoadedScenario
 from runner.suite import SuiteOutcome, _open_labs, _run_result, applies, new_run_id, skipped
 from runner.timing import TimeScale
@@ -59,4 +60,5 @@ def run_drill(
     run = _run_result(run_id, inventory, started, 1, [res])
     run = run.model_copy(update={"mode": RunMode.DRILL})
     write_reports(run, report_dir)
+    link_latest(report_dir.parent, report_dir)
     return SuiteOutcome(run, report_dir)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pydantic
 
-from runner.errors import InputError
+from runner.durations import real_s
+from runner.errors import InputError, plain_message
 from runner.fsutil import read_bytes
 from runner.printable import printable
 from runner.redact import redact_obj
@@ -58,7 +59,7 @@ def load_result(path: Path) -> RunResult:
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(
-            f"not a gameday result: {err['msg']}",
+            f"not a gameday result: {plain_message(err)}",
             file=path,
             field=".".join(map(str, err["loc"])) or None,
             hint=hint,
@@ -77,65 +78,98 @@ def _failure_text(s: ScenarioResult, verdict: Verdict) -> str:
     )
 
 
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def properties(result: RunResult, s: ScenarioResult) -> dict[str, str]:
+    """A scenario's JUnit properties: its times in real-world seconds (empty: not measured), the
+    lab, the scenario's file, its runbooks and, in a drill, the drill's record."""
+    props = {
+        "gameday.time_to_fail_s": _seconds(s.time_to_fail_s),
+        "gameday.time_to_detect_s": _seconds(s.time_to_detect_s),
+        "gameday.time_to_recover_s": _seconds(s.time_to_recover_s),
+        "gameday.lab": result.lab.name,
+        "gameday.scenario_file": s.file,
+    }
+    props |= {f"runbook {step}": ref for step, ref in s.runbooks.items()}
+    return props | (drill.properties(s.drill) if s.drill else {})
+
+
 def junit(result: RunResult) -> str:
-    suites = ET.Element("testsuites", name="gameday")
-    suite = ET.SubElement(
-        suites,
-        "testsuite",
-        name=f"gameday.{result.lab.name}",
-        tests=str(len(result.scenarios)),
-        failures=str(sum(s.verdict is Verdict.FAILED for s in result.scenarios)),
-        errors=str(sum(s.verdict is Verdict.ERROR for s in result.scenarios)),
-        skipped=str(sum(s.verdict is Verdict.SKIPPED for s in result.scenarios)),
-        time=f"{(result.finished_at - result.started_at).total_seconds():.3f}",
-        timestamp=result.started_at.isoformat(),
-    )
+    """One <testsuite> per scenario, holding its <properties> and its one <testcase> (the JUnit
+    schemas CI tools publish allow properties on a testsuite only). `time` is wall-clock."""
+    counts = {
+        "tests": str(len(result.scenarios)),
+        "failures": str(sum(s.verdict is Verdict.FAILED for s in result.scenarios)),
+        "errors": str(sum(s.verdict is Verdict.ERROR for s in result.scenarios)),
+    }
+    total = (result.finished_at - result.started_at).total_seconds()
+    suites = ET.Element("testsuites", {"name": "gameday", "time": f"{total:.3f}", **counts})
     for s in result.scenarios:
-        case = ET.SubElement(
-            suite,
-            "testcase",
-            classname=f"gameday.{result.lab.name}",
-            name=s.id,
-            file=s.file,
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=f"gameday.{result.lab.name}.{s.id}",
+            tests="1",
+            failures=str(int(s.verdict is Verdict.FAILED)),
+            errors=str(int(s.verdict is Verdict.ERROR)),
+            skipped=str(int(s.verdict is Verdict.SKIPPED)),
             time=f"{_duration(s):.3f}",
+            timestamp=s.started_at.isoformat(),
+            file=s.file,
         )
-        if s.verdict is Verdict.FAILED:
-            failed = [a for a in s.assertions if a.verdict is Verdict.FAILED]
-            el = ET.SubElement(
-                case,
-                "failure",
-                message=f"{len(failed)} assertion(s) failed: " + "; ".join(a.name for a in failed),
-                type="AssertionFailed",
-            )
-            el.text = _failure_text(s, Verdict.FAILED)
-        elif s.verdict is Verdict.ERROR:
-            errs = [a for a in s.assertions if a.verdict is Verdict.ERROR]
-            el = ET.SubElement(
-                case, "error", message="; ".join(a.observed for a in errs)[:500], type="LabError"
-            )
-            el.text = _failure_text(s, Verdict.ERROR)
-        elif s.verdict is Verdict.SKIPPED:
-            ET.SubElement(case, "skipped", message="; ".join(s.notes))
-        if s.runbooks or s.drill:  # properties come first in a testcase (pytest writes them there)
-            props = ET.Element("properties")
-            for step, ref in s.runbooks.items():
-                ET.SubElement(props, "property", name=f"runbook {step}", value=ref)
-            for name, value in (drill.properties(s.drill) if s.drill else {}).items():
-                ET.SubElement(props, "property", name=name, value=value)
-            case.insert(0, props)
-        out = ET.SubElement(case, "system-out")
-        out.text = "\n".join(
-            [f"[{a.verdict.value}] {a.name}: {a.observed}" for a in s.assertions]
-            + [f"runbook of {step}: {ref}" for step, ref in s.runbooks.items()]
-        )
+        props = ET.SubElement(suite, "properties")
+        for name, value in properties(result, s).items():
+            ET.SubElement(props, "property", name=name, value=value)
+        _testcase(suite, result, s)
     ET.indent(suites)
     return (
         '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
     )
 
 
+def _testcase(suite: ET.Element, result: RunResult, s: ScenarioResult) -> None:
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        classname=f"gameday.{result.lab.name}",
+        name=s.id,
+        file=s.file,
+        time=f"{_duration(s):.3f}",
+    )
+    if s.verdict is Verdict.FAILED:
+        failed = [a for a in s.assertions if a.verdict is Verdict.FAILED]
+        el = ET.SubElement(
+            case,
+            "failure",
+            message=f"{len(failed)} assertion(s) failed: " + "; ".join(a.name for a in failed),
+            type="AssertionFailed",
+        )
+        el.text = _failure_text(s, Verdict.FAILED)
+    elif s.verdict is Verdict.ERROR:
+        errs = [a for a in s.assertions if a.verdict is Verdict.ERROR]
+        el = ET.SubElement(
+            case, "error", message="; ".join(a.observed for a in errs)[:500], type="LabError"
+        )
+        el.text = _failure_text(s, Verdict.ERROR)
+    elif s.verdict is Verdict.SKIPPED:
+        ET.SubElement(case, "skipped", message="; ".join(s.notes))
+    out = ET.SubElement(case, "system-out")
+    out.text = "\n".join(
+        [f"[{a.verdict.value}] {a.name}: {a.observed}" for a in s.assertions]
+        + [f"runbook of {step}: {ref}" for step, ref in s.runbooks.items()]
+    )
+
+
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+_CLOCK_NOTE = (
+    "Times are real-world seconds; the lab's own seconds, in brackets, are shorter by its time "
+    "scale."
+)
 
 
 def markdown(result: RunResult) -> str:
@@ -147,13 +181,15 @@ def markdown(result: RunResult) -> str:
         f"Started {result.started_at.isoformat()}, "
         f"finished {result.finished_at.isoformat()} (UTC).",
         "",
-        "| scenario | verdict | time to fail (real s) | time to recover (real s) |",
-        "|---|---|---|---|",
+        _CLOCK_NOTE if result.lab.time_scale != 1 else "Times are real-world seconds.",
+        "",
+        "| scenario | verdict | time to fail | time to detect | time to recover |",
+        "|---|---|---|---|---|",
     ]
     for s in result.scenarios:
-        ttf = f"{s.time_to_fail_s:.1f}" if s.time_to_fail_s is not None else "-"
-        ttr = f"{s.time_to_recover_s:.1f}" if s.time_to_recover_s is not None else "-"
-        lines.append(f"| {s.id} | {s.verdict.value} | {ttf} | {ttr} |")
+        times = (s.time_to_fail_s, s.time_to_detect_s, s.time_to_recover_s)
+        cells = " | ".join(real_s(t, result.lab.time_scale) for t in times)
+        lines.append(f"| {s.id} | {s.verdict.value} | {cells} |")
     for s in result.scenarios:
         lines += ["", f"## {s.id}: {s.title} ({s.verdict.value})", "", f"File `{s.file}`.", ""]
         for n in s.notes:

@@ -77,7 +77,8 @@ def test_the_team_repository_on_the_local_lab(team: Path, lab_down_after: list[P
     r = gameday("run", "--tag", "runbook", "--json", cwd=here, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     check_runbook_run(json.loads(r.stdout))
-    (run,) = (team / "gameday-reports").iterdir()  # gameday.toml's reports folder
+    run = (team / "gameday-reports" / "latest").resolve()  # gameday.toml's reports folder
+    assert sorted(p.name for p in run.parent.iterdir()) == sorted([run.name, "latest"])
     assert sorted(p.name for p in run.iterdir()) == [
         "junit.xml",
         "report.html",

@@ -22,7 +22,7 @@ FOUR = [
 def test_the_four_pass(tmp_path: Path) -> None:
     p = gameday("run", *FOUR, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
-    run_dir = next(tmp_path.iterdir())
+    run_dir = (tmp_path / "latest").resolve()
     for f in ("result.json", "junit.xml", "report.md", "report.html"):
         assert (run_dir / f).is_file()
     result = json.loads((run_dir / "result.json").read_text())

@@ -115,7 +115,7 @@ def test_command_steps_inject_fail_and_fix_on_the_local_lab(
         timeout=300,
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    (run_dir,) = [d for d in reports.iterdir() if d.is_dir()]
+    (run_dir,) = [d for d in reports.iterdir() if d.is_dir() and d.name != "latest"]
     result = json.loads((run_dir / "result.json").read_text())["scenarios"][0]
     verdicts = {a["name"]: (a["verdict"], a["observed"]) for a in result["assertions"]}
     assert (

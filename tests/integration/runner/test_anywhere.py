@@ -71,13 +71,13 @@ def test_a_team_file_overrides_a_builtin_id(team: Path) -> None:
 def test_validate(team: Path) -> None:
     p = run(team, "validate")
     assert p.returncode == 0, p.stderr
-    assert p.stderr.splitlines() == [
+    assert p.stdout.splitlines() == [
         f"ok  {team / 'chaos' / 'our-kv-cache.yaml'}",
         f"ok  {team / 'lab' / 'local.yaml'}",
     ]
     by_id = run(team, "validate", "our-kv-cache", "tp-mismatch")
     assert by_id.returncode == 0, by_id.stderr
-    assert by_id.stderr.splitlines() == [
+    assert by_id.stdout.splitlines() == [
         f"ok  {team / 'chaos' / 'our-kv-cache.yaml'}",
         f"ok  {builtin_dir() / 'tp-mismatch.yaml'}",
     ]

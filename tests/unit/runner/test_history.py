@@ -1,0 +1,109 @@
+"""`gameday history`: each scenario's times over the runs in the reports folder, oldest first,
+with the change against the run before and a regression in time to recover flagged."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner import output
+from runner.cli import main
+from runner.history import load_history, regressed
+from runner.report import write_reports
+from runner.results import Verdict
+from runner.rundirs import link_latest
+from tests.support.results import NOW, run_result, scenario_result
+
+RUNS = [  # run id, kv's (fail, detect, recover), tp's recover
+    ("20260101T000000Z-aaaaaa", (120.0, 130.0, 300.0), 40.0),
+    ("20260102T000000Z-bbbbbb", (118.0, 129.0, 310.0), 41.0),
+    ("20260103T000000Z-cccccc", (121.5, 131.0, 400.0), 39.0),
+]
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Path:
+    for day, (run_id, (ttf, ttd, ttr), tp_ttr) in enumerate(RUNS):
+        kv = scenario_result(
+            "kv",
+            id="kv-cache-shortage",
+            verdict=Verdict.PASSED,
+            time_to_fail_s=ttf,
+            time_to_detect_s=ttd,
+            time_to_recover_s=ttr,
+        )
+        tp = scenario_result(
+            "tp", id="tp-mismatch", verdict=Verdict.PASSED, time_to_recover_s=tp_ttr
+        )
+        skipped = scenario_result("s", id="dhcp", verdict=Verdict.SKIPPED)
+        started = NOW + timedelta(days=day)
+        write_reports(
+            run_result(kv, tp, skipped, run_id=run_id, started_at=started), tmp_path / run_id
+        )
+        link_latest(tmp_path, tmp_path / run_id)
+    (tmp_path / "20251231T000000Z-broken").mkdir()
+    (tmp_path / "20251231T000000Z-broken" / "result.json").write_text("{")
+    return tmp_path
+
+
+def test_three_runs_oldest_first_with_changes(reports: Path) -> None:
+    h = load_history(reports, "kv-cache-shortage")
+    (trend,) = h.trends
+    assert [p.run_id for p in trend.points] == [r[0] for r in RUNS]
+    assert [p.time_to_recover_s for p in trend.points] == [300.0, 310.0, 400.0]
+    assert [p.change_s.get("time_to_recover_s") for p in trend.points] == [None, 10.0, 90.0]
+    assert [p.change_s.get("time_to_fail_s") for p in trend.points] == [None, -2.0, 3.5]
+    assert [p.recover_regressed for p in trend.points] == [False, False, True]  # +3%, +29%
+    assert len(h.unreadable) == 1 and "20251231T000000Z-broken" in h.unreadable[0]
+
+
+def test_every_scenario_that_ran_has_a_trend(reports: Path) -> None:
+    assert [t.scenario for t in load_history(reports).trends] == [
+        "kv-cache-shortage",
+        "tp-mismatch",
+    ]
+
+
+def test_regression_rule() -> None:
+    assert (regressed(100, 110), regressed(100, 110.5), regressed(100, None)) == (False, True, True)
+    assert (regressed(None, 500), regressed(100, 50)) == (False, False)
+
+
+def test_history_command_table(reports: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(output, "out", output._Console(width=200, soft_wrap=True))
+    got = CliRunner().invoke(main, ["history", "kv-cache-shortage", "--reports", str(reports)])
+    assert got.exit_code == 0, got.output
+    rows = [line for line in got.stdout.splitlines() if "Z-" in line]
+    assert [r.split("│")[1].strip() for r in rows] == [r[0] for r in RUNS]
+    assert "400.0 s (+90.0 s) REGRESSED" in rows[2]
+    assert "310.0 s (+10.0 s)" in rows[1] and "REGRESSED" not in rows[1]
+    assert "not read: " in got.stderr
+
+
+def test_history_command_json(reports: Path) -> None:
+    got = CliRunner().invoke(main, ["history", "--reports", str(reports), "--json"])
+    data = json.loads(got.stdout)
+    kv = next(t for t in data["trends"] if t["scenario"] == "kv-cache-shortage")
+    assert [p["time_to_detect_s"] for p in kv["points"]] == [130.0, 129.0, 131.0]
+    assert [p["recover_regressed"] for p in kv["points"]] == [False, False, True]
+
+
+def test_history_html_has_a_chart_per_scenario(reports: Path, tmp_path: Path) -> None:
+    page = tmp_path / "out" / "history.html"
+    got = CliRunner().invoke(main, ["history", "--reports", str(reports), "--html", str(page)])
+    assert got.exit_code == 0, got.output
+    html = page.read_text()
+    assert html.count("<svg ") == 2
+    assert html.count('class="regression"') == 1
+    assert "<title>20260103T000000Z-cccccc: time to recover 400.0 s</title>" in html
+    assert html.count('<tr class="regressed">') == 1
+
+
+def test_no_run_of_the_scenario_is_input_error(reports: Path) -> None:
+    got = CliRunner().invoke(main, ["history", "nope", "--reports", str(reports)])
+    assert got.exit_code == 2
+    assert "no run of scenario 'nope' in 4 run(s)" in got.stderr

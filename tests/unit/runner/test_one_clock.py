@@ -1,0 +1,64 @@
+"""Durations a person reads are real-world seconds, with lab seconds in brackets on a scaled lab;
+the terminal table never cuts a verdict, even at 60 columns."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from runner import output
+from runner.durations import real_s
+from runner.report import markdown
+from runner.results import Verdict
+from tests.support.results import run_result, scenario_result
+
+
+def test_real_seconds_with_lab_seconds_in_brackets() -> None:
+    assert real_s(120.0, 100) == "120.0 s [1.200 s lab]"
+    assert real_s(120.0, 1) == "120.0 s"
+    assert real_s(None, 100) == "-"
+
+
+def test_markdown_has_every_time_on_one_clock() -> None:
+    s = scenario_result(
+        "x", id="kv", time_to_fail_s=150.0, time_to_detect_s=160.0, time_to_recover_s=300.0
+    )
+    md = markdown(run_result(s))
+    assert (
+        "| kv | failed | 150.0 s [1.500 s lab] | 160.0 s [1.600 s lab] | 300.0 s [3.000 s lab] |"
+        in md
+    )
+    assert "Times are real-world seconds; the lab's own seconds, in brackets," in md
+
+
+def table_at(width: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    buf = io.StringIO()
+    monkeypatch.setattr(output, "out", output._Console(file=buf, width=width, soft_wrap=True))
+    scenarios = [
+        scenario_result("x", id="context-window-overflow", verdict=Verdict.PASSED),
+        scenario_result("x", id="head-only-restart-with-workers", time_to_recover_s=512.25),
+        scenario_result("x", id="kv", verdict=Verdict.SKIPPED, time_to_fail_s=None),
+    ]
+    output.run_summary(run_result(*scenarios), "reports/r1")
+    return buf.getvalue()
+
+
+def test_table_at_60_columns_keeps_every_verdict_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = table_at(60, monkeypatch)
+    table = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert max(len(line) for line in table) == 60
+    assert "…" not in text
+    rows = [line for line in table if line.startswith("│")]
+    cells = [[c.strip() for c in row.split("│")[1:-1]] for row in rows]
+    assert [c[1] for c in cells if c[1] in ("passed", "failed", "skipped")] == [
+        "passed",
+        "failed",
+        "skipped",
+    ]
+
+
+def test_table_shows_lab_seconds_in_brackets(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = table_at(200, monkeypatch)
+    assert "9.0 s [0.090 s lab]" in text
+    assert "512.2 s [5.122 s lab]" in text

@@ -1,0 +1,146 @@
+"""reports/latest, a run named by id, `latest` or path, and `run --junit/--json/--html PATH`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import main
+from runner.errors import InputError
+from runner.report import write_reports
+from runner.rundirs import LATEST, find_run, link_latest, run_dirs
+from tests.support.results import run_result, scenario_result
+from tests.unit.runner.test_hostile_input import ROOT, _IdleLab
+
+
+def make_run(root: Path, run_id: str) -> Path:
+    write_reports(run_result(scenario_result("x"), run_id=run_id), root / run_id)
+    link_latest(root, root / run_id)
+    return root / run_id
+
+
+def test_latest_is_a_relative_symlink_to_the_newest_run(tmp_path: Path) -> None:
+    make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    make_run(tmp_path, "20260102T000000Z-bbbbbb")
+    assert os.readlink(tmp_path / LATEST) == "20260102T000000Z-bbbbbb"
+    assert [p.name for p in run_dirs(tmp_path)] == [
+        "20260101T000000Z-aaaaaa",
+        "20260102T000000Z-bbbbbb",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "20260101T000000Z-aaaaaa",
+        "20260102T000000Z-bbbbbb",
+        LATEST,
+    ]  # no temporary pointer left
+
+
+def test_latest_is_a_file_where_symlinks_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: Path, target: Any, target_is_directory: bool = False) -> None:
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(Path, "symlink_to", refuse)
+    make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    make_run(tmp_path, "20260101T000000Z-cccccc")
+    assert (tmp_path / LATEST).read_text() == "20260101T000000Z-cccccc\n"
+    # the pointer file wins over the sort order (it names the run written last)
+    (tmp_path / LATEST).write_text("20260101T000000Z-aaaaaa\n")
+    assert find_run(None, tmp_path) == tmp_path / "20260101T000000Z-aaaaaa" / "result.json"
+
+
+def test_find_run_by_id_latest_and_path(tmp_path: Path) -> None:
+    a = make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    b = make_run(tmp_path, "20260102T000000Z-bbbbbb")
+    assert find_run("20260101T000000Z-aaaaaa", tmp_path) == a / "result.json"
+    assert (
+        find_run("latest", tmp_path) == tmp_path / LATEST / "result.json"
+        or find_run("latest", tmp_path) == b / "result.json"
+    )
+    assert find_run(str(a), tmp_path) == a / "result.json"
+    assert find_run(str(a / "result.json"), tmp_path) == a / "result.json"
+    with pytest.raises(InputError) as info:
+        find_run("nope", tmp_path)
+    assert info.value.message == f"{tmp_path}: no such run: 'nope'"
+
+
+def test_report_command_takes_a_run_id(tmp_path: Path) -> None:
+    make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    make_run(tmp_path, "20260102T000000Z-bbbbbb")
+    got = CliRunner().invoke(
+        main, ["report", "20260101T000000Z-aaaaaa", "--reports", str(tmp_path)]
+    )
+    assert got.exit_code == 1, got.output  # the run failed
+    assert f"reports: {tmp_path}/20260101T000000Z-aaaaaa/" in got.stdout
+    latest = CliRunner().invoke(main, ["report", "--reports", str(tmp_path)])
+    assert "20260102T000000Z-bbbbbb" in latest.stdout
+    missing = CliRunner().invoke(main, ["report", "20991231", "--reports", str(tmp_path)])
+    assert missing.exit_code == 2
+    assert "no such run: '20991231'" in missing.stderr and "Traceback" not in missing.output
+
+
+def idle_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> Any:
+    import runner.suite
+
+    def run_scenario(ls: Any, lab: Any, journal: Any, progress: Any) -> Any:
+        return runner.suite.skipped(ls, lab)
+
+    monkeypatch.setattr(runner.suite, "run_scenario", run_scenario)
+    monkeypatch.setattr(runner.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
+    sc = str(ROOT / "scenarios" / "tp-mismatch.yaml")
+    return CliRunner().invoke(main, ["run", sc, "--reports", str(tmp_path / "reports"), *args])
+
+
+def test_run_writes_copies_where_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "ci" / "deep"
+    got = idle_run(
+        monkeypatch,
+        tmp_path,
+        "--junit",
+        str(out / "junit.xml"),
+        "--json",
+        str(out / "r.json"),
+        "--html",
+        str(out / "page.html"),
+    )
+    assert got.exit_code == 0, got.output
+    run = (tmp_path / "reports" / LATEST).resolve()
+    assert (out / "junit.xml").read_text() == (run / "junit.xml").read_text()
+    assert (out / "page.html").read_text() == (run / "report.html").read_text()
+    assert json.loads((out / "r.json").read_text())["run_id"] == run.name
+    assert got.stdout.endswith("verdict: skipped\n")  # a --json PATH still prints the table
+
+
+def test_bare_json_still_prints_result_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = idle_run(monkeypatch, tmp_path, "--json")
+    assert got.exit_code == 0, got.output
+    assert json.loads(got.stdout)["scenarios"][0]["id"] == "tp-mismatch"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--json", "tp-mismatch"], "--json tp-mismatch: a file to write must end in .json"),
+        (
+            ["--junit", "{tmp}/afile/junit.xml"],
+            "{tmp}/afile/junit.xml: {tmp}/afile is not a folder",
+        ),
+        (["--html", "{tmp}"], "Invalid value for '--html': File '{tmp}' is a directory."),
+    ],
+)
+def test_a_bad_output_path_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    (tmp_path / "afile").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    got = idle_run(monkeypatch, tmp_path, *args)
+    assert got.exit_code == 2
+    assert message.replace("{tmp}", str(tmp_path)) in got.stderr
+    assert not (tmp_path / "reports").exists()  # nothing ran, nothing was written
