@@ -1,0 +1,254 @@
+"""The start-up scenarios' failures through real `vllm serve` and through `vllm-lab serve`.
+
+    python bench/differential.py [--version 0.33.0] [--wheel-dir DIR] [--ref-venv DIR]
+                                 [--write bench/DIFFERENTIAL.md]
+
+Real vLLM runs from a reference venv outside the repository (default
+~/.cache/gameday/vllm-ref-<version>, made on first use: bench/differential/refvenv.py), with
+HF_HUB_OFFLINE=1 and a model folder holding only the lab engine's config.json of the model.
+Configuration checks run on vLLM's CPU platform (VLLM_TARGET_DEVICE=cpu); the world-size check
+needs vLLM's CUDA platform class, which bench/differential/plugin provides without a GPU.
+
+Each case is a scenario's failing command (its baseline from inventories/local.yaml, its
+`inject` applied) run the same way through both engines, with the same model config, flags and
+env. The failure lines are the first line of each engine's output matching each of the case's
+patterns (the scenario's own signature regexes). Before comparing, `normalise` strips what
+differs between two runs of one engine: the `(APIServer pid=N)` / `(EngineCore pid=N)` process
+prefix (`_DP<n>` suffix included), the `MM-DD HH:MM:SS` timestamp, `pid=N` / `pid N` anywhere,
+and the temporary model folder's path. It prints a table (case, real vLLM line, lab engine line,
+equal); exit 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from runner.labs.planning import edit_args
+from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench" / "differential"))
+import refvenv  # noqa: E402
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gameday"
+MODEL = "Qwen/Qwen2.5-14B-Instruct-AWQ"  # the seeds' model, the lab inventory's baseline
+TIMEOUT_S = 600
+
+PROCESS_PREFIX = re.compile(r"^\((?:APIServer|EngineCore|Worker)(?:_DP\d+)?(?:_\w+)? pid=\d+\)\s*")
+TIMESTAMP = re.compile(r"\b\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\b")
+PID = re.compile(r"\bpid[= ]\d+\b")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    args: tuple[str, ...]
+    patterns: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    cuda: bool = False  # vLLM's CUDA platform (the stub plugin) instead of its CPU platform
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    pattern: str
+    real: str
+    lab: str
+
+    @property
+    def equal(self) -> bool:
+        return self.real != "" and self.real == self.lab
+
+
+def normalise(line: str, model_dir: str = "") -> str:
+    """A failure line without what differs between two runs (see the module's docstring)."""
+    line = PROCESS_PREFIX.sub("", line.strip())
+    line = TIMESTAMP.sub("<ts>", line)
+    line = PID.sub("pid <pid>", line)
+    if model_dir:
+        line = line.replace(model_dir.rstrip("/") + "/", "")
+    return line
+
+
+def failure_lines(output: str, patterns: tuple[str, ...], model_dir: str = "") -> list[str]:
+    """For each pattern, the first output line it matches, normalised ("" where none does)."""
+    lines = output.splitlines()
+    found = []
+    for pattern in patterns:
+        rx = re.compile(pattern)
+        hit = next((ln for ln in lines if rx.search(ln)), None)
+        found.append("" if hit is None else normalise(hit, model_dir))
+    return found
+
+
+def compare(case: str, patterns: tuple[str, ...], real: list[str], lab: list[str]) -> list[Row]:
+    return [Row(case, p, r, b) for p, r, b in zip(patterns, real, lab, strict=True)]
+
+
+# ---- the cases, from the scenarios ---------------------------------------------------------------
+
+
+def baseline() -> tuple[list[str], dict[str, str]]:
+    inv = yaml.safe_load((ROOT / "inventories" / "local.yaml").read_text())
+    host = inv["all"]["children"]["serving"]["hosts"]["serving"]
+    args = [a for a in host["gameday_engine_args"] if "{" not in a]
+    args = [a for a in args if a not in ("--host", "--port")]
+    return args, dict(host["gameday_engine_env"])
+
+
+def scenario_case(name: str, extra: dict[str, str | int] | None = None, cuda: bool = False) -> Case:
+    doc = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    args, env = baseline()
+    for step in doc["inject"]:
+        if step["kind"] == "set_args":
+            args = edit_args(args, step["args"])
+        elif step["kind"] == "service_links":
+            service = step["service"]
+            env |= kubernetes_service_env(service, cluster_ip(service), step["port"])
+    if extra:
+        args = edit_args(args, dict(extra))
+    patterns = tuple(s["regex"] for s in doc["expect"]["signature"]["in_order"])
+    return Case(name, tuple(args), patterns, env, cuda)
+
+
+def cases() -> list[Case]:
+    base, env = baseline()
+    qwen7 = edit_args(base, {"model_tag": "Qwen/Qwen2.5-7B-Instruct", "--tensor-parallel-size": 3})
+    return [
+        scenario_case("context-window-overflow"),
+        scenario_case("tp-mismatch", cuda=True),
+        Case(
+            "tp-divisibility (28 heads, TP 3)",
+            tuple(qwen7),
+            (
+                r"validation error for VllmConfig",
+                r"Total number of attention heads \(\d+\) must be divisible by tensor parallel",
+            ),
+            env,
+        ),
+        # A plain 0.33 serve reads VLLM_PORT at the end of engine-core start, after the weights;
+        # a data-parallel group reads it while setting up, before any weights.
+        scenario_case("service-name-collision", {"--data-parallel-size": 2}),
+    ]
+
+
+# ---- running both engines -----------------------------------------------------------------------
+
+
+def model_folder(tmp: Path, tag: str) -> Path:
+    """A folder holding only the model's config.json, as the lab engine ships it."""
+    folder = tmp / "models" / tag
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "labengine" / "models" / tag / "config.json", folder / "config.json")
+    return folder
+
+
+def run_engine(command: list[str], env: dict[str, str]) -> str:
+    """The combined output of one engine start (it is expected to fail)."""
+    try:
+        done = subprocess.run(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        return (out if isinstance(out, str) else out.decode()) + "\n<timed out>"
+    return done.stdout
+
+
+def run_case(case: Case, ref_python: Path, version: str, tmp: Path) -> tuple[list[Row], str, str]:
+    folder = model_folder(tmp / case.name.split()[0], case.args[0])
+    args = [str(folder), *case.args[1:]]
+    common = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], **case.env}
+    common |= {"HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    real_env = common | ({"GAMEDAY_CUDA_STUB": "1"} if case.cuda else {"VLLM_TARGET_DEVICE": "cpu"})
+    lab_env = common | {
+        "GAMEDAY_VLLM_ERA": ".".join(version.split(".")[:2]),
+        "GAMEDAY_GPU": "a10g",
+        "GAMEDAY_GPU_COUNT": "1",
+        "GAMEDAY_TIME_SCALE": "100",
+    }
+    real_cli = ref_python.parent / "vllm"
+    real = run_engine([str(real_cli), "serve", *args], real_env)
+    lab = run_engine([str(Path(sys.executable).parent / "vllm-lab"), "serve", *args], lab_env)
+    prefix = str(tmp / case.name.split()[0] / "models")
+    rows = compare(
+        case.name,
+        case.patterns,
+        failure_lines(real, case.patterns, prefix),
+        failure_lines(lab, case.patterns, prefix),
+    )
+    return rows, real, lab
+
+
+def table(rows: list[Row]) -> str:
+    out = ["| case | real vLLM line | lab engine line | equal |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        real = r.real.replace("|", "\\|") or "(no line)"
+        lab = r.lab.replace("|", "\\|") or "(no line)"
+        out.append(f"| {r.case} | `{real}` | `{lab}` | {'yes' if r.equal else 'NO'} |")
+    return "\n".join(out)
+
+
+def find_wheel(version: str, wheel_dir: Path | None) -> Path:
+    for d in [wheel_dir, CACHE / "vllm" / "wheels", Path("/tmp/vllm-dl")]:
+        if d is not None and (found := sorted(d.glob(f"vllm-{version}-*.whl"))):
+            return found[0]
+    dest = CACHE / "vllm" / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest)]
+    subprocess.run([*pip, f"vllm=={version}"], check=True)
+    return sorted(dest.glob(f"vllm-{version}-*.whl"))[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", default="0.33.0", help="the vllm release (default 0.33.0)")
+    ap.add_argument("--wheel-dir", type=Path, help="where the vllm wheel lies (else the cache)")
+    ap.add_argument("--ref-venv", type=Path, help="the reference venv (default in the cache)")
+    ap.add_argument("--only", help="run only the cases whose name starts with this")
+    ap.add_argument("--write", type=Path, help="also write the report (Markdown) here")
+    opts = ap.parse_args()
+    log: list[str] = []
+    venv = opts.ref_venv or CACHE / f"vllm-ref-{opts.version}"
+    python = refvenv.ensure(venv, find_wheel(opts.version, opts.wheel_dir), log)
+    print("\n".join(log), flush=True)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="gameday-diff-") as tmp:
+        for case in cases():
+            if opts.only and not case.name.startswith(opts.only):
+                continue
+            got, real, lab = run_case(case, python, opts.version, Path(tmp))
+            rows += got
+            if not all(r.equal for r in got):
+                print(f"--- {case.name}: real vLLM said\n{real[-4000:]}")
+                print(f"--- {case.name}: the lab engine said\n{lab[-4000:]}")
+    report = table(rows)
+    differ = sum(not r.equal for r in rows)
+    summary = f"vllm {opts.version}: {len(rows) - differ} equal, {differ} different"
+    print(report + "\n\n" + summary)
+    if opts.write:
+        opts.write.write_text(
+            f"# Differential run\n\n{chr(10).join(log)}\n\n{report}\n\n{summary}\n"
+        )
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
