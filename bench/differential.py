@@ -15,8 +15,9 @@ env. The failure lines are the first line of each engine's output matching each 
 patterns (the scenario's own signature regexes). Before comparing, `normalise` strips what
 differs between two runs of one engine: the `(APIServer pid=N)` / `(EngineCore pid=N)` process
 prefix (`_DP<n>` suffix included), the `MM-DD HH:MM:SS` timestamp, `pid=N` / `pid N` anywhere,
-and the temporary model folder's path. It prints a table (case, real vLLM line, lab engine line,
-equal); exit 1 on any difference.
+and the temporary model folder's path, and pydantic's 50-character repr of a config class's
+constructor arguments (`input_value=ArgsKwargs(...)`). It prints a table (case, real vLLM line,
+lab engine line, equal); exit 1 on any difference.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,9 +46,14 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gameda
 MODEL = "Qwen/Qwen2.5-14B-Instruct-AWQ"  # the seeds' model, the lab inventory's baseline
 TIMEOUT_S = 600
 
-PROCESS_PREFIX = re.compile(r"^\((?:APIServer|EngineCore|Worker)(?:_DP\d+)?(?:_\w+)? pid=\d+\)\s*")
+PROCESS_PREFIX = re.compile(
+    r"^\((?:APIServer|EngineCore|Worker|MainProcess)(?:_DP\d+)?(?:_\w+)? pid=\d+\)\s*"
+)
 TIMESTAMP = re.compile(r"\b\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\b")
 PID = re.compile(r"\bpid[= ]\d+\b")
+# pydantic's repr of a config class's constructor arguments, cut to 50 characters: every
+# argument's value, defaults included, differs between the two engines' own arguments
+INPUT_VALUE = re.compile(r"input_value=ArgsKwargs\(.*\), input_type=")
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Case:
     patterns: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     cuda: bool = False  # vLLM's CUDA platform (the stub plugin) instead of its CPU platform
+    gpus: int = 1  # the GPUs the pod sees (CUDA_VISIBLE_DEVICES; the lab's GAMEDAY_GPU_COUNT)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ def normalise(line: str, model_dir: str = "") -> str:
     line = PROCESS_PREFIX.sub("", line.strip())
     line = TIMESTAMP.sub("<ts>", line)
     line = PID.sub("pid <pid>", line)
+    line = INPUT_VALUE.sub("input_value=ArgsKwargs(<args>), input_type=", line)
     if model_dir:
         line = line.replace(model_dir.rstrip("/") + "/", "")
     return line
@@ -106,7 +115,12 @@ def baseline() -> tuple[list[str], dict[str, str]]:
     return args, dict(host["gameday_engine_env"])
 
 
-def scenario_case(name: str, extra: dict[str, str | int] | None = None, cuda: bool = False) -> Case:
+def scenario_case(
+    name: str,
+    extra: dict[str, str | int] | None = None,
+    cuda: bool = False,
+    patterns: tuple[str, ...] = (),
+) -> Case:
     doc = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
     args, env = baseline()
     for step in doc["inject"]:
@@ -117,7 +131,7 @@ def scenario_case(name: str, extra: dict[str, str | int] | None = None, cuda: bo
             env |= kubernetes_service_env(service, cluster_ip(service), step["port"])
     if extra:
         args = edit_args(args, dict(extra))
-    patterns = tuple(s["regex"] for s in doc["expect"]["signature"]["in_order"])
+    patterns = patterns or tuple(s["regex"] for s in doc["expect"]["signature"]["in_order"])
     return Case(name, tuple(args), patterns, env, cuda)
 
 
@@ -126,7 +140,16 @@ def cases() -> list[Case]:
     qwen7 = edit_args(base, {"model_tag": "Qwen/Qwen2.5-7B-Instruct", "--tensor-parallel-size": 3})
     return [
         scenario_case("context-window-overflow"),
-        scenario_case("tp-mismatch", cuda=True),
+        scenario_case(
+            "tp-mismatch",
+            cuda=True,
+            patterns=(
+                r"1 validation error for ParallelConfig",
+                r"World size \(\d+\) is larger than the number of available GPUs",
+                r"^(\(\w+ pid=\d+\) )?- ray, set",
+                r"^(\(\w+ pid=\d+\) )?- multiprocessing, set",
+            ),
+        ),
         Case(
             "tp-divisibility (28 heads, TP 3)",
             tuple(qwen7),
@@ -135,10 +158,20 @@ def cases() -> list[Case]:
                 r"Total number of attention heads \(\d+\) must be divisible by tensor parallel",
             ),
             env,
+            gpus=4,
         ),
         # A plain 0.33 serve reads VLLM_PORT at the end of engine-core start, after the weights;
         # a data-parallel group reads it while setting up, before any weights.
-        scenario_case("service-name-collision", {"--data-parallel-size": 2}),
+        scenario_case(
+            "service-name-collision",
+            {"--data-parallel-size": 2},
+            patterns=(
+                "Unknown vLLM environment variable detected: VLLM_SERVICE_HOST",
+                "Unknown vLLM environment variable detected: VLLM_PORT_8000_TCP_ADDR",
+                "validation error for ParallelConfig",
+                "VLLM_PORT '.*' appears to be a URI",
+            ),
+        ),
     ]
 
 
@@ -153,11 +186,18 @@ def model_folder(tmp: Path, tag: str) -> Path:
     return folder
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def run_engine(command: list[str], env: dict[str, str]) -> str:
-    """The combined output of one engine start (it is expected to fail)."""
+    """The combined output of one engine start (it is expected to fail), on a free loopback
+    port (vLLM binds its API socket before its configuration checks)."""
     try:
         done = subprocess.run(
-            command,
+            [*command, "--host", "127.0.0.1", "--port", str(free_port())],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -176,12 +216,13 @@ def run_case(case: Case, ref_python: Path, version: str, tmp: Path) -> tuple[lis
     folder = model_folder(tmp / case.name.split()[0], case.args[0])
     args = [str(folder), *case.args[1:]]
     common = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], **case.env}
-    common |= {"HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    visible = ",".join(str(i) for i in range(case.gpus))
+    common |= {"HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": visible}
     real_env = common | ({"GAMEDAY_CUDA_STUB": "1"} if case.cuda else {"VLLM_TARGET_DEVICE": "cpu"})
     lab_env = common | {
         "GAMEDAY_VLLM_ERA": ".".join(version.split(".")[:2]),
         "GAMEDAY_GPU": "a10g",
-        "GAMEDAY_GPU_COUNT": "1",
+        "GAMEDAY_GPU_COUNT": str(case.gpus),
         "GAMEDAY_TIME_SCALE": "100",
     }
     real_cli = ref_python.parent / "vllm"

@@ -32,6 +32,7 @@ GPU_ONLY = frozenset(
         "torchcodec",
         "pynvvideocodec",
         "flashinfer-python",
+        "flashinfer-cubin",
         "apache-tvm-ffi",
         "tilelang",
         "nvtx",

@@ -32,6 +32,17 @@ def test_normalise_keeps_the_rest_of_the_line() -> None:
     )
 
 
+def test_normalise_hides_pydantics_cut_repr_of_the_constructor_arguments() -> None:
+    line = (
+        "Value error, too long. [type=value_error, input_value=ArgsKwargs((), {'model': "
+        "...nderer_num_workers': 1}), input_type=ArgsKwargs]"
+    )
+    assert normalise(line) == (
+        "Value error, too long. [type=value_error, input_value=ArgsKwargs(<args>), "
+        "input_type=ArgsKwargs]"
+    )
+
+
 def test_failure_lines_take_each_patterns_first_match_or_empty() -> None:
     out = "\n".join(
         [
