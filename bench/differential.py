@@ -1,7 +1,7 @@
 """The start-up scenarios' failures through real `vllm serve` and through `vllm-lab serve`.
 
-    python bench/differential.py [--version 0.33.0] [--wheel-dir DIR] [--ref-venv DIR]
-                                 [--write bench/DIFFERENTIAL.md]
+    python bench/differential.py [--versions 0.33.0,0.19.1] [--wheel-dir DIR] [--ref-venv DIR]
+                                 [--only CASE] [--write bench/DIFFERENTIAL.md]
 
 Real vLLM runs from a reference venv outside the repository (default
 ~/.cache/gameday/vllm-ref-<version>, made on first use: bench/differential/refvenv.py), with
@@ -218,7 +218,10 @@ def run_case(case: Case, ref_python: Path, version: str, tmp: Path) -> tuple[lis
     common = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], **case.env}
     visible = ",".join(str(i) for i in range(case.gpus))
     common |= {"HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": visible}
-    real_env = common | ({"GAMEDAY_CUDA_STUB": "1"} if case.cuda else {"VLLM_TARGET_DEVICE": "cpu"})
+    # 0.19 picks its CPU platform only for a CPU build of vLLM (a "cpu" version) or macOS:
+    # VLLM_TARGET_DEVICE is read at build time only, so every 0.19 case runs on the CUDA class
+    cuda = case.cuda or version.startswith("0.19.")
+    real_env = common | ({"GAMEDAY_CUDA_STUB": "1"} if cuda else {"VLLM_TARGET_DEVICE": "cpu"})
     lab_env = common | {
         "GAMEDAY_VLLM_ERA": ".".join(version.split(".")[:2]),
         "GAMEDAY_GPU": "a10g",
@@ -258,35 +261,48 @@ def find_wheel(version: str, wheel_dir: Path | None) -> Path:
     return sorted(dest.glob(f"vllm-{version}-*.whl"))[0]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--version", default="0.33.0", help="the vllm release (default 0.33.0)")
-    ap.add_argument("--wheel-dir", type=Path, help="where the vllm wheel lies (else the cache)")
-    ap.add_argument("--ref-venv", type=Path, help="the reference venv (default in the cache)")
-    ap.add_argument("--only", help="run only the cases whose name starts with this")
-    ap.add_argument("--write", type=Path, help="also write the report (Markdown) here")
-    opts = ap.parse_args()
+def run_version(version: str, opts: argparse.Namespace) -> tuple[list[str], list[Row]]:
+    """The set-up log and the rows of one vLLM release."""
     log: list[str] = []
-    venv = opts.ref_venv or CACHE / f"vllm-ref-{opts.version}"
-    python = refvenv.ensure(venv, find_wheel(opts.version, opts.wheel_dir), log)
+    venv = opts.ref_venv or CACHE / f"vllm-ref-{version}"
+    python = refvenv.ensure(venv, find_wheel(version, opts.wheel_dir), log)
     print("\n".join(log), flush=True)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gameday-diff-") as tmp:
         for case in cases():
             if opts.only and not case.name.startswith(opts.only):
                 continue
-            got, real, lab = run_case(case, python, opts.version, Path(tmp))
+            got, real, lab = run_case(case, python, version, Path(tmp))
             rows += got
             if not all(r.equal for r in got):
                 print(f"--- {case.name}: real vLLM said\n{real[-4000:]}")
                 print(f"--- {case.name}: the lab engine said\n{lab[-4000:]}")
-    report = table(rows)
-    differ = sum(not r.equal for r in rows)
-    summary = f"vllm {opts.version}: {len(rows) - differ} equal, {differ} different"
-    print(report + "\n\n" + summary)
+    return log, rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--versions", default="0.33.0,0.19.1", help="vllm releases, comma-separated (both eras)"
+    )
+    ap.add_argument("--wheel-dir", type=Path, help="where the vllm wheels lie (else the cache)")
+    ap.add_argument("--ref-venv", type=Path, help="the reference venv (one release only)")
+    ap.add_argument("--only", help="run only the cases whose name starts with this")
+    ap.add_argument("--write", type=Path, help="also write the report (Markdown) here")
+    opts = ap.parse_args()
+    sections: list[str] = []
+    differ = 0
+    for version in opts.versions.split(","):
+        log, rows = run_version(version, opts)
+        bad = sum(not r.equal for r in rows)
+        differ += bad
+        summary = f"vllm {version}: {len(rows) - bad} equal, {bad} different"
+        print(table(rows) + "\n\n" + summary, flush=True)
+        sections.append(f"## vllm {version}\n\n{chr(10).join(log)}\n\n{table(rows)}\n\n{summary}\n")
     if opts.write:
+        head = opts.write.read_text().split("\n## vllm ")[0] if opts.write.exists() else ""
         opts.write.write_text(
-            f"# Differential run\n\n{chr(10).join(log)}\n\n{report}\n\n{summary}\n"
+            (head or "# Differential run\n").rstrip("\n") + "\n\n" + "\n".join(sections)
         )
     return 1 if differ else 0
 
