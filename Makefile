@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench mutation conformance clean lab-deps docker
+.PHONY: run test bench mutation conformance differential clean lab-deps docker
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ mutation: $(VENV)/.installed
 # table is kept in bench/CONFORMANCE.md
 conformance: $(VENV)/.installed
 	$(BIN)/python bench/conformance.py $(if $(WHEELS),--wheel-dir $(WHEELS)) --write bench/CONFORMANCE.md
+
+# the start-up scenarios' failures through real `vllm serve` (CPU torch, a reference venv made
+# once in ~/.cache/gameday/vllm-ref-<v>, about 2 GB) and `vllm-lab serve`; kept in
+# bench/DIFFERENTIAL.md
+differential: $(VENV)/.installed
+	$(BIN)/python bench/differential.py $(if $(WHEELS),--wheel-dir $(WHEELS)) --write bench/DIFFERENTIAL.md
 
 clean:
 	rm -rf $(VENV)

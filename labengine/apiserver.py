@@ -129,6 +129,7 @@ def _settings(
     log.info("model.py:547", f"Resolved architecture: {model.architecture}")
     dtype = _dtype(args, model, model_tag, era, log)
     max_len, derived = _max_model_len(args, env, model, model_tag, log)
+    _check_dp_port(args, env, era, log)
     _check_world(args, gpus, log)
     _check_heads(args, model, log)
     large = gpus.gpu.large
@@ -203,6 +204,23 @@ def _max_model_len(
         )
     log.info("model.py:1510", f"Using max model len {max_len}")
     return max_len, derived
+
+
+def _check_dp_port(args: argparse.Namespace, env: dict[str, str], era: Era, log: VllmLog) -> None:
+    """ParallelConfig takes the data-parallel master's ports (get_open_ports_list, which reads
+    VLLM_PORT) before its world-size check, when data parallelism is asked for."""
+    if args.data_parallel_size <= 1:
+        return
+    try:
+        envs.vllm_port(era, env)
+    except envs.EnvError as exc:
+        _validation_error(
+            log,
+            "ParallelConfig",
+            str(exc),
+            f"ArgsKwargs((), {{'data_parallel_size': {args.data_parallel_size}, ...}})",
+        )
+        raise _Failed from exc
 
 
 def _check_world(args: argparse.Namespace, gpus: NodeGpus, log: VllmLog) -> None:

@@ -163,6 +163,8 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         _load_weights(s, log, shared)
         plan = _profile(s, log)
         _capture_graphs(s, log)
+        log.info("core.py:240", _init_took(s, (time.monotonic() - t_init) * s.time_scale))
+        _enable_envs_cache(s)
     except EngineStartError as exc:
         _log_exception(s, log, "EngineCore failed to start.", exc.traceback, exc.exc_type_message)
         conn.send(("failed", exc.exc_type, exc.message))
@@ -170,8 +172,6 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         return 1
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, plan))
-    init_real = (time.monotonic() - t_init) * s.time_scale
-    log.info("core.py:240", _init_took(s, init_real))
     conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
     return _serve(s, conn, log, group, shared)
 
@@ -203,12 +203,25 @@ def _log_config(s: CoreSettings, log: VllmLog) -> None:
 def _init_distributed(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
     """get_open_port() reads VLLM_PORT (a Kubernetes service link breaks it here); a group of
     nodes forms at rank 0's store. The sockets to the other ranks."""
-    # vLLM logs the process group's init method at DEBUG only: nothing is printed here
+    # vLLM logs the process group's init method at DEBUG only: nothing is printed here. From
+    # 0.20 on a single node's group meets at a file:// store, and VLLM_PORT is read later.
+    if s.era is Era.V0_19:
+        try:
+            envs.vllm_port(s.era, s.env)
+        except envs.EnvError as exc:
+            raise EngineStartError("ValueError", str(exc), Traceback.CORE_VLLM_PORT) from exc
+    return _host_store(s, log) if s.nnodes > 1 else []
+
+
+def _enable_envs_cache(s: CoreSettings) -> None:
+    """0.33's EngineCore ends its constructor by caching every VLLM_* variable: a bad VLLM_PORT
+    fails here, after the weights, the KV cache and the warm-up."""
+    if s.era is Era.V0_19:
+        return
     try:
         envs.vllm_port(s.era, s.env)
     except envs.EnvError as exc:
-        raise EngineStartError("ValueError", str(exc), Traceback.CORE_VLLM_PORT) from exc
-    return _host_store(s, log) if s.nnodes > 1 else []
+        raise EngineStartError("ValueError", str(exc), Traceback.CORE_ENVS_CACHE) from exc
 
 
 def _check_free_memory(s: CoreSettings, shared: SharedGpu | None) -> None:

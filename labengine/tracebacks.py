@@ -29,6 +29,7 @@ class Traceback(enum.StrEnum):
     ENGINE_DEAD = "engine_dead"  # the API server's output handler, after the engine core died
     CORE_INIT = "core_init"  # EngineCore's constructor (free memory on the device)
     CORE_VLLM_PORT = "core_vllm_port"  # get_open_port() reading VLLM_PORT
+    CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init
     CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory
     BUSY_LOOP_NCCL = "busy_loop_nccl"  # an all-reduce with a worker gone
     BUSY_LOOP_DEEPGEMM = "busy_loop_deepgemm"  # loading a DeepGEMM kernel (CUDA error 800)

@@ -23,6 +23,7 @@ def test_the_data_file_holds_exactly_the_named_tracebacks() -> None:
         Traceback.ENGINE_DEAD: 1,
         Traceback.CORE_INIT: 2,
         Traceback.CORE_VLLM_PORT: 5,
+        Traceback.CORE_ENVS_CACHE: 6,
         Traceback.CORE_KV_CACHE: 4,
         Traceback.BUSY_LOOP_NCCL: 2,
         Traceback.BUSY_LOOP_DEEPGEMM: 2,
