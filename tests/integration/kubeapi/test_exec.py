@@ -80,9 +80,15 @@ def test_the_container_is_pid_1_of_its_own_namespaces(lab: client.CoreV1Api) -> 
         "lab", deployment("box", ["sh", "-c", "sleep 600 & wait; exit 42"])
     )
     pod = running_pod(lab, "lab", "box")
-    ps = run(lab, pod.metadata.name, ["ps", "-e", "-o", "pid=,ppid=,comm="])
-    rows = [line.split() for line in ps.read_stdout().splitlines()]
-    assert [r for r in rows if r[2] != "ps"] == [["1", "0", "sh"], ["2", "1", "sleep"]]
+
+    def processes() -> list[list[str]] | None:
+        # the pod is Running once PID 1 runs: its shell may not have started `sleep` yet
+        ps = run(lab, pod.metadata.name, ["ps", "-e", "-o", "pid=,ppid=,comm="])
+        rows = [line.split() for line in ps.read_stdout().splitlines()]
+        rows = [r for r in rows if r[2] != "ps"]
+        return rows if len(rows) > 1 else None
+
+    assert wait_for(processes) == [["1", "0", "sh"], ["2", "1", "sleep"]]
     kill = run(lab, pod.metadata.name, ["pkill", "--signal", "KILL", "--parent", "1"])
     assert kill.returncode == 0
 
