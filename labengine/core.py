@@ -68,6 +68,8 @@ class CoreSettings:
     headless: bool = False
     dtype: str = ""  # resolved --dtype ("" = the model's own, as with --dtype auto)
     kv_cache_dtype: str = "auto"
+    max_logprobs: int = 20  # --max-logprobs (ModelConfig.max_logprobs)
+    prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching
 
     @property
     def world(self) -> int:
@@ -172,7 +174,16 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         shared.allocate(s.process_name, gpu_bytes(s, plan))
     init_real = (time.monotonic() - t_init) * s.time_scale
     log.info("core.py:240", _init_took(s, init_real))
-    conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
+    conn.send(
+        (
+            "ready",
+            {
+                "num_gpu_blocks": plan.num_blocks,
+                "kv_tokens": plan.tokens,
+                "concurrency": plan.concurrency,
+            },
+        )
+    )
     return _serve(s, conn, log, group, shared)
 
 
