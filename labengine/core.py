@@ -119,8 +119,10 @@ def memory_plan(s: CoreSettings) -> memory.KvPlan:
         cuda_total=s.gpus.gpu.cuda_total_bytes,
         utilization=s.utilization,
         loaded_weights=m.loaded_bytes(s.tp, dtype),
-        activation_peak=m.activation_peak_bytes(s.max_num_batched_tokens, s.max_num_seqs, dtype),
-        non_torch=s.gpus.gpu.non_torch_mib * 2**20,
+        activation_peak=m.activation_peak_bytes(
+            s.max_num_batched_tokens, s.max_num_seqs, dtype, s.tp
+        ),
+        non_torch=memory.profile_non_torch_bytes(s.era, s.gpus.gpu.profile_non_torch_mib),
         layers=m.num_layers // s.pp,
         per_token_per_layer=m.kv_bytes_per_token_per_layer(s.tp, dtype, s.kv_cache_dtype),
         max_model_len=s.max_model_len,
