@@ -59,6 +59,7 @@ class Case:
     activation: float
     kv: float
     note: str = ""
+    tp: int = 1
 
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"  # Llama-3-8B's and Llama-3.1-8B's shapes are one
@@ -68,7 +69,7 @@ CASES = [
          "max_model_len 8192: no chunked prefill, 8192 batched tokens"),
     Case("Llama-3-8B H100 TP2 util 0.9 (rank 0)", "https://github.com/vllm-project/vllm/pull/10511",
          LLAMA, "bfloat16", 8192, 256, 79.22, 0.90, 7.48, 3.58, 1.26, 58.97,
-         "KV not printed in the excerpt: T x U - W - N - A"),
+         "KV not printed in the excerpt: T x U - W - N - A", tp=2),
     Case("Llama-3.1-8B H100 util 0.9", "public book excerpt (vLLM logs, Example 4-3)",
          LLAMA, "bfloat16", 8192, 256, 79.14, 0.90, 14.99, 0.12, 1.19, 54.93,
          "batched tokens not printed: 8192 assumed"),
@@ -112,7 +113,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for c in CASES:
             m = model(c.model, Path(tmp))
-            act = m.activation_peak_bytes(c.batched_tokens, c.seqs, c.dtype) / GIB
+            act = m.activation_peak_bytes(c.batched_tokens, c.seqs, c.dtype, c.tp) / GIB
             kv = c.total * c.util - c.weights - c.non_torch - act
             print(
                 f"{c.name} | {c.url} | {c.activation:.2f} | {act:.2f} | {pct(act, c.activation)}"
@@ -126,7 +127,7 @@ def implied(m: ModelInfo, c: Case) -> str:
     the lab engine's formula."""
     h, vocab = int(m.config["hidden_size"]), int(m.config["vocab_size"])
     b = 2 if c.dtype in ("bfloat16", "float16") else 4
-    forward = c.batched_tokens * (3 * int(m.config["intermediate_size"]) + 4 * h) * b
+    forward = c.batched_tokens * (3 * int(m.config["intermediate_size"]) // c.tp + 4 * h) * b
     hidden = c.batched_tokens * h * b
     per_logit = (c.activation * GIB - hidden) / (min(c.seqs, c.batched_tokens) * vocab)
     sampler = hidden + min(c.seqs, c.batched_tokens) * vocab * SAMPLER_BYTES_PER_LOGIT
