@@ -158,6 +158,8 @@ def _settings(
         env=env,
         dtype=dtype,
         kv_cache_dtype=args.kv_cache_dtype,
+        max_logprobs=args.max_logprobs,
+        prefix_caching=args.enable_prefix_caching is not False,
     )
 
 
@@ -289,11 +291,12 @@ def _run_headless(s: CoreSettings, log: VllmLog) -> int:
 
 def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, port: int) -> int:
     try:
-        proc, conn, kv_tokens = _start_core(s, log, sock)
+        proc, conn, ready = _start_core(s, log, sock)
     except _Failed:
         return 1
     # imported once the engine core is forked: that process needs none of the HTTP stack
     from labengine.server import ServerState, serve
+    from labengine.server.cache_info import CacheState, cache_config_info
     from labengine.server.routes import DEV_MODE_WARNING, DEV_ROUTES, ROUTES
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
@@ -315,13 +318,27 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         served_name=s.served_name,
         model_root=s.model.tag,
         max_model_len=s.max_model_len,
-        kv_tokens=kv_tokens,
+        kv_tokens=int(ready["kv_tokens"]),
         conn=conn,
         log=log,
         keep_alive_on_death=envs.truthy(s.env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH"),
         stats_interval_s=10.0 / s.time_scale,
         time_scale=s.time_scale,
         dev_mode=dev_mode,
+        max_num_seqs=s.max_num_seqs,
+        max_logprobs=s.max_logprobs,
+        vocab_size=int(s.model.config["vocab_size"]),
+        cache_info=cache_config_info(
+            s.era,
+            CacheState(
+                utilization=s.utilization,
+                cache_dtype=s.kv_cache_dtype,
+                prefix_caching=s.prefix_caching,
+                num_gpu_blocks=int(ready["num_gpu_blocks"]),
+                kv_tokens=int(ready["kv_tokens"]),
+                concurrency=float(ready["concurrency"]),
+            ),
+        ),
     )
     try:
         serve(st, sock, host, port)
@@ -332,9 +349,9 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
 
 def _start_core(
     s: CoreSettings, log: VllmLog, sock: socket.socket
-) -> tuple[ForkProcess, Connection, int]:
-    """Fork the engine core and wait for its start-up. The process, the pipe to it, and the
-    KV cache's size in tokens."""
+) -> tuple[ForkProcess, Connection, dict[str, Any]]:
+    """Fork the engine core and wait for its start-up. The process, the pipe to it, and what
+    the engine core reported of its KV cache (blocks, tokens, concurrency)."""
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
     core_name = s.era.engine_core_name
@@ -365,7 +382,8 @@ def _start_core(
             f"RuntimeError: {engine_init_failed(s.era, code)}",
         )
         raise _Failed
-    return proc, parent, int(msg[1]["kv_tokens"])
+    ready: dict[str, Any] = msg[1]
+    return proc, parent, ready
 
 
 def _stop_core(proc: ForkProcess, conn: Connection) -> None:

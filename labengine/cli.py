@@ -50,6 +50,12 @@ def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
     p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument(
+        "--max-logprobs",
+        type=int,
+        default=20,
+        help="most logprobs a request may ask for (vLLM's default 20; -1: the whole vocabulary)",
+    )
     p.add_argument("--dtype", default="auto")
     p.add_argument("--quantization", "-q", default=None)
     p.add_argument("--kv-cache-dtype", default="auto")

@@ -68,6 +68,8 @@ class CoreSettings:
     headless: bool = False
     dtype: str = ""  # resolved --dtype ("" = the model's own, as with --dtype auto)
     kv_cache_dtype: str = "auto"
+    max_logprobs: int = 20  # --max-logprobs (ModelConfig.max_logprobs)
+    prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching
 
     @property
     def world(self) -> int:
@@ -117,8 +119,10 @@ def memory_plan(s: CoreSettings) -> memory.KvPlan:
         cuda_total=s.gpus.gpu.cuda_total_bytes,
         utilization=s.utilization,
         loaded_weights=m.loaded_bytes(s.tp, dtype),
-        activation_peak=m.activation_peak_bytes(s.max_num_batched_tokens, s.max_num_seqs, dtype),
-        non_torch=s.gpus.gpu.non_torch_mib * 2**20,
+        activation_peak=m.activation_peak_bytes(
+            s.max_num_batched_tokens, s.max_num_seqs, dtype, s.tp
+        ),
+        non_torch=memory.profile_non_torch_bytes(s.era, s.gpus.gpu.profile_non_torch_mib),
         layers=m.num_layers // s.pp,
         per_token_per_layer=m.kv_bytes_per_token_per_layer(s.tp, dtype, s.kv_cache_dtype),
         max_model_len=s.max_model_len,
@@ -172,7 +176,16 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         return 1
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, plan))
-    conn.send(("ready", {"num_gpu_blocks": plan.num_blocks, "kv_tokens": plan.tokens}))
+    conn.send(
+        (
+            "ready",
+            {
+                "num_gpu_blocks": plan.num_blocks,
+                "kv_tokens": plan.tokens,
+                "concurrency": plan.concurrency,
+            },
+        )
+    )
     return _serve(s, conn, log, group, shared)
 
 

@@ -20,6 +20,7 @@ class GpuType:
     memory_mib: int
     cuda_total_mib: int
     non_torch_mib: int
+    profile_non_torch_mib: int
     load_gib_s: float
     download_gib_s: float
     large: bool

@@ -20,6 +20,53 @@ from labengine.wording import Era
 
 BLOCK_SIZE = 16
 
+# Bytes the sampler's profiling run holds at its peak per (request x vocabulary) logit: the logits
+# in the model's dtype, their fp32 copy, the top-k/top-p pass over them (sorted fp32 values and
+# int64 indices, softmax, cumsum, masks, the scatter back) and the probabilities. Checked against
+# eight public start-up logs that print vLLM's whole memory split: the five where the sampler sets
+# the peak imply 36.9 to 39.2 bytes (bench/memory_check.py, bench/memory_check.txt).
+SAMPLER_BYTES_PER_LOGIT = 38.5
+
+
+def activation_peak_bytes(
+    *,
+    tokens: int,
+    seqs: int,
+    hidden: int,
+    intermediate: int,
+    vocab: int,
+    dtype_bytes: int,
+    tp: int = 1,
+) -> int:
+    """The torch peak of vLLM's profiling run (gpu_model_runner.py: profile_run): a dummy
+    forward pass of `tokens` = max_num_batched_tokens, then the sampler on the last token of
+    min(max_num_seqs, tokens) requests (_dummy_sampler_run). The two do not overlap:
+
+        forward  = tokens x (3 x intermediate / tp + 4 x hidden) x dtype_bytes
+                   (one decoder layer's MLP: its input, the residual, gate_up (2 x I), the
+                   activation (I) and down's output (H); the MLP is column/row parallel)
+        sampler  = tokens x hidden x dtype_bytes                  (the hidden states, still held)
+                 + requests x vocab x SAMPLER_BYTES_PER_LOGIT      (full vocabulary on every rank)
+        peak     = max(forward, sampler)
+    """
+    forward = tokens * (3 * intermediate // tp + 4 * hidden) * dtype_bytes
+    requests = min(seqs, tokens)
+    sampler = tokens * hidden * dtype_bytes + int(requests * vocab * SAMPLER_BYTES_PER_LOGIT)
+    return max(forward, sampler)
+
+
+def profile_non_torch_bytes(era: Era, cublas_mib: int) -> int:
+    """Memory outside PyTorch's allocator that the profiling counts (gpu_worker.py:
+    determine_available_memory, utils/mem_utils.py: memory_profiling's non_torch_increase): what
+    appeared after the worker's init snapshot. The CUDA context and NCCL's buffers are created
+    before it, whatever the TP size, so they are never counted. In 0.19 the cuBLAS and cuBLASLt
+    handles (their workspaces and kernel modules) are created by the first matmul, after the
+    snapshot: `cublas_mib`, a property of the GPU and its libraries (labengine/data/gpus.json).
+    From 0.2x on the worker runs one matmul and one linear before the snapshot ("Create the
+    handles now, before the snapshot, so they count as baseline like the NCCL buffers"), so
+    nothing is counted."""
+    return cublas_mib * 2**20 if era is Era.V0_19 else 0
+
 
 @dataclass(frozen=True)
 class KvLayout:

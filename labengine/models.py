@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labengine import arch
+from labengine import arch, memory
 
 PACKAGED_MODELS = Path(__file__).resolve().parent / "models"
 
@@ -213,15 +213,20 @@ class ModelInfo:
         return math.ceil((self.weight_bytes(dtype) + extra) / tp)
 
     def activation_peak_bytes(
-        self, max_num_batched_tokens: int, max_num_seqs: int, dtype: str | None = None
+        self, max_num_batched_tokens: int, max_num_seqs: int, dtype: str | None = None, tp: int = 1
     ) -> int:
-        """Peak of the profiling forward pass: MLP and residual activations of a full batch of
-        tokens, plus fp32 logits of the sampler warm-up for max_num_seqs requests."""
-        h = int(self.config["hidden_size"])
-        inter = int(self.config.get("moe_intermediate_size") or self.config["intermediate_size"])
-        forward = max_num_batched_tokens * (3 * inter + 4 * h) * DTYPE_BYTES[dtype or self.dtype]
-        sampler = max_num_seqs * int(self.config["vocab_size"]) * 4
-        return forward + sampler
+        """Peak of the profiling run on one rank (labengine.memory.activation_peak_bytes)."""
+        return memory.activation_peak_bytes(
+            tokens=max_num_batched_tokens,
+            seqs=max_num_seqs,
+            hidden=int(self.config["hidden_size"]),
+            intermediate=int(
+                self.config.get("moe_intermediate_size") or self.config["intermediate_size"]
+            ),
+            vocab=int(self.config["vocab_size"]),
+            dtype_bytes=DTYPE_BYTES[dtype or self.dtype],
+            tp=tp,
+        )
 
 
 def search_paths() -> list[Path]:

@@ -64,9 +64,15 @@ class EngineMetrics:
     engine), with the token totals the throughput line is computed from."""
 
     def __init__(
-        self, served_name: str, max_model_len: int = 4096, cache_info: dict[str, str] | None = None
+        self,
+        served_name: str,
+        max_model_len: int = 4096,
+        cache_info: dict[str, str] | None = None,
+        max_num_seqs: int = 256,
     ) -> None:
         self.registry = reg = CollectorRegistry()
+        self.max_num_seqs = max_num_seqs
+        self.in_flight = 0
         lv = ["model_name", "engine"]
         self._lv = {"model_name": served_name, "engine": "0"}
 
@@ -85,7 +91,7 @@ class EngineMetrics:
         self._waiting = gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed."
         )
-        waiting_by = gauge(
+        self._waiting_by = waiting_by = gauge(
             "vllm:num_requests_waiting_by_reason",
             "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
             "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
@@ -263,13 +269,28 @@ class EngineMetrics:
         self.gen_total = 0
 
     def started(self, kv_usage: float) -> None:
-        """A request enters the running batch; the KV cache is `kv_usage` (0..1) full."""
-        self._running.labels(**self._lv).inc()
+        """A request arrives; the KV cache is `kv_usage` (0..1) full."""
+        self.in_flight += 1
+        self._set_queues()
         self.set_kv_usage(kv_usage)
 
     def left(self) -> None:
-        """A request leaves the running batch (finished, failed or abandoned)."""
-        self._running.labels(**self._lv).dec()
+        """A request leaves (finished, failed or abandoned)."""
+        self.in_flight -= 1
+        self._set_queues()
+
+    def queue_sizes(self) -> tuple[int, int]:
+        """(running, waiting), as the scheduler has them."""
+        running = min(self.in_flight, self.max_num_seqs)
+        return running, self.in_flight - running
+
+    def _set_queues(self) -> None:
+        """The scheduler runs at most max_num_seqs requests; the rest wait for capacity
+        (vllm/v1/core/sched/scheduler.py: the running list is capped at max_num_running_reqs)."""
+        running, waiting = self.queue_sizes()
+        self._running.labels(**self._lv).set(running)
+        self._waiting.labels(**self._lv).set(waiting)
+        self._waiting_by.labels(**self._lv, reason="capacity").set(waiting)
 
     def set_kv_usage(self, fraction: float) -> None:
         self.kv_usage = fraction
@@ -337,11 +358,13 @@ class EngineMetrics:
         return generate_latest(self.registry)
 
 
-def throughput_line(prompt_tps: float, gen_tps: float, running: int, kv_usage: float) -> str:
+def throughput_line(
+    prompt_tps: float, gen_tps: float, running: int, kv_usage: float, waiting: int = 0
+) -> str:
     """vLLM's periodic stats line (loggers.py), as it prints it."""
     return (
         f"Engine 000: Avg prompt throughput: {prompt_tps:.1f} tokens/s, Avg generation "
-        f"throughput: {gen_tps:.1f} tokens/s, Running: {running} reqs, Waiting: 0 "
+        f"throughput: {gen_tps:.1f} tokens/s, Running: {running} reqs, Waiting: {waiting} "
         f"reqs, GPU KV cache usage: {kv_usage * 100:.1f}%, "
         "Prefix cache hit rate: 0.0%"
     )

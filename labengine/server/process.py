@@ -37,7 +37,8 @@ async def stats_loop(st: ServerState) -> None:
         g = (m.gen_total - last_gen) / dt
         last_prompt, last_gen = m.prompt_total, m.gen_total
         if p or g or st.queues:
-            st.log.info("loggers.py:127", throughput_line(p, g, len(st.queues), m.kv_usage))
+            running, waiting = m.queue_sizes()
+            st.log.info("loggers.py:127", throughput_line(p, g, running, m.kv_usage, waiting))
 
 
 def _on_engine_output(st: ServerState) -> None:

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from labengine.server.metrics import CONTENT_TYPE
 from labengine.server.state import EngineDead, ServerState, generate
-from labengine.textgen import chat_prompt_tokens, count_tokens, top_logprobs
+from labengine.textgen import WORDS, chat_prompt_tokens, count_tokens, top_logprobs
 
 ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
@@ -119,7 +119,7 @@ async def read_request(st: ServerState, request: Request, chat: bool) -> Prompt 
     max_tokens = check_request(st, body, n_prompt)
     if isinstance(max_tokens, JSONResponse):
         return max_tokens
-    options = sampling_of(body, chat)
+    options = sampling_of(body, chat, st.max_logprobs, st.vocab_size)
     if isinstance(options, JSONResponse):
         return options
     n, logprobs = options
@@ -138,9 +138,13 @@ def invalid(message: str, param: str | None, value: object = None) -> JSONRespon
     return JSONResponse(body, status_code=400)
 
 
-def sampling_of(body: dict[str, Any], chat: bool) -> tuple[int, int | None] | JSONResponse:
+def sampling_of(
+    body: dict[str, Any], chat: bool, max_logprobs: int = MAX_LOGPROBS, vocab_size: int = 0
+) -> tuple[int, int | None] | JSONResponse:
     """`n` and the number of top logprobs per token, checked as vLLM 0.33 checks them
-    (chat_completion/protocol.py check_logprobs, sampling_params.py)."""
+    (chat_completion/protocol.py, completion/protocol.py check_logprobs, sampling_params.py
+    _validate_logprobs: -1 stands for the whole vocabulary, in the request and in
+    --max-logprobs)."""
     n = body.get("n", 1)
     n = 1 if n is None else n
     if not isinstance(n, int) or isinstance(n, bool):
@@ -155,6 +159,22 @@ def sampling_of(body: dict[str, Any], chat: bool) -> tuple[int, int | None] | JS
         )
     if n > 1 and body.get("temperature") == 0:
         return invalid(f"n must be 1 when using greedy sampling, got {n}.", None)
+    wanted = _logprobs_of(body, chat)
+    if isinstance(wanted, JSONResponse):
+        return wanted
+    allowed = vocab_size if max_logprobs == -1 else max_logprobs
+    asked = vocab_size if wanted == -1 else wanted
+    if asked and asked > allowed:
+        return invalid(
+            f"Requested sample logprobs of {asked}, which is greater than max allowed: {allowed}",
+            "logprobs",
+            asked,
+        )
+    return n, asked
+
+
+def _logprobs_of(body: dict[str, Any], chat: bool) -> int | JSONResponse | None:
+    """The top-N the request asks for (-1: all), or vLLM's error for a bad value."""
     if chat:
         top = body.get("top_logprobs")
         if top is not None and not isinstance(top, int | float):
@@ -165,18 +185,13 @@ def sampling_of(body: dict[str, Any], chat: bool) -> tuple[int, int | None] | JS
             return invalid(
                 "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
             )
-        wanted: int | None = int(top or 0) if body.get("logprobs") else None
-    else:
-        raw = body.get("logprobs")
-        wanted = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-    if wanted is not None and wanted > MAX_LOGPROBS:
-        return invalid(
-            f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
-            f"{MAX_LOGPROBS}",
-            "logprobs",
-            wanted,
-        )
-    return n, wanted
+        return int(top or 0) if body.get("logprobs") else None
+    raw = body.get("logprobs")
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        return None
+    if raw < 0 and raw != -1:
+        return invalid("`logprobs` must be a positive value or -1.", "logprobs", raw)
+    return raw
 
 
 @dataclass(frozen=True)
@@ -239,6 +254,9 @@ class Completion:
     def logprobs(self, tokens: list[str], top: int, first: int, offset: int) -> Any:
         """vLLM's logprobs object for `tokens` (positions from `first` on, text offsets from
         `offset`): ChatCompletionLogProbs or CompletionLogProbs."""
+        # the lab engine's vocabulary is its word list: a request for more (up to the model's
+        # whole vocabulary, `logprobs: -1`) gets every word of it
+        top = min(top, len(set(WORDS)))
         tops = [top_logprobs(self.model, first + i, t, top) for i, t in enumerate(tokens)]
         if self.chat:
             return {

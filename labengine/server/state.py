@@ -45,10 +45,16 @@ class ServerState:
     last_end: float = 0.0  # when the engine core last ended a request (monotonic seconds)
     ids: itertools.count[int] = field(default_factory=itertools.count)
     server: uvicorn.Server | None = None
+    max_num_seqs: int = 256  # the scheduler's running cap: the rest of the requests wait
+    max_logprobs: int = 20  # --max-logprobs; -1: the vocabulary
+    vocab_size: int = 0  # the model config's, what `logprobs: -1` stands for
+    cache_info: dict[str, str] | None = None  # the labels of vllm:cache_config_info
     metrics: EngineMetrics = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = EngineMetrics(self.served_name, self.max_model_len)
+        self.metrics = EngineMetrics(
+            self.served_name, self.max_model_len, self.cache_info, self.max_num_seqs
+        )
 
 
 async def generate(

@@ -60,16 +60,15 @@ V1_FAMILIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
+def serve(*extra: str) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "GAMEDAY_"))}
     env["GAMEDAY_TIME_SCALE"] = "1000"
     proc = subprocess.Popen(
         [sys.executable, "-m", "labengine", "serve", QWEN, "--max-model-len", "4096",
-         "--host", "127.0.0.1", "--port", str(port)],
+         "--host", "127.0.0.1", "--port", str(port), *extra],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -83,6 +82,11 @@ def url() -> Iterator[str]:
     yield base
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    yield from serve()
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +187,47 @@ def test_metrics_scrape_has_every_v1_family(url: str, client: openai.OpenAI) -> 
     assert count[0] >= 1.0
     les = [s.labels["le"] for s in ttft.samples if s.name.endswith("_bucket")]
     assert les[:3] == ["0.001", "0.005", "0.01"]
+
+
+def test_cache_config_info_scrape(url: str) -> None:
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(url + "/metrics").text)}
+    (sample,) = families["vllm:cache_config_info"].samples
+    assert sample.value == 1.0
+    # the seed's baseline: 49,696 tokens in 3,106 blocks of 16, at utilisation 0.9
+    assert {k: sample.labels[k] for k in ("num_gpu_blocks", "gpu_memory_utilization",
+                                          "block_size", "cache_dtype", "engine")} == {
+        "num_gpu_blocks": "3106", "gpu_memory_utilization": "0.9", "block_size": "16",
+        "cache_dtype": "auto", "engine": "0",
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def wide_client() -> Iterator[openai.OpenAI]:
+    for base in serve("--max-logprobs", "-1", "--max-num-seqs", "1"):
+        yield openai.OpenAI(base_url=base + "/v1", api_key="EMPTY", max_retries=0)
+
+
+def test_logprobs_minus_one_over_the_default_limit(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=QWEN, prompt="hi", max_tokens=2, logprobs=-1)
+    assert e.value.body == {
+        "message": "Requested sample logprobs of 152064, which is greater than max allowed: 20 "
+        "(parameter=logprobs, value=152064)",
+        "type": "BadRequestError",
+        "param": "logprobs",
+        "code": 400,
+    }
+
+
+def test_max_logprobs_flag_lifts_the_limit(wide_client: openai.OpenAI) -> None:
+    r = wide_client.completions.create(model=QWEN, prompt="hi there", max_tokens=2, logprobs=25)
+    assert [len(t) for t in r.choices[0].logprobs.top_logprobs or []] == [25, 25]  # type: ignore[union-attr]
+    chat = wide_client.chat.completions.create(
+        model=QWEN,
+        messages=HELLO,
+        max_tokens=1,
+        logprobs=True,
+        top_logprobs=-1,  # type: ignore[arg-type]
+    )
+    # -1 is the whole vocabulary: the lab engine's is its word list of 38 distinct words
+    assert len(chat.choices[0].logprobs.content[0].top_logprobs) == 38  # type: ignore[union-attr, index]

@@ -24,7 +24,7 @@ def plan(util: float, max_len: int, model: str = QWEN, gpu: str = "a10g") -> mem
         utilization=util,
         loaded_weights=m.loaded_bytes(),
         activation_peak=m.activation_peak_bytes(2048, 256),
-        non_torch=g.non_torch_mib * 2**20,
+        non_torch=g.profile_non_torch_mib * 2**20,
         layers=m.num_layers,
         per_token_per_layer=m.kv_bytes_per_token_per_layer(),
         max_model_len=max_len,
@@ -241,3 +241,20 @@ def test_estimate_edges(era: Era, available: int, max_model_len: int, expected: 
 def test_plan_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         small_plan().num_blocks = 4  # type: ignore[misc]
+
+
+def test_activation_peak_is_the_larger_of_forward_and_sampler() -> None:
+    # Qwen2.5-1.5B, float16, 32768 batched tokens: one layer's MLP is the peak
+    # 32768 x (3 x 8960 + 4 x 1536) x 2 bytes; public log: 2.02 GiB
+    args = {"seqs": 256, "hidden": 1536, "intermediate": 8960, "vocab": 151936, "dtype_bytes": 2}
+    assert memory.activation_peak_bytes(tokens=32768, **args) == 2_164_260_864
+    # 2048 tokens: the sampler is: 2048 x 1536 x 2 + 256 x 151936 x 38.5 bytes
+    assert memory.activation_peak_bytes(tokens=2048, **args) == 1_503_772_672
+    # TP 2 halves the MLP (32768 x (3 x 4480 + 4 x 1536) x 2 = 1,283,457,024), not the sampler's
+    # full vocabulary, which is then the peak: 32768 x 1536 x 2 + 256 x 151936 x 38.5
+    assert memory.activation_peak_bytes(tokens=32768, tp=2, **args) == 1_598_144_512
+
+
+def test_profile_counts_cublas_in_019_only() -> None:
+    assert memory.profile_non_torch_bytes(Era.V0_19, 181) == 189_792_256
+    assert memory.profile_non_torch_bytes(Era.V0_33, 181) == 0
