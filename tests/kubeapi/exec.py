@@ -29,6 +29,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 from typing import IO, Any, Protocol
 
 from runner.programs import command_argv
@@ -38,6 +39,7 @@ V4 = "v4.channel.k8s.io"
 V1 = "channel.k8s.io"
 STDOUT, STDERR, ERROR = 1, 2, 3
 OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x1, 0x2, 0x8, 0x9, 0xA
+ENTER_TIMEOUT_S = 10.0  # a pod reported running whose init has not exec'd its command yet
 NOT_FOUND_EXIT = 126  # runc's exec of a program it cannot find, as containerd reports it
 
 
@@ -48,6 +50,8 @@ class Target(Protocol):
     cwd: str
 
     def init_pid(self) -> int | None: ...
+
+    def entered(self, pid: int) -> bool: ...
 
 
 def choose_protocol(offered: str | None) -> str | None:
@@ -166,6 +170,10 @@ def run(session: Session, target: Target, argv: list[str]) -> None:
     """Run argv in target's namespaces, streaming its output, until it exits or the client
     closes."""
     pid = target.init_pid()
+    deadline = time.monotonic() + ENTER_TIMEOUT_S
+    while pid is not None and not target.entered(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        pid = target.init_pid()
     path = target.env.get("PATH")
     # the image is this interpreter's environment, for exec as for the container's entrypoint
     # (Cluster.argv): its programs are found there, never by luck on the test machine's PATH

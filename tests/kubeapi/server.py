@@ -243,6 +243,16 @@ class Container:
             return None
         return int(kids.split()[0]) if kids.split() else None
 
+    def entered(self, pid: int) -> bool:
+        """Whether `pid` (from init_pid) is the container's command already: until init.py
+        execs it, the new namespaces are half made (no hostname yet; before `--mount-proc`, the
+        host's /proc), as they never are when a container runtime reports a container running."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return bytes(INIT) not in cmdline and cmdline[0] != b"unshare"
+
 
 @dataclass
 class PodRuntime:

@@ -77,7 +77,9 @@ def test_the_container_is_pid_1_of_its_own_namespaces(lab: client.CoreV1Api) -> 
     pod's /proc shows its own processes; its hostname is its name."""
     apps = client.AppsV1Api(lab.api_client)
     apps.create_namespaced_deployment(
-        "lab", deployment("box", ["sh", "-c", "sleep 600 & wait; exit 42"])
+        # the pause before exiting lets pkill finish: PID 1's exit kills what is left in the pod
+        "lab",
+        deployment("box", ["sh", "-c", "sleep 600 & wait; sleep 5; exit 42"]),
     )
     pod = running_pod(lab, "lab", "box")
 
