@@ -75,6 +75,7 @@ class FinishReason(enum.StrEnum):
 class Outcome(enum.StrEnum):
     RESTORES = "restores"
     DOES_NOT_RESTORE = "does_not_restore"
+    MASKS = "masks"  # the probes pass after it, yet the fault is back once it is undone
 
 
 class Metadata(Model):
@@ -199,8 +200,32 @@ class LogSilenceProbe(Model):
         return safe_regex(v)
 
 
+KNOWN_ANSWER_PROMPTS = (
+    "What is the capital of France? Answer in one word.",
+    "Count from one to five.",
+    "Name the largest planet of the solar system.",
+    "Spell the word 'engine' backwards.",
+)
+
+
+class CorrectnessProbe(Model):
+    """Known-answer prompts at temperature 0 under concurrent load, each answer (and its
+    per-token logprobs) compared with a reference pass: the same prompts sent one at a time."""
+
+    kind: Literal["correctness"]
+    node: str | None = None
+    prompts: Annotated[list[str], Field(min_length=1)] = list(KNOWN_ANSWER_PROMPTS)
+    requests: Annotated[int, Field(ge=1, le=20000)] = 256
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 16
+    max_tokens: Annotated[int, Field(ge=1, le=256)] = 16
+    logprob_tolerance: Annotated[float, Field(ge=0)] = 1e-3
+    expect: Literal["matches", "diverges"] = "matches"
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+
+
 AnyProbe = (
-    HttpProbe
+    CorrectnessProbe
+    | HttpProbe
     | InferenceProbe
     | TargetsProbe
     | PromQLProbe
