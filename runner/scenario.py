@@ -604,6 +604,18 @@ class RecoveryStep(Model):
         "folder, or an http(s) URL. Shown in the reports.",
     )
 
+    reveal: list[Action] = Field(
+        default=[],
+        description="For a step that `masks`: the actions that put the original setting back, "
+        "after which the expectation's probes must show the fault again.",
+    )
+
+    @model_validator(mode="after")
+    def _masks_reveal(self) -> RecoveryStep:
+        if (self.outcome is Outcome.MASKS) != bool(self.reveal):
+            raise ValueError("reveal: is what a step that `masks` needs, and only such a step")
+        return self
+
     @model_validator(mode="after")
     def _no_undo(self) -> RecoveryStep:
         for a in self.actions:
