@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from multiprocessing import Pipe
+
 import pytest
 
 from labengine import mamba, models
+from labengine.core import _Steps
 
 JAMBA = "gameday-lab/jamba-hybrid-1b"
 
@@ -62,3 +65,23 @@ def test_fixed_build_is_never_wrong() -> None:
     pool.free.rotate(-3942)
     pool.held_by[1] = "x"
     assert mamba.admit(pool, 2) == [(3942, None), (3943, None)]
+
+
+def test_the_engine_core_admits_what_waits_in_the_pipe_in_one_step() -> None:
+    api, core_end = Pipe()
+    pool = mamba.StatePool(
+        slots=4, slot_elems=10, bugs=frozenset({mamba.Bug.DECODE_BEFORE_PREFILL})
+    )
+    for slot, prompt in enumerate(["w", "x", "y", "z"]):
+        pool.take()
+        pool.release(slot, prompt)
+    steps = _Steps(core_end, pool)
+    api.send(("gen", "req-0", "alone", 1, 4, 0))
+    assert steps.next()[1] == "req-0"
+    assert steps.admitted == {"req-0": (0, None)}
+    for rid in ("req-1", "req-2"):
+        api.send(("gen", rid, "together", 1, 4, 0))
+    assert core_end.poll(1.0)
+    assert steps.next()[1] == "req-1"
+    assert steps.next()[1] == "req-2"
+    assert steps.admitted == {"req-0": (0, None), "req-1": (1, None), "req-2": (2, "y")}
