@@ -95,6 +95,7 @@ def test_identifying_patterns() -> None:
         "head-only-restart": ["the API server finds its engine dead"],
         "kv-cache-shortage": ["3.0 GiB needed, 0.18 GiB available, estimate 976"],
         "service-name-collision": [""],
+        "silent-wrong-output": [],  # silent: no log line, only the correctness probe
         "stray-gpu-process": ["a runtime kernel load refused with CUDA error 800"],
         "tp-mismatch": [""],
     }
