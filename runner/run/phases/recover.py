@@ -202,6 +202,11 @@ def masks(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str) -> N
         ctx.poll_until(sc.expect.probes, t_end, lambda: ctx.scrape_interval_lab) if w.done else []
     )
     back = w.done and all_passed(results)
+    if hidden and back:
+        ctx.rec.notes.append(
+            f"MASKS - {step.name}: the probes passed after it and the fault came back once the "
+            "original setting was restored; it hides the symptom, the cause is still there"
+        )
     ctx.rec.check(
         phase=Phase.RECOVER,
         name=f"{label}: masks, the fault is back once the original setting is restored",
