@@ -709,6 +709,15 @@ class Scenario(Model):
             return self
         return self.model_copy(update=variant.sections())
 
+    @model_validator(mode="after")
+    def _masks_needs_probes(self) -> Scenario:
+        if any(s.outcome is Outcome.MASKS for s in self.recover) and not self.expect.probes:
+            raise ValueError(
+                "a step that `masks` shows the fault back with the expectation's probes: "
+                "expect.probes must not be empty"
+            )
+        return self
+
     def replaced_on(self, kind: LabKind) -> list[str]:
         """The sections a lab of this kind runs from per_lab."""
         variant = self.per_lab.get(kind)
@@ -723,7 +732,10 @@ class Scenario(Model):
             *self.expect.probes,
             *self.verify.probes,
         ]
-        actions = [*self.inject, *(a for step in self.recover for a in step.actions)]
+        actions = [
+            *self.inject,
+            *(a for step in self.recover for a in (*step.actions, *step.reveal)),
+        ]
         return (
             bool(self.detect.alerts)
             or any(isinstance(p, TargetsProbe | PromQLProbe) for p in probes)
