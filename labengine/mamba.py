@@ -13,8 +13,8 @@ silently: fluent wrong text, HTTP 200, normal metrics, no log line.
   that slot's state. A pool smaller than 2**32 elements (`--gpu-memory-utilization 0.2`) never
   gets there: the fault is masked, not gone.
 
-The build is chosen by the lab engine's own environment variable GAMEDAY_LAB_BUILD (outside
-vLLM's VLLM_* namespace): a comma-separated list of the bugs above, or `fixed` (the default: the
+The build is chosen by the lab engine's own environment variable VLLM_LAB_BUILD (envs.LAB: no
+vLLM reads VLLM_LAB_* names): a comma-separated list of the bugs above, or `fixed` (the default: the
 scheduler fix and the 64-bit index).
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from labengine import arch
 
-BUILD_ENV = "GAMEDAY_LAB_BUILD"
+BUILD_ENV = "VLLM_LAB_BUILD"
 INDEX_LIMIT = 2**32  # what a uint32 offset can address
 
 
@@ -42,7 +42,7 @@ class BuildError(ValueError):
 
 
 def build_bugs(env: Mapping[str, str]) -> frozenset[Bug]:
-    """The bugs of the engine build GAMEDAY_LAB_BUILD names; `fixed` (or unset): none."""
+    """The bugs of the engine build VLLM_LAB_BUILD names; `fixed` (or unset): none."""
     raw = env.get(BUILD_ENV, "fixed").strip()
     if raw in ("", "fixed"):
         return frozenset()

@@ -21,11 +21,11 @@ def test_jamba_parameter_count_and_state_slot() -> None:
 
 def test_build_names() -> None:
     assert mamba.build_bugs({}) == frozenset()
-    assert mamba.build_bugs({"GAMEDAY_LAB_BUILD": "uint32-state-index"}) == {
+    assert mamba.build_bugs({"VLLM_LAB_BUILD": "uint32-state-index"}) == {
         mamba.Bug.UINT32_STATE_INDEX
     }
     with pytest.raises(mamba.BuildError, match="'nope' is not one of fixed"):
-        mamba.build_bugs({"GAMEDAY_LAB_BUILD": "nope"})
+        mamba.build_bugs({"VLLM_LAB_BUILD": "nope"})
 
 
 def test_uint32_index_wraps_past_four_billion_only_in_a_large_pool() -> None:
@@ -87,3 +87,11 @@ def test_the_engine_core_admits_what_waits_in_the_pipe_in_one_step() -> None:
     assert steps.next()[1] == "req-1"
     assert steps.next()[1] == "req-2"
     assert steps.admitted == {"req-0": (0, None), "req-1": (1, None), "req-2": (2, "y")}
+
+
+def test_the_build_variable_is_not_an_unknown_vllm_variable() -> None:
+    from labengine.envs import unknown_names
+    from labengine.wording import Era
+
+    env = {"VLLM_LAB_BUILD": "fixed", "VLLM_NOPE": "1"}
+    assert unknown_names(Era.V0_33, env) == ["VLLM_NOPE"]
