@@ -2,7 +2,7 @@
 
 Counts every tensor the checkpoint of a supported architecture holds (the shapes follow vLLM's
 model files: vllm/model_executor/models/{llama,qwen2,mistral,phi3,gemma,gemma2,mixtral,
-qwen2_moe,deepseek_v2}.py), and how many bytes the loaded weights take for a dtype or a 4-bit
+qwen2_moe,deepseek_v2,jamba}.py), and how many bytes the loaded weights take for a dtype or a 4-bit
 AWQ/GPTQ packing (vllm/model_executor/layers/quantization/{awq,gptq}.py: int32-packed weights,
 fp16 scales and packed zero points per group of `group_size` input rows).
 """
@@ -24,6 +24,7 @@ SUPPORTED = frozenset(
         "MixtralForCausalLM",
         "Qwen2MoeForCausalLM",
         "DeepseekV2ForCausalLM",
+        "JambaForCausalLM",
     }
 )
 BIASED_QKV = frozenset({"qwen2", "qwen2_moe"})
@@ -86,13 +87,37 @@ def _attention(c: dict[str, Any], h: int) -> tuple[list[tuple[int, int, int]], i
     return lin, bias
 
 
+def periodic(c: dict[str, Any], layer: int, kind: str) -> bool:
+    """Jamba's layer schedule (jamba.py): layer i is of `kind` (attn, expert) when
+    i % {kind}_layer_period == {kind}_layer_offset."""
+    period = int(c.get(f"{kind}_layer_period") or 1)
+    return layer % period == int(c.get(f"{kind}_layer_offset") or 0)
+
+
+def is_jamba(c: dict[str, Any]) -> bool:
+    return "attn_layer_period" in c and "mamba_d_state" in c
+
+
+def _mamba(c: dict[str, Any], h: int) -> tuple[list[tuple[int, int, int]], int]:
+    """One Jamba Mamba mixer (jamba.py: JambaMambaDecoderLayer, mamba_mixer.py): in_proj to x
+    and z, x_proj to dt, B and C, dt_proj, out_proj; conv1d, A, D and the dt/B/C norms."""
+    inner, state = int(c["mamba_expand"]) * h, int(c["mamba_d_state"])
+    rank = int(c.get("mamba_dt_rank") or -(-h // 16))
+    lin = [(h, 2 * inner, 1), (inner, rank + 2 * state, 1), (rank, inner, 1), (inner, h, 1)]
+    conv = inner * int(c["mamba_d_conv"]) + (inner if c.get("mamba_conv_bias", True) else 0)
+    other = conv + inner + inner * state + inner + rank + 2 * state  # + dt bias, A_log, D, norms
+    return lin, other
+
+
 def _mlp(c: dict[str, Any], h: int, layer: int) -> tuple[list[tuple[int, int, int]], int]:
     """One layer's MLP (dense, or experts + router + shared experts)."""
     experts = int(
         c.get("num_local_experts") or c.get("n_routed_experts") or c.get("num_experts") or 0
     )
     dense_first = int(c.get("first_k_dense_replace", 0))
-    if experts == 0 or layer < dense_first:
+    if is_jamba(c) and not periodic(c, layer, "expert"):
+        experts = 0
+    if experts <= 1 or layer < dense_first:
         inter = int(c["intermediate_size"])
         return [(h, inter, 2), (inter, h, 1)], 0
     inter = int(c.get("moe_intermediate_size") or c["intermediate_size"])
@@ -116,7 +141,8 @@ def shape(config: dict[str, Any]) -> Shape:
     other = vocab * h * (1 if tied else 2) + h  # embeddings (+ lm_head) and the final norm
     linears: list[tuple[int, int, int]] = []
     for layer in range(layers):
-        att, att_other = _attention(c, h)
+        jamba_mamba = is_jamba(c) and not periodic(c, layer, "attn")
+        att, att_other = _mamba(c, h) if jamba_mamba else _attention(c, h)
         mlp, mlp_other = _mlp(c, h, layer)
         linears += att + mlp
         other += att_other + mlp_other + norms_per_layer * h

@@ -12,13 +12,15 @@ import json
 import math
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
-from labengine import envs, memory
+from labengine import arch, envs, mamba, memory
 from labengine.gpu import MIB, NodeGpus, SharedGpu
 from labengine.logs import VllmLog
-from labengine.models import ModelInfo
+from labengine.models import DTYPE_BYTES, ModelInfo
 from labengine.textgen import completion, garbage
 from labengine.tracebacks import CORE_SITES, Traceback, frames, process_died
 from labengine.wording import (
@@ -460,9 +462,10 @@ def _serve(
     (exit 1), as EngineCore's."""
     per_token = SECONDS_PER_OUTPUT_TOKEN / s.time_scale
     shapes: set[int] = set()
+    steps = _Steps(conn, _state_pool(s))
     while True:
         try:
-            msg = conn.recv()
+            msg = steps.next()
         except (EOFError, OSError):
             return 0
         if msg[0] == "shutdown":
@@ -481,7 +484,11 @@ def _serve(
                 )
                 return _fatal(s, log, tb, failure)
             shapes.add(shape)
-        tokens, reason = completion(s.served_name, prompt, max_tokens, *choice)
+        slot, stale = steps.admitted.pop(rid, (None, None))
+        computed = mamba.stale_prompt(prompt, stale)
+        tokens, reason = completion(s.served_name, computed, max_tokens, *choice)
+        if slot is not None and steps.pool is not None:
+            steps.pool.release(slot, prompt)
         if prompt_tokens + len(tokens) > s.derived_max_len:
             # Positions past what RoPE was trained on: NaN logits, decoded as token 0.
             tokens, reason = garbage(max_tokens), "length"
@@ -500,6 +507,36 @@ def _serve(
             time.sleep(per_token)
             conn.send(("tok", rid, tok))
         conn.send(("end", rid, reason, len(tokens)))
+
+
+def _state_pool(s: CoreSettings) -> mamba.StatePool | None:
+    """A hybrid model's Mamba state slots, from the memory the KV pool gets; None otherwise."""
+    if not arch.is_jamba(s.model.config):
+        return None
+    dtype_bytes = DTYPE_BYTES[s.dtype or s.model.dtype]
+    pool = max(0, memory_plan(s).available)
+    return mamba.StatePool.sized(s.model.config, pool, dtype_bytes, mamba.build_bugs(s.env))
+
+
+class _Steps:
+    """The scheduler's steps over the pipe: every request already waiting when the engine core
+    takes the next one is admitted in the same step (their state slots assigned together)."""
+
+    def __init__(self, conn: Connection, pool: mamba.StatePool | None) -> None:
+        self.conn = conn
+        self.pool = pool
+        self.waiting: deque[tuple[Any, ...]] = deque()
+        self.admitted: dict[str, tuple[int, str | None]] = {}
+
+    def next(self) -> tuple[Any, ...]:
+        if not self.waiting:
+            self.waiting.append(self.conn.recv())
+            while self.conn.poll():
+                self.waiting.append(self.conn.recv())
+            if self.pool is not None:
+                new = [m[1] for m in self.waiting if m[0] == "gen"]
+                self.admitted.update(zip(new, mamba.admit(self.pool, len(new)), strict=True))
+        return self.waiting.popleft()
 
 
 # ---- a headless worker node ---------------------------------------------------------------------

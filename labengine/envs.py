@@ -17,6 +17,11 @@ from labengine.wording import Era, vllm_port_not_int, vllm_port_uri
 _URI_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+-]*:")
 
 
+# The lab engine's own variables (labengine/mamba.py: VLLM_LAB_BUILD): no vLLM reads them, and the
+# compose lab keeps them on the engine container (it takes GAMEDAY_* as its own).
+LAB = "VLLM_LAB_"
+
+
 class EnvError(ValueError):
     pass
 
@@ -35,7 +40,7 @@ KNOWN = known(Era.V0_19) | known(Era.V0_33)
 def unknown_names(era: Era, env: Mapping[str, str]) -> list[str]:
     """The names vLLM's validate_environ() calls unknown: VLLM_* and not in envs.py."""
     names = known(era)
-    return [k for k in env if k.startswith("VLLM_") and k not in names]
+    return [k for k in env if k.startswith("VLLM_") and k not in names and not k.startswith(LAB)]
 
 
 def vllm_port(era: Era, env: Mapping[str, str]) -> int | None:

@@ -35,6 +35,9 @@ def _edits(ls: LoadedScenario) -> Iterator[tuple[tuple[Any, ...], SetArgs | SetE
         for j, action in enumerate(step.actions):
             if isinstance(action, SetArgs | SetEnv):
                 yield ("recover", i, "actions", j), action
+        for j, action in enumerate(step.reveal):
+            if isinstance(action, SetArgs | SetEnv):
+                yield ("recover", i, "reveal", j), action
 
 
 def check_engine_names(ls: LoadedScenario, inventory: Inventory | None = None) -> None:

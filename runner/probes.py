@@ -15,13 +15,14 @@ from datetime import datetime
 
 import httpx
 
-from runner import prometheus
+from runner import correctness, prometheus
 from runner.errors import GamedayError
 from runner.labs.base import LabDriver
 from runner.patterns import compile_user
 from runner.results import Verdict
 from runner.scenario import (
     AnyProbe,
+    CorrectnessProbe,
     GpuProcessesProbe,
     HttpProbe,
     InferenceProbe,
@@ -67,6 +68,8 @@ def describe(p: Probe) -> str:
         )
     if isinstance(p, TargetsProbe):
         return f"Prometheus targets of {p.job}"
+    if isinstance(p, CorrectnessProbe):
+        return f"correctness under load ({p.requests} requests, {p.concurrency} at a time)"
     if isinstance(p, PromQLProbe):
         return f"PromQL {p.query}"
     if isinstance(p, GpuProcessesProbe):
@@ -76,7 +79,7 @@ def describe(p: Probe) -> str:
     return f"no {p.regex!r} logged on {', '.join(p.nodes)}"
 
 
-NETWORK_PROBES = (HttpProbe, InferenceProbe, TargetsProbe, PromQLProbe)
+NETWORK_PROBES = (HttpProbe, InferenceProbe, TargetsProbe, PromQLProbe, CorrectnessProbe)
 
 
 def run_probes(env: ProbeEnv, probes: Sequence[Probe]) -> list[ProbeResult]:
@@ -105,6 +108,8 @@ def run_probe(env: ProbeEnv, p: Probe) -> ProbeResult:
             return _http(env, p, name)
         if isinstance(p, TargetsProbe):
             return _targets(env, p, name)
+        if isinstance(p, CorrectnessProbe):
+            return _correct(env, p, name)
         if isinstance(p, PromQLProbe):
             return _promql(env, p, name)
         if isinstance(p, GpuProcessesProbe):
@@ -201,6 +206,23 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
         p.expect_finish_reason is None or reason == p.expect_finish_reason.value
     )
     return ProbeResult(name, Verdict.PASSED if ok else Verdict.FAILED, expected, observed)
+
+
+def _correct(env: ProbeEnv, p: CorrectnessProbe, name: str) -> ProbeResult:
+    url = env.lab.url(p.node or env.target)
+    expected = (
+        "every answer and its logprobs as the reference pass"
+        if p.expect == "matches"
+        else "some answer diverges from the reference pass"
+    )
+    try:
+        sent, bad = correctness.check(env.http, url, p)
+    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+        return ProbeResult(name, Verdict.ERROR, expected, f"probe error: {exc}")
+    ok = not bad if p.expect == "matches" else bool(bad)
+    return ProbeResult(
+        name, Verdict.PASSED if ok else Verdict.FAILED, expected, correctness.describe(sent, bad)
+    )
 
 
 def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:

@@ -75,6 +75,7 @@ class FinishReason(enum.StrEnum):
 class Outcome(enum.StrEnum):
     RESTORES = "restores"
     DOES_NOT_RESTORE = "does_not_restore"
+    MASKS = "masks"  # the probes pass after it, yet the fault is back once it is undone
 
 
 class Metadata(Model):
@@ -199,8 +200,32 @@ class LogSilenceProbe(Model):
         return safe_regex(v)
 
 
+KNOWN_ANSWER_PROMPTS = (
+    "What is the capital of France? Answer in one word.",
+    "Count from one to five.",
+    "Name the largest planet of the solar system.",
+    "Spell the word 'engine' backwards.",
+)
+
+
+class CorrectnessProbe(Model):
+    """Known-answer prompts at temperature 0 under concurrent load, each answer (and its
+    per-token logprobs) compared with a reference pass: the same prompts sent one at a time."""
+
+    kind: Literal["correctness"]
+    node: str | None = None
+    prompts: Annotated[list[str], Field(min_length=1)] = list(KNOWN_ANSWER_PROMPTS)
+    requests: Annotated[int, Field(ge=1, le=20000)] = 256
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 16
+    max_tokens: Annotated[int, Field(ge=1, le=256)] = 16
+    logprob_tolerance: Annotated[float, Field(ge=0)] = 1e-3
+    expect: Literal["matches", "diverges"] = "matches"
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+
+
 AnyProbe = (
-    HttpProbe
+    CorrectnessProbe
+    | HttpProbe
     | InferenceProbe
     | TargetsProbe
     | PromQLProbe
@@ -579,6 +604,18 @@ class RecoveryStep(Model):
         "folder, or an http(s) URL. Shown in the reports.",
     )
 
+    reveal: list[Action] = Field(
+        default=[],
+        description="For a step that `masks`: the actions that put the original setting back, "
+        "after which the expectation's probes must show the fault again.",
+    )
+
+    @model_validator(mode="after")
+    def _masks_reveal(self) -> RecoveryStep:
+        if (self.outcome is Outcome.MASKS) != bool(self.reveal):
+            raise ValueError("reveal: is what a step that `masks` needs, and only such a step")
+        return self
+
     @model_validator(mode="after")
     def _no_undo(self) -> RecoveryStep:
         for a in self.actions:
@@ -672,6 +709,15 @@ class Scenario(Model):
             return self
         return self.model_copy(update=variant.sections())
 
+    @model_validator(mode="after")
+    def _masks_needs_probes(self) -> Scenario:
+        if any(s.outcome is Outcome.MASKS for s in self.recover) and not self.expect.probes:
+            raise ValueError(
+                "a step that `masks` shows the fault back with the expectation's probes: "
+                "expect.probes must not be empty"
+            )
+        return self
+
     def replaced_on(self, kind: LabKind) -> list[str]:
         """The sections a lab of this kind runs from per_lab."""
         variant = self.per_lab.get(kind)
@@ -686,7 +732,10 @@ class Scenario(Model):
             *self.expect.probes,
             *self.verify.probes,
         ]
-        actions = [*self.inject, *(a for step in self.recover for a in step.actions)]
+        actions = [
+            *self.inject,
+            *(a for step in self.recover for a in (*step.actions, *step.reveal)),
+        ]
         return (
             bool(self.detect.alerts)
             or any(isinstance(p, TargetsProbe | PromQLProbe) for p in probes)

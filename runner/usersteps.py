@@ -158,6 +158,8 @@ def check_files(src: Source, path: Path, data: Any) -> None:
             refs.append((("recover", i, "runbook"), step.runbook, "runbook"))
         for j, action in enumerate(step.actions):
             refs += _playbooks(("recover", i, "actions", j), action)
+        for j, action in enumerate(step.reveal):
+            refs += _playbooks(("recover", i, "reveal", j), action)
     for loc, ref, what in refs:
         file = folder / ref.split("#", 1)[0]  # a runbook's section: runbooks/kv.md#raise
         if not file.exists():

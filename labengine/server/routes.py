@@ -400,7 +400,9 @@ class Api:
             return p
         if st.sleeping is not None:
             return error(503, PAUSED, "ServiceUnavailableError")
-        cid = f"{'chatcmpl' if chat else 'cmpl'}-{next(st.ids):032x}"
+        # serving/engine/serving.py: _base_request_id takes the client's X-Request-Id
+        base = request.headers.get("X-Request-Id") or f"{next(st.ids):032x}"
+        cid = f"{'chatcmpl' if chat else 'cmpl'}-{base}"
         out = Completion(chat, cid, int(time.time()), st.served_name)
         if p.stream:
             return StreamingResponse(_events(st, p, out), media_type="text/event-stream")

@@ -269,10 +269,10 @@ def match(
     configs: Configs,
 ) -> ObservedAction:
     """The action with the first recovery step it carries out (any of the step's actions), and
-    whether that step is a shortcut (`does_not_restore`, or `forbidden`)."""
+    whether that step is a shortcut (`does_not_restore`, `masks`, or `forbidden`)."""
     for step in steps:
         if any(_carries_out(action, a, resolve, configs) for a in step.actions):
-            shortcut = step.outcome is Outcome.DOES_NOT_RESTORE or step.forbidden is not None
+            shortcut = step.outcome is not Outcome.RESTORES or step.forbidden is not None
             return action.model_copy(
                 update={
                     "step": step.name,

@@ -58,6 +58,7 @@ def needs(sc: Scenario) -> list[Need]:
         ("verify.probes", list(sc.verify.probes)),
     ]
     parts += [(f"recover[{i}].actions", list(step.actions)) for i, step in enumerate(sc.recover)]
+    parts += [(f"recover[{i}].reveal", list(step.reveal)) for i, step in enumerate(sc.recover)]
     for where, items in parts:
         for i, item in enumerate(items):
             cap = NEEDS.get(type(item))

@@ -1,4 +1,4 @@
-"""The docker-compose lab on a real Docker Engine: image build (cached), all seven scenarios
+"""The docker-compose lab on a real Docker Engine: image build (cached), all eight scenarios
 unchanged, host actions through Ansible, SIGKILL then cleanup, `lab down` removing exactly the
 lab's objects, and bad input refused before anything is created.
 
@@ -67,7 +67,7 @@ def test_build_is_cached(lab: ComposeLab, state: Path) -> None:
     assert "cached (inputs unchanged)" in p.stderr
 
 
-def test_all_seven_scenarios_pass_unchanged(lab: ComposeLab, state: Path, tmp_path: Path) -> None:
+def test_all_eight_scenarios_pass_unchanged(lab: ComposeLab, state: Path, tmp_path: Path) -> None:
     p = gd(state, "run", "--lab", str(INVENTORY), "--reports", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     (run,) = [d for d in tmp_path.iterdir() if d.is_dir() and d.name != "latest"]
@@ -82,6 +82,7 @@ def test_all_seven_scenarios_pass_unchanged(lab: ComposeLab, state: Path, tmp_pa
             "head-only-restart",
             "stray-gpu-process",
             "dhcp-address-change",
+            "silent-wrong-output",
         )
     }
     # host actions ran as Ansible playbooks, their events kept beside the report

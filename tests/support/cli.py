@@ -18,6 +18,7 @@ SHIPPED = [
     "head-only-restart",
     "kv-cache-shortage",
     "service-name-collision",
+    "silent-wrong-output",
     "stray-gpu-process",
     "tp-mismatch",
 ]

@@ -37,6 +37,8 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
         applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
             ttr = verify(ctx, ls, label, applied_at)
+        elif step.outcome is Outcome.MASKS:
+            masks(ctx, ls, step, label)
         else:
             shortcut(ctx, ls, step, label, since)
     return Recovered(ttr)
@@ -167,4 +169,48 @@ def shortcut(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, s
         logs,
         node=ctx.target,
         source=f"logs of incarnation {failure.incarnation}",
+    )
+
+
+def masks(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str) -> None:
+    """A step that hides the symptom: the verification probes pass after it; then its `reveal`
+    actions put the original setting back and the expectation's probes show the fault again.
+    Reported as `masks`: neither restores nor does not."""
+    sc = ls.scenario
+    window = sc.verify.time_to_recover
+    deadline_lab = ctx.scale.window_deadline_lab(window) + ctx.lab.start_cost_s
+    t_end = time.monotonic() + deadline_lab
+    gen0 = ctx.lab.states()[ctx.target].generation
+    w = ctx.wait_for(lambda s, _: s.ready and s.generation >= gen0, deadline_lab)
+    hidden = w.done and all_passed(
+        ctx.poll_until(sc.verify.probes, t_end, lambda: ctx.scrape_interval_lab, until_event=True)
+    )
+    ctx.rec.check(
+        phase=Phase.RECOVER,
+        name=f"{label}: masks the symptom (the probes pass)",
+        ok=hidden,
+        expected="every verification probe passes after the step"
+        + (f" ({step.why})" if step.why else ""),
+        observed="they pass" if hidden else f"they do not: node ready={w.state.ready}",
+    )
+    gen1 = ctx.lab.states()[ctx.target].generation
+    apply_actions(ctx, step.reveal, f"{label}: reveal")
+    deadline_lab = ctx.scale.window_deadline_lab(sc.expect.time_to_fail) + ctx.lab.start_cost_s
+    t_end = time.monotonic() + deadline_lab
+    # the original setting starts a new incarnation: the probes look at that one, whether it
+    # serves (a silent fault) or not
+    ctx.wait_for(lambda s, _: s.generation > gen1, deadline_lab)
+    results = ctx.poll_until(sc.expect.probes, t_end, lambda: ctx.scrape_interval_lab)
+    back = all_passed(results)
+    if hidden and back:
+        ctx.rec.notes.append(
+            f"MASKS - {step.name}: the probes passed after it and the fault came back once the "
+            "original setting was restored; it hides the symptom, the cause is still there"
+        )
+    ctx.rec.check(
+        phase=Phase.RECOVER,
+        name=f"{label}: masks, the fault is back once the original setting is restored",
+        ok=back,
+        expected="the expectation's probes show the fault again",
+        observed="; ".join(f"{r.name}: {r.observed}" for r in results),
     )

@@ -26,14 +26,17 @@ PUBLISHED = {
     "deepseek-ai/DeepSeek-V2-Lite": (15.7e9, "MLA + MoE"),
     "Qwen/Qwen2.5-14B-Instruct-AWQ": (14.7e9, "AWQ 4-bit"),
     "TheBloke/Llama-2-7B-Chat-GPTQ": (6.74e9, "GPTQ 4-bit"),
+    "ai21labs/Jamba-v0.1": (51.57e9, "hybrid Mamba-attention MoE"),
 }
+# made for the lab (seeds/003's scenario: a Jamba-style hybrid that fits one A10G), no publisher
+LAB_MADE = {"gameday-lab/jamba-hybrid-1b"}
 
 
 def test_the_zoo_holds_every_packaged_model() -> None:
     found = {
         str(p.parent.relative_to(PACKAGED_MODELS)) for p in PACKAGED_MODELS.glob("*/*/config.json")
     }
-    assert found == set(PUBLISHED)
+    assert found == set(PUBLISHED) | LAB_MADE
     assert len(found) >= 12
 
 
@@ -50,6 +53,7 @@ def test_parameter_count_within_2_percent_of_published(tag: str) -> None:
         ("Qwen/Qwen2.5-7B-Instruct", 7_615_616_512),
         ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46_702_792_704),
         ("deepseek-ai/DeepSeek-V2-Lite", 15_706_484_224),
+        ("ai21labs/Jamba-v0.1", 51_570_323_328),
     ],
 )
 def test_exact_counts(tag: str, params: int) -> None:
@@ -62,6 +66,29 @@ def test_mixtral_count_by_hand() -> None:
     moe = experts * 3 * h * inter + h * experts
     expected = 2 * vocab * h + h + layers * (attention + moe + 2 * h)
     assert expected == 46_702_792_704
+
+
+def test_jamba_count_by_hand() -> None:
+    h, inter, vocab, experts, inner, state, rank = 4096, 14336, 65536, 16, 8192, 16, 256
+    attention = h * 4096 + 2 * h * 1024 + 4096 * h
+    # in_proj, x_proj, dt_proj (+ bias), out_proj, conv1d (+ bias), A_log, D, dt/B/C norms
+    mamba = (
+        h * 2 * inner
+        + inner * (rank + 2 * state)
+        + rank * inner
+        + inner
+        + inner * h
+        + inner * 4
+        + inner
+        + inner * state
+        + inner
+        + rank
+        + 2 * state
+    )
+    dense, moe = 3 * h * inter, experts * 3 * h * inter + h * experts
+    # attention at i % 8 == 4 (4 layers, all even: dense MLP); experts at odd layers
+    layers = 4 * (attention + dense) + 12 * (mamba + dense) + 16 * (mamba + moe) + 32 * 2 * h
+    assert 2 * vocab * h + h + layers == 51_570_323_328
 
 
 def test_config_only_folder_loads_its_computed_weights() -> None:

@@ -112,6 +112,7 @@ def test_every_signature_a_scenario_declares() -> None:
             ("the serving node's", "serving", ["3.0 GiB needed, 0.18 GiB available, estimate 976"])
         ],
         "service-name-collision": [("the serving node's", "serving", [""])],
+        "silent-wrong-output": [],  # silent: no log line, only the correctness probe
         "stray-gpu-process": [
             ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"])
         ],

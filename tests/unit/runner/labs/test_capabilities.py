@@ -23,6 +23,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
         "head-only-restart": ["monitoring", "signals"],
         "kv-cache-shortage": [],
         "service-name-collision": [],
+        "silent-wrong-output": [],
         "stray-gpu-process": ["gpu_processes", "monitoring", "processes"],
         "tp-mismatch": [],
     }

@@ -631,3 +631,95 @@ def test_a_shortcut_expected_to_fail_that_does_not_fail(tmp_path: Path) -> None:
     result = fake_run(tmp_path, doc, healed_by_restart).run()  # type: ignore[arg-type]
     got = next(a for a in result.assertions if a.name == "recover 1: Restart and hope: signature")
     assert (got.verdict, got.observed) == (Verdict.FAILED, "the node did not fail")
+
+
+# ---- a step that masks the fault ----
+
+
+def masking_doc() -> dict[str, object]:
+    doc = scenario_doc()
+    doc["expect"] = {
+        "failure": "silent",
+        "probes": [{"kind": "inference", "prompt": "Say OK.", "expect": "unavailable"}],
+        "time_to_fail": {"max_s": 60},
+    }
+    doc["recover"] = [
+        {
+            "name": "Lower the utilisation",
+            "outcome": "masks",
+            "why": "a smaller buffer hides it",
+            "actions": [
+                {"kind": "set_args", "node": "serving", "args": {"--gpu-memory-utilization": "0.2"}}
+            ],
+            "reveal": [
+                {"kind": "set_args", "node": "serving", "args": {"--gpu-memory-utilization": "0.9"}}
+            ],
+        },
+        {"name": "Roll back", "outcome": "restores", "actions": [{"kind": "rollback"}]},
+    ]
+    return doc
+
+
+def test_a_masking_step_passes_the_probes_then_the_fault_is_back(tmp_path: Path) -> None:
+    from runner.labs.fake import Hangs, Serves
+
+    def script(_n: str, c: object) -> object:
+        args = getattr(c, "args", ())
+        return Hangs() if "99999" in args and "0.2" not in args else Serves()
+
+    result = fake_run(tmp_path, masking_doc(), script).run()  # type: ignore[arg-type]
+    names = by_name(result)
+    label = "recover 1: Lower the utilisation"
+    assert names[f"{label}: masks the symptom (the probes pass)"] is Verdict.PASSED
+    assert (
+        names[f"{label}: masks, the fault is back once the original setting is restored"]
+        is Verdict.PASSED
+    )
+    assert names["recover 2: Roll back: restores service"] is Verdict.PASSED
+    assert result.verdict is Verdict.PASSED
+    assert [n for n in result.notes if n.startswith("MASKS")] == [
+        "MASKS - Lower the utilisation: the probes passed after it and the fault came back once "
+        "the original setting was restored; it hides the symptom, the cause is still there"
+    ]
+
+
+def test_a_step_said_to_mask_that_really_fixes_fails(tmp_path: Path) -> None:
+    from runner.labs.fake import Hangs, Serves
+
+    fixed: list[bool] = []
+
+    def script(_n: str, c: object) -> object:
+        args = getattr(c, "args", ())
+        if "0.2" in args:
+            fixed.append(True)
+        return Hangs() if "99999" in args and not fixed else Serves()
+
+    doc = masking_doc()
+    doc["expect"]["time_to_fail"] = {"max_s": 5}  # type: ignore[index]
+    result = fake_run(tmp_path, doc, script).run()  # type: ignore[arg-type]
+    names = by_name(result)
+    back = (
+        "recover 1: Lower the utilisation: masks, the fault is back once the original setting is "
+        "restored"
+    )
+    assert names[back] is Verdict.FAILED
+    assert result.verdict is Verdict.FAILED
+    assert [n for n in result.notes if n.startswith("MASKS")] == []
+
+
+def test_reveal_belongs_to_a_masking_step_only(tmp_path: Path) -> None:
+    from runner.errors import ScenarioError
+
+    doc = masking_doc()
+    doc["recover"][0]["reveal"] = []  # type: ignore[index]
+    with pytest.raises(ScenarioError, match="reveal: is what a step that `masks` needs"):
+        fake_run(tmp_path, doc)
+
+
+def test_a_masking_step_needs_the_expectations_probes(tmp_path: Path) -> None:
+    from runner.errors import ScenarioError
+
+    doc = scenario_doc()
+    doc["recover"] = masking_doc()["recover"]
+    with pytest.raises(ScenarioError, match=r"expect\.probes must not be empty"):
+        fake_run(tmp_path, doc)

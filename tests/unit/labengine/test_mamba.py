@@ -1,0 +1,97 @@
+"""The Jamba-style model's size and the two Mamba-state bugs of seeds/003."""
+
+from __future__ import annotations
+
+from multiprocessing import Pipe
+
+import pytest
+
+from labengine import mamba, models
+from labengine.core import _Steps
+
+JAMBA = "gameday-lab/jamba-hybrid-1b"
+
+
+def test_jamba_parameter_count_and_state_slot() -> None:
+    m = models.resolve(JAMBA)
+    assert m.params() == 1_540_371_968
+    # 14 Mamba layers (attention at 4 and 12) x d_inner 4096 x (d_state 64 + d_conv 4 - 1)
+    assert mamba.slot_elements(m.config) == 14 * 4096 * 67 == 3_842_048
+
+
+def test_build_names() -> None:
+    assert mamba.build_bugs({}) == frozenset()
+    assert mamba.build_bugs({"VLLM_LAB_BUILD": "uint32-state-index"}) == {
+        mamba.Bug.UINT32_STATE_INDEX
+    }
+    with pytest.raises(mamba.BuildError, match="'nope' is not one of fixed"):
+        mamba.build_bugs({"VLLM_LAB_BUILD": "nope"})
+
+
+def test_uint32_index_wraps_past_four_billion_only_in_a_large_pool() -> None:
+    bugs = frozenset({mamba.Bug.UINT32_STATE_INDEX})
+    # the pools of 15.87 GiB (util 0.9) and 0.26 GiB (util 0.2) on an A10G, in bf16 slots
+    big = mamba.StatePool(slots=2217, slot_elems=3_842_048, bugs=bugs)
+    assert big.wraps is True
+    assert big.kernel_slot(1117) == 1117  # 1117 * 3_842_048 = 4_291_567_616 < 2**32
+    assert big.kernel_slot(1118) == 0  # 4_295_409_664 - 2**32 = 442_368 < one slot
+    assert big.kernel_slot(2216) == 1098  # (2216 * 3_842_048 - 2**32) // 3_842_048
+    small = mamba.StatePool(slots=36, slot_elems=3_842_048, bugs=bugs)
+    assert small.wraps is False
+
+
+def test_wrapped_request_computes_on_the_stale_state_of_slot_zero() -> None:
+    pool = mamba.StatePool(
+        slots=1119, slot_elems=3_842_048, bugs=frozenset({mamba.Bug.UINT32_STATE_INDEX})
+    )
+    for _ in range(1118):
+        [(slot, stale)] = mamba.admit(pool, 1)
+        assert stale is None
+        pool.release(slot, f"prompt {slot}")
+    [(slot, stale)] = mamba.admit(pool, 1)
+    assert (slot, stale) == (1118, "prompt 0")
+
+
+def test_decode_before_prefill_hits_the_second_of_a_step_on_a_used_slot() -> None:
+    pool = mamba.StatePool(
+        slots=2, slot_elems=10, bugs=frozenset({mamba.Bug.DECODE_BEFORE_PREFILL})
+    )
+    assert mamba.admit(pool, 2) == [(0, None), (1, None)]  # fresh slots hold no state
+    pool.release(0, "a")
+    pool.release(1, "b")
+    assert mamba.admit(pool, 2) == [(0, None), (1, "b")]
+
+
+def test_fixed_build_is_never_wrong() -> None:
+    pool = mamba.StatePool(slots=2217, slot_elems=3_842_048, bugs=frozenset())
+    pool.free.rotate(-1117)
+    pool.held_by[1] = "x"
+    assert mamba.admit(pool, 2) == [(1117, None), (1118, None)]
+
+
+def test_the_engine_core_admits_what_waits_in_the_pipe_in_one_step() -> None:
+    api, core_end = Pipe()
+    pool = mamba.StatePool(
+        slots=4, slot_elems=10, bugs=frozenset({mamba.Bug.DECODE_BEFORE_PREFILL})
+    )
+    for slot, prompt in enumerate(["w", "x", "y", "z"]):
+        pool.take()
+        pool.release(slot, prompt)
+    steps = _Steps(core_end, pool)
+    api.send(("gen", "req-0", "alone", 1, 4, 0))
+    assert steps.next()[1] == "req-0"
+    assert steps.admitted == {"req-0": (0, None)}
+    for rid in ("req-1", "req-2"):
+        api.send(("gen", rid, "together", 1, 4, 0))
+    assert core_end.poll(1.0)
+    assert steps.next()[1] == "req-1"
+    assert steps.next()[1] == "req-2"
+    assert steps.admitted == {"req-0": (0, None), "req-1": (1, None), "req-2": (2, "y")}
+
+
+def test_the_build_variable_is_not_an_unknown_vllm_variable() -> None:
+    from labengine.envs import unknown_names
+    from labengine.wording import Era
+
+    env = {"VLLM_LAB_BUILD": "fixed", "VLLM_NOPE": "1"}
+    assert unknown_names(Era.V0_33, env) == ["VLLM_NOPE"]

@@ -1,0 +1,95 @@
+"""The correctness probe: a reference pass, then the load pass compared answer by answer and
+logprob by logprob, with the request ids of the divergent answers in the evidence."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, cast
+
+import httpx
+
+from runner.labs.base import LabDriver
+from runner.probes import ProbeEnv, run_probe
+from runner.results import Verdict
+from runner.scenario import CorrectnessProbe
+
+
+class Engine:
+    """Answers each prompt with its own text and logprobs; the load request whose X-Request-Id
+    ends in `-{bad}` gets another text and logprobs (a stale state)."""
+
+    def __init__(self, bad: set[int]) -> None:
+        self.bad = bad
+        self.seen: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        rid = request.headers["X-Request-Id"]
+        body = json.loads(request.content)
+        assert body["temperature"] == 0 and body["logprobs"] == 1
+        with self.lock:
+            self.seen.append(rid)
+        wrong = not rid.startswith("gameday-ref-") and int(rid.rsplit("-", 1)[1]) in self.bad
+        text, lps = (
+            ("runs . the", [-0.5, -0.75]) if wrong else (f"ok {body['prompt']}", [-0.125, -0.25])
+        )
+        choice = {"text": text, "logprobs": {"token_logprobs": lps}, "finish_reason": "length"}
+        return httpx.Response(200, json={"id": f"cmpl-{rid}", "choices": [choice]})
+
+
+class Lab:
+    def url(self, node: str) -> str:
+        return "http://engine"
+
+
+def probe_with(engine: Engine, **kw: Any) -> tuple[Verdict, str]:
+    env = ProbeEnv(
+        http=httpx.Client(transport=httpx.MockTransport(engine)),
+        lab=cast(LabDriver, Lab()),
+        scale=100.0,
+        target="serving",
+    )
+    p = CorrectnessProbe(kind="correctness", prompts=["a", "b"], requests=8, concurrency=4, **kw)
+    r = run_probe(env, p)
+    return r.verdict, r.observed
+
+
+def test_a_healthy_engine_passes_after_a_reference_pass_and_the_load() -> None:
+    engine = Engine(bad=set())
+    verdict, observed = probe_with(engine)
+    assert verdict is Verdict.PASSED
+    assert observed == "8 requests under load, every answer and logprob as the reference"
+    assert len(engine.seen) == 2 + 8
+    assert sorted(r.rsplit("-", 1)[1] for r in engine.seen[:2]) == ["0", "1"]
+    assert all(r.startswith("gameday-ref-") for r in engine.seen[:2])
+
+
+def test_divergent_answers_are_named_by_request_id_with_the_logprob_gap() -> None:
+    verdict, observed = probe_with(Engine(bad={5, 7}))
+    assert verdict is Verdict.FAILED
+    head, rest = observed.split("; the first after ")
+    assert head == "2 of 8 requests diverged"
+    assert rest.startswith("5 requests; cmpl-gameday-")
+    assert "-5: 'runs . the' (reference 'ok a', logprob gap 0.5)" in rest
+    assert "-7: 'runs . the' (reference 'ok a', logprob gap 0.5)" in rest
+
+
+def test_expect_diverges_passes_on_the_faulty_engine_and_fails_on_a_healthy_one() -> None:
+    assert probe_with(Engine(bad={3}), expect="diverges")[0] is Verdict.PASSED
+    assert probe_with(Engine(bad=set()), expect="diverges")[0] is Verdict.FAILED
+
+
+def test_an_engine_that_errors_is_a_probe_error_not_a_verdict() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"error": {"message": "EngineCore encountered an issue."}})
+
+    env = ProbeEnv(
+        http=httpx.Client(transport=httpx.MockTransport(refuse)),
+        lab=cast(LabDriver, Lab()),
+        scale=100.0,
+        target="serving",
+    )
+    r = run_probe(env, CorrectnessProbe(kind="correctness", requests=2))
+    assert r.verdict is Verdict.ERROR
+    assert r.observed.startswith("probe error: Server error '500 Internal Server Error'")
