@@ -22,6 +22,7 @@ import click
 from runner import __version__, output
 from runner.catalogue import BUILTIN, Entry, builtin_dir, resolve
 from runner.checks import check_engine_names, check_unique_ids
+from runner.cli_alerts import alerts
 from runner.cli_drill import drill
 from runner.cli_lab import lab
 from runner.cli_options import (
@@ -63,6 +64,7 @@ def main() -> None:
 main.add_command(lab)
 main.add_command(drill)
 main.add_command(workshop)
+main.add_command(alerts)
 
 
 @main.command()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LabError
+from runner.labs.alertmanager import alertmanager_listen
 from runner.inventory import ComposeSpec, Inventory
 from runner.labs.network import ensure_free
 
@@ -61,6 +62,8 @@ def compose_env(inventory: Inventory, spec: ComposeSpec, state_dir: Path) -> dic
     mon = inventory.lab.monitoring
     if mon is not None:
         env["GAMEDAY_PUBLISH_PROMETHEUS"] = mon.prometheus_listen
+        env["GAMEDAY_PUBLISH_ALERTMANAGER"] = alertmanager_listen(mon)
+        env["GAMEDAY_ALERTMANAGER_DIR"] = str(state_dir / "alertmanager")
     return os.environ | env
 
 

@@ -35,6 +35,7 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
+from runner.labs.alertmanager import alertmanager_listen, local_command, write_alertmanager
 from runner.labs.monitoring import write_prometheus
 from runner.labs.network import configured_addresses, ensure_free
 from runner.programs import command_argv, resolve_command
@@ -131,6 +132,7 @@ class LocalLab(LabDriver):
             for program, package in (
                 (mon.prometheus_command, "prometheus"),
                 (mon.exporter_command, "prometheus-node-exporter"),
+                (mon.alertmanager_command, "prometheus-alertmanager"),
             ):
                 if resolve_command(program) is None:
                     raise LabError(
@@ -147,6 +149,8 @@ class LocalLab(LabDriver):
         if mon is not None:
             host, _, port = mon.prometheus_listen.rpartition(":")
             out.append((host, int(port), "Prometheus"))
+            host, _, port = alertmanager_listen(mon).rpartition(":")
+            out.append((host, int(port), "Alertmanager"))
             for n in self.inventory.nodes:
                 for addr in (n.management_address, n.overlay_address):
                     if addr:
@@ -268,13 +272,31 @@ class LocalLab(LabDriver):
             "--log.level=warn",
         ]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        return [{"name": "prometheus", "command": cmd, "env": env, "restart": True}]
+        adir = self._state_dir / "alertmanager"
+        write_alertmanager(adir, self.inventory)
+        am = local_command(
+            self.inventory,
+            adir,
+            resolve_command(mon.alertmanager_command) or mon.alertmanager_command,
+        )
+        return [
+            {"name": "prometheus", "command": cmd, "env": env, "restart": True},
+            {"name": "alertmanager", "command": am, "env": env, "restart": True},
+        ]
 
     def _write_prometheus(self, exporter_network: str) -> None:
         # a static scrape config names the addresses the operator configured, not the ones
         # DHCP handed out since
         addresses = configured_addresses(self.inventory)
-        write_prometheus(self._pdir, self.inventory, exporter_network, addresses)
+        mon = self.inventory.lab.monitoring
+        assert mon is not None
+        write_prometheus(
+            self._pdir,
+            self.inventory,
+            exporter_network,
+            addresses,
+            alertmanager=alertmanager_listen(mon),
+        )
 
     def down(self) -> None:
         if not self.is_up():
@@ -433,7 +455,7 @@ class LocalLab(LabDriver):
         serving."""
         strays = []
         for owner, procs in self.aux_processes().items():
-            extra = sorted(set(procs) - {"node-exporter", "prometheus"})
+            extra = sorted(set(procs) - {"node-exporter", "prometheus", "alertmanager"})
             if extra:
                 strays.append(f"{owner}: processes the lab did not start: {extra}")
         moved = common.moved_addresses(configured_addresses(self.inventory), self._addresses())
