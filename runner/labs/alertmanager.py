@@ -21,10 +21,19 @@ COMPOSE_RECEIVER_PORT = 9095
 GROUP_WAIT_S = 30.0
 GROUP_INTERVAL_S = 300.0
 REPEAT_INTERVAL_S = 4 * 3600.0
+# Prometheus's --rules.alert.resend-delay default, real-world seconds. Scaled too: an alert sent
+# while Prometheus has not yet rediscovered its Alertmanager (a reload re-runs discovery) is
+# dropped, and goes again only after this delay.
+RESEND_DELAY_S = 60.0
 
 
 def _lab_ms(real_s: float, scale: float) -> str:
     return f"{max(int(real_s / scale * 1000), 1)}ms"
+
+
+def resend_delay(inventory: Inventory) -> str:
+    """Prometheus's --rules.alert.resend-delay in lab time."""
+    return _lab_ms(RESEND_DELAY_S, inventory.lab.time_scale)
 
 
 def _host_port(listen: str) -> tuple[str, int]:

@@ -40,6 +40,7 @@ import yaml
 from runner.errors import LabError, LabNotUp
 from runner.inventory import ComposeSpec, Inventory
 from runner.labs import common
+from runner.labs.alertmanager import write_alertmanager
 from runner.labs.base import (
     Change,
     ChangeKind,
@@ -58,7 +59,6 @@ from runner.labs.compose.configs import ConfigFiles, config_of
 from runner.labs.compose.hosts import NodeHosts
 from runner.labs.compose.project import LABEL, compose_command
 from runner.labs.compose.watch import DockerWatch
-from runner.labs.alertmanager import write_alertmanager
 from runner.labs.monitoring import write_prometheus
 from runner.labs.network import configured_addresses
 from runner.scenario import LabKind

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LabError
-from runner.labs.alertmanager import alertmanager_listen
 from runner.inventory import ComposeSpec, Inventory
+from runner.labs.alertmanager import alertmanager_listen, resend_delay
 from runner.labs.network import ensure_free
 
 LABEL = "gameday.lab"
@@ -64,6 +64,7 @@ def compose_env(inventory: Inventory, spec: ComposeSpec, state_dir: Path) -> dic
         env["GAMEDAY_PUBLISH_PROMETHEUS"] = mon.prometheus_listen
         env["GAMEDAY_PUBLISH_ALERTMANAGER"] = alertmanager_listen(mon)
         env["GAMEDAY_ALERTMANAGER_DIR"] = str(state_dir / "alertmanager")
+        env["GAMEDAY_ALERT_RESEND_DELAY"] = resend_delay(inventory)
     return os.environ | env
 
 

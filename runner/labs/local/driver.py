@@ -22,6 +22,12 @@ from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
 from runner.inventory import Inventory, Node, Role
 from runner.labs import common
+from runner.labs.alertmanager import (
+    alertmanager_listen,
+    local_command,
+    resend_delay,
+    write_alertmanager,
+)
 from runner.labs.base import (
     Change,
     ChangeKind,
@@ -35,7 +41,6 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.labs.alertmanager import alertmanager_listen, local_command, write_alertmanager
 from runner.labs.monitoring import write_prometheus
 from runner.labs.network import configured_addresses, ensure_free
 from runner.programs import command_argv, resolve_command
@@ -269,6 +274,7 @@ class LocalLab(LabDriver):
             f"--storage.tsdb.path={pdir / 'data'}",
             f"--web.listen-address={mon.prometheus_listen}",
             "--web.enable-lifecycle",
+            f"--rules.alert.resend-delay={resend_delay(self.inventory)}",
             "--log.level=warn",
         ]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
