@@ -41,6 +41,13 @@ class ReceivedAlert(BaseModel):
     starts_at: str  # Alertmanager's startsAt (RFC 3339)
     received_at: datetime  # the runner's clock, when the POST arrived
 
+    def started(self) -> datetime | None:
+        """startsAt as a time; None when Alertmanager sent none readable."""
+        try:
+            return datetime.fromisoformat(self.starts_at.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+
     def evidence(self) -> str:
         notes = "; ".join(f"{k}={v!r}" for k, v in sorted(self.annotations.items()))
         return (

@@ -5,7 +5,9 @@ paged needs."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,24 +34,42 @@ class AlertSeen:
     error: str  # why Prometheus could not be asked ("" when it answered)
 
 
-def detect(ctx: Context, ls: LoadedScenario) -> Detected:
+@contextlib.contextmanager
+def alert_receiver(ctx: Context, ls: LoadedScenario) -> Iterator[WebhookReceiver | str | None]:
+    """The runner's webhook receiver, listening while the block runs, when the scenario asks for
+    a delivery (None otherwise; a str: why it cannot listen). Started before the injection:
+    Alertmanager delivers within group_wait of the alert firing, which can be before detect."""
+    if not any(a.delivered for a in ls.scenario.detect.alerts):
+        yield None
+        return
+    receiver = start_receiver(ctx)
+    try:
+        yield receiver
+    finally:
+        if isinstance(receiver, WebhookReceiver):
+            receiver.stop()
+
+
+def detect(
+    ctx: Context, ls: LoadedScenario, receiver: WebhookReceiver | str | None = None
+) -> Detected:
+    """`receiver`: one listening since before the injection (alert_receiver); without it one
+    listens from now on."""
     alerts = ls.scenario.detect.alerts
     if not alerts:
         return Detected(None)
     ctx.progress("detect: waiting for alerts")
     ctx.rec.event("phase detect")
     since = ctx.fault_began_at or ctx.injected_at or utcnow()
-    receiver = start_receiver(ctx) if any(a.delivered for a in alerts) else None
-    try:
+    with contextlib.ExitStack() as stack:
+        if receiver is None:
+            receiver = stack.enter_context(alert_receiver(ctx, ls))
         for a in alerts:
             got = one_alert(ctx, a, since)
             if ctx.times.to_detect is None:
                 ctx.times.to_detect = got
             if a.delivered:
                 check_delivered(ctx, a, since, receiver)
-    finally:
-        if isinstance(receiver, WebhookReceiver):
-            receiver.stop()
     return Detected(ctx.times.to_detect)
 
 
@@ -82,11 +102,15 @@ def check_delivered(
         - (utcnow() - since).total_seconds()
     )
 
+    # an alert of an earlier fault, still firing, became active before this one began
+    earliest = since - timedelta(seconds=ctx.scrape_interval_lab)
+
     def mine(r: ReceivedAlert) -> bool:
         return (
             r.alertname == a.name
             and r.status == "firing"
             and all(r.labels.get(k) == v for k, v in a.labels.items())
+            and (r.started() or earliest) >= earliest
         )
 
     got = receiver.wait_for(mine, max(0.0, left))
