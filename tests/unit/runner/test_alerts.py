@@ -141,16 +141,15 @@ def test_the_test_rule_is_added_to_the_seed_rules_not_instead() -> None:
     )
 
 
-def test_the_two_scenarios_ask_for_delivery_on_local_and_compose_only() -> None:
-    sc = load_scenario(ROOT / "scenarios" / "head-only-restart.yaml").scenario
-    local = sc.for_lab(LabKind.LOCAL).detect.alerts[0]
-    assert (local.name, local.delivered, local.delivery_window_s) == ("ServingDown", True, 480)
-    assert local.annotations["procedure"] == "restart all four together"
-    assert sc.for_lab(LabKind.COMPOSE).detect.alerts[0].delivered is True
-    assert sc.for_lab(LabKind.KUBERNETES).detect.alerts[0].delivered is False
+def test_dhcp_address_change_asks_for_delivery_with_the_seed_annotations() -> None:
     dhcp = load_scenario(ROOT / "scenarios" / "dhcp-address-change.yaml").scenario
-    assert dhcp.detect.alerts[0].delivered is True
-    assert dhcp.detect.alerts[0].delivery_window_s == 780
+    alert = dhcp.for_lab(LabKind.COMPOSE).detect.alerts[0]
+    assert (alert.name, alert.delivered, alert.delivery_window_s) == (
+        "ExporterTargetDown",
+        True,
+        780,
+    )
+    assert alert.annotations["runbook_section"] == "seeds/000 section 7"
 
 
 def test_annotations_without_delivered_are_refused_at_their_line(tmp_path: Path) -> None:
