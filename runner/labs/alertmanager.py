@@ -25,6 +25,7 @@ REPEAT_INTERVAL_S = 4 * 3600.0
 # while Prometheus has not yet rediscovered its Alertmanager (a reload re-runs discovery) is
 # dropped, and goes again only after this delay.
 RESEND_DELAY_S = 60.0
+DEBIAN_COMMAND = "prometheus-alertmanager"  # Debian's name for Alertmanager's binary
 
 
 def _lab_ms(real_s: float, scale: float) -> str:
@@ -39,6 +40,11 @@ def resend_delay(inventory: Inventory) -> str:
 def _host_port(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     return host, int(port)
+
+
+def local_program(mon: Monitoring) -> str:
+    """The Alertmanager program of the local lab (and the compose image): Debian's."""
+    return mon.alertmanager_command or DEBIAN_COMMAND
 
 
 def alertmanager_listen(mon: Monitoring) -> str:
@@ -57,8 +63,9 @@ def receiver_listen(inventory: Inventory) -> tuple[str, int]:
     if mon.receiver_listen:
         return _host_port(mon.receiver_listen)
     if inventory.lab.kind is LabKind.COMPOSE and inventory.lab.compose is not None:
+        # compose.yaml gives each network the gateway x.x.x.254: the host's address on it
         subnet = IPv4Network(inventory.lab.compose.subnets["management"])
-        return str(subnet.network_address + 1), COMPOSE_RECEIVER_PORT
+        return str(subnet.broadcast_address - 1), COMPOSE_RECEIVER_PORT
     host, port = _host_port(mon.prometheus_listen)
     return host, port + 5
 

@@ -71,8 +71,8 @@ def test_alertmanager_routes_every_alert_to_the_runner_with_scaled_timings() -> 
 
 
 def test_compose_receiver_is_on_the_management_gateway_and_alertmanager_published() -> None:
-    assert receiver_listen(COMPOSE) == ("172.30.80.1", 9095)
-    assert webhook_url(COMPOSE) == "http://172.30.80.1:9095/alerts"
+    assert receiver_listen(COMPOSE) == ("172.30.80.254", 9095)
+    assert webhook_url(COMPOSE) == "http://172.30.80.254:9095/alerts"
     assert alertmanager_listen(COMPOSE.lab.monitoring) == "127.0.0.1:19093"  # type: ignore[arg-type]
 
 
