@@ -147,6 +147,7 @@ SEED_RULES = (
 
 
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.1"
+ALERTMANAGER_IMAGE = "prom/alertmanager:v0.27.0"
 
 
 class Monitoring(Model):
@@ -161,7 +162,15 @@ class Monitoring(Model):
     scrape_interval_s: Annotated[float, Field(gt=0)] = 15.0
     exporter_port: Annotated[int, Field(ge=1, le=65535)] = 9100
     rules: tuple[AlertRule, ...] = SEED_RULES
-    alertmanager_command: str = "prometheus-alertmanager"
+    alertmanager_command: str | None = Field(
+        default=None,
+        description="The Alertmanager program. Default: `prometheus-alertmanager` (Debian's, "
+        "local and compose labs); on Kubernetes `alertmanager` (the alertmanager_image's).",
+    )
+    alertmanager_image: str = Field(
+        default=ALERTMANAGER_IMAGE,
+        description="Kubernetes labs: the Alertmanager Deployment's image.",
+    )
     alertmanager_listen: str | None = Field(
         default=None,
         description="Where Alertmanager listens (local lab) or is published (compose lab). "

@@ -25,6 +25,7 @@ from runner.labs import common
 from runner.labs.alertmanager import (
     alertmanager_listen,
     local_command,
+    local_program,
     resend_delay,
     write_alertmanager,
 )
@@ -137,7 +138,7 @@ class LocalLab(LabDriver):
             for program, package in (
                 (mon.prometheus_command, "prometheus"),
                 (mon.exporter_command, "prometheus-node-exporter"),
-                (mon.alertmanager_command, "prometheus-alertmanager"),
+                (local_program(mon), "prometheus-alertmanager"),
             ):
                 if resolve_command(program) is None:
                     raise LabError(
@@ -283,7 +284,7 @@ class LocalLab(LabDriver):
         am = local_command(
             self.inventory,
             adir,
-            resolve_command(mon.alertmanager_command) or mon.alertmanager_command,
+            resolve_command(local_program(mon)) or local_program(mon),
         )
         return [
             {"name": "prometheus", "command": cmd, "env": env, "restart": True},
