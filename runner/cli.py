@@ -25,6 +25,7 @@ import click
 from runner import __version__, output
 from runner.catalogue import builtin_dir, resolve
 from runner.checks import check_engine_names, check_unique_ids
+from runner.cli_alerts import alerts
 from runner.cli_drill import drill
 from runner.cli_lab import lab
 from runner.cli_list import list_, schema
@@ -98,6 +99,7 @@ main.add_command(report)
 main.add_command(history)
 main.add_command(list_)
 main.add_command(schema)
+main.add_command(alerts)
 
 
 @main.command(epilog=VERDICT_EXITS)

@@ -111,6 +111,9 @@ class AlertRule(Model):
     severity: str = "page"
     summary: str = ""
     runbook: str = ""
+    procedure: str = Field(default="", description="What the person paged does, in order.")
+    log_command: str = Field(default="", description="The command that shows the evidence.")
+    runbook_section: str = Field(default="", description="Where the write-up explains it.")
 
 
 SEED_RULES = (
@@ -121,6 +124,11 @@ SEED_RULES = (
         summary="vLLM serving is down (NoData counts as down)",
         runbook="restart all four nodes together; `docker logs` / `kubectl logs "
         "--previous` on the head; seeds/000 section 8",
+        procedure="restart all four together (head and workers at once): a new head does not "
+        "bring back the old NCCL process group; exit code 0 means on-failure never fires",
+        log_command="docker logs --tail 200 <head container> (Kubernetes: kubectl logs "
+        "--previous <head pod>)",
+        runbook_section="seeds/000 section 8",
     ),
     AlertRule(
         name="ExporterTargetDown",
@@ -130,11 +138,16 @@ SEED_RULES = (
         summary="an exporter target is down: monitoring is half-blind",
         runbook="check scrape targets against the nodes' current addresses; move them to "
         "stable (overlay) addresses; seeds/000 section 7",
+        procedure="compare the scrape targets with the nodes' current addresses; scrape the "
+        "stable overlay addresses, then reload Prometheus",
+        log_command="curl -s <prometheus>/api/v1/targets?state=active (lastError per target)",
+        runbook_section="seeds/000 section 7",
     ),
 )
 
 
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.1"
+ALERTMANAGER_IMAGE = "prom/alertmanager:v0.27.0"
 
 
 class Monitoring(Model):
@@ -149,6 +162,26 @@ class Monitoring(Model):
     scrape_interval_s: Annotated[float, Field(gt=0)] = 15.0
     exporter_port: Annotated[int, Field(ge=1, le=65535)] = 9100
     rules: tuple[AlertRule, ...] = SEED_RULES
+    alertmanager_command: str | None = Field(
+        default=None,
+        description="The Alertmanager program. Default: `prometheus-alertmanager` (Debian's, "
+        "local and compose labs); on Kubernetes `alertmanager` (the alertmanager_image's).",
+    )
+    alertmanager_image: str = Field(
+        default=ALERTMANAGER_IMAGE,
+        description="Kubernetes labs: the Alertmanager Deployment's image.",
+    )
+    alertmanager_listen: str | None = Field(
+        default=None,
+        description="Where Alertmanager listens (local lab) or is published (compose lab). "
+        "Default: Prometheus's host, its port + 3.",
+    )
+    receiver_listen: str | None = Field(
+        default=None,
+        description="host:port the runner's alert webhook receiver listens on. Default: local "
+        "lab, Prometheus's host, its port + 5; compose lab, the management network's gateway, "
+        "port 9095.",
+    )
     image: str = Field(
         default=PROMETHEUS_IMAGE,
         description="Kubernetes labs: the Prometheus Deployment's image.",

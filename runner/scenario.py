@@ -569,6 +569,28 @@ class AlertExpectation(Model):
     name: str
     within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
     labels: dict[str, str] = {}
+    delivered: bool = Field(
+        default=False,
+        description="The alert also reaches the runner's webhook receiver through the lab's "
+        "Alertmanager, firing, within delivered_within_s of the injection.",
+    )
+    delivered_within_s: Annotated[float | None, Field(gt=0, le=MAX_WINDOW_S)] = Field(
+        default=None, description="Real-world seconds from the injection; default within_s."
+    )
+    annotations: dict[str, str] = Field(
+        default={},
+        description="Text each delivered annotation must contain (annotation name -> text).",
+    )
+
+    @model_validator(mode="after")
+    def _delivery(self) -> AlertExpectation:
+        if not self.delivered and (self.annotations or self.delivered_within_s is not None):
+            raise ValueError("annotations and delivered_within_s need delivered: true")
+        return self
+
+    @property
+    def delivery_window_s(self) -> float:
+        return self.delivered_within_s if self.delivered_within_s is not None else self.within_s
 
 
 class Detection(Model):

@@ -14,6 +14,7 @@ import yaml
 
 from runner.errors import LabError
 from runner.inventory import Inventory, Monitoring, Role
+from runner.labs.alertmanager import prometheus_alerting
 
 # One client for every look at Prometheus: a new one per call builds a TLS context (the CA
 # bundle read and parsed, ~5 ms of CPU), and wait_scraped looks every 50 ms. httpx clients are
@@ -29,12 +30,14 @@ def write_prometheus(
     *,
     vllm_hosts: dict[str, str] | None = None,
     rules_path: str | None = None,
+    alertmanager: str | None = None,
 ) -> None:
     """Write prometheus.yml, rules.yml and the `scrape_network` marker into `pdir`.
 
     `addresses`: each node's address by network (what a static config names). `vllm_hosts`:
     the host to scrape each engine at (default: the node's own address). `rules_path`: where
-    Prometheus sees rules.yml (a container mounts `pdir` elsewhere)."""
+    Prometheus sees rules.yml (a container mounts `pdir` elsewhere). `alertmanager`: host:port
+    Prometheus sends its alerts to (none: the alerts only fire)."""
     mon = inventory.lab.monitoring
     assert mon is not None
     pdir.mkdir(parents=True, exist_ok=True)
@@ -55,6 +58,8 @@ def write_prometheus(
             },
         ],
     }
+    if alertmanager:
+        config["alerting"] = prometheus_alerting(alertmanager)
     (pdir / "rules.yml").write_text(yaml.safe_dump(rule_groups(mon, scale), sort_keys=False))
     tmp = pdir / "prometheus.yml.tmp"
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -106,6 +111,9 @@ def rule_groups(mon: Monitoring, scale: float) -> dict[str, Any]:
                         "annotations": {
                             "summary": r.summary,
                             "runbook": r.runbook,
+                            "procedure": r.procedure,
+                            "log_command": r.log_command,
+                            "runbook_section": r.runbook_section,
                             "for_real_world": f"{r.for_s:g}s",
                         },
                     }

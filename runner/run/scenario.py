@@ -15,7 +15,7 @@ from runner.run.context import Context, Progress, ScenarioAborted, http_client, 
 from runner.run.interrupt import shielded_from_sigint
 from runner.run.phases.baseline import baseline
 from runner.run.phases.cleanup import cleanup
-from runner.run.phases.detect import detect
+from runner.run.phases.detect import alert_receiver, detect
 from runner.run.phases.expect import expect
 from runner.run.phases.inject import inject
 from runner.run.phases.recover import recover
@@ -82,10 +82,11 @@ def phases(ctx: Context, ls: LoadedScenario) -> None:
             f"scenario target {ls.scenario.target!r} is not a host or group of "
             f"{ctx.lab.inventory.path}"
         )
-    baseline(ctx, ls)
-    inject(ctx, ls)
-    ctx.times.to_fail = expect(ctx, ls).time_to_fail_s
-    detect(ctx, ls)  # records the first alert's time as it fires
+    with alert_receiver(ctx, ls) as receiver:  # listening before the alerts can fire
+        baseline(ctx, ls)
+        inject(ctx, ls)
+        ctx.times.to_fail = expect(ctx, ls).time_to_fail_s
+        detect(ctx, ls, receiver)  # records the first alert's time as it fires
     ctx.times.to_recover = recover(ctx, ls).time_to_recover_s
 
 

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from runner.inventory import Inventory, load_inventory
+from runner.labs.kubernetes import alertmanager as kam
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as km
 from runner.labs.kubernetes.driver import KubernetesLab
@@ -251,6 +252,20 @@ def test_on_the_test_server_lab_up_runs_prometheus_and_serving_down_fires(
         assert [t["scrapeUrl"] for t in targets] == [f"http://{pod_ip}:8000/metrics"]
         pod = lab.pods.views["serving"].pod
         assert pod is not None
+        # the Alertmanager beside it runs (Debian's, as a process) and answers on its pod IP
+        am_pods = lab.kube.core.list_namespaced_pod(
+            lab.ns, label_selector=kam.selector(lab.inventory)
+        ).items
+        assert [p.metadata.labels["app.kubernetes.io/name"] for p in am_pods] == [kam.NAME]
+
+        def am_ready(http: httpx.Client) -> bool:
+            (p,) = lab.kube.core.list_namespaced_pod(
+                lab.ns, label_selector=kam.selector(lab.inventory)
+            ).items
+            ip = p.status.pod_ip if p.status else None
+            return bool(ip) and http.get(f"http://{ip}:{kam.PORT}/-/ready").status_code == 200
+
+        poll("Alertmanager ready", am_ready)
         lab.stop("serving")  # its Deployment scaled to 0, its pod deleted
         alert = {"alertname": "ServingDown", "job": "vllm", "severity": "page"}
         # the engine stops before discovery drops its target (its discovery hands changes over

@@ -51,6 +51,15 @@ def test_the_three_pass(tmp_path: Path) -> None:
     names = {a["name"]: a for a in head["assertions"]}
     assert names["expect: exit code"]["observed"] == "exit code 0"
     assert any(n.startswith("expect on node2: within") for n in names)
+    # delivered through Alertmanager to the runner's receiver, with the seed's annotations
+    for s, alert, text in (
+        (head, "ServingDown", "restart all four together"),
+        (dhcp, "ExporterTargetDown", "stable overlay addresses"),
+    ):
+        got = {a["name"]: a for a in s["assertions"]}[f"detect: alert {alert} delivered"]
+        assert got["verdict"] == "passed", got
+        assert f"{alert} firing received" in got["observed"] and text in got["observed"]
+        assert any(e["event"].startswith(f"alert {alert} delivered") for e in s["timeline"])
 
 
 def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:

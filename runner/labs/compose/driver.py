@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ import yaml
 from runner.errors import LabError, LabNotUp
 from runner.inventory import ComposeSpec, Inventory
 from runner.labs import common
+from runner.labs.alertmanager import write_alertmanager
 from runner.labs.base import (
     Change,
     ChangeKind,
@@ -388,7 +390,14 @@ class ComposeLab(LabDriver):
             # an engine on the overlay network is scraped there, else by its service name
             vllm_hosts={n.name: n.overlay_address or n.name for n in self.inventory.nodes},
             rules_path=f"{PROMETHEUS_DIR_IN_CONTAINER}/rules.yml",
+            alertmanager=f"{self._alertmanager_address()}:9093",
         )
+        write_alertmanager(self._state_dir / "alertmanager", self.inventory)
+
+    def _alertmanager_address(self) -> str:
+        """The Alertmanager container's address on the management network (compose.yaml: .3)."""
+        spec = self.inventory.lab.compose or ComposeSpec()
+        return str(IPv4Network(spec.subnets["management"]).network_address + 3)
 
     def signal(self, node: str, process: str, signal: str) -> None:
         c = self.engine(node)

@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.errors import LabError
 from runner.inventory import ComposeSpec, Inventory
+from runner.labs.alertmanager import alertmanager_listen, resend_delay
 from runner.labs.network import ensure_free
 
 LABEL = "gameday.lab"
@@ -61,6 +62,9 @@ def compose_env(inventory: Inventory, spec: ComposeSpec, state_dir: Path) -> dic
     mon = inventory.lab.monitoring
     if mon is not None:
         env["GAMEDAY_PUBLISH_PROMETHEUS"] = mon.prometheus_listen
+        env["GAMEDAY_PUBLISH_ALERTMANAGER"] = alertmanager_listen(mon)
+        env["GAMEDAY_ALERTMANAGER_DIR"] = str(state_dir / "alertmanager")
+        env["GAMEDAY_ALERT_RESEND_DELAY"] = resend_delay(inventory)
     return os.environ | env
 
 

@@ -1,6 +1,7 @@
 """The Kubernetes lab's Prometheus: a Deployment `gameday-prometheus` in the lab's namespace,
 its configuration and the seeds' alert rules in a ConfigMap, and the service account, Role and
-RoleBinding that let it list and watch the namespace's pods.
+RoleBinding that let it list and watch the namespace's pods. Its alerts go to the lab's
+Alertmanager (alertmanager.py: a Deployment and Service beside it).
 
 Prometheus finds the engines through the API (`kubernetes_sd_configs`, role pod, the lab's
 namespace named, never `own_namespace`) and keeps only the lab's serving and head pods on the
@@ -32,7 +33,9 @@ import yaml
 
 from runner.errors import InventoryError, LabError
 from runner.inventory import Inventory, Monitoring, Role
+from runner.labs import alertmanager as am_config
 from runner.labs import monitoring as prom
+from runner.labs.kubernetes import alertmanager as am
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.api import KubeApi
 from runner.redact import MASK
@@ -140,6 +143,7 @@ def prometheus_yml(
             "scrape_timeout": interval,
         },
         "rule_files": ["rules.yml"],  # relative to this file, in the same volume
+        "alerting": am_config.prometheus_alerting(am.target(inventory)),
         "scrape_configs": [scrape_config(inventory, mon, api)],
     }
 
@@ -215,6 +219,7 @@ def deployment(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
             f"--storage.tsdb.path={DATA_DIR}",
             "--web.enable-lifecycle",
             f"--web.listen-address=0.0.0.0:{PORT}",
+            f"--rules.alert.resend-delay={am_config.resend_delay(inventory)}",
         ],
         "ports": [{"name": "web", "containerPort": PORT, "protocol": "TCP"}],
         "readinessProbe": {
@@ -261,6 +266,7 @@ def manifests(inventory: Inventory, api: ApiServer | None = None) -> list[dict[s
         role_binding(inventory),
         *secret,
         config_map(inventory, mon, api),
+        *am.manifests(inventory, mon),
         deployment(inventory, mon),
     ]
 
@@ -312,6 +318,7 @@ def _calls(kube: KubeApi) -> dict[str, _Calls]:
         "RoleBinding": of("rolebinding", rbac, "role_binding"),
         "Secret": of("secret", core, "secret"),
         "ConfigMap": of("configmap", core, "config_map"),
+        "Service": of("service", core, "service"),
         "Deployment": of("deployment", apps, "deployment"),
     }
 
@@ -347,31 +354,36 @@ def apply(kube: KubeApi, inventory: Inventory) -> None:
         status, _ = kube.status_of(c.read, name, kube.ns)
         if status == 404:
             kube.call(f"create {c.what} {name}", c.create, kube.ns, doc)
+        elif doc["kind"] == "Service":
+            continue  # as the lab's own Services: created once (a PUT must carry its clusterIP)
         else:
             kube.call(f"replace {c.what} {name}", c.replace, name, kube.ns, doc)
 
 
-def _supporting(kube: KubeApi) -> list[_Calls]:
-    return [c for kind, c in _calls(kube).items() if kind != "Deployment"]
+def _supporting(kube: KubeApi, inventory: Inventory) -> list[tuple[_Calls, str]]:
+    """Each kind but the Deployments (the driver deletes those and Services by the lab's label),
+    with the selector of Prometheus's and of Alertmanager's objects."""
+    return [
+        (c, sel)
+        for kind, c in _calls(kube).items()
+        if kind not in ("Deployment", "Service")
+        for sel in (selector(inventory), am.selector(inventory))
+    ]
 
 
 def delete(kube: KubeApi, inventory: Inventory) -> None:
-    """Delete the monitoring objects but the Deployment, by their labels."""
-    for c in _supporting(kube):
-        for o in kube.call(
-            f"list {c.what}s", c.list, kube.ns, label_selector=selector(inventory)
-        ).items:
+    """Delete the monitoring objects but the Deployments and Services, by their labels."""
+    for c, sel in _supporting(kube, inventory):
+        for o in kube.call(f"list {c.what}s", c.list, kube.ns, label_selector=sel).items:
             kube.delete(c.delete, o.metadata.name)
 
 
 def leftovers(kube: KubeApi, inventory: Inventory) -> list[str]:
-    """The monitoring objects but the Deployment and its pod that exist now."""
+    """The monitoring objects but the Deployments, Services and pods that exist now."""
     return [
         f"{c.what} {o.metadata.name}"
-        for c in _supporting(kube)
-        for o in kube.call(
-            f"list {c.what}s", c.list, kube.ns, label_selector=selector(inventory)
-        ).items
+        for c, sel in _supporting(kube, inventory)
+        for o in kube.call(f"list {c.what}s", c.list, kube.ns, label_selector=sel).items
     ]
 
 

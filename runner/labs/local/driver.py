@@ -22,6 +22,13 @@ from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
 from runner.inventory import Inventory, Node, Role
 from runner.labs import common
+from runner.labs.alertmanager import (
+    alertmanager_listen,
+    local_command,
+    local_program,
+    resend_delay,
+    write_alertmanager,
+)
 from runner.labs.base import (
     Change,
     ChangeKind,
@@ -131,6 +138,7 @@ class LocalLab(LabDriver):
             for program, package in (
                 (mon.prometheus_command, "prometheus"),
                 (mon.exporter_command, "prometheus-node-exporter"),
+                (local_program(mon), "prometheus-alertmanager"),
             ):
                 if resolve_command(program) is None:
                     raise LabError(
@@ -147,6 +155,8 @@ class LocalLab(LabDriver):
         if mon is not None:
             host, _, port = mon.prometheus_listen.rpartition(":")
             out.append((host, int(port), "Prometheus"))
+            host, _, port = alertmanager_listen(mon).rpartition(":")
+            out.append((host, int(port), "Alertmanager"))
             for n in self.inventory.nodes:
                 for addr in (n.management_address, n.overlay_address):
                     if addr:
@@ -265,16 +275,35 @@ class LocalLab(LabDriver):
             f"--storage.tsdb.path={pdir / 'data'}",
             f"--web.listen-address={mon.prometheus_listen}",
             "--web.enable-lifecycle",
+            f"--rules.alert.resend-delay={resend_delay(self.inventory)}",
             "--log.level=warn",
         ]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        return [{"name": "prometheus", "command": cmd, "env": env, "restart": True}]
+        adir = self._state_dir / "alertmanager"
+        write_alertmanager(adir, self.inventory)
+        am = local_command(
+            self.inventory,
+            adir,
+            resolve_command(local_program(mon)) or local_program(mon),
+        )
+        return [
+            {"name": "prometheus", "command": cmd, "env": env, "restart": True},
+            {"name": "alertmanager", "command": am, "env": env, "restart": True},
+        ]
 
     def _write_prometheus(self, exporter_network: str) -> None:
         # a static scrape config names the addresses the operator configured, not the ones
         # DHCP handed out since
         addresses = configured_addresses(self.inventory)
-        write_prometheus(self._pdir, self.inventory, exporter_network, addresses)
+        mon = self.inventory.lab.monitoring
+        assert mon is not None
+        write_prometheus(
+            self._pdir,
+            self.inventory,
+            exporter_network,
+            addresses,
+            alertmanager=alertmanager_listen(mon),
+        )
 
     def down(self) -> None:
         if not self.is_up():
@@ -433,7 +462,7 @@ class LocalLab(LabDriver):
         serving."""
         strays = []
         for owner, procs in self.aux_processes().items():
-            extra = sorted(set(procs) - {"node-exporter", "prometheus"})
+            extra = sorted(set(procs) - {"node-exporter", "prometheus", "alertmanager"})
             if extra:
                 strays.append(f"{owner}: processes the lab did not start: {extra}")
         moved = common.moved_addresses(configured_addresses(self.inventory), self._addresses())

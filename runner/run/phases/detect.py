@@ -1,15 +1,21 @@
 """Detect: each expected alert is firing in Prometheus within its window from the injection
-(the moment the fault's first change was in place)."""
+(the moment the fault's first change was in place), and, where the scenario asks, delivered
+through the lab's Alertmanager to the runner's webhook receiver with the annotations a person
+paged needs."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from runner import prometheus
+from runner.alerts import ReceivedAlert, WebhookReceiver
 from runner.errors import GamedayError
+from runner.labs.alertmanager import receiver_listen
 from runner.results import EventKind, Phase
 from runner.run.context import Context, utcnow
 from runner.scenario import AlertExpectation, LoadedScenario, Window
@@ -28,18 +34,106 @@ class AlertSeen:
     error: str  # why Prometheus could not be asked ("" when it answered)
 
 
-def detect(ctx: Context, ls: LoadedScenario) -> Detected:
+@contextlib.contextmanager
+def alert_receiver(ctx: Context, ls: LoadedScenario) -> Iterator[WebhookReceiver | str | None]:
+    """The runner's webhook receiver, listening while the block runs, when the scenario asks for
+    a delivery (None otherwise; a str: why it cannot listen). Started before the injection:
+    Alertmanager delivers within group_wait of the alert firing, which can be before detect."""
+    if not any(a.delivered for a in ls.scenario.detect.alerts):
+        yield None
+        return
+    receiver = start_receiver(ctx)
+    try:
+        yield receiver
+    finally:
+        if isinstance(receiver, WebhookReceiver):
+            receiver.stop()
+
+
+def detect(
+    ctx: Context, ls: LoadedScenario, receiver: WebhookReceiver | str | None = None
+) -> Detected:
+    """`receiver`: one listening since before the injection (alert_receiver); without it one
+    listens from now on."""
     alerts = ls.scenario.detect.alerts
     if not alerts:
         return Detected(None)
     ctx.progress("detect: waiting for alerts")
     ctx.rec.event("phase detect", kind=EventKind.PHASE)
     since = ctx.fault_began_at or ctx.injected_at or utcnow()
-    for a in alerts:
-        got = one_alert(ctx, a, since)
-        if ctx.times.to_detect is None:
-            ctx.times.to_detect = got
+    with contextlib.ExitStack() as stack:
+        if receiver is None:
+            receiver = stack.enter_context(alert_receiver(ctx, ls))
+        for a in alerts:
+            got = one_alert(ctx, a, since)
+            if ctx.times.to_detect is None:
+                ctx.times.to_detect = got
+            if a.delivered:
+                check_delivered(ctx, a, since, receiver)
     return Detected(ctx.times.to_detect)
+
+
+def start_receiver(ctx: Context) -> WebhookReceiver | str:
+    """The runner's webhook receiver, listening; or why it cannot."""
+    if ctx.lab.inventory.lab.monitoring is None:
+        return "this lab has no monitoring (gameday_lab.monitoring)"
+    host, port = receiver_listen(ctx.lab.inventory)
+    try:
+        return WebhookReceiver(host, port).start()
+    except GamedayError as exc:
+        return exc.message
+
+
+def check_delivered(
+    ctx: Context, a: AlertExpectation, since: datetime, receiver: WebhookReceiver | str | None
+) -> None:
+    """The alert reached the receiver, firing, within its delivery window, carrying the
+    annotation text the scenario asks for."""
+    name = f"detect: alert {a.name} delivered"
+    want = "".join(f"; {k} contains {v!r}" for k, v in sorted(a.annotations.items()))
+    expected = f"delivered firing within {a.delivery_window_s:g} s real of the injection{want}"
+    if not isinstance(receiver, WebhookReceiver):
+        observed = f"probe error: {receiver or 'no receiver'}"
+        ctx.rec.error(phase=Phase.DETECT, name=name, expected=expected, observed=observed)
+        return
+    left = (
+        ctx.scale.to_lab(a.delivery_window_s)
+        + ctx.scale.allowance_s
+        - (utcnow() - since).total_seconds()
+    )
+
+    # an alert of an earlier fault, still firing, became active before this one began
+    earliest = since - timedelta(seconds=ctx.scrape_interval_lab)
+
+    def mine(r: ReceivedAlert) -> bool:
+        return (
+            r.alertname == a.name
+            and r.status == "firing"
+            and all(r.labels.get(k) == v for k, v in a.labels.items())
+            and (r.started() or earliest) >= earliest
+        )
+
+    got = receiver.wait_for(mine, max(0.0, left))
+    if got is None:
+        others = sorted({f"{r.alertname} {r.status}" for r in receiver.received()})
+        observed = f"nothing delivered after {a.delivery_window_s:g} s real" + (
+            f" (received: {', '.join(others)})" if others else ""
+        )
+        ctx.rec.check(phase=Phase.DETECT, name=name, ok=False, expected=expected, observed=observed)
+        return
+    after = elapsed_real(ctx.scale, since, got.received_at)
+    ctx.rec.event(
+        f"alert {a.name} delivered to the runner's receiver",
+        ts=got.received_at,
+        source="alertmanager",
+        clock="the runner's (the webhook POST's arrival)",
+        kind=EventKind.ALERT,
+    )
+    missing = [k for k, v in a.annotations.items() if v not in got.annotations.get(k, "")]
+    ok = not missing and ctx.scale.check(Window(max_s=a.delivery_window_s), after)
+    note = f"; missing annotation text: {', '.join(sorted(missing))}" if missing else ""
+    observed = f"delivered {after:.1f} s real after the injection: {got.evidence()}{note}"
+    ctx.rec.check(phase=Phase.DETECT, name=name, ok=ok, expected=expected, observed=observed)
 
 
 def one_alert(ctx: Context, a: AlertExpectation, since: datetime) -> float | None:

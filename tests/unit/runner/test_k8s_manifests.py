@@ -78,10 +78,10 @@ def test_every_generated_and_shipped_manifest_validates(tmp_path: Path, version:
     ]
     for doc in docs:
         check(doc, version)
-    # eks and kind (3 each, and their Prometheus's 5), the test server (its 5 nodes, the group's
-    # headless Service, its Prometheus's 5 and the API token's Secret), the LWS lab, the
-    # StatefulSet lab, a stray pod each, k8s/
-    assert len(docs) == 2 * (3 + 5) + (3 + 5 + 6) + 4 + 8 + 5 + 8
+    # eks and kind (3 each, their Prometheus's 5 and Alertmanager's 3), the test server (its 5
+    # nodes, the group's headless Service, its Prometheus's 5, Alertmanager's 3 and the API
+    # token's Secret), the LWS lab, the StatefulSet lab, a stray pod each, k8s/
+    assert len(docs) == 2 * (3 + 5 + 3) + (3 + 5 + 3 + 6) + 4 + 8 + 5 + 8
 
 
 def lws_doc(tmp_path: Path) -> dict[str, Any]:

@@ -40,6 +40,9 @@ def test_the_test_servers_manifests_in_order_all_valid() -> None:
         ("RoleBinding", "gameday-prometheus"),
         ("Secret", "gameday-prometheus-api"),
         ("ConfigMap", "gameday-prometheus"),
+        ("ConfigMap", "gameday-alertmanager"),
+        ("Service", "gameday-alertmanager"),
+        ("Deployment", "gameday-alertmanager"),
         ("Deployment", "gameday-prometheus"),
     ]
     for d in docs:
@@ -48,7 +51,7 @@ def test_the_test_servers_manifests_in_order_all_valid() -> None:
         assert d["metadata"]["labels"] == {
             "gameday.io/lab": "kube-testserver",
             "app.kubernetes.io/managed-by": "gameday",
-            "app.kubernetes.io/name": "gameday-prometheus",
+            "app.kubernetes.io/name": d["metadata"]["name"].removesuffix("-api"),
         }
     assert docs[3]["stringData"] == {"token": "s3cret"}
     sd = yaml.safe_load(docs[4]["data"]["prometheus.yml"])["scrape_configs"][0]
@@ -90,6 +93,7 @@ def test_the_deployment_runs_prometheus_on_its_config_volume() -> None:
         "--storage.tsdb.path=/prometheus",
         "--web.enable-lifecycle",
         "--web.listen-address=0.0.0.0:9090",
+        "--rules.alert.resend-delay=600ms",
     ]
     assert c["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "web"}
     assert pod["serviceAccountName"] == "gameday-prometheus"
@@ -122,6 +126,9 @@ def test_on_a_real_cluster_no_secret_and_in_cluster_discovery() -> None:
         "Role",
         "RoleBinding",
         "ConfigMap",
+        "ConfigMap",
+        "Service",
+        "Deployment",
         "Deployment",
     ]
     for d in docs:
@@ -252,3 +259,55 @@ def test_a_named_api_server_is_printed_as_named(tmp_path: Path) -> None:
     cm = km.config_map(inv, inv.lab.monitoring)  # type: ignore[arg-type]
     sd = yaml.safe_load(cm["data"]["prometheus.yml"])["scrape_configs"][0]
     assert sd["kubernetes_sd_configs"][0]["api_server"] == "https://10.0.0.1:6443"
+
+
+def test_prometheus_sends_its_alerts_to_the_alertmanager_service() -> None:
+    inv = load_inventory(ROOT / "inventories" / "eks.yaml")
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in km.manifests(inv)}
+    prom_cm = docs[("ConfigMap", "gameday-prometheus")]
+    config = yaml.safe_load(prom_cm["data"]["prometheus.yml"])
+    assert config["alerting"] == {
+        "alertmanagers": [
+            {"static_configs": [{"targets": ["gameday-alertmanager.vllm-gameday.svc:9093"]}]}
+        ]
+    }
+    svc = docs[("Service", "gameday-alertmanager")]
+    dep = docs[("Deployment", "gameday-alertmanager")]
+    assert svc["spec"]["selector"] == {
+        "gameday.io/lab": "eks-workshop",
+        "app.kubernetes.io/name": "gameday-alertmanager",
+    }
+    template = dep["spec"]["template"]
+    assert svc["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    assert dep["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    assert svc["spec"]["ports"] == [
+        {"name": "web", "port": 9093, "targetPort": "web", "protocol": "TCP"}
+    ]
+    c = template["spec"]["containers"][0]
+    assert (c["image"], c["command"]) == ("prom/alertmanager:v0.27.0", ["alertmanager"])
+    assert c["args"] == [
+        "--config.file=/etc/alertmanager/alertmanager.yml",
+        "--storage.path=/alertmanager",
+        "--web.listen-address=0.0.0.0:9093",
+        "--cluster.listen-address=",
+    ]
+    assert template["spec"]["volumes"] == [
+        {"name": "config", "configMap": {"name": "gameday-alertmanager"}},
+        {"name": "data", "emptyDir": {}},
+    ]
+    assert mf.NODE_LABEL not in template["metadata"]["labels"]
+    am = yaml.safe_load(docs[("ConfigMap", "gameday-alertmanager")]["data"]["alertmanager.yml"])
+    assert am["route"]["receiver"] == "gameday-runner"
+    assert am["receivers"][0]["webhook_configs"][0]["send_resolved"] is True
+
+
+def test_the_test_server_runs_debians_alertmanager() -> None:
+    inv = load_inventory(TESTSERVER)
+    dep = next(
+        d
+        for d in km.manifests(inv)
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "gameday-alertmanager")
+    )
+    assert dep["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "prometheus-alertmanager"
+    ]
