@@ -4,7 +4,8 @@ A KV-cache shortage (a signature capturing `max_len`, `needed` and `available`, 
 `--max-model-len` that fits the memory the log reports, and the `--gpu-memory-utilization` that
 would fit the requested length. Where the log names a model the lab engine knows
 (labengine.models), the lab engine's own arithmetic gives the KV cache per token
-(labengine.memory); else the message's own numbers give it by proportion. The advice says which.
+(labengine.memory) where it agrees with the message's "needed" figure; else the message's own
+numbers give it by proportion. The advice says which.
 Figures no vLLM could have run with (not finite, not positive, a tensor-parallel size that does
 not divide the model's heads) give no numbers: the advice says which figure and why.
 """
@@ -34,6 +35,7 @@ _TOTAL = re.compile(
     r"total_gpu_memory \((?P<v>\d+(?:\.\d+)?) ?GiB\)|total capacity of (?P<w>\d+(?:\.\d+)?) GiB"
 )
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
+AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the message's
 _LABEL = {"max_len": "max seq len", "needed": "GiB needed", "available": "GiB available"}
 
 
@@ -147,12 +149,19 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
         raise Unusable(f"the log's {needed:g} GiB needed is not more than its {available:g} GiB")
     era = Era.V0_33 if "model's max seq len" in text or "which also controls" in text else Era.V0_19
     info = _model(lines)
+    how = "by proportion from the message's own figures (the log names no model gameday knows)"
+    fit = int(available / needed * max_len) // memory.BLOCK_SIZE * memory.BLOCK_SIZE
     if info is not None:
-        fit, needed = _fit_len_by_model(info, lines, era, int(max_len), available)
-        how = f"by the lab engine's arithmetic for {info.tag}"
-    else:
-        fit = int(available / needed * max_len) // memory.BLOCK_SIZE * memory.BLOCK_SIZE
-        how = "by proportion from the message's own figures (the log names no model gameday knows)"
+        by_model, model_needed = _fit_len_by_model(info, lines, era, int(max_len), available)
+        if abs(model_needed - needed) <= AGREE * needed:
+            fit, needed = by_model, model_needed
+            how = f"by the lab engine's arithmetic for {info.tag}"
+        else:
+            how = (
+                f"by proportion from the message's own figures: the lab engine's arithmetic for "
+                f"{info.tag} needs {model_needed:.2f} GiB for {int(max_len)} tokens, so the log's "
+                "settings differ from the ones gameday knows"
+            )
     short = needed - available
     return [
         f"--max-model-len {fit} fits the {available:g} GiB of KV cache available ({how})",

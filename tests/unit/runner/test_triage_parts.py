@@ -222,3 +222,23 @@ def test_figures_no_vllm_could_show_give_no_numbers_and_say_why() -> None:
         "no numeric advice: the log's figures cannot be computed with (cannot convert float "
         "infinity to integer)",
     )
+
+
+def test_a_model_whose_settings_differ_from_the_log_gives_way_to_the_message() -> None:
+    # Qwen2.5-14B-AWQ needs 192 KiB a token: 8192 tokens take 1.50 GiB, not the 4.0 the log says
+    qwen14 = "Starting to load model Qwen/Qwen2.5-14B-Instruct-AWQ..."
+    assert _kv("8192", "4.0", "1.0", qwen14) == (
+        "--max-model-len 2048 fits the 1 GiB of KV cache available (by proportion from the "
+        "message's own figures: the lab engine's arithmetic for Qwen/Qwen2.5-14B-Instruct-AWQ "
+        "needs 1.50 GiB for 8192 tokens, so the log's settings differ from the ones gameday "
+        "knows)",
+        "--max-model-len 8192 needs 4.00 GiB: 3.00 GiB more KV budget",
+        "--gpu-memory-utilization: raise it by 3.00 GiB / the GPU's memory (the log names "
+        "neither the GPU nor its total memory)",
+    )
+    # within 5 %: 1.55 GiB stated, 1.50 computed, the model arithmetic stands
+    assert _kv("8192", "1.55", "1.0", qwen14)[:2] == (
+        "--max-model-len 5440 fits the 1 GiB of KV cache available (by the lab engine's "
+        "arithmetic for Qwen/Qwen2.5-14B-Instruct-AWQ)",
+        "--max-model-len 8192 needs 1.50 GiB: 0.50 GiB more KV budget",
+    )
