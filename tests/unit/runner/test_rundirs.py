@@ -144,3 +144,43 @@ def test_a_bad_output_path_is_refused_before_the_run(
     assert got.exit_code == 2
     assert message.replace("{tmp}", str(tmp_path)) in got.stderr
     assert not (tmp_path / "reports").exists()  # nothing ran, nothing was written
+
+
+def test_report_refuses_a_run_folder_it_cannot_write(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    before = (run / "result.json").read_bytes()
+    (run / "junit.xml").unlink()
+    (run / "junit.xml").mkdir()
+    got = CliRunner().invoke(main, ["report", str(run)])
+    assert got.exit_code == 2, got.output
+    assert got.stderr == (
+        f"error: {run}/junit.xml: cannot write the report: Is a directory\n"
+        "  hint: make the run folder's files writable (a folder in a file's place is not)\n"
+    )
+    assert (run / "result.json").read_bytes() == before
+    assert sorted(p.name for p in run.iterdir()) == [
+        "junit.xml",
+        "report.html",
+        "report.md",
+        "result.json",
+    ]  # no temporary file left
+
+
+def test_reports_are_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    (run / "report.html").unlink()
+    (run / "report.html").mkdir()
+    with pytest.raises(InputError) as info:
+        write_reports(run_result(scenario_result("y"), run_id="other"), run)
+    assert info.value.message == f"{run}/report.html: cannot write the report: Is a directory"
+    assert json.loads((run / "result.json").read_text())["run_id"] == "20260101T000000Z-aaaaaa"
+    (run / "report.html").rmdir()
+    write_reports(run_result(scenario_result("y"), run_id="other"), run)
+    assert json.loads((run / "result.json").read_text())["run_id"] == "other"
+    assert oct((run / "report.md").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
