@@ -184,3 +184,21 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_copy_onto_the_runs_own_file_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    latest = tmp_path / "reports" / LATEST
+    for _ in range(2):  # latest not there yet, then latest naming the run before
+        got = idle_run(monkeypatch, tmp_path, "--junit", str(latest / "junit.xml"))
+        assert got.exit_code == 0, got.output
+        assert [ln.split("s ", 1)[1] for ln in got.stderr.splitlines()] == [
+            "[tp-mismatch] starting",
+            "[tp-mismatch] skipped",
+        ]  # progress only: no error
+        assert got.stdout.endswith("verdict: skipped\n")
+    runs = run_dirs(tmp_path / "reports")
+    assert len(runs) == 2
+    assert latest.resolve() in [r.resolve() for r in runs]
+    assert [(r / "junit.xml").is_file() for r in runs] == [True, True]
