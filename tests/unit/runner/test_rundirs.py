@@ -202,3 +202,31 @@ def test_a_copy_onto_the_runs_own_file_is_left_alone(
     assert len(runs) == 2
     assert latest.resolve() in [r.resolve() for r in runs]
     assert [(r / "junit.xml").is_file() for r in runs] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--json", "out.json"], "--json PATH.json"),
+        (["--junit", "j.xml", "--html", "p.html"], "--junit, --html"),
+    ],
+)
+def test_a_dry_run_refuses_report_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], named: str
+) -> None:
+    got = idle_run(monkeypatch, tmp_path, "--dry-run", *args)
+    assert got.exit_code == 2, got.output
+    assert got.stderr == (
+        f"error: --dry-run writes no reports: {named} would have nothing to copy\n"
+        "  hint: drop them for a dry run (`--json` alone prints the plans as JSON)\n"
+    )
+    assert got.stdout == ""
+
+
+def test_run_json_help_says_a_path_keeps_the_table() -> None:
+    got = CliRunner().invoke(main, ["run", "--help"], terminal_width=400)
+    assert (
+        "Alone: print result.json to stdout instead of the table. With PATH.json: write a copy "
+        "of result.json there (parent folders made) and print the table as usual. With "
+        "--dry-run (no PATH): the plans as JSON." in " ".join(got.stdout.split())
+    )
