@@ -106,4 +106,19 @@ def test_history_html_has_a_chart_per_scenario(reports: Path, tmp_path: Path) ->
 def test_no_run_of_the_scenario_is_input_error(reports: Path) -> None:
     got = CliRunner().invoke(main, ["history", "nope", "--reports", str(reports)])
     assert got.exit_code == 2
-    assert "no run of scenario 'nope' in 4 run(s)" in got.stderr
+    assert "no run of scenario 'nope' in 3 readable run(s)" in got.stderr
+
+
+def test_no_readable_run_is_input_error(tmp_path: Path) -> None:
+    for run_id in ("20260101T000000Z-aaaaaa", "20260102T000000Z-bbbbbb"):
+        (tmp_path / run_id).mkdir()
+        (tmp_path / run_id / "result.json").write_text("{")
+    got = CliRunner().invoke(main, ["history", "--reports", str(tmp_path)])
+    assert got.exit_code == 2, got.output
+    assert got.stderr == (
+        f"error: {tmp_path}: no run could be read (2 run folder(s)); the first: "
+        f"{tmp_path}/20260101T000000Z-aaaaaa/result.json: not a gameday result: Expecting "
+        "property name enclosed in double quotes: line 1 column 2 (char 1)\n"
+        "  hint: gameday run first, or remove the broken run folders\n"
+    )
+    assert got.stdout == ""
