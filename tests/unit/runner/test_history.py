@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from runner import output
 from runner.cli import main
 from runner.history import load_history, regressed
+from runner.report.history import chart
 from runner.report import write_reports
 from runner.results import Verdict
 from runner.rundirs import link_latest
@@ -122,3 +123,21 @@ def test_no_readable_run_is_input_error(tmp_path: Path) -> None:
         "  hint: gameday run first, or remove the broken run folders\n"
     )
     assert got.stdout == ""
+
+
+def test_history_html_when_every_time_is_zero(tmp_path: Path) -> None:
+    zero = scenario_result(
+        "z",
+        id="kv-cache-shortage",
+        verdict=Verdict.PASSED,
+        time_to_fail_s=0.0,
+        time_to_detect_s=0.0,
+        time_to_recover_s=0.0,
+    )
+    write_reports(run_result(zero, run_id="20260101T000000Z-aaaaaa"), tmp_path / "r")
+    got = CliRunner().invoke(main, ["history", "--reports", str(tmp_path), "--html", "-"])
+    assert got.exit_code == 0, got.output
+    assert got.stdout.count("<svg ") == 1
+    assert "<title>20260101T000000Z-aaaaaa: time to recover 0.0 s</title>" in got.stdout
+    (trend,) = load_history(tmp_path).trends
+    assert chart(trend).y_max == 1.0
