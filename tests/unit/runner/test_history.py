@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from runner import output
 from runner.cli import main
 from runner.history import load_history, regressed
-from runner.report.history import chart
 from runner.report import write_reports
+from runner.report.history import chart
 from runner.results import Verdict
 from runner.rundirs import link_latest
 from tests.support.results import NOW, run_result, scenario_result
