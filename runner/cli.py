@@ -118,8 +118,9 @@ main.add_command(alerts)
     flag_value="-",
     default=None,
     metavar="[PATH.json]",
-    help="Print result.json to stdout instead of the table; with PATH.json, also write it "
-    "there (parent folders made). With --dry-run: the plans as JSON.",
+    help="Alone: print result.json to stdout instead of the table. With PATH.json: write a "
+    "copy of result.json there (parent folders made) and print the table as usual. With "
+    "--dry-run (no PATH): the plans as JSON.",
 )
 @output_path("junit", "junit.xml")
 @output_path("html", "report.html")
@@ -148,6 +149,8 @@ def run(
 
     json_file = _json_path(json_to)
     copies = {"junit.xml": junit_to, "result.json": json_file, "report.html": html_to}
+    if dry_run:
+        _refuse_copies_in_dry_run(copies)
     for dest in copies.values():
         if dest is not None:
             check_writable(dest)
@@ -166,6 +169,17 @@ def run(
     else:
         output.run_summary(outcome.result, str(outcome.report_dir))
     sys.exit(EXIT[outcome.result.verdict])
+
+
+def _refuse_copies_in_dry_run(copies: dict[str, Path | None]) -> None:
+    """A dry run writes no reports, so a copy of one has nothing to copy."""
+    option = {"junit.xml": "--junit", "result.json": "--json PATH.json", "report.html": "--html"}
+    asked = [option[name] for name, dest in copies.items() if dest is not None]
+    if asked:
+        raise InputError(
+            f"--dry-run writes no reports: {', '.join(asked)} would have nothing to copy",
+            hint="drop them for a dry run (`--json` alone prints the plans as JSON)",
+        )
 
 
 def _json_path(value: str | None) -> Path | None:

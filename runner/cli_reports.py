@@ -36,7 +36,7 @@ def report(run: str | None, reports_dir: Path) -> None:
 @click.command(
     epilog=exit_codes(
         (0, "shown (a regression is flagged in the output, not in the exit code)"),
-        (2, "invalid input: no runs, no run of SCENARIO, a path that cannot be written"),
+        (2, "invalid input: no runs (or none readable), no run of SCENARIO, an unwritable path"),
     )
 )
 @click.argument("scenario", required=False)

@@ -18,7 +18,7 @@ import click
 
 from runner import output
 from runner.cli_options import handled, lab_option
-from runner.errors import InputError, LabNotUp
+from runner.errors import InputError, LabError, LabNotUp
 from runner.inventory import load_inventory
 from runner.lab_edits import node_names
 from runner.labs import open_lab
@@ -150,7 +150,10 @@ def watchdog(
     try:
         port = metrics.serve(metrics_addr, metrics_port)
     except OSError as exc:
-        raise InputError(f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc}") from None
+        raise LabError(
+            f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc.strerror or exc}",
+            hint="choose another --metrics-port (0: any free port)",
+        ) from None
     output.message(
         f"watching {group} ({', '.join(nodes)}) of lab {inventory.lab.name!r}; "
         f"metrics on http://{metrics_addr}:{port}/metrics"

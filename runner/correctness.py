@@ -12,8 +12,11 @@ import itertools
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Annotated
 
 import httpx
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
 
 from runner.scenario import CorrectnessProbe
 
@@ -35,16 +38,46 @@ class Divergence:
     logprob_gap: float | None  # largest per-token |logprob - reference|; None: no logprobs
 
 
-def ask(client: httpx.Client, url: str, p: CorrectnessProbe, prompt: str, rid: str) -> Answer:
+class _Shape(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _Logprobs(_Shape):
+    token_logprobs: list[float] | None = None
+
+
+class _Choice(_Shape):
+    text: str
+    logprobs: _Logprobs | None = None
+
+
+class _Completion(_Shape):
+    """The part of an OpenAI /v1/completions answer the probe reads."""
+
+    id: str | None = None
+    choices: Annotated[list[_Choice], Field(min_length=1)]
+
+
+class NotCompletions(ValueError):
+    """An answer that is not in the OpenAI completions shape; the message names the field."""
+
+
+def ask(
+    client: httpx.Client, url: str, p: CorrectnessProbe, prompt: str, rid: str, timeout: float
+) -> Answer:
     body = {"prompt": prompt, "max_tokens": p.max_tokens, "temperature": 0, "logprobs": 1}
     r = client.post(
-        url + "/v1/completions", json=body, headers={"X-Request-Id": rid}, timeout=p.timeout_s
+        url + "/v1/completions", json=body, headers={"X-Request-Id": rid}, timeout=timeout
     )
     r.raise_for_status()
-    data = r.json()
-    choice = data["choices"][0]
-    lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
-    return Answer(str(data.get("id", rid)), str(choice["text"]), tuple(float(x) for x in lps))
+    try:
+        data = _Completion.model_validate_json(r.content)
+    except pydantic.ValidationError as exc:
+        field = ".".join(map(str, exc.errors()[0]["loc"])) or "the body (not a JSON object)"
+        raise NotCompletions(f"answer not in the OpenAI completions shape: {field}") from None
+    choice = data.choices[0]
+    lps = choice.logprobs.token_logprobs if choice.logprobs else None
+    return Answer(data.id or rid, choice.text, tuple(lps or ()))
 
 
 def gap(got: Answer, want: Answer) -> float | None:
@@ -54,16 +87,20 @@ def gap(got: Answer, want: Answer) -> float | None:
     return round(max(abs(a - b) for a, b in pairs), 6)
 
 
-def check(client: httpx.Client, url: str, p: CorrectnessProbe) -> tuple[int, list[Divergence]]:
-    """(requests sent under load, the divergent ones in request order)."""
+def check(
+    client: httpx.Client, url: str, p: CorrectnessProbe, timeout: float
+) -> tuple[int, list[Divergence]]:
+    """(requests sent under load, the divergent ones in request order); `timeout` is each
+    request's, in the lab's seconds."""
     tag = uuid.uuid4().hex[:8]
     reference = {
-        q: ask(client, url, p, q, f"gameday-ref-{tag}-{i}") for i, q in enumerate(p.prompts)
+        q: ask(client, url, p, q, f"gameday-ref-{tag}-{i}", timeout)
+        for i, q in enumerate(p.prompts)
     }
     jobs = [(i + 1, p.prompts[i % len(p.prompts)]) for i in range(p.requests)]
 
     def one(job: tuple[int, str]) -> tuple[int, str, Answer]:
-        return job[0], job[1], ask(client, url, p, job[1], f"gameday-{tag}-{job[0]}")
+        return job[0], job[1], ask(client, url, p, job[1], f"gameday-{tag}-{job[0]}", timeout)
 
     out: list[Divergence] = []
     with ThreadPoolExecutor(max_workers=p.concurrency, thread_name_prefix="correct") as pool:

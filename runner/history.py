@@ -57,7 +57,7 @@ class History(_Frozen):
 
 def load_history(root: Path, scenario: str | None = None) -> History:
     """Every scenario's trend (or only `scenario`'s), from the runs in `root`; InputError when
-    there is no run, or none of `scenario`."""
+    there is no run, none that can be read, or none of `scenario`."""
     by_id: dict[str, list[Point]] = {}
     unreadable: list[str] = []
     runs = run_dirs(root)
@@ -83,9 +83,16 @@ def load_history(root: Path, scenario: str | None = None) -> History:
             )
     if not runs:
         raise InputError("no runs found", file=root, hint="gameday run first")
+    readable = len(runs) - len(unreadable)
+    if not readable:
+        raise InputError(
+            f"no run could be read ({len(runs)} run folder(s)); the first: {unreadable[0]}",
+            file=root,
+            hint="gameday run first, or remove the broken run folders",
+        )
     if scenario is not None and scenario not in by_id:
         raise InputError(
-            f"no run of scenario {scenario!r} in {len(runs)} run(s)",
+            f"no run of scenario {scenario!r} in {readable} readable run(s)",
             file=root,
             hint="`gameday history` with no scenario lists those that ran",
         )

@@ -215,9 +215,10 @@ def _correct(env: ProbeEnv, p: CorrectnessProbe, name: str) -> ProbeResult:
         if p.expect == "matches"
         else "some answer diverges from the reference pass"
     )
+    timeout = max(p.timeout_s / env.scale, MIN_TIMEOUT_S)
     try:
-        sent, bad = correctness.check(env.http, url, p)
-    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+        sent, bad = correctness.check(env.http, url, p, timeout)
+    except (httpx.HTTPError, ValueError) as exc:  # ValueError: correctness.NotCompletions
         return ProbeResult(name, Verdict.ERROR, expected, f"probe error: {exc}")
     ok = not bad if p.expect == "matches" else bool(bad)
     return ProbeResult(

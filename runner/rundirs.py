@@ -63,13 +63,16 @@ def find_run(arg: str | None, root: Path) -> Path:
 
 def copy_reports(run_dir: Path, targets: dict[str, Path | None]) -> None:
     """Copy run_dir's files (junit.xml, result.json, report.html: the keys) to the paths given,
-    making their parent folders; InputError names a path that cannot be written."""
+    making their parent folders; a path that is the run's own file already (through
+    reports/latest) is left as it is. InputError names a path that cannot be written."""
     for name, dest in targets.items():
         if dest is None:
             continue
         try:
             if dest.is_dir():
                 raise InputError("is a folder, not a file", file=dest, hint="name a file")
+            if dest.exists() and os.path.samefile(run_dir / name, dest):
+                continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / name, dest)
         except OSError as exc:

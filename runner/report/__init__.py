@@ -13,7 +13,10 @@ Every string is redacted (runner.redact) and its control characters made visible
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import secrets
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -32,13 +35,51 @@ FILES = ("result.json", "junit.xml", "report.md", "report.html")
 
 
 def write_reports(result: RunResult, out: Path) -> None:
-    """Write the four files. Every string is redacted and made printable first."""
+    """Write the four files. Every string is redacted and made printable first. Each file is
+    written to a temporary name in `out` and renamed over its own name once all four are written,
+    so a reader never sees half a file; InputError names a file that cannot be written."""
     result = RunResult.model_validate(redact_obj(result.model_dump(mode="json"), then=printable))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
-    (out / "junit.xml").write_text(junit(result))
-    (out / "report.md").write_text(markdown(result))
-    (out / "report.html").write_text(html(result))
+    texts = {
+        "result.json": result.model_dump_json(indent=2) + "\n",
+        "junit.xml": junit(result),
+        "report.md": markdown(result),
+        "report.html": html(result),
+    }
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(out, exc) from None
+    temps: dict[str, Path] = {}
+    try:
+        for name, text in texts.items():
+            if (out / name).is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            temps[name] = _temp_file(out, name, text)
+        for name, tmp in list(temps.items()):
+            os.replace(tmp, out / name)
+            del temps[name]
+    except OSError as exc:
+        raise _unwritable(out / name, exc) from None
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+
+
+def _temp_file(out: Path, name: str, text: str) -> Path:
+    """`text` in a new file beside `name`, with the permissions a new file gets (the umask's)."""
+    tmp = out / f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return tmp
+
+
+def _unwritable(path: Path, exc: OSError) -> InputError:
+    return InputError(
+        f"cannot write the report: {exc.strerror or exc}",
+        file=path,
+        hint="make the run folder's files writable (a folder in a file's place is not)",
+    )
 
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024

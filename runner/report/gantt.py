@@ -8,6 +8,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from runner.durations import real_s
 from runner.report.gantt_layout import (
     BREAK_PX,
     MARKERS,
@@ -15,7 +16,6 @@ from runner.report.gantt_layout import (
     Axis,
     BarState,
     Layout,
-    fmt_s,
 )
 from runner.results import EventKind
 
@@ -92,7 +92,7 @@ class _Canvas:
         return self.lanes_y + LANE_H * len(self.lay.lanes)
 
     def at(self, t: float) -> str:
-        return "+" + fmt_s(t, self.lay.time_scale)
+        return "+" + real_s(t, self.lay.time_scale)
 
 
 def svg(lay: Layout, label: str) -> str:
@@ -170,7 +170,7 @@ def _draw_bars(c: _Canvas) -> None:
         inc = f" incarnation {b.incarnation}" if b.incarnation is not None else ""
         tip = (
             f"{b.lane}{inc}: {b.state.value} from {c.at(b.start_s)} to {c.at(b.end_s)} "
-            f"({fmt_s(b.end_s - b.start_s, c.lay.time_scale)})"
+            f"({real_s(b.end_s - b.start_s, c.lay.time_scale)})"
         )
         _el(
             g,
@@ -206,7 +206,7 @@ def _draw_breaks(c: _Canvas) -> None:
     g = _el(c.root, "g", class_="breaks")
     for a, b in c.lay.breaks:
         x = c.axis.x(a)
-        tip = f"axis broken: {fmt_s(b - a, c.lay.time_scale)} compressed ({c.at(a)} to {c.at(b)})"
+        tip = f"axis broken: {real_s(b - a, c.lay.time_scale)} compressed ({c.at(a)} to {c.at(b)})"
         top, bottom = c.lanes_y, c.lanes_bottom  # below the phase names
         _el(
             g,
@@ -301,7 +301,7 @@ def _draw_brackets(c: _Canvas, y: float) -> float:
     for b in c.lay.brackets:
         y += ROW_H
         x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
-        text = f"{b.name} {fmt_s(b.end_s - b.start_s, c.lay.time_scale)}"
+        text = f"{b.name} {real_s(b.end_s - b.start_s, c.lay.time_scale)}"
         bg = _el(g, "g", f"{text}: {c.at(b.start_s)} to {c.at(b.end_s)}", class_="bracket")
         _el(
             bg,

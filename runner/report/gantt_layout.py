@@ -247,11 +247,3 @@ def layout(s: ScenarioResult, time_scale: float) -> Layout:
         brackets=tuple(_brackets(s, first)),
         time_scale=time_scale,
     )
-
-
-def fmt_s(real_s: float, time_scale: float) -> str:
-    """Real-world seconds, with the lab's in brackets where the lab runs scaled."""
-    text = f"{real_s:.1f} s" if abs(real_s) < 1000 else f"{real_s:.0f} s"
-    if time_scale != 1:
-        text += f" (lab {real_s / time_scale:.3g} s)"
-    return text

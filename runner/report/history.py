@@ -38,7 +38,8 @@ def chart(trend: Trend) -> Chart:
     """The trend in SVG coordinates: one series per measure, x by run, y in seconds from 0."""
     pts = trend.points
     values = [getattr(p, m.value) for p in pts for m in Measure]
-    y_max = max([v for v in values if v is not None] or [1.0]) * 1.1
+    top = max((v for v in values if v is not None), default=0.0)
+    y_max = top * 1.1 if top > 0 else 1.0  # all times 0 (or none) still need a y range
     step = (WIDTH - 2 * PAD) / max(len(pts) - 1, 1)
 
     def xy(i: int, v: float) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from datetime import datetime
 import jinja2
 from markupsafe import Markup, escape
 
+from runner.durations import real_s
 from runner.report import drill, gantt, gantt_layout
 from runner.results import Assertion, EventKind, RunResult, ScenarioResult, Verdict
 
@@ -110,12 +111,12 @@ def failures(result: RunResult) -> list[Failure]:
 
 
 def seconds(value: float | None, scale: float) -> str:
-    return "-" if value is None else gantt_layout.fmt_s(value, scale)
+    return real_s(value, scale)
 
 
 def offset(s: ScenarioResult, at: datetime, scale: float) -> str:
     """An event's time since the scenario began, real-world seconds."""
-    return "+" + gantt_layout.fmt_s((at - s.started_at).total_seconds() * scale, scale)
+    return "+" + real_s((at - s.started_at).total_seconds() * scale, scale)
 
 
 def html(result: RunResult) -> str:

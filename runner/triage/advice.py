@@ -4,7 +4,10 @@ A KV-cache shortage (a signature capturing `max_len`, `needed` and `available`, 
 `--max-model-len` that fits the memory the log reports, and the `--gpu-memory-utilization` that
 would fit the requested length. Where the log names a model the lab engine knows
 (labengine.models), the lab engine's own arithmetic gives the KV cache per token
-(labengine.memory); else the message's own numbers give it by proportion. The advice says which.
+(labengine.memory) where it agrees with the message's "needed" figure; else the message's own
+numbers give it by proportion. The advice says which.
+Figures no vLLM could have run with (not finite, not positive, a tensor-parallel size that does
+not divide the model's heads) give no numbers: the advice says which figure and why.
 """
 
 from __future__ import annotations
@@ -32,10 +35,16 @@ _TOTAL = re.compile(
     r"total_gpu_memory \((?P<v>\d+(?:\.\d+)?) ?GiB\)|total capacity of (?P<w>\d+(?:\.\d+)?) GiB"
 )
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
+AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the message's
+_LABEL = {"max_len": "max seq len", "needed": "GiB needed", "available": "GiB available"}
 
 
 def _first(rx: re.Pattern[str], lines: Sequence[Line]) -> re.Match[str] | None:
     return next((m for ln in lines if (m := rx.search(ln.text))), None)
+
+
+class Unusable(Exception):
+    """A figure in the log that no vLLM run could have shown; the message says which and why."""
 
 
 def _number(caps: Mapping[str, str], key: str) -> float | None:
@@ -43,7 +52,27 @@ def _number(caps: Mapping[str, str], key: str) -> float | None:
         v = float(caps[key].replace(",", ""))
     except (KeyError, ValueError):
         return None
+    if not math.isfinite(v):
+        shown = caps[key] if len(caps[key]) <= 24 else caps[key][:20] + "..."
+        raise Unusable(f"the log's {_LABEL[key]} ({shown}) is not a finite number")
     return v if v > 0 else None  # a masked figure reads as zeros: no figure
+
+
+def _tp(info: ModelInfo, lines: Sequence[Line]) -> int:
+    """The log's tensor-parallel size, checked as vLLM checks it: it divides the attention heads,
+    and the KV heads divide it or it divides them (vllm/config/model.py,
+    QKVParallelLinear)."""
+    m = _first(_TP, lines)
+    tp = int(m.group("v")) if m else 1
+    heads, kv = int(info.config["num_attention_heads"]), info.num_kv_heads
+    if tp < 1:
+        raise Unusable(f"tensor_parallel_size={tp} is not a size vLLM runs with (at least 1)")
+    if heads % tp or (kv % tp and tp % kv):
+        raise Unusable(
+            f"tensor_parallel_size={tp} does not divide {info.tag}'s {heads} attention heads "
+            f"and {kv} KV heads as vLLM requires"
+        )
+    return tp
 
 
 def _model(lines: Sequence[Line]) -> ModelInfo | None:
@@ -67,15 +96,40 @@ def _gpu_total(lines: Sequence[Line]) -> tuple[float, str] | None:
     return None
 
 
+def _utilization(lines: Sequence[Line], short: float, max_len: int) -> str:
+    """The --gpu-memory-utilization line: how much more of the GPU the missing KV budget is."""
+    total = _gpu_total(lines)
+    util = _first(_UTIL, lines)
+    if total is None:
+        return (
+            f"--gpu-memory-utilization: raise it by {short:.2f} GiB / the GPU's memory "
+            "(the log names neither the GPU nor its total memory)"
+        )
+    gib, source = total
+    if not (math.isfinite(gib) and gib > 0):
+        return f"--gpu-memory-utilization: no figure ({source} reads {gib:g} GiB)"
+    step = math.ceil(short / gib * 100) / 100
+    if util is None:
+        return f"--gpu-memory-utilization: {step:.2f} more than now (GPU from {source})"
+    now = float(util.group("v"))
+    if not 0 < now <= 1:
+        return f"--gpu-memory-utilization: no figure (the log's {now:g} is not in (0, 1])"
+    new = now + step
+    fits = "; above 0.95 leaves too little for CUDA itself" if new > 0.95 else ""
+    return (
+        f"--gpu-memory-utilization {new:.2f} fits --max-model-len {max_len} "
+        f"(now {util.group('v')}; GPU from {source}){fits}"
+    )
+
+
 def _fit_len_by_model(
     info: ModelInfo, lines: Sequence[Line], era: Era, max_len: int, available: float
 ) -> tuple[int, float]:
     """(the longest fitting length, GiB one request of max_len needs) from the lab engine."""
-    tp = _first(_TP, lines)
     batched = _first(_BATCHED, lines)
     layout = memory.KvLayout(
         full_layers=info.num_layers - info.sliding_layers(),
-        per_token_per_layer=info.kv_bytes_per_token_per_layer(int(tp.group("v")) if tp else 1),
+        per_token_per_layer=info.kv_bytes_per_token_per_layer(_tp(info, lines)),
         sliding_layers=info.sliding_layers(),
         sliding_window=info.sliding_window,
         max_in_flight_tokens=int(batched.group("v")) if batched else DEFAULT_BATCHED,
@@ -86,49 +140,47 @@ def _fit_len_by_model(
 
 
 def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> list[str]:
-    """Advice for a KV shortage from its captured numbers, or none when the figures are missing."""
+    """Advice for a KV shortage from its captured numbers, or none when the figures are missing.
+    Raises Unusable for a figure no vLLM run could have shown."""
     max_len, needed, available = (_number(caps, k) for k in ("max_len", "needed", "available"))
     if max_len is None or needed is None or available is None:
         return []
+    if needed <= available:
+        raise Unusable(f"the log's {needed:g} GiB needed is not more than its {available:g} GiB")
     era = Era.V0_33 if "model's max seq len" in text or "which also controls" in text else Era.V0_19
     info = _model(lines)
+    how = "by proportion from the message's own figures (the log names no model gameday knows)"
+    fit = int(available / needed * max_len) // memory.BLOCK_SIZE * memory.BLOCK_SIZE
     if info is not None:
-        fit, needed = _fit_len_by_model(info, lines, era, int(max_len), available)
-        how = f"by the lab engine's arithmetic for {info.tag}"
-    else:
-        fit = int(available / needed * max_len) // memory.BLOCK_SIZE * memory.BLOCK_SIZE
-        how = "by proportion from the message's own figures (the log names no model gameday knows)"
+        by_model, model_needed = _fit_len_by_model(info, lines, era, int(max_len), available)
+        if abs(model_needed - needed) <= AGREE * needed:
+            fit, needed = by_model, model_needed
+            how = f"by the lab engine's arithmetic for {info.tag}"
+        else:
+            how = (
+                f"by proportion from the message's own figures: the lab engine's arithmetic for "
+                f"{info.tag} needs {model_needed:.2f} GiB for {int(max_len)} tokens, so the log's "
+                "settings differ from the ones gameday knows"
+            )
     short = needed - available
-    advice = [
+    return [
         f"--max-model-len {fit} fits the {available:g} GiB of KV cache available ({how})",
         f"--max-model-len {int(max_len)} needs {needed:.2f} GiB: {short:.2f} GiB more KV budget",
+        _utilization(lines, short, int(max_len)),
     ]
-    total = _gpu_total(lines)
-    util = _first(_UTIL, lines)
-    if total is None:
-        advice.append(
-            f"--gpu-memory-utilization: raise it by {short:.2f} GiB / the GPU's memory "
-            "(the log names neither the GPU nor its total memory)"
-        )
-        return advice
-    gib, source = total
-    step = math.ceil(short / gib * 100) / 100
-    if util is None:
-        advice.append(f"--gpu-memory-utilization: {step:.2f} more than now (GPU from {source})")
-    else:
-        new = float(util.group("v")) + step
-        fits = "; above 0.95 leaves too little for CUDA itself" if new > 0.95 else ""
-        advice.append(
-            f"--gpu-memory-utilization {new:.2f} fits --max-model-len {int(max_len)} "
-            f"(now {util.group('v')}; GPU from {source}){fits}"
-        )
-    return advice
 
 
 def advise(
     evidence_caps: Sequence[tuple[Mapping[str, str], str]], lines: Sequence[Line]
 ) -> list[str]:
+    """Advice from the first evidence with KV-shortage figures. Figures that cannot be computed
+    with give one line saying why, in place of numbers."""
     for caps, text in evidence_caps:
         if {"max_len", "needed", "available"} <= caps.keys():
-            return kv_shortage(caps, text, lines)
+            try:
+                return kv_shortage(caps, text, lines)
+            except Unusable as exc:
+                return [f"no numeric advice: {exc}"]
+            except ArithmeticError as exc:
+                return [f"no numeric advice: the log's figures cannot be computed with ({exc})"]
     return []

@@ -134,9 +134,10 @@ def test_a_failed_run_reads_at_a_glance(tmp_path: Path) -> None:
         )
         assert lanes == ["runner", "node1", "node2", "node3", "node4", "prometheus"]
         assert texts(driver, f"{svg} .bracket > title") == [
-            "time to fail 15.4 s (lab 0.154 s): +4.0 s (lab 0.0404 s) to +19.4 s (lab 0.194 s)",
-            "time to detect 313.0 s (lab 3.13 s): +4.0 s (lab 0.0405 s) to +317.0 s (lab 3.17 s)",
-            "time to recover 124.1 s (lab 1.24 s): +972.7 s (lab 9.73 s) to +1097 s (lab 11 s)",
+            "time to fail 15.4 s [0.154 s lab]: +4.0 s [0.040 s lab] to +19.4 s [0.194 s lab]",
+            "time to detect 313.0 s [3.130 s lab]: +4.0 s [0.040 s lab] to +317.0 s [3.170 s lab]",
+            "time to recover 124.1 s [1.241 s lab]: +972.7 s [9.727 s lab] to +1096.8 s "
+            "[10.968 s lab]",
         ]
         assert driver.execute_script(OVERFLOW_JS) == []
         driver.execute_script(
@@ -185,9 +186,9 @@ def test_a_real_failed_run_shows_its_failure_first_and_a_lane_per_node(tmp_path:
             f"{svg} .bracket-label",
         )
         assert brackets == [
-            "time to fail 26.5 s (lab 0.265 s)",
-            "time to detect 333.8 s (lab 3.34 s)",
-            "time to recover 145.5 s (lab 1.45 s)",
+            "time to fail 26.5 s [0.265 s lab]",
+            "time to detect 333.8 s [3.338 s lab]",
+            "time to recover 145.5 s [1.455 s lab]",
         ]
         assert driver.execute_script(OVERFLOW_JS) == []
         driver.execute_script("document.querySelector(arguments[0]).scrollIntoView()", svg)

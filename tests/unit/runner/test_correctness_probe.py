@@ -8,6 +8,7 @@ import threading
 from typing import Any, cast
 
 import httpx
+import pytest
 
 from runner.labs.base import LabDriver
 from runner.probes import ProbeEnv, run_probe
@@ -93,3 +94,58 @@ def test_an_engine_that_errors_is_a_probe_error_not_a_verdict() -> None:
     r = run_probe(env, CorrectnessProbe(kind="correctness", requests=2))
     assert r.verdict is Verdict.ERROR
     assert r.observed.startswith("probe error: Server error '500 Internal Server Error'")
+
+
+def answering(body: Any) -> ProbeEnv:
+    def engine(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body)
+
+    return ProbeEnv(
+        http=httpx.Client(transport=httpx.MockTransport(engine)),
+        lab=cast(LabDriver, Lab()),
+        scale=100.0,
+        target="serving",
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"choices": ["x"]}, "choices.0"),
+        ({"choices": [{"text": "a", "logprobs": [1]}]}, "choices.0.logprobs"),
+        ({"choices": []}, "choices"),
+        ({"id": "c", "choices": [{"text": 7}]}, "choices.0.text"),
+        ([1, 2], "the body (not a JSON object)"),
+    ],
+)
+def test_an_answer_not_in_the_completions_shape_is_a_named_probe_error(
+    body: Any, field: str
+) -> None:
+    r = run_probe(answering(body), CorrectnessProbe(kind="correctness", requests=2))
+    assert (r.verdict, r.observed) == (
+        Verdict.ERROR,
+        f"probe error: answer not in the OpenAI completions shape: {field}",
+    )
+
+
+def test_its_timeout_is_scaled_like_the_other_probes() -> None:
+    timeouts: list[float] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        timeouts.append(request.extensions["timeout"]["read"])
+        choice = {"text": "ok", "logprobs": {"token_logprobs": [-0.5]}}
+        return httpx.Response(200, json={"choices": [choice]})
+
+    env = ProbeEnv(
+        http=httpx.Client(transport=httpx.MockTransport(engine)),
+        lab=cast(LabDriver, Lab()),
+        scale=100.0,
+        target="serving",
+    )
+    probe = CorrectnessProbe(kind="correctness", prompts=["a"], requests=2, timeout_s=300)
+    assert run_probe(env, probe).verdict is Verdict.PASSED
+    assert timeouts == [3.0, 3.0, 3.0]  # 300 real-world seconds at time scale 100
+    short = CorrectnessProbe(kind="correctness", prompts=["a"], requests=1, timeout_s=10)
+    timeouts.clear()
+    run_probe(env, short)
+    assert timeouts == [0.5, 0.5]  # the floor every probe has

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.durations import real_s
 from runner.labs.base import EventType, LabEvent
 from runner.report import gantt, load_result
 from runner.report.gantt_layout import (
@@ -18,7 +19,6 @@ from runner.report.gantt_layout import (
     BarState,
     Bracket,
     Mark,
-    fmt_s,
     layout,
     quiet_breaks,
 )
@@ -125,9 +125,9 @@ def test_only_gaps_long_against_the_usual_gap_are_compressed() -> None:
 def test_times_are_real_world_seconds_with_the_labs_in_brackets() -> None:
     lay = layout(crash_loop(), 100.0)  # the lab ran 6.06 s, the real world 606 s
     assert lay.span_s == 60600.0
-    assert fmt_s(15.388, 100.0) == "15.4 s (lab 0.154 s)"
-    assert fmt_s(15.388, 1.0) == "15.4 s"
-    assert fmt_s(60600.0, 100.0) == "60600 s (lab 606 s)"
+    assert real_s(15.388, 100.0) == "15.4 s [0.154 s lab]"
+    assert real_s(15.388, 1.0) == "15.4 s"
+    assert real_s(60600.0, 100.0) == "60600.0 s [606.000 s lab]"
 
 
 def test_a_real_four_node_restart_has_a_lane_per_node_and_its_incarnations() -> None:

@@ -14,6 +14,7 @@ from runner import output
 from runner.cli import main
 from runner.history import load_history, regressed
 from runner.report import write_reports
+from runner.report.history import chart
 from runner.results import Verdict
 from runner.rundirs import link_latest
 from tests.support.results import NOW, run_result, scenario_result
@@ -106,4 +107,37 @@ def test_history_html_has_a_chart_per_scenario(reports: Path, tmp_path: Path) ->
 def test_no_run_of_the_scenario_is_input_error(reports: Path) -> None:
     got = CliRunner().invoke(main, ["history", "nope", "--reports", str(reports)])
     assert got.exit_code == 2
-    assert "no run of scenario 'nope' in 4 run(s)" in got.stderr
+    assert "no run of scenario 'nope' in 3 readable run(s)" in got.stderr
+
+
+def test_no_readable_run_is_input_error(tmp_path: Path) -> None:
+    for run_id in ("20260101T000000Z-aaaaaa", "20260102T000000Z-bbbbbb"):
+        (tmp_path / run_id).mkdir()
+        (tmp_path / run_id / "result.json").write_text("{")
+    got = CliRunner().invoke(main, ["history", "--reports", str(tmp_path)])
+    assert got.exit_code == 2, got.output
+    assert got.stderr == (
+        f"error: {tmp_path}: no run could be read (2 run folder(s)); the first: "
+        f"{tmp_path}/20260101T000000Z-aaaaaa/result.json: not a gameday result: Expecting "
+        "property name enclosed in double quotes: line 1 column 2 (char 1)\n"
+        "  hint: gameday run first, or remove the broken run folders\n"
+    )
+    assert got.stdout == ""
+
+
+def test_history_html_when_every_time_is_zero(tmp_path: Path) -> None:
+    zero = scenario_result(
+        "z",
+        id="kv-cache-shortage",
+        verdict=Verdict.PASSED,
+        time_to_fail_s=0.0,
+        time_to_detect_s=0.0,
+        time_to_recover_s=0.0,
+    )
+    write_reports(run_result(zero, run_id="20260101T000000Z-aaaaaa"), tmp_path / "r")
+    got = CliRunner().invoke(main, ["history", "--reports", str(tmp_path), "--html", "-"])
+    assert got.exit_code == 0, got.output
+    assert got.stdout.count("<svg ") == 1
+    assert "<title>20260101T000000Z-aaaaaa: time to recover 0.0 s</title>" in got.stdout
+    (trend,) = load_history(tmp_path).trends
+    assert chart(trend).y_max == 1.0

@@ -9,7 +9,7 @@ import pytest
 
 from runner import output
 from runner.durations import real_s
-from runner.report import markdown
+from runner.report import html, markdown
 from runner.results import Verdict
 from tests.support.results import run_result, scenario_result
 
@@ -62,3 +62,13 @@ def test_table_shows_lab_seconds_in_brackets(monkeypatch: pytest.MonkeyPatch) ->
     text = table_at(200, monkeypatch)
     assert "9.0 s [0.090 s lab]" in text
     assert "512.2 s [5.122 s lab]" in text
+
+
+def test_report_html_reads_durations_as_the_terminal_and_markdown_do() -> None:
+    s = scenario_result(
+        "x", id="kv", time_to_fail_s=150.0, time_to_detect_s=160.0, time_to_recover_s=300.0
+    )
+    page = html(run_result(s))
+    for text in ("150.0 s [1.500 s lab]", "160.0 s [1.600 s lab]", "300.0 s [3.000 s lab]"):
+        assert f"<td>{text}</td>" in page
+    assert "(lab " not in page

@@ -70,7 +70,7 @@ def test_failures_come_before_the_summary_with_their_assertions() -> None:
     assert '<details class="scenario" id="dhcp-address-change" open>' in page
     assert '<details class="scenario" id="context-window-overflow">' in page
     # real-world seconds, the lab's in brackets (time scale x100)
-    assert "<td>10.8 s (lab 0.108 s)</td>" in page
+    assert "<td>10.8 s [0.108 s lab]</td>" in page
 
 
 def test_a_passed_run_has_no_failures_section() -> None:

@@ -144,3 +144,89 @@ def test_a_bad_output_path_is_refused_before_the_run(
     assert got.exit_code == 2
     assert message.replace("{tmp}", str(tmp_path)) in got.stderr
     assert not (tmp_path / "reports").exists()  # nothing ran, nothing was written
+
+
+def test_report_refuses_a_run_folder_it_cannot_write(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    before = (run / "result.json").read_bytes()
+    (run / "junit.xml").unlink()
+    (run / "junit.xml").mkdir()
+    got = CliRunner().invoke(main, ["report", str(run)])
+    assert got.exit_code == 2, got.output
+    assert got.stderr == (
+        f"error: {run}/junit.xml: cannot write the report: Is a directory\n"
+        "  hint: make the run folder's files writable (a folder in a file's place is not)\n"
+    )
+    assert (run / "result.json").read_bytes() == before
+    assert sorted(p.name for p in run.iterdir()) == [
+        "junit.xml",
+        "report.html",
+        "report.md",
+        "result.json",
+    ]  # no temporary file left
+
+
+def test_reports_are_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "20260101T000000Z-aaaaaa")
+    (run / "report.html").unlink()
+    (run / "report.html").mkdir()
+    with pytest.raises(InputError) as info:
+        write_reports(run_result(scenario_result("y"), run_id="other"), run)
+    assert info.value.message == f"{run}/report.html: cannot write the report: Is a directory"
+    assert json.loads((run / "result.json").read_text())["run_id"] == "20260101T000000Z-aaaaaa"
+    (run / "report.html").rmdir()
+    write_reports(run_result(scenario_result("y"), run_id="other"), run)
+    assert json.loads((run / "result.json").read_text())["run_id"] == "other"
+    assert oct((run / "report.md").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_copy_onto_the_runs_own_file_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    latest = tmp_path / "reports" / LATEST
+    for _ in range(2):  # latest not there yet, then latest naming the run before
+        got = idle_run(monkeypatch, tmp_path, "--junit", str(latest / "junit.xml"))
+        assert got.exit_code == 0, got.output
+        assert [ln.split("s ", 1)[1] for ln in got.stderr.splitlines()] == [
+            "[tp-mismatch] starting",
+            "[tp-mismatch] skipped",
+        ]  # progress only: no error
+        assert got.stdout.endswith("verdict: skipped\n")
+    runs = run_dirs(tmp_path / "reports")
+    assert len(runs) == 2
+    assert latest.resolve() in [r.resolve() for r in runs]
+    assert [(r / "junit.xml").is_file() for r in runs] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--json", "out.json"], "--json PATH.json"),
+        (["--junit", "j.xml", "--html", "p.html"], "--junit, --html"),
+    ],
+)
+def test_a_dry_run_refuses_report_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], named: str
+) -> None:
+    got = idle_run(monkeypatch, tmp_path, "--dry-run", *args)
+    assert got.exit_code == 2, got.output
+    assert got.stderr == (
+        f"error: --dry-run writes no reports: {named} would have nothing to copy\n"
+        "  hint: drop them for a dry run (`--json` alone prints the plans as JSON)\n"
+    )
+    assert got.stdout == ""
+
+
+def test_run_json_help_says_a_path_keeps_the_table() -> None:
+    got = CliRunner().invoke(main, ["run", "--help"], terminal_width=400)
+    assert (
+        "Alone: print result.json to stdout instead of the table. With PATH.json: write a copy "
+        "of result.json there (parent folders made) and print the table as usual. With "
+        "--dry-run (no PATH): the plans as JSON." in " ".join(got.stdout.split())
+    )

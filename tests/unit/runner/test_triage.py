@@ -52,7 +52,8 @@ def test_phase_and_recovery_in_finding() -> None:
     assert matched(f) == [(3, KV_LINE)]
     assert f.fixes == ("Back to the baseline args (util 0.9, max-model-len 4096)",)
     assert f.shortcuts == (
-        "Restart the pod and hope: nothing changed; the same budget gives the same 0.18 GiB",
+        "Restart the pod and hope: nothing changed; the same flags give the same KV-cache budget, "
+        "still short of one request",
     )
 
 
@@ -137,7 +138,11 @@ def test_every_identifying_pattern_in_order_captures_unchecked(tmp_path: Path) -
             "      - regex: 'EngineCore failed to start'\n",
             "      - regex: 'EngineCore failed to start'\n        identifies: true\n",
         ),
-        ("    why: nothing changed; the same budget gives the same 0.18 GiB\n", ""),
+        (
+            "    why: nothing changed; the same flags give the same KV-cache budget, still short "
+            "of one request\n",
+            "",
+        ),
     )
     log = SEED_019["kv-cache-shortage"]
     [f] = triage(log, [ls])

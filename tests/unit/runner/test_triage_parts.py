@@ -186,3 +186,59 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
     healthy.write_text("(APIServer pid=1) INFO:     Application startup complete.\n")
     res = CliRunner().invoke(main, ["triage", str(healthy)])
     assert (res.exit_code, res.output) == (1, f"{healthy}: no known failure\n")
+
+
+def _kv(n: str, need: str, avail: str, *extra: str) -> tuple[str, ...]:
+    [f] = triage("\n".join([KV033.format(n=n, need=need, avail=avail), *extra]), [KV])
+    return f.advice
+
+
+def test_figures_no_vllm_could_show_give_no_numbers_and_say_why() -> None:
+    qwen14 = "Starting to load model Qwen/Qwen2.5-14B-Instruct-AWQ..."
+    assert _kv("8192", "4.0", "1.0", "total_gpu_memory (0 GiB) gpu_memory_utilization=0.9") == (
+        "--max-model-len 2048 fits the 1 GiB of KV cache available (by proportion from the "
+        "message's own figures (the log names no model gameday knows))",
+        "--max-model-len 8192 needs 4.00 GiB: 3.00 GiB more KV budget",
+        "--gpu-memory-utilization: no figure (the log's total GPU memory reads 0 GiB)",
+    )
+    assert _kv("8192", "4.0", "1.0", "total_gpu_memory (40 GiB) gpu_memory_utilization=0")[2] == (
+        "--gpu-memory-utilization: no figure (the log's 0 is not in (0, 1])"
+    )
+    assert _kv("9" * 400, "4.0", "1.0") == (
+        "no numeric advice: the log's max seq len (99999999999999999999...) is not a finite number",
+    )
+    assert _kv("8192", "4.0", "1.0", qwen14, "tensor_parallel_size=0") == (
+        "no numeric advice: tensor_parallel_size=0 is not a size vLLM runs with (at least 1)",
+    )
+    assert _kv("8192", "4.0", "1.0", qwen14, "tensor_parallel_size=7") == (
+        "no numeric advice: tensor_parallel_size=7 does not divide "
+        "Qwen/Qwen2.5-14B-Instruct-AWQ's 40 attention heads and 8 KV heads as vLLM requires",
+    )
+    assert _kv("8192", "1.0", "4.0") == (
+        "no numeric advice: the log's 1 GiB needed is not more than its 4 GiB",
+    )
+    # 1e300 GiB available is past a float once counted in bytes
+    assert _kv("16384", "1" + "0" * 301, "1" + "0" * 300, qwen14) == (
+        "no numeric advice: the log's figures cannot be computed with (cannot convert float "
+        "infinity to integer)",
+    )
+
+
+def test_a_model_whose_settings_differ_from_the_log_gives_way_to_the_message() -> None:
+    # Qwen2.5-14B-AWQ needs 192 KiB a token: 8192 tokens take 1.50 GiB, not the 4.0 the log says
+    qwen14 = "Starting to load model Qwen/Qwen2.5-14B-Instruct-AWQ..."
+    assert _kv("8192", "4.0", "1.0", qwen14) == (
+        "--max-model-len 2048 fits the 1 GiB of KV cache available (by proportion from the "
+        "message's own figures: the lab engine's arithmetic for Qwen/Qwen2.5-14B-Instruct-AWQ "
+        "needs 1.50 GiB for 8192 tokens, so the log's settings differ from the ones gameday "
+        "knows)",
+        "--max-model-len 8192 needs 4.00 GiB: 3.00 GiB more KV budget",
+        "--gpu-memory-utilization: raise it by 3.00 GiB / the GPU's memory (the log names "
+        "neither the GPU nor its total memory)",
+    )
+    # within 5 %: 1.55 GiB stated, 1.50 computed, the model arithmetic stands
+    assert _kv("8192", "1.55", "1.0", qwen14)[:2] == (
+        "--max-model-len 5440 fits the 1 GiB of KV cache available (by the lab engine's "
+        "arithmetic for Qwen/Qwen2.5-14B-Instruct-AWQ)",
+        "--max-model-len 8192 needs 1.50 GiB: 0.50 GiB more KV budget",
+    )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
 from click.testing import CliRunner
 
 from tests.support.cli import ROOT
@@ -33,3 +36,23 @@ def test_a_zero_probe_interval_is_refused_by_the_option() -> None:
     code, out = run("--group", "tp_group", "--probe-interval-s", "0")
     assert code == 2
     assert "Invalid value for '--probe-interval-s'" in out
+
+
+def test_a_metrics_port_in_use_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runner.cli_watchdog
+
+    class UpLab:
+        def is_up(self) -> bool:
+            return True
+
+    monkeypatch.setattr(runner.cli_watchdog, "open_lab", lambda inventory: UpLab())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out = run("--group", "tp_group", "--metrics-port", str(port))
+    assert code == 3, out
+    assert out == (
+        f"error: cannot serve metrics on 127.0.0.1:{port}: Address already in use\n"
+        "  hint: choose another --metrics-port (0: any free port)\n"
+    )
