@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jinja2
-
 from runner.history import History, Measure, Trend
+from runner.report.templating import ENV
 
 WIDTH, HEIGHT, PAD = 560, 180, 40
 COLOURS = {Measure.FAIL: "#b3141b", Measure.DETECT: "#a35c00", Measure.RECOVER: "#1f5fbf"}
@@ -61,17 +60,8 @@ def chart(trend: Trend) -> Chart:
     return Chart(series, regressions, y_max, labels)
 
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("runner", "report/templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-
-
 def html(history: History) -> str:
-    return _ENV.get_template("history.html.j2").render(
+    return ENV.get_template("history.html.j2").render(
         h=history,
         charts={t.scenario: chart(t) for t in history.trends},
         measures=list(Measure),

@@ -13,23 +13,15 @@ import difflib
 from dataclasses import dataclass
 from datetime import datetime
 
-import jinja2
 from markupsafe import Markup, escape
 
 from runner.durations import real_s
 from runner.report import drill, gantt, gantt_layout
+from runner.report.templating import ENV
 from runner.results import Assertion, EventKind, RunResult, ScenarioResult, Verdict
 
 FOLD_CHARS = 200  # a longer value is folded behind its first words
 ARROW = " -> "  # how the runner writes a change (describe_change: "args A -> B")
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("runner", "report/templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
 
 
 def head(text: str, limit: int = FOLD_CHARS) -> str:
@@ -126,7 +118,7 @@ def html(result: RunResult) -> str:
         for s in result.scenarios
         if s.timeline
     }
-    return _ENV.get_template("report.html.j2").render(
+    return ENV.get_template("report.html.j2").render(
         r=result,
         scale=scale,
         failures=failures(result),
