@@ -11,6 +11,9 @@ For each era it takes the real `vllm` wheel (from --wheel-dir, else `pip downloa
   vLLM's source. A source template matches when its text is equal with each placeholder (`%s`,
   `{expr}`) standing for any text; a placeholder naming a string assigned in the same function
   stands for that string's template.
+- progress bars: a tqdm bar the lab engine prints (`desc: NN% Completed | n/N [...]`) must be
+  in the format vLLM prints its bars in (weight_utils._BAR_FORMAT), with a description that is
+  a string of vLLM's source.
 - env names: the lab engine's known names for the era are exactly the VLLM_* keys of
   `environment_variables` in that era's vllm/envs.py.
 - flags: every option `vllm-lab serve` accepts is one `vllm serve` registers (the option strings
@@ -294,6 +297,11 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None]] = [
 
 RECORD = re.compile(r"^\((?P<proc>\w+) pid=\d+\) (?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} "
                     r"\[(?P<where>[\w.]+:\d+)\] (?P<msg>.*)$")  # fmt: skip
+# a tqdm bar printed as text with vLLM's bar format (weight_utils._BAR_FORMAT)
+BAR = re.compile(r"^\(\w+ pid=\d+\) (?P<desc>[^:]+): +\d+% Completed \| \d+/\d+ "
+                 r"\[[\d:]+<(?:[\d:]+|\?), +(?:[\d.]+|\?)(?:s/it|it/s)\]$")  # fmt: skip
+BAR_FORMAT = ("{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, "
+              "{rate_fmt}]\n")  # fmt: skip
 FINAL = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:[A-Z]+ \d\d-\d\d [\d:]{8} \[[\w.]+:\d+\] )?"
                    r"(?P<type>[\w.]+(?:Error|Exception)): (?P<msg>.*)$")  # fmt: skip
 
@@ -350,6 +358,11 @@ def printed(case: str, out: str) -> list[Printed]:
         if final and final["type"] != "pydantic_core._pydantic_core.ValidationError":
             found.append(Printed(case, "exception", final["type"], final["msg"]))
             continue
+        bar = BAR.match(line)
+        if bar:  # its description and the format it is printed in, both strings of vLLM's
+            found.append(Printed(case, "progress", "tqdm desc", bar["desc"]))
+            found.append(Printed(case, "progress", "tqdm bar_format", BAR_FORMAT))
+            continue
         rec = RECORD.match(line)
         if rec and not _traceback_line(rec["msg"]):
             found.append(Printed(case, rec["level"], rec["where"], rec["msg"]))
@@ -382,6 +395,8 @@ class Row:
 
 
 def match(p: Printed, found: list[Template]) -> Template | None:
+    if p.kind == "progress":  # a bar's description and format are whole strings, not templates
+        return next((t for t in found if t.level is None and t.text == p.text), None)
     levels = LOG_LEVELS.get(p.kind)
     for t in found:
         if levels is not None and t.level not in levels:

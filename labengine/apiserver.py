@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
 from typing import Any
 
-from labengine import arch, core, envs, mamba
+from labengine import arch, core, envs, loading, mamba
 from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
 from labengine.gpu import GpuConfigError, NodeGpus, node_gpus
 from labengine.logs import VllmLog, unprefixed_warning
@@ -124,7 +124,8 @@ def _settings(
         gpus = node_gpus(env)
         model = resolve(model_tag, args.download_dir)
         mamba.build_bugs(env)
-    except (ModelNotFound, GpuConfigError, mamba.BuildError) as exc:
+        loading.storage_gib_s(env)
+    except (ModelNotFound, GpuConfigError, mamba.BuildError, loading.StorageError) as exc:
         log.traceback(frames(Traceback.SERVE_CONFIG), f"ValueError: {exc}")
         raise _Failed from exc
     log.info("model.py:547", f"Resolved architecture: {model.architecture}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from labengine import arch, envs, mamba, memory
+from labengine import arch, envs, loading, mamba, memory
 from labengine.gpu import MIB, NodeGpus, SharedGpu
 from labengine.logs import VllmLog
 from labengine.models import DTYPE_BYTES, ModelInfo
@@ -255,26 +255,38 @@ def _check_free_memory(s: CoreSettings, shared: SharedGpu | None) -> None:
 
 
 def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> None:
-    """Fetch the weights into the (emptyDir) HF cache, then load them onto the GPU."""
+    """Fetch the weights into the (emptyDir) HF cache, then load them onto the GPU shard by
+    shard (labengine.loading: the rates and vLLM's progress bar)."""
     m = s.model
     log.info("gpu_model_runner.py:2338", f"Starting to load model {m.tag}...")
     loaded = m.loaded_bytes(s.tp, s.dtype or None)
-    download_s = (loaded / 2**30) / s.gpus.gpu.download_gib_s
-    weights_s = (loaded / 2**30) / s.gpus.gpu.load_gib_s
-    sleep_real(download_s, s.time_scale)
+    times = loading.load_times(m, loaded, s.gpus.gpu, s.env)
+    sleep_real(times.download_s, s.time_scale)
     log.info(
         "weight_utils.py:413",
-        f"Time spent downloading weights for {m.tag}: {download_s:.6f} seconds",
+        f"Time spent downloading weights for {m.tag}: {times.download_s:.6f} seconds",
     )
-    sleep_real(weights_s, s.time_scale)
+    _load_shards(s, log, times)
     _check_fits_while_loading(s, loaded, shared)
-    log.info("default_loader.py:384", f"Loading weights took {weights_s:.2f} seconds")
+    log.info("default_loader.py:384", f"Loading weights took {times.load_s:.2f} seconds")
     log.info(
         "gpu_model_runner.py:4820",
-        f"Model loading took {gib(loaded)} GiB memory and {download_s + weights_s:.6f} seconds",
+        f"Model loading took {gib(loaded)} GiB memory and "
+        f"{times.download_s + times.load_s:.6f} seconds",
     )
     if shared:
         shared.allocate(s.process_name, loaded + s.gpus.gpu.non_torch_mib * MIB)
+
+
+def _load_shards(s: CoreSettings, log: VllmLog, times: loading.LoadTimes) -> None:
+    """vLLM's shard bar: a line as it opens, one per shard, the last again as tqdm closes,
+    then the bar format's newline."""
+    log.raw(loading.progress_line(0, times.shards, 0.0))
+    for n in range(1, times.shards + 1):
+        sleep_real(times.per_shard_s, s.time_scale)
+        log.raw(loading.progress_line(n, times.shards, n * times.per_shard_s))
+    log.raw(loading.progress_line(times.shards, times.shards, times.load_s))
+    log.blank()
 
 
 def _check_fits_while_loading(s: CoreSettings, loaded: int, shared: SharedGpu | None) -> None:

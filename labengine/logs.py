@@ -46,6 +46,10 @@ class VllmLog:
         self.stream.write(out)
         self.stream.flush()
 
+    def blank(self) -> None:
+        """An empty line, prefixed (tqdm's closing newline)."""
+        self.raw("\n")
+
     def _log(self, level: str, where: str, msg: str) -> None:
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
         lines = msg.splitlines() or [""]

@@ -80,7 +80,8 @@ class JsonLines(logging.Formatter):
     default=1200.0,
     show_default=True,
     help="A boot with no new log line and no node state change for this many real-world "
-    "seconds has stalled. A boot that keeps moving is never cut short.",
+    "seconds has stalled. A boot that keeps moving is never cut short. vLLM fetches the "
+    "weights silently: make it longer than the node takes to download the checkpoint.",
 )
 @click.option(
     "--metrics-addr",

@@ -37,6 +37,14 @@ def start(ip, port):
 
 def timed(message: str = "torch.compile took %.2f s in total"):
     logger.info_once(message, 1.0)
+
+_BAR_FORMAT = (
+    "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} "
+    "[{elapsed}<{remaining}, {rate_fmt}]\\n"
+)
+
+def shards(files):
+    return tqdm(files, desc="Loading safetensors checkpoint shards", bar_format=_BAR_FORMAT)
 """
 
 
@@ -113,6 +121,22 @@ def test_printed_reads_records_exceptions_and_pydantic_messages() -> None:
             "World size (2) is larger. If intentional:\n- ray, set it.",
         ),
     ]
+
+
+def test_a_progress_bar_is_its_description_and_vllms_bar_format(found: list[object]) -> None:
+    line = (
+        "Loading safetensors checkpoint shards:   3% Completed | 1/29 [02:31<1:10:29, 151.05s/it]"
+    )
+    got = conformance.printed("case", f"(EngineCore pid=9) {line}\n(EngineCore pid=9) ")
+    assert [(p.kind, p.where, p.text) for p in got] == [
+        ("progress", "tqdm desc", "Loading safetensors checkpoint shards"),
+        ("progress", "tqdm bar_format", conformance.BAR_FORMAT),
+    ]
+    assert [conformance.match(p, found).where for p in got] == ["vllm/mod.py:29", "vllm/mod.py:24"]
+    # a description that is not a whole string of the source is a difference, however many
+    # templates of placeholders alone would take it
+    other = conformance.Printed("case", "progress", "tqdm desc", "Loading safetensors shards")
+    assert conformance.match(other, found) is None
 
 
 def test_env_names_are_the_vllm_keys_of_environment_variables(tmp_path: Path) -> None:

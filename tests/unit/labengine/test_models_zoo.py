@@ -14,6 +14,7 @@ from labengine.models import PACKAGED_MODELS, resolve
 # tag -> (published parameters, family)
 PUBLISHED = {
     "meta-llama/Llama-3.1-8B-Instruct": (8.03e9, "dense GQA"),
+    "meta-llama/Llama-3.1-70B-Instruct": (70.6e9, "dense GQA, 70B class"),
     "Qwen/Qwen2.5-0.5B-Instruct": (0.494e9, "dense GQA, tied embeddings"),
     "Qwen/Qwen2.5-7B-Instruct": (7.62e9, "dense GQA, qkv bias"),
     "mistralai/Mistral-7B-Instruct-v0.3": (7.25e9, "dense GQA"),
@@ -51,6 +52,8 @@ def test_parameter_count_within_2_percent_of_published(tag: str) -> None:
     [
         # counted by hand from each config: embeddings, per-layer attention, MLP and norms
         ("Qwen/Qwen2.5-7B-Instruct", 7_615_616_512),
+        # its model.safetensors.index.json states total_size 141,107,412,992 bytes of bf16
+        ("meta-llama/Llama-3.1-70B-Instruct", 70_553_706_496),
         ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46_702_792_704),
         ("deepseek-ai/DeepSeek-V2-Lite", 15_706_484_224),
         ("ai21labs/Jamba-v0.1", 51_570_323_328),
