@@ -25,7 +25,11 @@ def test_parallel_two_gives_one_report_with_the_same_verdicts(tmp_path: Path) ->
     assert [s["id"] for s in result["scenarios"]] == FAST  # in the order given
     assert {s["verdict"] for s in result["scenarios"]} == {"passed"}
     assert {s["lab"] for s in result["scenarios"]} == {"local", "local-p1"}
-    assert len(list(tmp_path.glob("*/report.html"))) == 1
+    # one run folder, and `latest` pointing at it
+    assert [p.parent.name for p in tmp_path.glob("*/report.html") if not p.parent.is_symlink()] == [
+        result["run_id"]
+    ]
+    assert (tmp_path / "latest").resolve() == tmp_path / result["run_id"]
     # both instances are down: nothing listens on either's serving address
     for addr in ("127.0.77.10", "127.1.77.10"):
         with socket.socket() as s:

@@ -24,7 +24,7 @@ def test_silent_wrong_output_passes_with_its_masking_step(tmp_path: Path) -> Non
         str(tmp_path),
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    run_dir = next(tmp_path.iterdir())
+    run_dir = (tmp_path / "latest").resolve()
     result = json.loads((run_dir / "result.json").read_text())
     (sc,) = result["scenarios"]
     assert sc["verdict"] == "passed"
