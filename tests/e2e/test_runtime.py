@@ -96,10 +96,7 @@ def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:
             tmp_path,
             THREE[2],
             "dhcp-alert-too-soon",
-            (
-                "{name: ExporterTargetDown, within_s: 720}",
-                "{name: ExporterTargetDown, within_s: 120}",
-            ),
+            ("      within_s: 720  # for: 10m", "      within_s: 120  # for: 10m"),
         ),
     ]
     p = gameday(
