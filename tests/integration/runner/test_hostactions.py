@@ -12,10 +12,15 @@ from runner.labs.compose.hostactions import MARK, in_flight, wait_in_flight
 
 def test_a_left_playbook_is_found_and_awaited() -> None:
     lab = f"unit-{os.getpid()}"
+    # the child holds its mark once it has exec'd (before that, /proc shows the parent's
+    # environment): it says so on stdout, then lives 2 s
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(0.6)"], env=os.environ | {MARK: lab}
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(2)"],
+        env=os.environ | {MARK: lab},
+        stdout=subprocess.PIPE,
     )
     try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
         assert in_flight(lab) == [proc.pid]
         assert wait_in_flight(lab, 0.05) == [proc.pid]  # still running after the timeout
         t0 = time.monotonic()
