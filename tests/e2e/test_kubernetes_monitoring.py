@@ -123,7 +123,10 @@ def active_up(base: str, n: int) -> Any:
     """Prometheus's targets once it has scraped `n` active ones, all up."""
 
     def targets(http: httpx.Client) -> dict[str, Any] | None:
-        data = http.get(base + "/api/v1/targets").json()["data"]
+        r = http.get(base + "/api/v1/targets")
+        if r.status_code != 200:  # 503 "Service Unavailable" while Prometheus starts
+            return None
+        data = r.json()["data"]
         active = data["activeTargets"]
         if len(active) != n or any(t["health"] != "up" for t in active):
             return None

@@ -107,6 +107,8 @@ def test_prometheus_pod_discovers_an_engine_pod(server: Server, core: client.Cor
             r = httpx.get(f"http://{prom_ip}:9090/api/v1/targets", timeout=2)
         except httpx.HTTPError:
             return []
+        if r.status_code != 200:  # 503 while Prometheus starts
+            return []
         return list(r.json()["data"]["activeTargets"])
 
     found = wait_for(targets, timeout=60)
