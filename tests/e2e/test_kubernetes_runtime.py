@@ -66,9 +66,16 @@ def test_the_runtime_scenarios_on_kubernetes(
     recover = [x for x in head["assertions"] if x["phase"] == "recover"]
     assert [x["verdict"] for x in recover] == ["passed", "passed"]
     assert "does NOT restore" in recover[0]["name"]
+    # fired, and delivered: Prometheus -> the Alertmanager pod behind its Service -> the runner's
+    # receiver, with the seed's annotations
     alerts = [x for x in head["assertions"] if x["phase"] == "detect"]
-    assert [x["name"] for x in alerts] == ["detect: alert ServingDown fires"]
-    assert alerts[0]["verdict"] == "passed"
+    assert [x["name"] for x in alerts] == [
+        "detect: alert ServingDown fires",
+        "detect: alert ServingDown delivered",
+    ]
+    assert [x["verdict"] for x in alerts] == ["passed", "passed"], alerts
+    assert "restart all four together" in alerts[1]["observed"]
+    assert any(e["event"].startswith("alert ServingDown delivered") for e in head["timeline"])
 
     gpu = scenarios["stray-gpu-process"]
     timeline = " | ".join(e["event"] for e in gpu["timeline"])

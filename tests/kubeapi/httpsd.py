@@ -16,7 +16,7 @@ from typing import Any
 PATH = re.compile(r"^/gameday/v1/http-sd/namespaces/(?P<ns>[^/]+)/pods$")
 
 
-def _sanitize(name: str) -> str:
+def sanitize(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
@@ -38,8 +38,8 @@ def pod_labels(p: dict[str, Any]) -> dict[str, str]:
     }
     for kind, values in (("label", meta.get("labels")), ("annotation", meta.get("annotations"))):
         for k, v in (values or {}).items():
-            out[f"__meta_kubernetes_pod_{kind}_{_sanitize(k)}"] = str(v)
-            out[f"__meta_kubernetes_pod_{kind}present_{_sanitize(k)}"] = "true"
+            out[f"__meta_kubernetes_pod_{kind}_{sanitize(k)}"] = str(v)
+            out[f"__meta_kubernetes_pod_{kind}present_{sanitize(k)}"] = "true"
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     if owner:
         out["__meta_kubernetes_pod_controller_kind"] = owner["kind"]

@@ -702,8 +702,11 @@ class Cluster:
         if mounted and str(c["image"]).startswith("prom/prometheus:"):
             # the system's Prometheus (Debian's) is built without Kubernetes discovery: its pod
             # discovery asks this server's HTTP service discovery instead (httpsd.py)
+            # and it has no cluster DNS: an Alertmanager named by its Service's DNS name is
+            # reached through the Service's pods
+            services = self.store.list("services", rt.ns)
             for d in rt.volumes.values():
-                kube_sd.rewrite_config(d)
+                kube_sd.rewrite_config(d, services)
         while mounted and not rt.deleting.is_set() and not self.stopping.is_set():
             p = self.pod(rt)
             if p is None:

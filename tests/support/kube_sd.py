@@ -6,12 +6,17 @@ configuration is written for the prom/prometheus image, which has it. The stand-
 serves the same targets as HTTP service discovery (tests/kubeapi/httpsd.py: role `pod`'s
 targets and `__meta_kubernetes_*` labels), so a configuration whose pod discovery names an API
 server is rewritten to ask that endpoint instead, with the same credentials; everything after
-discovery (relabelling, rules, alerting) stays the lab's own.
+discovery (relabelling, rules, routes) stays the lab's own.
+
+The stand-in has no cluster DNS either: an Alertmanager that Prometheus's `alerting:` names by a
+Service's DNS name (`<svc>.<ns>.svc:<port>`) is reached through that Service's pods, found the
+same way and kept by the Service's selector and targetPort, as kube-proxy would route it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,29 +39,111 @@ def _http_sd(sd: dict[str, Any], refresh: str) -> list[dict[str, Any]]:
     ]
 
 
-def as_http_sd(config: dict[str, Any], refresh: str = "1s") -> dict[str, Any] | None:
-    """`config` with each job's pod discovery asked of the stand-in's endpoint; None when it
+# a Service's cluster DNS name as Prometheus's alerting section names it: <svc>.<ns>.svc[...]:port
+_SERVICE_DNS = re.compile(
+    r"^(?P<svc>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.(?P<ns>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
+    r"\.svc(\.cluster\.local)?:(?P<port>\d+)$"
+)
+
+
+def _service_endpoints(
+    target: str, services: list[dict[str, Any]], sd: dict[str, Any], refresh: str
+) -> dict[str, Any] | None:
+    """An alertmanagers entry reaching the pods behind the Service `target` names, as cluster DNS
+    and kube-proxy would: the namespace's pods through HTTP discovery, kept by the Service's
+    selector and its port's targetPort. None: not a Service of `services`."""
+    m = _SERVICE_DNS.match(target)
+    if not m:
+        return None
+    svc = next(
+        (
+            s
+            for s in services
+            if s["metadata"]["name"] == m["svc"] and s["metadata"]["namespace"] == m["ns"]
+        ),
+        None,
+    )
+    if svc is None:
+        return None
+    port = next((p for p in svc["spec"].get("ports") or [] if p["port"] == int(m["port"])), None)
+    if port is None:
+        return None
+    target_port = port.get("targetPort", port["port"])
+    by = "name" if isinstance(target_port, str) else "number"
+    keep = [
+        {
+            "source_labels": [f"__meta_kubernetes_pod_label_{httpsd.sanitize(k)}"],
+            "regex": re.escape(str(v)),
+            "action": "keep",
+        }
+        for k, v in sorted((svc["spec"].get("selector") or {}).items())
+    ]
+    keep.append(
+        {
+            "source_labels": [f"__meta_kubernetes_pod_container_port_{by}"],
+            "regex": re.escape(str(target_port)),
+            "action": "keep",
+        }
+    )
+    return {
+        "http_sd_configs": _http_sd(sd | {"namespaces": {"names": [m["ns"]]}}, refresh),
+        "relabel_configs": keep,
+    }
+
+
+def _alerting(
+    config: dict[str, Any], services: list[dict[str, Any]], sd: dict[str, Any], refresh: str
+) -> dict[str, Any] | None:
+    """Prometheus's `alerting:` with each Alertmanager named by a Service's DNS name reached
+    through the Service's pods instead (the stand-in has no cluster DNS); None: nothing to do."""
+    alerting = config.get("alerting") or {}
+    out, changed = [], False
+    for am in alerting.get("alertmanagers") or []:
+        rest = []
+        for sc in am.get("static_configs") or []:
+            for t in sc.get("targets") or []:
+                entry = _service_endpoints(t, services, sd, refresh)
+                if entry is None:
+                    rest.append(t)
+                else:
+                    changed = True
+                    out.append({k: v for k, v in am.items() if k != "static_configs"} | entry)
+        if rest:
+            out.append(am | {"static_configs": [{"targets": rest}]})
+    return {**alerting, "alertmanagers": out} if changed else None
+
+
+def as_http_sd(
+    config: dict[str, Any], refresh: str = "1s", services: list[dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
+    """`config` with each job's pod discovery asked of the stand-in's endpoint, and each
+    Alertmanager named by one of `services`' DNS names reached through its pods; None when it
     has pod discovery that does not name an API server, or none."""
-    jobs, found = [], False
+    jobs, found, api_sd = [], False, None
     for job in config.get("scrape_configs") or []:
         job = dict(job)
         sds = job.pop("kubernetes_sd_configs", None) or []
         if any(sd.get("role") != "pod" or not sd.get("api_server") for sd in sds):
             return None
         if sds:
-            found = True
+            found, api_sd = True, sds[0]
             job["http_sd_configs"] = [h for sd in sds for h in _http_sd(sd, refresh)]
         jobs.append(job)
-    return {**config, "scrape_configs": jobs} if found else None
+    if not found:
+        return None
+    out = {**config, "scrape_configs": jobs}
+    if api_sd is not None and (alerting := _alerting(config, services or [], api_sd, refresh)):
+        out["alerting"] = alerting
+    return out
 
 
-def rewrite_config(config_dir: Path) -> bool:
+def rewrite_config(config_dir: Path, services: list[dict[str, Any]] | None = None) -> bool:
     """In the stand-in's kubelet: `config_dir/prometheus.yml` rewritten by `as_http_sd`, when
     there is one with pod discovery through a named API server (False: left as it is)."""
     path = config_dir / "prometheus.yml"
     if not path.is_file():
         return False
-    rewritten = as_http_sd(yaml.safe_load(path.read_text()) or {})
+    rewritten = as_http_sd(yaml.safe_load(path.read_text()) or {}, services=services)
     if rewritten is None:
         return False
     path.write_text(yaml.safe_dump(rewritten, sort_keys=False))

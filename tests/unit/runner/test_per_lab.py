@@ -90,8 +90,8 @@ def test_nodes_a_variant_names_are_checked_against_the_inventory(tmp_path: Path)
 def test_the_shipped_runtime_scenarios_differ_on_kubernetes_only_where_they_say() -> None:
     head = load_scenario(ROOT / "scenarios" / "head-only-restart.yaml").scenario
     assert LabKind.KUBERNETES in head.labs
-    # detect: delivery is asserted on the local and compose labs only
-    assert head.replaced_on(LabKind.KUBERNETES) == ["detect", "expect", "hints", "recover"]
+    # detect (with delivery) is shared: the Kubernetes lab has its own Alertmanager
+    assert head.replaced_on(LabKind.KUBERNETES) == ["expect", "hints", "recover"]
     k8s = head.for_lab(LabKind.KUBERNETES)
     assert [s.outcome for s in k8s.recover] == [Outcome.DOES_NOT_RESTORE, Outcome.RESTORES]
     assert k8s.expect.state is not None and k8s.expect.state.min_restarts == 1
