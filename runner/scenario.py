@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from runner.errors import ScenarioError
 from runner.patterns import compile_user
@@ -649,7 +656,30 @@ class RecoveryStep(Model):
         return self
 
 
+def _setup_action(action: Any) -> Any:
+    if isinstance(action, Rollback):
+        raise ValueError(
+            "rollback in baseline.setup has nothing to roll back: setup brings the target from "
+            "the lab's baseline to the scenario's starting configuration"
+        )
+    return action
+
+
+SetupAction = Annotated[Action, AfterValidator(_setup_action)]
+
+
 class Baseline(Model):
+    """The steady state before the injection. `setup` brings the target from the lab's own
+    baseline to the scenario's starting configuration (another model, another build) first:
+    its changes are journalled and undone at cleanup like the injection's, and the probes then
+    judge that configuration, so a reference recorded here (the correctness probe's) is the
+    healthy answer of what the scenario breaks."""
+
+    setup: list[SetupAction] = Field(
+        default=[],
+        description="Actions (the kinds inject takes, rollback excepted) applied before the "
+        "baseline probes; journalled and undone at cleanup like the injection.",
+    )
     probes: Annotated[list[Probe], Field(min_length=1)]
 
 
@@ -755,6 +785,7 @@ class Scenario(Model):
             *self.verify.probes,
         ]
         actions = [
+            *self.baseline.setup,
             *self.inject,
             *(a for step in self.recover for a in (*step.actions, *step.reveal)),
         ]
