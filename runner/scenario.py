@@ -1,9 +1,9 @@
 """The scenario format (`apiVersion: gameday/v1`, `kind: Scenario`).
 
-A scenario says: on these labs, with service at baseline, inject this; expect this failure
-signature, exit code, state and phase within this time; expect these alerts; then walk these
-recovery steps (each expected to restore service, or expected NOT to: the tempting shortcut) and
-verify service is back, health *and* a real inference, within this time.
+A scenario says: on these labs, with service at baseline (after an optional setup), inject this;
+expect this failure signature, exit code, state and phase within this time; expect these alerts;
+then walk these recovery steps (each expected to restore service, or expected NOT to: the tempting
+shortcut) and verify service is back, health *and* a real inference, within this time.
 
 Windows are in real-world seconds: what the failure takes on real GPUs. A lab that runs faster
 converts them with its time scale (see runner.timing).
@@ -217,7 +217,8 @@ KNOWN_ANSWER_PROMPTS = (
 
 class CorrectnessProbe(Model):
     """Known-answer prompts at temperature 0 under concurrent load, each answer (and its
-    per-token logprobs) compared with a reference pass: the same prompts sent one at a time."""
+    per-token logprobs) compared with a reference: the same prompts sent one at a time, recorded
+    by the baseline's correctness probe where it has one (runner.correctness)."""
 
     kind: Literal["correctness"]
     node: str | None = None
