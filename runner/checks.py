@@ -28,6 +28,9 @@ def engine_flags() -> set[str]:
 
 def _edits(ls: LoadedScenario) -> Iterator[tuple[tuple[Any, ...], SetArgs | SetEnv]]:
     sc = ls.scenario
+    for i, action in enumerate(sc.baseline.setup):
+        if isinstance(action, SetArgs | SetEnv):
+            yield ("baseline", "setup", i), action
     for i, action in enumerate(sc.inject):
         if isinstance(action, SetArgs | SetEnv):
             yield ("inject", i), action

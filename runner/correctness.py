@@ -4,14 +4,23 @@ A reference pass sends each known-answer prompt alone (temperature 0, logprobs);
 sends `requests` of them, `concurrency` at a time, each with its own X-Request-Id, and compares
 every answer and its per-token logprobs with the reference. The evidence names the request ids
 that diverged, how far, and after how many requests the first one did.
+
+The reference is recorded at baseline where the scenario has a correctness probe there: the run
+keeps it (`References`, keyed by node, prompts and max_tokens) and later probes compare with it
+rather than with a serial pass of their own. A fault that makes every answer wrong alike, serial
+or under load (a wrong model, a broken build), is only visible against the healthy engine's
+answers; the baseline probe itself still checks its load pass against its own serial pass.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Annotated
 
 import httpx
@@ -36,6 +45,67 @@ class Divergence:
     got: str
     want: str
     logprob_gap: float | None  # largest per-token |logprob - reference|; None: no logprobs
+    reference_id: str  # the request id of the reference answer
+
+
+OWN_PASS = "its own serial pass"
+
+
+@dataclass(frozen=True)
+class RefKey:
+    """What makes two correctness probes' answers comparable: the node, the prompts in order
+    and the length asked for (temperature and logprobs are always the same)."""
+
+    node: str
+    prompts: tuple[str, ...]
+    max_tokens: int
+
+    @classmethod
+    def of(cls, node: str, p: CorrectnessProbe) -> RefKey:
+        return cls(node, tuple(p.prompts), p.max_tokens)
+
+
+@dataclass(frozen=True)
+class Reference:
+    answers: Mapping[str, Answer]  # prompt -> its serial answer
+    recorded_at: datetime | None = None  # None: made by the probe that compares with it
+
+    @property
+    def source(self) -> str:
+        """What the evidence calls it."""
+        if self.recorded_at is None:
+            return OWN_PASS
+        return f"the reference recorded at baseline {self.recorded_at:%Y-%m-%d %H:%M:%S} UTC"
+
+    @property
+    def request_ids(self) -> str:
+        ids = [a.request_id for a in self.answers.values()]
+        return ids[0] if len(ids) == 1 else f"{ids[0]} .. {ids[-1]}"
+
+
+@dataclass
+class References:
+    """A run's recorded references. Probes of one set run in threads, hence the lock."""
+
+    _kept: dict[RefKey, Reference] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, key: RefKey, ref: Reference, at: datetime | None = None) -> Reference:
+        kept = Reference(ref.answers, at or datetime.now(UTC))
+        with self._lock:
+            self._kept[key] = kept
+        return kept
+
+    def get(self, key: RefKey) -> Reference | None:
+        with self._lock:
+            return self._kept.get(key)
+
+
+@dataclass(frozen=True)
+class Checked:
+    sent: int  # requests under load
+    divergent: list[Divergence]  # in request order
+    reference: Reference  # what they were compared with
 
 
 class _Shape(BaseModel):
@@ -87,16 +157,30 @@ def gap(got: Answer, want: Answer) -> float | None:
     return round(max(abs(a - b) for a, b in pairs), 6)
 
 
+def serial_pass(
+    client: httpx.Client, url: str, p: CorrectnessProbe, timeout: float, tag: str
+) -> Reference:
+    """Each prompt alone: the answers of an engine under no load."""
+    return Reference(
+        {
+            q: ask(client, url, p, q, f"gameday-ref-{tag}-{i}", timeout)
+            for i, q in enumerate(p.prompts)
+        }
+    )
+
+
 def check(
-    client: httpx.Client, url: str, p: CorrectnessProbe, timeout: float
-) -> tuple[int, list[Divergence]]:
-    """(requests sent under load, the divergent ones in request order); `timeout` is each
-    request's, in the lab's seconds."""
+    client: httpx.Client,
+    url: str,
+    p: CorrectnessProbe,
+    timeout: float,
+    reference: Reference | None = None,
+) -> Checked:
+    """The load pass, compared with `reference` (None: a serial pass made first); `timeout` is
+    each request's, in the lab's seconds."""
     tag = uuid.uuid4().hex[:8]
-    reference = {
-        q: ask(client, url, p, q, f"gameday-ref-{tag}-{i}", timeout)
-        for i, q in enumerate(p.prompts)
-    }
+    if reference is None:
+        reference = serial_pass(client, url, p, timeout, tag)
     jobs = [(i + 1, p.prompts[i % len(p.prompts)]) for i in range(p.requests)]
 
     def one(job: tuple[int, str]) -> tuple[int, str, Answer]:
@@ -105,22 +189,31 @@ def check(
     out: list[Divergence] = []
     with ThreadPoolExecutor(max_workers=p.concurrency, thread_name_prefix="correct") as pool:
         for index, prompt, got in pool.map(one, jobs):
-            want = reference[prompt]
+            want = reference.answers[prompt]
             g = gap(got, want)
             if got.text != want.text or (g is not None and g > p.logprob_tolerance):
-                out.append(Divergence(index, got.request_id, prompt, got.text, want.text, g))
-    return len(jobs), out
+                out.append(
+                    Divergence(
+                        index, got.request_id, prompt, got.text, want.text, g, want.request_id
+                    )
+                )
+    return Checked(len(jobs), out, reference)
 
 
-def describe(sent: int, bad: list[Divergence]) -> str:
+def describe(checked: Checked, source: str) -> str:
+    """The evidence: what diverged, by request id on both sides, and what it was compared
+    with (`source`: how the probe names its reference)."""
+    sent, bad = checked.sent, checked.divergent
+    against = f"{source} ({checked.reference.request_ids})"
     if not bad:
-        return f"{sent} requests under load, every answer and logprob as the reference"
+        return f"{sent} requests under load, every answer and logprob as {against}"
     first = bad[0]
     shown = "; ".join(
-        f"{d.request_id}: {d.got[:40]!r} (reference {d.want[:40]!r}"
+        f"{d.request_id}: {d.got[:40]!r} (reference {d.want[:40]!r} from {d.reference_id}"
         + (f", logprob gap {d.logprob_gap:g})" if d.logprob_gap is not None else ")")
         for d in bad[:3]
     )
     return (
-        f"{len(bad)} of {sent} requests diverged; the first after {first.index} requests; {shown}"
+        f"{len(bad)} of {sent} requests diverged; the first after {first.index} requests; "
+        f"{shown}; compared with {against}"
     )

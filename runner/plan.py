@@ -3,7 +3,8 @@ the lab (the driver is opened, never contacted: nothing is started, read or chan
 
 Changes to a node's engine configuration are shown against the configuration the inventory gives
 the node (the state a run starts from, since a run starts from the lab's baseline), carried from
-one action to the next in the order a run applies them.
+one action to the next in the order a run applies them: the baseline's setup first, so that the
+injection is shown against the scenario's starting configuration.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class ScenarioPlan(_Model):
     lab_kind: str
     target: str
     not_on_this_lab: list[str]  # empty: the scenario runs on this lab
+    setup: list[ActionPlan] = []  # the baseline's setup, applied before its probes
     baseline: list[str]
     inject: list[ActionPlan]
     expect: list[str]
@@ -231,6 +233,7 @@ def plan_scenario(ls: LoadedScenario, lab: LabDriver) -> ScenarioPlan:
     else:
         missing = [f"not on this lab: applies to {', '.join(k.value for k in sc.labs)} only"]
     configs = _Configs(lab)
+    setup = [configs.apply(a) for a in sc.baseline.setup]
     inject = [configs.apply(a) for a in sc.inject]
     return ScenarioPlan(
         id=sc.metadata.id,
@@ -240,6 +243,7 @@ def plan_scenario(ls: LoadedScenario, lab: LabDriver) -> ScenarioPlan:
         lab_kind=lab.kind.value,
         target=sc.target,
         not_on_this_lab=missing,
+        setup=setup,
         baseline=[_probe(p) for p in sc.baseline.probes],
         inject=inject,
         expect=_expect(ls, scale),
@@ -259,7 +263,11 @@ def render(p: ScenarioPlan) -> list[str]:
     head = f"{p.id} on lab {p.lab} ({p.lab_kind}): {p.title}"
     if p.not_on_this_lab:
         return [head, *(f"  {n}" for n in p.not_on_this_lab)]
-    out = [head, f"  file: {p.file}", "  baseline:", *(f"    probe: {b}" for b in p.baseline)]
+    out = [head, f"  file: {p.file}", "  baseline:"]
+    if p.setup:
+        out.append("    setup (journalled, undone at cleanup):")
+        out += _actions(p.setup, "      ")
+    out += [f"    probe: {b}" for b in p.baseline]
     out.append(f"  inject (target {p.target}):")
     out += _actions(p.inject, "    ")
     out += ["  expect:", *(f"    {e}" for e in p.expect)]

@@ -55,6 +55,9 @@ class ProbeEnv:
     scale: float
     target: str
     since: datetime | None = None  # the injection, for probes about "since then"
+    # the run's recorded references; None: each correctness probe makes its own serial pass
+    references: correctness.References | None = None
+    record_references: bool = False  # the baseline's probes: record, not compare
 
 
 def describe(p: Probe) -> str:
@@ -209,20 +212,35 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
 
 
 def _correct(env: ProbeEnv, p: CorrectnessProbe, name: str) -> ProbeResult:
-    url = env.lab.url(p.node or env.target)
-    expected = (
-        "every answer and its logprobs as the reference pass"
-        if p.expect == "matches"
-        else "some answer diverges from the reference pass"
-    )
+    """Against the reference the baseline recorded for this node, prompts and length, where
+    there is one; otherwise (and at baseline, which records it) against its own serial pass,
+    sent just before the load."""
+    node = p.node or env.target
+    url = env.lab.url(node)
+    key = correctness.RefKey.of(node, p)
+    store = env.references
+    recorded = None if store is None or env.record_references else store.get(key)
     timeout = max(p.timeout_s / env.scale, MIN_TIMEOUT_S)
+    source = recorded.source if recorded else correctness.OWN_PASS
+    expected = (
+        f"every answer and its logprobs as {source}"
+        if p.expect == "matches"
+        else f"some answer diverges from {source}"
+    )
     try:
-        sent, bad = correctness.check(env.http, url, p, timeout)
+        checked = correctness.check(env.http, url, p, timeout, recorded)
     except (httpx.HTTPError, ValueError) as exc:  # ValueError: correctness.NotCompletions
         return ProbeResult(name, Verdict.ERROR, expected, f"probe error: {exc}")
-    ok = not bad if p.expect == "matches" else bool(bad)
+    if store is not None and env.record_references and not checked.divergent:
+        # only a reference the engine itself reproduced under load is one to keep
+        store.put(key, checked.reference)
+        source = f"{correctness.OWN_PASS}, kept as this run's reference"
+    ok = not checked.divergent if p.expect == "matches" else bool(checked.divergent)
     return ProbeResult(
-        name, Verdict.PASSED if ok else Verdict.FAILED, expected, correctness.describe(sent, bad)
+        name,
+        Verdict.PASSED if ok else Verdict.FAILED,
+        expected,
+        correctness.describe(checked, source),
     )
 
 

@@ -73,6 +73,7 @@ class EventKind(enum.StrEnum):
     """What a timeline event is, for the report's picture (its text says it to a person)."""
 
     PHASE = "phase"  # a phase of the run began
+    SETUP = "setup"  # the baseline's setup changed the lab (before the baseline probes)
     INJECT = "inject"  # the fault, or part of it, was put in place
     FAIL = "fail"  # the failure was observed
     ALERT = "alert"  # an expected alert fired
@@ -92,6 +93,7 @@ class EventKind(enum.StrEnum):
 
 _TEXT_KINDS: tuple[tuple[str, EventKind], ...] = (
     (r"phase \w", EventKind.PHASE),
+    (r"setup: ", EventKind.SETUP),
     (r"inject: ", EventKind.INJECT),
     (r"failure observed", EventKind.FAIL),
     (r"alert \S+ firing", EventKind.ALERT),

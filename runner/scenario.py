@@ -1,9 +1,9 @@
 """The scenario format (`apiVersion: gameday/v1`, `kind: Scenario`).
 
-A scenario says: on these labs, with service at baseline, inject this; expect this failure
-signature, exit code, state and phase within this time; expect these alerts; then walk these
-recovery steps (each expected to restore service, or expected NOT to: the tempting shortcut) and
-verify service is back, health *and* a real inference, within this time.
+A scenario says: on these labs, with service at baseline (after an optional setup), inject this;
+expect this failure signature, exit code, state and phase within this time; expect these alerts;
+then walk these recovery steps (each expected to restore service, or expected NOT to: the tempting
+shortcut) and verify service is back, health *and* a real inference, within this time.
 
 Windows are in real-world seconds: what the failure takes on real GPUs. A lab that runs faster
 converts them with its time scale (see runner.timing).
@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from runner.errors import ScenarioError
 from runner.patterns import compile_user
@@ -210,7 +217,8 @@ KNOWN_ANSWER_PROMPTS = (
 
 class CorrectnessProbe(Model):
     """Known-answer prompts at temperature 0 under concurrent load, each answer (and its
-    per-token logprobs) compared with a reference pass: the same prompts sent one at a time."""
+    per-token logprobs) compared with a reference: the same prompts sent one at a time, recorded
+    by the baseline's correctness probe where it has one (runner.correctness)."""
 
     kind: Literal["correctness"]
     node: str | None = None
@@ -649,7 +657,30 @@ class RecoveryStep(Model):
         return self
 
 
+def _setup_action(action: Any) -> Any:
+    if isinstance(action, Rollback):
+        raise ValueError(
+            "rollback in baseline.setup has nothing to roll back: setup brings the target from "
+            "the lab's baseline to the scenario's starting configuration"
+        )
+    return action
+
+
+SetupAction = Annotated[Action, AfterValidator(_setup_action)]
+
+
 class Baseline(Model):
+    """The steady state before the injection. `setup` brings the target from the lab's own
+    baseline to the scenario's starting configuration (another model, another build) first:
+    its changes are journalled and undone at cleanup like the injection's, and the probes then
+    judge that configuration, so a reference recorded here (the correctness probe's) is the
+    healthy answer of what the scenario breaks."""
+
+    setup: list[SetupAction] = Field(
+        default=[],
+        description="Actions (the kinds inject takes, rollback excepted) applied before the "
+        "baseline probes; journalled and undone at cleanup like the injection.",
+    )
     probes: Annotated[list[Probe], Field(min_length=1)]
 
 
@@ -755,6 +786,7 @@ class Scenario(Model):
             *self.verify.probes,
         ]
         actions = [
+            *self.baseline.setup,
             *self.inject,
             *(a for step in self.recover for a in (*step.actions, *step.reveal)),
         ]

@@ -1,14 +1,14 @@
 """User-written steps: a team's own `command`, `playbook` and `http` steps, usable wherever a
-built-in action is (inject, a recovery step's actions).
+built-in action is (baseline setup, inject, a recovery step's actions).
 
 Nothing from a scenario reaches a shell or a template engine: a command is an argv list, a
 playbook's extra variables reach Ansible tagged `!unsafe`, and an HTTP step's URL is a node's URL
 and a path. runner.run.usersteps carries them out; these are the models and the checks that need
 only the scenario file.
 
-An injected user step may carry `undo:` (a user step without an undo of its own), run at cleanup
-and journalled before the step runs. Without one, cleanup re-applies the lab's baseline where a
-node's configuration differs from it.
+An injected (or baseline setup) user step may carry `undo:` (a user step without an undo of its
+own), run at cleanup and journalled before the step runs. Without one, cleanup re-applies the
+lab's baseline where a node's configuration differs from it.
 """
 
 from __future__ import annotations
@@ -103,19 +103,22 @@ AnyUndoStep = CommandStep | PlaybookStep | HttpStep
 
 class Command(CommandStep):
     undo: UndoStep | None = Field(
-        default=None, description="In inject: run at cleanup to undo this step."
+        default=None,
+        description="In inject or baseline.setup: run at cleanup to undo this step.",
     )
 
 
 class Playbook(PlaybookStep):
     undo: UndoStep | None = Field(
-        default=None, description="In inject: run at cleanup to undo this step."
+        default=None,
+        description="In inject or baseline.setup: run at cleanup to undo this step.",
     )
 
 
 class Http(HttpStep):
     undo: UndoStep | None = Field(
-        default=None, description="In inject: run at cleanup to undo this step."
+        default=None,
+        description="In inject or baseline.setup: run at cleanup to undo this step.",
     )
 
 
@@ -151,6 +154,8 @@ def check_files(src: Source, path: Path, data: Any) -> None:
     `data` is the validated Scenario; read duck-typed to keep this module below runner.scenario."""
     folder = path.parent
     refs: list[tuple[tuple[Any, ...], str, str]] = []
+    for i, action in enumerate(data.baseline.setup):
+        refs += _playbooks(("baseline", "setup", i), action)
     for i, action in enumerate(data.inject):
         refs += _playbooks(("inject", i), action)
     for i, step in enumerate(data.recover):

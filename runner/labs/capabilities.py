@@ -52,6 +52,7 @@ def needs(sc: Scenario) -> list[Need]:
     """Every capability the scenario needs, with the first field that needs it."""
     found: dict[Capability, str] = {}
     parts: list[tuple[str, list[BaseModel]]] = [
+        ("baseline.setup", list(sc.baseline.setup)),
         ("inject", list(sc.inject)),
         ("baseline.probes", list(sc.baseline.probes)),
         ("expect.probes", list(sc.expect.probes)),

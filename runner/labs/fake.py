@@ -5,8 +5,9 @@ A `Script` says what a node does when it starts with a given configuration: serv
 its log lines, exit code and how long it ran, in lab seconds), or hang. Applying a change or
 restarting a node starts it again, so a test scripts a fault by the configuration it injects
 and the recovery by the one it restores. Events and logs carry stamps on the lab's clock as
-the script gives them; the lab answers HTTP (health, inference, Prometheus's alerts) through
-`transport`, so probes run unchanged and nothing leaves the process.
+the script gives them; the lab answers HTTP (health, inference, completions that follow from the
+served model and the prompt, Prometheus's alerts) through `transport`, so probes run unchanged and
+nothing leaves the process.
 """
 
 from __future__ import annotations
@@ -350,8 +351,20 @@ class FakeLab(LabDriver):
                     message = {"role": "assistant", "content": "OK"}
                     answer = {"choices": [{"message": message, "finish_reason": "stop"}]}
                     return httpx.Response(200, json=answer)
+                if request.url.path == "/v1/completions":
+                    return _completion(request, n.config)
                 return httpx.Response(200)
         raise httpx.ConnectError("no route to host", request=request)
+
+
+def _completion(request: httpx.Request, config: NodeConfig) -> httpx.Response:
+    """A completion that follows from the model the node serves (its first argument) and the
+    prompt alone, as at temperature 0: another model answers otherwise, serial or under load."""
+    prompt = json.loads(request.content)["prompt"]
+    model = config.args[0] if config.args else ""
+    rid = request.headers.get("X-Request-Id", "fake")
+    choice = {"text": f"{model}: {prompt}", "logprobs": {"token_logprobs": [-0.25, -0.5]}}
+    return httpx.Response(200, json={"id": f"cmpl-{rid}", "choices": [choice]})
 
 
 def _process_name(command: tuple[str, ...]) -> str:

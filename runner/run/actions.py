@@ -31,6 +31,13 @@ from runner.usersteps import Command, Http, HttpStep, Playbook, UserStep, descri
 GPU_HOLD_TIMEOUT_S = 30.0  # wall seconds a started program has to take its GPU memory
 
 
+SETUP = "setup"  # the baseline's setup: the scenario's starting configuration
+INJECT = "inject"
+# Actions applied as these keep a user-written step's own undo (journalled, run at cleanup):
+# both put the lab in a state the scenario chose. Recovery steps are undone by the baseline.
+KEEP_UNDO = (SETUP, INJECT)
+
+
 def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
     for action in actions:
         if isinstance(action, Rollback):
@@ -53,7 +60,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
             record_and_apply(ctx, plan_change(ctx.lab, action), why)
             if isinstance(action, StartProcess):
                 wait_holds_gpu(ctx, action)
-        if why == "inject" and not isinstance(action, Traffic | Wait):
+        if why == INJECT and not isinstance(action, Traffic | Wait):
             ctx.fault_at = utcnow()
             ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
 
@@ -144,12 +151,14 @@ def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
     """Journal it (its undo, or a baseline re-apply at cleanup), then run it; UserStepFailed
     when it fails. Its output is evidence; a playbook's task results go on the timeline."""
     what = describe_user_step(step)
-    undo = step.undo if why == "inject" else None
+    undo = step.undo if why in KEEP_UNDO else None
     if isinstance(undo, HttpStep) and undo.node is None:
         undo = undo.model_copy(update={"node": ctx.target})  # `gameday cleanup` has no target
     reason = (
         f"an injected {step.kind} has no undo"
-        if why == "inject"
+        if why == INJECT
+        else f"a setup {step.kind} has no undo"
+        if why == SETUP
         else f"{why} ran a {step.kind}, which may change the lab behind the journal's back"
     )
     seq = ctx.journal.record_step(ctx.scenario_id, ctx.folder, what, undo, reason)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from runner.correctness import References
 from runner.journal import Journal, OpenStep
 from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.probes import Probe, ProbeEnv, ProbeResult, run_probes
@@ -82,6 +83,9 @@ class Context:
     fault_began_at: datetime | None = None
     inject_seq: int = 0
     times: Times = field(default_factory=Times)
+    # what the baseline's probes recorded for later ones to compare with (the correctness
+    # probe's answers), kept for this run only
+    references: References = field(default_factory=References)
 
     @property
     def boot_timeout_lab(self) -> float:
@@ -143,13 +147,19 @@ class Context:
             observed=observed,
         )
 
-    def probe(self, probes: Sequence[Probe]) -> list[ProbeResult]:
+    def probe(
+        self, probes: Sequence[Probe], *, record_references: bool = False
+    ) -> list[ProbeResult]:
+        """`record_references`: the probes record what later ones compare with (the
+        baseline's); otherwise they compare with what was recorded, where there is one."""
         env = ProbeEnv(
             http=self.http,
             lab=self.lab,
             scale=self.scale.scale,
             target=self.target,
             since=self.injected_at,
+            references=self.references,
+            record_references=record_references,
         )
         return run_probes(env, probes)
 
@@ -160,14 +170,16 @@ class Context:
         interval: Callable[[], float],
         *,
         until_event: bool = False,
+        record_references: bool = False,
     ) -> list[ProbeResult]:
         """Probe until every probe passes or the monotonic `deadline` is past; between tries,
         pause `interval()` lab seconds (what no event announces, an HTTP answer or Prometheus's
         next scrape, is looked at again then)."""
-        results = self.probe(probes)
+        record = record_references
+        results = self.probe(probes, record_references=record)
         while not all_passed(results) and time.monotonic() <= deadline:
             self.pause(interval(), until_event=until_event)
-            results = self.probe(probes)
+            results = self.probe(probes, record_references=record)
         return results
 
 

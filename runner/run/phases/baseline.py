@@ -1,17 +1,26 @@
 """Baseline: before anything is injected, the target is at its baseline configuration, serving,
 and every baseline probe passes. A baseline that does not hold means gameday cannot judge the
-scenario: its verdict is error, not failed."""
+scenario: its verdict is error, not failed.
+
+A scenario's `baseline.setup` is applied after the configuration check (which compares with the
+lab's own baseline: setup is this run's change, journalled like the injection and undone at
+cleanup) and before the probes, which then judge the scenario's starting configuration. The
+probes run here record what later probes compare with (the correctness probe's reference)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NoReturn
 
-from runner.errors import LabError
+from runner.errors import GamedayError, LabError
+from runner.labs.base import ChangeKind
+from runner.plan import describe_action
 from runner.results import EventKind, Phase, Verdict
+from runner.run.actions import SETUP, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
-from runner.scenario import LoadedScenario
+from runner.scenario import Action, LoadedScenario
 
 PROMETHEUS_READY_S = 60.0  # wall seconds for the lab's Prometheus to scrape every target once
 
@@ -42,8 +51,11 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
                 detail=exc.hint or "",
             )
             raise ScenarioAborted from exc
+    gen0 = ctx.lab.states()[ctx.target].generation
+    restarted = setup(ctx, ls.scenario.baseline.setup)
     boot = ctx.boot_timeout_lab
-    w = ctx.wait_for(lambda s, _: s.ready, boot)
+    # a setup that re-applied the target is judged on the incarnation it started
+    w = ctx.wait_for(lambda s, _: s.ready and (not restarted or s.generation > gen0), boot)
     if not w.done:
         ctx.rec.error(
             phase=Phase.BASELINE,
@@ -56,7 +68,10 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
     # settling (an exporter restarting, Prometheus's next scrape).
     settle_until = time.monotonic() + max(2.0, 10 * ctx.scrape_interval_lab)
     results = ctx.poll_until(
-        ls.scenario.baseline.probes, settle_until, lambda: ctx.scrape_interval_lab
+        ls.scenario.baseline.probes,
+        settle_until,
+        lambda: ctx.scrape_interval_lab,
+        record_references=True,
     )
     for r in results:
         passed = r.verdict is Verdict.PASSED
@@ -64,3 +79,41 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
     if any(r.verdict is not Verdict.PASSED for r in results):
         raise ScenarioAborted
     return Steady(utcnow())
+
+
+def setup(ctx: Context, actions: list[Action]) -> bool:
+    """Apply the scenario's setup, journalled like an injection; whether it re-applied the
+    target's configuration (a new incarnation to wait for). A setup that fails leaves nothing to
+    judge: an error, and cleanup undoes what it applied."""
+    if not actions:
+        return False
+    ctx.progress("baseline: setup")
+    before = len(ctx.open_changes)
+    try:
+        apply_actions(ctx, actions, SETUP)
+    except UserStepFailed as exc:
+        _setup_error(ctx, exc.label, exc.run.observed)
+    except GamedayError as exc:
+        _setup_error(ctx, "setup", exc.message)
+    ctx.rec.verdict(
+        phase=Phase.BASELINE,
+        name="baseline: setup",
+        verdict=Verdict.PASSED,
+        expected="the scenario's starting configuration applied",
+        observed="; ".join(describe_action(a) for a in actions),
+    )
+    return any(
+        c.kind is ChangeKind.NODE_CONFIG and c.node == ctx.target
+        for _, c in ctx.open_changes[before:]
+    )
+
+
+def _setup_error(ctx: Context, name: str, observed: str) -> NoReturn:
+    ctx.rec.error(
+        phase=Phase.BASELINE,
+        name=f"baseline: {name}",
+        expected="the baseline's setup is applied",
+        observed=observed,
+        detail="the scenario's starting configuration is not in place; cleanup undoes what ran",
+    )
+    raise ScenarioAborted

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runner.results import EventKind, Phase
-from runner.run.actions import UserStepFailed, apply_actions
+from runner.run.actions import INJECT, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.scenario import LoadedScenario
 
@@ -23,7 +23,7 @@ def inject(ctx: Context, ls: LoadedScenario) -> Injected:
     ctx.injected_at = utcnow()
     ctx.inject_seq = ctx.seq
     try:
-        apply_actions(ctx, ls.scenario.inject, "inject")
+        apply_actions(ctx, ls.scenario.inject, INJECT)
     except UserStepFailed as exc:
         # the fault is not what the scenario says: nothing after it can be judged
         ctx.rec.error(

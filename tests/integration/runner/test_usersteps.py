@@ -422,3 +422,30 @@ def test_gameday_cleanup_keeps_a_failed_undo_journalled(tmp_path: Path) -> None:
     assert [s.what for s in journal.open_steps(run.lab.state_dir)] == [
         "command ./fault.sh (timeout 60 s)"
     ]
+
+
+# ---- in the baseline's setup ----
+def test_a_setup_command_that_fails_is_an_error_and_its_journalled_undo_runs(
+    tmp_path: Path,
+) -> None:
+    """A real setup command: the first keeps its undo (run at cleanup, as an injected one's);
+    the second exits 1, so the baseline cannot be judged (error, not failed) and nothing is
+    injected."""
+    marker = tmp_path / "undone"
+    first = {
+        "kind": "command",
+        "argv": ["python3", "-c", "print('warm')"],
+        "undo": {"kind": "command", "argv": ["python3", "-c", f"open({str(marker)!r}, 'w')"]},
+    }
+    fails = {"kind": "command", "argv": ["python3", "-c", "raise SystemExit(1)"]}
+    doc = scenario_doc()
+    doc["baseline"]["setup"] = [first, fails]
+    run = fake_run(tmp_path, doc, wrong_flag())
+    result = run.run()
+    assert result.verdict.value == "error"
+    head = result.assertions[0]
+    assert head.name == "baseline: setup: command python3 -c raise SystemExit(1) (timeout 60 s)"
+    assert head.observed == "exit 1 (expected 0); last output: (none)"
+    assert marker.exists()  # cleanup ran the setup step's own undo
+    assert run.lab.applied == []  # no engine change: neither setup's nor the injection's
+    assert run.open_changes() == 0 and journal.open_steps(run.lab.state_dir) == []

@@ -4,12 +4,15 @@ logprob by logprob, with the request ids of the divergent answers in the evidenc
 from __future__ import annotations
 
 import json
+import re
 import threading
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import httpx
 import pytest
 
+from runner.correctness import Answer, Reference, References, RefKey
 from runner.labs.base import LabDriver
 from runner.probes import ProbeEnv, run_probe
 from runner.results import Verdict
@@ -60,7 +63,10 @@ def test_a_healthy_engine_passes_after_a_reference_pass_and_the_load() -> None:
     engine = Engine(bad=set())
     verdict, observed = probe_with(engine)
     assert verdict is Verdict.PASSED
-    assert observed == "8 requests under load, every answer and logprob as the reference"
+    assert observed.startswith(
+        "8 requests under load, every answer and logprob as its own serial pass ("
+    )
+    assert re.search(r"\(cmpl-gameday-ref-\w{8}-0 \.\. cmpl-gameday-ref-\w{8}-1\)$", observed)
     assert len(engine.seen) == 2 + 8
     assert sorted(r.rsplit("-", 1)[1] for r in engine.seen[:2]) == ["0", "1"]
     assert all(r.startswith("gameday-ref-") for r in engine.seen[:2])
@@ -72,8 +78,12 @@ def test_divergent_answers_are_named_by_request_id_with_the_logprob_gap() -> Non
     head, rest = observed.split("; the first after ")
     assert head == "2 of 8 requests diverged"
     assert rest.startswith("5 requests; cmpl-gameday-")
-    assert "-5: 'runs . the' (reference 'ok a', logprob gap 0.5)" in rest
-    assert "-7: 'runs . the' (reference 'ok a', logprob gap 0.5)" in rest
+    for n in (5, 7):
+        want = (
+            rf"-{n}: 'runs . the' \(reference 'ok a' from cmpl-gameday-ref-\w+-0, logprob gap 0.5\)"
+        )
+        assert re.search(want, rest)
+    assert rest.endswith("; compared with its own serial pass (" + rest.rsplit(" (", 1)[1])
 
 
 def test_expect_diverges_passes_on_the_faulty_engine_and_fails_on_a_healthy_one() -> None:
@@ -149,3 +159,97 @@ def test_its_timeout_is_scaled_like_the_other_probes() -> None:
     timeouts.clear()
     run_probe(env, short)
     assert timeouts == [0.5, 0.5]  # the floor every probe has
+
+
+# ---- the reference recorded at baseline ----
+
+
+class Wrong(Engine):
+    """An engine that answers every request alike, serial or under load, but not as the
+    healthy one did: only a reference from before the fault shows it."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        r = super().__call__(request)
+        body = json.loads(r.content)
+        body["choices"][0]["text"] = "fluent but wrong"
+        return httpx.Response(200, json=body)
+
+
+def env_with(engine: Engine, store: References, *, record: bool = False) -> ProbeEnv:
+    return ProbeEnv(
+        http=httpx.Client(transport=httpx.MockTransport(engine)),
+        lab=cast(LabDriver, Lab()),
+        scale=100.0,
+        target="serving",
+        references=store,
+        record_references=record,
+    )
+
+
+PROBE = CorrectnessProbe(kind="correctness", prompts=["a", "b"], requests=8, concurrency=4)
+AT = datetime(2026, 12, 1, 10, 31, 2, tzinfo=UTC)
+
+
+def test_the_baseline_records_a_reference_that_its_load_pass_reproduced() -> None:
+    store = References()
+    r = run_probe(env_with(Engine(bad=set()), store, record=True), PROBE)
+    assert r.verdict is Verdict.PASSED
+    assert "as its own serial pass, kept as this run's reference (cmpl-gameday-ref-" in r.observed
+    kept = store.get(RefKey("serving", ("a", "b"), 16))
+    assert kept is not None and kept.recorded_at is not None
+    assert {q: a.text for q, a in kept.answers.items()} == {"a": "ok a", "b": "ok b"}
+    assert kept.answers["a"].request_id.startswith("cmpl-gameday-ref-")
+
+
+def test_a_baseline_whose_load_pass_diverges_records_nothing() -> None:
+    store = References()
+    r = run_probe(env_with(Engine(bad={3}), store, record=True), PROBE)
+    assert r.verdict is Verdict.FAILED
+    assert store.get(RefKey.of("serving", PROBE)) is None
+
+
+def test_later_probes_compare_with_the_recorded_reference_and_send_no_serial_pass() -> None:
+    store = References()
+    healthy = Engine(bad=set())
+    run_probe(env_with(healthy, store, record=True), PROBE)
+    kept = store.get(RefKey.of("serving", PROBE))
+    assert kept is not None
+    store.put(RefKey.of("serving", PROBE), kept, at=AT)
+    wrong = Wrong(bad=set())
+    r = run_probe(env_with(wrong, store), PROBE)
+    # its own serial pass would agree with the load: only the baseline's answers show the fault
+    assert run_probe(env_with(Wrong(bad=set()), References()), PROBE).verdict is Verdict.PASSED
+    assert r.verdict is Verdict.FAILED
+    assert r.expected == (
+        "every answer and its logprobs as the reference recorded at baseline 2026-12-01 "
+        "10:31:02 UTC"
+    )
+    assert r.observed.startswith("8 of 8 requests diverged; the first after 1 requests; ")
+    assert r.observed.endswith(
+        f"; compared with the reference recorded at baseline 2026-12-01 10:31:02 UTC "
+        f"({kept.answers['a'].request_id} .. {kept.answers['b'].request_id})"
+    )
+    assert not [rid for rid in wrong.seen if rid.startswith("gameday-ref-")]
+    assert len(wrong.seen) == 8
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"node": "node1"},
+        {"max_tokens": 32},
+        {"prompts": ["b", "a"]},
+    ],
+    ids=["another node", "another length", "other prompts"],
+)
+def test_a_reference_serves_only_the_same_node_prompts_and_length(other: dict[str, Any]) -> None:
+    store = References()
+    store.put(
+        RefKey.of("serving", PROBE),
+        Reference({q: Answer(f"cmpl-x-{q}", "stale", ()) for q in ("a", "b")}),
+        at=AT,
+    )
+    probe = PROBE.model_copy(update=other)
+    r = run_probe(env_with(Engine(bad=set()), store), probe)
+    assert r.verdict is Verdict.PASSED  # its own serial pass, not the stale store entry
+    assert r.expected == "every answer and its logprobs as its own serial pass"
