@@ -445,7 +445,32 @@ def _lab_spec(src: Source, all_vars: Any) -> LabSpec:
             hint="set gameday_lab.kubernetes.context to your cluster's context "
             "(`kubectl config get-contexts` lists them); see inventories/eks.yaml",
         )
+    _image_matches_version(src, lab)
     return lab
+
+
+VLLM_IMAGE = re.compile(r"^(?:docker\.io/)?vllm/vllm-openai:v(?P<era>\d+\.\d+)\.\d+")
+
+
+def _image_matches_version(src: Source, lab: LabSpec) -> None:
+    """vLLM's own image names its release: one that is not the lab's vllm_version would run one
+    vLLM while the scenarios are resolved for another."""
+    if lab.kind is not LabKind.KUBERNETES or lab.kubernetes is None:
+        return
+    m = VLLM_IMAGE.match(lab.kubernetes.image)
+    if m is None or m["era"] == lab.vllm_version.value:
+        return
+    given = "image" in lab.kubernetes.model_fields_set
+    loc = ("all", "vars", "gameday_lab", *(("kubernetes", "image") if given else ("vllm_version",)))
+    raise InventoryError(
+        f"the image {lab.kubernetes.image} is vLLM {m['era']}, but vllm_version is "
+        f"{lab.vllm_version.value!r}",
+        file=src.path,
+        line=src.line_of(loc),
+        field=".".join(loc),
+        hint=f"set gameday_lab.kubernetes.image to vllm/vllm-openai:v{lab.vllm_version.version} "
+        f'or vllm_version to "{m["era"]}"',
+    )
 
 
 def _node(

@@ -362,3 +362,37 @@ def test_the_plan_shows_the_sections_and_the_note(tmp_path: Path) -> None:
     assert "  vLLM 0.33 lab: runs its own expect (per_vllm.0.33)" in text
     assert "per_vllm.0.33 note: vLLM 0.33 prints it plain" in text
     assert "Loading weights took .* seconds \\(0\\.19\\)" not in text
+
+
+EKS_IMAGE = "        image: vllm/vllm-openai:v0.19.1\n"
+SAYS_033 = ("      kind: kubernetes\n", '      kind: kubernetes\n      vllm_version: "0.33"\n')
+
+
+def test_a_vllm_image_of_another_release_is_refused(tmp_path: Path) -> None:
+    eks = ROOT / "inventories" / "eks.yaml"
+    cases = [
+        # the seed's v0.19.1 image, given, on a lab that says 0.33
+        (edited(tmp_path, eks, *SAYS_033, name="a.yaml"), "kubernetes.image", EKS_IMAGE.strip()),
+        # vLLM's 0.33.0 image on a lab that says nothing (0.19)
+        (
+            edited(tmp_path, eks, EKS_IMAGE, EKS_IMAGE.replace("0.19.1", "0.33.0"), "b.yaml"),
+            "kubernetes.image",
+            "image: vllm/vllm-openai:v0.33.0",
+        ),
+        # the default image (v0.19.1) on a lab that says 0.33: the version is where it is said
+        (
+            edited(
+                tmp_path, edited(tmp_path, eks, EKS_IMAGE, "", "c.yaml"), *SAYS_033, name="d.yaml"
+            ),
+            "vllm_version",
+            'vllm_version: "0.33"',
+        ),
+    ]
+    for p, field, line in cases:
+        with pytest.raises(InventoryError) as e:
+            load_inventory(p)
+        assert e.value.field == f"all.vars.gameday_lab.{field}"
+        assert line_of(p, e.value.line) == line
+        assert "vllm/vllm-openai:v" in (e.value.hint or "")
+    both = edited(tmp_path, cases[1][0], *SAYS_033, name="both.yaml")
+    assert load_inventory(both).lab.vllm_version is Era.V0_33
