@@ -112,7 +112,11 @@ def test_every_signature_a_scenario_declares() -> None:
         "kv-cache-shortage": [
             ("the serving node's", "serving", ["3.0 GiB needed, 0.18 GiB available, estimate 976"]),
             # per_vllm."0.33": the budget below zero is refused before the shortage is computed
-            ("the serving node's", "serving", ["the budget is gone before one request's need is computed"]),
+            (
+                "the serving node's",
+                "serving",
+                ["the budget is gone before one request's need is computed"],
+            ),
         ],
         "service-name-collision": [("the serving node's", "serving", [""])],
         "silent-wrong-output": [],  # silent: no log line, only the correctness probe
@@ -125,8 +129,8 @@ def test_every_signature_a_scenario_declares() -> None:
 
 def edited_kv(tmp_path: Path, *edits: tuple[str, str]) -> LoadedScenario:
     # the edits are to the shared sections: the per_vllm entry's own text is kept as it is
-    text, per_vllm, tail = (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text().partition(
-        "\nper_vllm:\n"
+    text, per_vllm, tail = (
+        (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text().partition("\nper_vllm:\n")
     )
     for old, new in edits:
         assert old in text

@@ -396,3 +396,14 @@ def test_a_vllm_image_of_another_release_is_refused(tmp_path: Path) -> None:
         assert "vllm/vllm-openai:v" in (e.value.hint or "")
     both = edited(tmp_path, cases[1][0], *SAYS_033, name="both.yaml")
     assert load_inventory(both).lab.vllm_version is Era.V0_33
+
+
+def test_validate_checks_the_flags_a_per_vllm_section_sets(tmp_path: Path) -> None:
+    from runner.checks import check_engine_names
+
+    p = scenario(tmp_path, ENTRY.replace("{--max-model-len: 4096}", "{--max-model-lenn: 4096}"))
+    with pytest.raises(ScenarioError) as e:
+        check_engine_names(load_scenario(p))
+    assert e.value.field == "per_vllm.0.33.recover.0.actions.0.args.--max-model-lenn"
+    assert line_of(p, e.value.line) == "args: {--max-model-lenn: 4096}"
+    assert "did you mean '--max-model-len'?" in str(e.value)
