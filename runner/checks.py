@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,15 @@ from labengine.envs import KNOWN
 from labengine.wording import Era
 from runner.errors import ScenarioError
 from runner.inventory import Inventory
-from runner.scenario import MODEL_TAG, LoadedScenario, SetArgs, SetEnv
+from runner.scenario import (
+    MODEL_TAG,
+    Action,
+    LabVariant,
+    LoadedScenario,
+    RecoveryStep,
+    SetArgs,
+    SetEnv,
+)
 from runner.yamlsrc import load
 
 
@@ -27,20 +35,41 @@ def engine_flags() -> set[str]:
 
 
 def _edits(ls: LoadedScenario) -> Iterator[tuple[tuple[Any, ...], SetArgs | SetEnv]]:
+    """Every set_args and set_env of the scenario, its per_lab and per_vllm sections included."""
     sc = ls.scenario
-    for i, action in enumerate(sc.baseline.setup):
+    yield from _edits_in((), sc.baseline.setup, sc.inject, sc.recover)
+    variants: list[tuple[tuple[Any, ...], LabVariant]] = [
+        (("per_lab", k.value), v) for k, v in sc.per_lab.items()
+    ]
+    for version, entry in sc.per_vllm.items():
+        variants.append((("per_vllm", version.value), entry))
+        variants += [
+            (("per_vllm", version.value, "per_lab", k.value), v) for k, v in entry.per_lab.items()
+        ]
+    for at, variant in variants:
+        setup = variant.baseline.setup if variant.baseline else []
+        yield from _edits_in(at, setup, variant.inject or [], variant.recover or [])
+
+
+def _edits_in(
+    at: tuple[Any, ...],
+    setup: Sequence[Action],
+    inject: Sequence[Action],
+    recover: Sequence[RecoveryStep],
+) -> Iterator[tuple[tuple[Any, ...], SetArgs | SetEnv]]:
+    for i, action in enumerate(setup):
         if isinstance(action, SetArgs | SetEnv):
-            yield ("baseline", "setup", i), action
-    for i, action in enumerate(sc.inject):
+            yield (*at, "baseline", "setup", i), action
+    for i, action in enumerate(inject):
         if isinstance(action, SetArgs | SetEnv):
-            yield ("inject", i), action
-    for i, step in enumerate(sc.recover):
+            yield (*at, "inject", i), action
+    for i, step in enumerate(recover):
         for j, action in enumerate(step.actions):
             if isinstance(action, SetArgs | SetEnv):
-                yield ("recover", i, "actions", j), action
+                yield (*at, "recover", i, "actions", j), action
         for j, action in enumerate(step.reveal):
             if isinstance(action, SetArgs | SetEnv):
-                yield ("recover", i, "reveal", j), action
+                yield (*at, "recover", i, "reveal", j), action
 
 
 def check_engine_names(ls: LoadedScenario, inventory: Inventory | None = None) -> None:

@@ -24,11 +24,14 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from labengine.wording import Era
 from runner.errors import InventoryError, ScenarioError, plain_message
-from runner.scenario import MAX_WINDOW_S, LabKind, LoadedScenario, Restart
+from runner.scenario import MAX_WINDOW_S, LabKind, LoadedScenario, Restart, version_text
 from runner.yamlsrc import Source, load
 
 HINT = "see inventories/local.yaml and README.md 'Inventories'"
+# the lab engine's variable for its wording; the inventory says it once, in gameday_lab
+ERA_ENV = "GAMEDAY_VLLM_ERA"
 Loc = tuple[Any, ...]  # where in the YAML: keys and list indices from the top
 
 
@@ -323,12 +326,23 @@ class LabSpec(Model):
         default=1800.0, description="Real-world seconds a node may take to become ready."
     )
     engine_command: tuple[str, ...] = ("vllm-lab", "serve")
+    vllm_version: Era = Field(
+        default=Era.V0_19,
+        description="The vLLM the lab's engines are (or stand in for): which release's messages "
+        "they print and which per_vllm sections of a scenario apply. The drivers hand it to the "
+        f"lab engine as {ERA_ENV}.",
+    )
     state_dir: str | None = None
     prometheus_url: str | None = None
     monitoring: Monitoring | None = None
     compose: ComposeSpec | None = None
     kubernetes: KubernetesSpec | None = None
     adopt: AdoptSpec | None = None
+
+    @field_validator("vllm_version", mode="before")
+    @classmethod
+    def _yaml_number(cls, v: Any) -> Any:
+        return version_text(v)
 
     @property
     def prometheus(self) -> str | None:
@@ -431,7 +445,32 @@ def _lab_spec(src: Source, all_vars: Any) -> LabSpec:
             hint="set gameday_lab.kubernetes.context to your cluster's context "
             "(`kubectl config get-contexts` lists them); see inventories/eks.yaml",
         )
+    _image_matches_version(src, lab)
     return lab
+
+
+VLLM_IMAGE = re.compile(r"^(?:docker\.io/)?vllm/vllm-openai:v(?P<era>\d+\.\d+)\.\d+")
+
+
+def _image_matches_version(src: Source, lab: LabSpec) -> None:
+    """vLLM's own image names its release: one that is not the lab's vllm_version would run one
+    vLLM while the scenarios are resolved for another."""
+    if lab.kind is not LabKind.KUBERNETES or lab.kubernetes is None:
+        return
+    m = VLLM_IMAGE.match(lab.kubernetes.image)
+    if m is None or m["era"] == lab.vllm_version.value:
+        return
+    given = "image" in lab.kubernetes.model_fields_set
+    loc = ("all", "vars", "gameday_lab", *(("kubernetes", "image") if given else ("vllm_version",)))
+    raise InventoryError(
+        f"the image {lab.kubernetes.image} is vLLM {m['era']}, but vllm_version is "
+        f"{lab.vllm_version.value!r}",
+        file=src.path,
+        line=src.line_of(loc),
+        field=".".join(loc),
+        hint=f"set gameday_lab.kubernetes.image to vllm/vllm-openai:v{lab.vllm_version.version} "
+        f'or vllm_version to "{m["era"]}"',
+    )
 
 
 def _node(
@@ -509,6 +548,7 @@ class _Walk:
         if body is None:
             return
         self._check_group(name, body, loc)
+        self._no_era_env(body.get("vars"), (*loc, "vars"))
         gvars = {**inherited, **(body.get("vars") or {})}
         for host, hv in (body.get("hosts") or {}).items():
             self._host(host, hv, (*loc, "hosts", host), gvars, chain)
@@ -543,6 +583,22 @@ class _Walk:
                     hint=HINT,
                 )
 
+    def _no_era_env(self, variables: Any, loc: Loc) -> None:
+        """The vLLM version is the lab's (gameday_lab.vllm_version), said once: a node's own
+        GAMEDAY_VLLM_ERA would make its engine print one release's words while the runner
+        resolves the scenarios for another, so it is refused rather than ranked."""
+        env = variables.get("gameday_engine_env") if isinstance(variables, dict) else None
+        if isinstance(env, dict) and ERA_ENV in env:
+            at = (*loc, "gameday_engine_env", ERA_ENV)
+            raise InventoryError(
+                f"{ERA_ENV} is set by gameday from the lab's vllm_version, not per node",
+                file=self.src.path,
+                line=self.src.line_of(at),
+                field=".".join(map(str, at)),
+                hint=f"remove it here and set all.vars.gameday_lab.vllm_version: "
+                f'"{env[ERA_ENV]}" (one of {", ".join(repr(e.value) for e in Era)})',
+            )
+
     def _host(
         self, host: Any, hv: Any, loc: Loc, gvars: dict[str, Any], chain: tuple[str, ...]
     ) -> None:
@@ -555,6 +611,7 @@ class _Walk:
                 file=src.path,
                 line=src.line_of(loc),
             )
+        self._no_era_env(hv, loc)
         merged = {**self.hosts.get(host, {}), **gvars, **(hv or {})}
         merged.pop("gameday_lab", None)
         self.hosts[host] = merged

@@ -36,6 +36,7 @@ from runner.scenario import (
     Traffic,
     Wait,
     Window,
+    variant_notes,
 )
 from runner.timing import TimeScale
 from runner.usersteps import Command, Http, Playbook, describe_user_step
@@ -75,6 +76,7 @@ class ScenarioPlan(_Model):
     alerts: list[str]
     recover: list[StepPlan]
     verify: list[str]
+    variants: list[str] = []  # which sections come from per_lab and per_vllm, and why
 
 
 def _args(args: dict[str, Any]) -> str:
@@ -225,7 +227,7 @@ def _step(i: int, step: Any, configs: _Configs, scale: TimeScale) -> StepPlan:
 
 def plan_scenario(ls: LoadedScenario, lab: LabDriver) -> ScenarioPlan:
     """What a run of `ls` on `lab` would do (the lab is not contacted)."""
-    ls = ls.for_lab(lab.kind)
+    ls = ls.for_lab(lab.kind, lab.inventory.lab.vllm_version)
     sc, spec = ls.scenario, lab.inventory.lab
     scale = TimeScale.of(spec)
     if lab.kind in sc.labs:
@@ -255,6 +257,7 @@ def plan_scenario(ls: LoadedScenario, lab: LabDriver) -> ScenarioPlan:
         recover=[_step(i, s, configs, scale) for i, s in enumerate(sc.recover, 1)],
         verify=[f"probe: {_probe(p)}" for p in sc.verify.probes]
         + [f"time to recover: {scale.describe(sc.verify.time_to_recover)}"],
+        variants=variant_notes(sc, lab.kind, spec.vllm_version),
     )
 
 
@@ -263,7 +266,7 @@ def render(p: ScenarioPlan) -> list[str]:
     head = f"{p.id} on lab {p.lab} ({p.lab_kind}): {p.title}"
     if p.not_on_this_lab:
         return [head, *(f"  {n}" for n in p.not_on_this_lab)]
-    out = [head, f"  file: {p.file}", "  baseline:"]
+    out = [head, f"  file: {p.file}", *(f"  {v}" for v in p.variants), "  baseline:"]
     if p.setup:
         out.append("    setup (journalled, undone at cleanup):")
         out += _actions(p.setup, "      ")

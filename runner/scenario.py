@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 from pydantic import (
@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from labengine.wording import Era
 from runner.errors import ScenarioError
 from runner.patterns import compile_user
 from runner.usersteps import USER_STEP_KINDS, Command, Http, Playbook, check_files
@@ -700,11 +701,22 @@ class Hint(Model):
     )
 
 
+# the sections a variant (per_lab, per_vllm) may replace, whole
+SECTIONS = frozenset(
+    ("target", "baseline", "inject", "expect", "detect", "recover", "verify", "hints")
+)
+
+
 class LabVariant(Model):
     """What differs on one kind of lab, in the same file (`per_lab: {kubernetes: {...}}`): each
     section given here replaces the scenario's own section of that name, whole, on that lab kind;
     the sections not given are shared. Whole sections, never a deep merge: what a lab runs is
     always readable in one place."""
+
+    EMPTY: ClassVar[str] = (
+        "a per_lab entry replaces at least one section: target, baseline, inject, expect, "
+        "detect, recover, verify or hints"
+    )
 
     target: str | None = None
     baseline: Baseline | None = None
@@ -717,19 +729,57 @@ class LabVariant(Model):
 
     @model_validator(mode="after")
     def _some(self) -> LabVariant:
-        if not self.model_fields_set:
-            raise ValueError(
-                "a per_lab entry replaces at least one section: target, baseline, inject, "
-                "expect, detect, recover, verify or hints"
-            )
+        if self._replaces_nothing():
+            raise ValueError(self.EMPTY)
         if self.recover is not None and not any(
             s.outcome is Outcome.RESTORES for s in self.recover
         ):
             raise ValueError("recover needs at least one step with outcome: restores")
         return self
 
+    def _replaces_nothing(self) -> bool:
+        return not self.sections()
+
     def sections(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in sorted(self.model_fields_set)}
+        return {k: getattr(self, k) for k in sorted(self.model_fields_set) if k in SECTIONS}
+
+
+class VllmVariant(LabVariant):
+    """What differs on a lab whose engine is another vLLM version (`per_vllm: {"0.33": {...}}`,
+    the inventory's `gameday_lab.vllm_version`): the same whole-section rules as per_lab, plus a
+    `note` that says what that vLLM really prints and where in its source, since an expectation
+    changed for one version is a claim about vLLM that a reader must be able to check."""
+
+    EMPTY: ClassVar[str] = (
+        "a per_vllm entry replaces at least one section (target, baseline, inject, expect, "
+        "detect, recover, verify or hints) or has a per_lab"
+    )
+
+    note: Annotated[str, Field(min_length=1, max_length=4000)] = Field(
+        description="What this vLLM version prints instead, and why (its source file and "
+        "function): shown in the plan and the report."
+    )
+    per_lab: dict[LabKind, LabVariant] = Field(
+        default={},
+        description="Sections that differ on one kind of lab running this vLLM version: the "
+        "most specific replacement, over this entry's own sections and the scenario's per_lab.",
+    )
+
+    def _replaces_nothing(self) -> bool:
+        return not self.sections() and not self.per_lab
+
+
+class Resolved(Model):
+    """Where each replaced section of a scenario came from, for one lab kind and vLLM version:
+    section -> `per_lab.<kind>` or `per_vllm.<version>`."""
+
+    origins: dict[str, str] = {}
+    note: str | None = None  # the per_vllm entry's note, when one applies
+
+
+def version_text(v: Any) -> Any:
+    """A vLLM version as YAML reads it unquoted (0.33 is a float) -> its text, "0.33"."""
+    return repr(v) if isinstance(v, float) else v
 
 
 class Scenario(Model):
@@ -754,13 +804,57 @@ class Scenario(Model):
         "behaves otherwise on Kubernetes), each replacing the shared section whole.",
     )
 
-    def for_lab(self, kind: LabKind) -> Scenario:
-        """The scenario as it runs on a lab of this kind: its per_lab sections for the kind in
-        place of the shared ones."""
-        variant = self.per_lab.get(kind)
-        if variant is None:
-            return self
-        return self.model_copy(update=variant.sections())
+    per_vllm: dict[Era, VllmVariant] = Field(
+        default={},
+        description="Sections that differ on a lab whose engine is another vLLM version (the "
+        "inventory's gameday_lab.vllm_version), each replacing the shared section whole, with a "
+        "note on what that vLLM prints. Over per_lab where both replace a section.",
+    )
+
+    @field_validator("per_vllm", mode="before")
+    @classmethod
+    def _yaml_number_keys(cls, v: Any) -> Any:
+        return {version_text(k): e for k, e in v.items()} if isinstance(v, dict) else v
+
+    def for_lab(self, kind: LabKind, vllm: Era = Era.V0_19) -> Scenario:
+        """The scenario as it runs on a lab of this kind whose engine is this vLLM version: its
+        per_lab sections for the kind, then its per_vllm sections for the version, in place of
+        the shared ones, then the version's own per_lab sections for the kind. The more specific
+        wins a section several replace: per_vllm over per_lab, since it is written against the
+        words the engine prints, which a per_lab section written for another version would
+        assert wrongly; a section that must differ on both axes goes in
+        per_vllm.<version>.per_lab.<kind>."""
+        update = self._variant_sections(kind, vllm)
+        return self.model_copy(update=update) if update else self
+
+    def _variants(self, kind: LabKind, vllm: Era) -> list[tuple[str, LabVariant]]:
+        """The variants that apply, least specific first: per_lab.<kind>, per_vllm.<version>,
+        per_vllm.<version>.per_lab.<kind>."""
+        out: list[tuple[str, LabVariant]] = []
+        if (lab_variant := self.per_lab.get(kind)) is not None:
+            out.append((f"per_lab.{kind.value}", lab_variant))
+        if (vllm_variant := self.per_vllm.get(vllm)) is not None:
+            out.append((f"per_vllm.{vllm.value}", vllm_variant))
+            if (both := vllm_variant.per_lab.get(kind)) is not None:
+                out.append((f"per_vllm.{vllm.value}.per_lab.{kind.value}", both))
+        return out
+
+    def _variant_sections(self, kind: LabKind, vllm: Era) -> dict[str, Any]:
+        update: dict[str, Any] = {}
+        for _, variant in self._variants(kind, vllm):
+            update |= variant.sections()
+        return update
+
+    def resolved(self, kind: LabKind, vllm: Era = Era.V0_19) -> Resolved:
+        """Which sections a lab of this kind running this vLLM takes from which variant."""
+        origins: dict[str, str] = {}
+        for origin, variant in self._variants(kind, vllm):
+            origins |= dict.fromkeys(variant.sections(), origin)
+        vllm_variant = self.per_vllm.get(vllm)
+        return Resolved(
+            origins=dict(sorted(origins.items())),
+            note=" ".join(vllm_variant.note.split()) if vllm_variant is not None else None,
+        )
 
     @model_validator(mode="after")
     def _masks_needs_probes(self) -> Scenario:
@@ -771,10 +865,9 @@ class Scenario(Model):
             )
         return self
 
-    def replaced_on(self, kind: LabKind) -> list[str]:
-        """The sections a lab of this kind runs from per_lab."""
-        variant = self.per_lab.get(kind)
-        return list(variant.sections()) if variant is not None else []
+    def replaced_on(self, kind: LabKind, vllm: Era = Era.V0_19) -> list[str]:
+        """The sections a lab of this kind running this vLLM takes from per_lab or per_vllm."""
+        return list(self.resolved(kind, vllm).origins)
 
     @property
     def uses_monitoring(self) -> bool:
@@ -800,14 +893,38 @@ class Scenario(Model):
     def _recovers(self) -> Scenario:
         if not any(s.outcome is Outcome.RESTORES for s in self.recover):
             raise ValueError("recover needs at least one step with outcome: restores")
-        for kind in self.per_lab:
+        kinds = [("per_lab", kind) for kind in self.per_lab]
+        kinds += [
+            (f"per_vllm.{v.value}.per_lab", kind)
+            for v, variant in self.per_vllm.items()
+            for kind in variant.per_lab
+        ]
+        for where, kind in kinds:
             if kind not in self.labs:
                 raise ValueError(
-                    f"per_lab names {kind.value}, which is not in labs "
+                    f"{where} names {kind.value}, which is not in labs "
                     f"({', '.join(k.value for k in self.labs)}): add it to labs or remove the "
                     "entry"
                 )
         return self
+
+
+def variant_notes(sc: Scenario, kind: LabKind, vllm: Era) -> list[str]:
+    """The report's lines on which sections the lab runs from per_lab and per_vllm, and the
+    per_vllm entry's note on what that vLLM prints."""
+    resolved = sc.resolved(kind, vllm)
+    by_origin: dict[str, list[str]] = {}
+    for section, origin in resolved.origins.items():
+        by_origin.setdefault(origin, []).append(section)
+    notes = []
+    for origin, sections in by_origin.items():
+        who = f"{kind.value} lab" if origin.startswith("per_lab.") else f"vLLM {vllm.value} lab"
+        if origin.count("per_lab.") and origin.startswith("per_vllm."):
+            who = f"{kind.value} lab on vLLM {vllm.value}"
+        notes.append(f"{who}: runs its own {', '.join(sections)} ({origin})")
+    if resolved.note and any(o.startswith("per_vllm.") for o in by_origin):
+        notes.append(f"per_vllm.{vllm.value} note: {resolved.note}")
+    return notes
 
 
 class LoadedScenario(BaseModel):
@@ -815,9 +932,9 @@ class LoadedScenario(BaseModel):
     path: Path
     scenario: Scenario
 
-    def for_lab(self, kind: LabKind) -> LoadedScenario:
-        """The scenario as a lab of this kind runs it (Scenario.for_lab)."""
-        sc = self.scenario.for_lab(kind)
+    def for_lab(self, kind: LabKind, vllm: Era = Era.V0_19) -> LoadedScenario:
+        """The scenario as a lab of this kind running this vLLM runs it (Scenario.for_lab)."""
+        sc = self.scenario.for_lab(kind, vllm)
         return self if sc is self.scenario else self.model_copy(update={"scenario": sc})
 
 

@@ -103,7 +103,7 @@ class Drill:
         http: httpx.Client | None = None,
         options: DrillOptions = DrillOptions(),
     ) -> None:
-        ls = ls.for_lab(lab.kind)
+        ls = ls.for_lab(lab.kind, lab.inventory.lab.vllm_version)
         self.ls, self.lab, self.options = ls, lab, options
         sc = ls.scenario
         self.bus = DrillBus(

@@ -72,8 +72,8 @@ def needs(sc: Scenario) -> list[Need]:
 
 def lacking(sc: Scenario, lab: LabDriver) -> list[str]:
     """Why the scenario cannot run on this lab (empty: it can), one reason per capability of
-    the scenario as this lab's kind runs it (its per_lab sections included)."""
-    sc = sc.for_lab(lab.kind)
+    the scenario as this lab runs it (its per_lab and per_vllm sections included)."""
+    sc = sc.for_lab(lab.kind, lab.inventory.lab.vllm_version)
     return [
         f"not on this lab: the {lab.label} cannot {WHAT[n.capability]}, which {n.where} needs"
         for n in needs(sc)

@@ -20,7 +20,7 @@ from runner.run.phases.expect import expect
 from runner.run.phases.inject import inject
 from runner.run.phases.recover import recover
 from runner.run.record import Recorder
-from runner.scenario import LoadedScenario
+from runner.scenario import LoadedScenario, variant_notes
 from runner.timing import TimeScale
 
 LAB_CARRIES_OUT = "the lab carries out the scenario"
@@ -37,7 +37,8 @@ def run_scenario(
     """Run every phase; whatever happens, clean up. `http`: the probes' client (default: the
     process's own)."""
     started = utcnow()
-    ls = ls.for_lab(lab.kind)
+    vllm = lab.inventory.lab.vllm_version
+    ls = ls.for_lab(lab.kind, vllm)
     ctx = Context(
         lab=lab,
         scale=TimeScale.of(lab.inventory.lab),
@@ -52,10 +53,7 @@ def run_scenario(
     )
     if note := ls.scenario.lab_notes.get(lab.kind):
         ctx.rec.notes.append(f"{lab.kind.value} lab: {note}")
-    if replaced := ls.scenario.replaced_on(lab.kind):
-        ctx.rec.notes.append(
-            f"{lab.kind.value} lab: runs its own {', '.join(replaced)} (per_lab.{lab.kind.value})"
-        )
+    ctx.rec.notes += variant_notes(ls.scenario, lab.kind, vllm)
     try:
         phases(ctx, ls)
     except ScenarioAborted:

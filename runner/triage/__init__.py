@@ -10,10 +10,12 @@ and a log from another model or length is the same failure. Logs are normalised 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from labengine.wording import Era
 from runner import startup
 from runner.scenario import LoadedScenario, NodeSignature, Outcome, Pattern, StartupPhase
 from runner.triage.advice import advise
@@ -65,11 +67,11 @@ def identifying(patterns: Sequence[Pattern], all_if_none: bool = False) -> list[
 
 def signatures(ls: LoadedScenario) -> list[tuple[str, str, list[Pattern]]]:
     """(view, node, identifying patterns) of every signature the scenario declares, on every
-    lab kind it runs on, each once."""
+    lab kind it runs on and for every vLLM version (a pasted log may be either's), each once."""
     out: list[tuple[str, str, list[Pattern]]] = []
     seen: set[tuple[str, ...]] = set()
-    for kind in ls.scenario.labs:
-        sc = ls.scenario.for_lab(kind)
+    for kind, vllm in itertools.product(ls.scenario.labs, Era):
+        sc = ls.scenario.for_lab(kind, vllm)
         group = bool(sc.expect.elsewhere)
         sigs: list[tuple[str, str, list[Pattern]]] = []
         if sc.expect.signature:

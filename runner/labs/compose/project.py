@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LabError
-from runner.inventory import ComposeSpec, Inventory
+from runner.inventory import ERA_ENV, ComposeSpec, Inventory
 from runner.labs.alertmanager import alertmanager_listen, resend_delay
 from runner.labs.network import ensure_free
 
@@ -52,6 +52,7 @@ def compose_env(inventory: Inventory, spec: ComposeSpec, state_dir: Path) -> dic
         "GAMEDAY_LAB": inventory.lab.name,
         "GAMEDAY_IMAGE": spec.image,
         "GAMEDAY_TIME_SCALE": f"{inventory.lab.time_scale:g}",
+        ERA_ENV: inventory.lab.vllm_version.value,
         "GAMEDAY_PROMETHEUS_DIR": str(state_dir / "prometheus"),
     }
     for role, subnet in spec.subnets.items():

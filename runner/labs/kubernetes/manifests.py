@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
+from labengine.wording import Era
 from runner.errors import InventoryError
-from runner.inventory import GroupWorkload, Inventory, KubernetesSpec, Node, Role
+from runner.inventory import ERA_ENV, GroupWorkload, Inventory, KubernetesSpec, Node, Role
 from runner.labs.base import NodeConfig
 
 LAB_LABEL = "gameday.io/lab"  # on the namespace: the mark that it is a lab (the blast-radius guard)
@@ -142,9 +143,13 @@ def baseline_config(inventory: Inventory, node: Node) -> NodeConfig:
 
 def lab_env(inventory: Inventory) -> dict[str, str]:
     """What the lab engine image needs beyond the node's own environment (nothing on real vLLM:
-    the GAMEDAY_ prefix never trips vLLM's unknown-variable warning)."""
-    scale = inventory.lab.time_scale
-    return {"GAMEDAY_TIME_SCALE": f"{scale:g}"} if scale != 1 else {}
+    the GAMEDAY_ prefix never trips vLLM's unknown-variable warning). Each only where it is not
+    the lab engine's default, so that a default lab's manifests name no lab-only variable."""
+    lab = inventory.lab
+    env = {"GAMEDAY_TIME_SCALE": f"{lab.time_scale:g}"} if lab.time_scale != 1 else {}
+    if lab.vllm_version is not Era.V0_19:
+        env[ERA_ENV] = lab.vllm_version.value
+    return env
 
 
 def _probe(period_s: int, failure_threshold: int) -> dict[str, Any]:

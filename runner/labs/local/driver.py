@@ -20,7 +20,7 @@ import pydantic
 
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
-from runner.inventory import Inventory, Node, Role
+from runner.inventory import ERA_ENV, Inventory, Node, Role
 from runner.labs import common
 from runner.labs.alertmanager import (
     alertmanager_listen,
@@ -214,6 +214,7 @@ class LocalLab(LabDriver):
         return base | {
             "PYTHONUNBUFFERED": "1",
             "GAMEDAY_TIME_SCALE": str(self.inventory.lab.time_scale),
+            ERA_ENV: self.inventory.lab.vllm_version.value,
             "GAMEDAY_GPU": n.gpu.type,
             "GAMEDAY_GPU_COUNT": str(n.gpu.count),
             "GAMEDAY_GPU_STATE": str(self.gpu_dir(n.name)),

@@ -110,7 +110,13 @@ def test_every_signature_a_scenario_declares() -> None:
             ("a worker's", "node2", ["only PyTorch's heartbeat monitor speaks on the worker"]),
         ],
         "kv-cache-shortage": [
-            ("the serving node's", "serving", ["3.0 GiB needed, 0.18 GiB available, estimate 976"])
+            ("the serving node's", "serving", ["3.0 GiB needed, 0.18 GiB available, estimate 976"]),
+            # per_vllm."0.33": the budget below zero is refused before the shortage is computed
+            (
+                "the serving node's",
+                "serving",
+                ["the budget is gone before one request's need is computed"],
+            ),
         ],
         "service-name-collision": [("the serving node's", "serving", [""])],
         "silent-wrong-output": [],  # silent: no log line, only the correctness probe
@@ -122,12 +128,15 @@ def test_every_signature_a_scenario_declares() -> None:
 
 
 def edited_kv(tmp_path: Path, *edits: tuple[str, str]) -> LoadedScenario:
-    text = (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text()
+    # the edits are to the shared sections: the per_vllm entry's own text is kept as it is
+    text, per_vllm, tail = (
+        (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text().partition("\nper_vllm:\n")
+    )
     for old, new in edits:
         assert old in text
         text = text.replace(old, new)
     path = tmp_path / "kv.yaml"
-    path.write_text(text)
+    path.write_text(text + per_vllm + tail)
     return load_scenario(path)
 
 
@@ -170,3 +179,19 @@ def test_an_empty_line_can_be_the_match(tmp_path: Path) -> None:
     assert matched(f) == [(2, "")]
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.fixes = ()  # type: ignore[misc]
+
+
+# vLLM 0.33's words for the seed's KV setting, as the lab engine prints them (per_vllm."0.33")
+KV_033 = """\
+(EngineCore_DP0 pid=81) INFO 12-01 10:31:45 [gpu_worker.py:436] Available KV cache memory: -0.43 GiB
+(EngineCore_DP0 pid=81) ERROR 12-01 10:31:45 [core.py:1584] EngineCore failed to start.
+(EngineCore_DP0 pid=81) ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite its name).
+"""
+
+
+def test_a_033_log_is_recognised_by_its_per_vllm_signature() -> None:
+    kv = [ls for ls in SCEN if ls.scenario.metadata.id == "kv-cache-shortage"]
+    [f] = triage(KV_033, kv)
+    assert f.scenario.scenario.metadata.id == "kv-cache-shortage"
+    assert triage(KV_033, SCEN) == [f]  # and by no other scenario
+    assert matched(f) == [(3, KV_033.splitlines()[2])]
