@@ -11,6 +11,12 @@ For each era it takes the real `vllm` wheel (from --wheel-dir, else `pip downloa
   vLLM's source. A source template matches when its text is equal with each placeholder (`%s`,
   `{expr}`) standing for any text; a placeholder naming a string assigned in the same function
   stands for that string's template.
+- locations: every log record's `[file:N]` is the place of a logger call in the wheel that
+  prints that message at that level (the basename and the line equal).
+- tracebacks: every frame of every traceback the lab engine can print for the era
+  (labengine.tracebacks) names a file of the wheel, line N of it holds the frame's code
+  (stripped), and N lies inside the named function. Frames outside the `vllm` package (Python's
+  standard library, triton, the `vllm` console script) are counted, not checked.
 - progress bars: a tqdm bar the lab engine prints (`desc: NN% Completed | n/N [...]`) must be
   in the format vLLM prints its bars in (weight_utils._BAR_FORMAT), with a description that is
   a string of vLLM's source.
@@ -37,6 +43,8 @@ from pathlib import Path
 
 from labengine.cli import add_serve_arguments
 from labengine.envs import known
+from labengine.logs import Frame
+from labengine.tracebacks import era_tracebacks
 from labengine.wording import Era
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gameday" / "vllm"
@@ -418,7 +426,84 @@ def message_rows(era: Era, found: list[Template]) -> list[Row]:
             t = match(p, found)
             lab = f"{p.kind} [{p.where}] {_short(p.text)}"
             rows.append(Row(f"message ({p.case})", t.where if t else "-", lab, t is not None))
+            if p.kind in LOG_LEVELS:
+                calls = location_candidates(p, found)
+                rows.append(
+                    Row(
+                        f"location ({p.case})",
+                        ", ".join(c.where for c in calls) or "-",
+                        f"[{p.where}] {_short(p.text)[:50]}",
+                        located(p.where, calls),
+                    )
+                )
     return rows
+
+
+def location_candidates(p: Printed, found: list[Template]) -> list[Template]:
+    """The wheel's logger calls that print this record's message at its level."""
+    levels = LOG_LEVELS[p.kind]
+    return [
+        t
+        for t in found
+        if t.level in levels and t.literal in p.text and t.pattern.fullmatch(p.text)
+    ]
+
+
+def located(where: str, calls: list[Template]) -> bool:
+    """`where` (basename:line, as the log shows it) is the place of one of `calls`."""
+    return any(Path(c.where).name == where for c in calls)
+
+
+# ---- traceback frames -----------------------------------------------------------------------
+
+PACKAGE = "/vllm/"  # a frame in vLLM's own package: `.../dist-packages/vllm/...`
+
+
+def in_wheel(frame: Frame) -> str | None:
+    """The frame's path inside the wheel (`vllm/...`), None for a file outside the package."""
+    if PACKAGE not in frame.file:
+        return None
+    return "vllm/" + frame.file.split(PACKAGE, 1)[1]
+
+
+def frame_difference(tree: Path, frame: Frame) -> str | None:
+    """None when the frame is the wheel's: the file exists, line N holds the frame's code
+    (stripped) and lies inside the named function; otherwise what differs."""
+    rel = in_wheel(frame)
+    if rel is None:
+        return "outside the vllm package"
+    path = tree.parent / rel
+    if not path.is_file():
+        return f"{rel}: no such file in the wheel"
+    source = path.read_text("utf-8")
+    lines = source.splitlines()
+    if not 1 <= frame.line <= len(lines):
+        return f"{rel} has {len(lines)} lines, not {frame.line}"
+    if lines[frame.line - 1].strip() != frame.code:
+        return f"line {frame.line} holds {_short(lines[frame.line - 1].strip())!r}"
+    spans = [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == frame.function
+    ]
+    if not any(a <= frame.line <= b for a, b in spans):
+        return f"line {frame.line} is not inside a function {frame.function}"
+    return None
+
+
+def traceback_rows(era: Era, tree: Path) -> tuple[list[Row], int]:
+    """A row per frame in the wheel; the number of frames outside it (not checked)."""
+    rows: list[Row] = []
+    outside = 0
+    for which, frames in era_tracebacks(era).items():
+        for f in frames:
+            if in_wheel(f) is None:
+                outside += 1
+                continue
+            diff = frame_difference(tree, f)
+            lab = f"{in_wheel(f)}:{f.line} in {f.function}"
+            rows.append(Row(f"frame ({which.value})", diff or lab, lab, diff is None))
+    return rows, outside
 
 
 def _short(text: str) -> str:
@@ -467,10 +552,14 @@ def report(wheel_dir: Path | None) -> tuple[str, int]:
     differences = 0
     for era in Era:
         tree = source_tree(era, wheel_dir)
-        rows = message_rows(era, templates(tree)) + env_rows(era, tree) + flag_rows(era, tree)
+        frames, outside = traceback_rows(era, tree)
+        rows = message_rows(era, templates(tree)) + frames + env_rows(era, tree)
+        rows += flag_rows(era, tree)
         bad = [r for r in rows if not r.equal]
         differences += len(bad)
         out += [f"## vLLM {era.version}: {len(rows)} cases, {len(bad)} differences", ""]
+        out += [f"{outside} traceback frames outside the vllm package (Python's standard library, "
+                "triton, the console script) are not checked.", ""]  # fmt: skip
         out += ["| case | vLLM | lab engine | equal |", "|---|---|---|---|"]
         out += [f"| {r.case} | {r.vllm} | {r.lab} | {'yes' if r.equal else 'NO'} |" for r in rows]
         out.append("")

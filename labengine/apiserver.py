@@ -30,10 +30,12 @@ from labengine.models import (
     resolve,
     resolve_dtype,
 )
+from labengine.sites import Site, where
 from labengine.tracebacks import Traceback, frames
 from labengine.wording import (
     Era,
     engine_init_failed,
+    era_of,
     headless_launch,
     long_max_model_len,
     long_max_model_len_allowed,
@@ -50,14 +52,14 @@ class _Failed(Exception):
 
 def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, str]) -> int:
     """Run `vllm serve` with parsed `args` (`non_default`: those the user changed). Exit code."""
-    era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))
+    era = era_of(env)
     scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
     log = VllmLog("APIServer")
-    model_tag = _announce(args, non_default, log)
+    model_tag = _announce(args, non_default, era, log)
     host = args.host or "0.0.0.0"
     try:
         _check_environ(args, env, era, log)
-        sock = None if args.headless else _bind(host, args.port, log)
+        sock = None if args.headless else _bind(host, args.port, era, log)
         sleep_real(CONFIG_RESOLVE_S, scale)
         settings = _settings(args, env, era, scale, model_tag, log)
     except _Failed:
@@ -68,11 +70,11 @@ def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, 
     return _run_engine(settings, log, sock, host, args.port)
 
 
-def _announce(args: argparse.Namespace, non_default: dict[str, Any], log: VllmLog) -> str:
+def _announce(args: argparse.Namespace, non_default: dict[str, Any], era: Era, log: VllmLog) -> str:
     """The `--model` warning and the non-default args line. The model tag to serve."""
     if args.model and not args.model_tag:
         unprefixed_warning(
-            "argparse_utils.py:191",
+            where(era, Site.ARGPARSE_MODEL_FLAG),
             "With `vllm serve`, you should provide the "
             "model as a positional argument or in a config file instead of via "
             "the `--model` option.",
@@ -80,25 +82,26 @@ def _announce(args: argparse.Namespace, non_default: dict[str, Any], log: VllmLo
     model_tag: str = args.model_tag or args.model or DEFAULT_MODEL
     if args.model_tag:
         non_default["model"] = args.model_tag
-    log.info("utils.py:233", f"non-default args: {non_default}")
+    log.info(where(era, Site.NON_DEFAULT_ARGS), f"non-default args: {non_default}")
     return model_tag
 
 
 def _check_environ(args: argparse.Namespace, env: dict[str, str], era: Era, log: VllmLog) -> None:
-    where = "envs.py:1744" if era is Era.V0_19 else "interface.py:1469"
     for name in envs.unknown_names(era, env):
         msg = f"Unknown vLLM environment variable detected: {name}"
         if args.fail_on_environ_validation:
-            log.traceback(frames(Traceback.SERVE_ENVIRON), f"ValueError: {msg}")
+            log.traceback(frames(era, Traceback.SERVE_ENVIRON), f"ValueError: {msg}")
             raise _Failed
-        log.warning(where, msg)
+        log.warning(where(era, Site.UNKNOWN_ENV), msg)
 
 
-def _bind(host: str, port: int, log: VllmLog) -> socket.socket:
+def _bind(host: str, port: int, era: Era, log: VllmLog) -> socket.socket:
     try:
         sock = socket.create_server((host, port))
     except OSError as exc:
-        log.traceback(frames(Traceback.SERVE_BIND), f"OSError: [Errno {exc.errno}] {exc.strerror}")
+        log.traceback(
+            frames(era, Traceback.SERVE_BIND), f"OSError: [Errno {exc.errno}] {exc.strerror}"
+        )
         raise _Failed from exc
     # vLLM's setup_server: "Interrupt server on sigterm while initializing" (vllm#15997 shows the
     # traceback a pod stopped during start-up leaves). Without it a server that is a container's
@@ -126,18 +129,19 @@ def _settings(
         mamba.build_bugs(env)
         loading.storage_gib_s(env)
     except (ModelNotFound, GpuConfigError, mamba.BuildError, loading.StorageError) as exc:
-        log.traceback(frames(Traceback.SERVE_CONFIG), f"ValueError: {exc}")
+        log.traceback(frames(era, Traceback.SERVE_CONFIG), f"ValueError: {exc}")
         raise _Failed from exc
-    log.info("model.py:547", f"Resolved architecture: {model.architecture}")
+    log.info(where(era, Site.RESOLVED_ARCHITECTURE), f"Resolved architecture: {model.architecture}")
     dtype = _dtype(args, model, model_tag, era, log)
-    max_len, derived = _max_model_len(args, env, model, model_tag, log)
+    max_len, derived = _max_model_len(args, env, model, model_tag, era, log)
     _check_dp_port(args, env, era, log)
-    _check_world(args, gpus, log)
-    _check_heads(args, model, log)
+    _check_world(args, gpus, era, log)
+    _check_heads(args, model, era, log)
     large = gpus.gpu.large
     batched = args.max_num_batched_tokens or (8192 if large else 2048)
     log.info(
-        "scheduler.py:245", f"Chunked prefill is enabled with max_num_batched_tokens={batched}."
+        where(era, Site.CHUNKED_PREFILL),
+        f"Chunked prefill is enabled with max_num_batched_tokens={batched}.",
     )
     return CoreSettings(
         era=era,
@@ -174,21 +178,24 @@ def _dtype(
         dtype = resolve_dtype(model.model_type, model.config_dtype, args.dtype)
     except (DtypeError, arch.UnsupportedArchitecture) as exc:
         _validation_error(
-            log, "ModelConfig", str(exc), f"ArgsKwargs((), {{'model': '{model_tag}', ...}})"
+            log, era, "ModelConfig", str(exc), f"ArgsKwargs((), {{'model': '{model_tag}', ...}})"
         )
         raise _Failed from exc
     cast = cast_line(model.config_dtype, dtype)
     if cast is not None:
         level, line = cast
-        # config/model.py: _get_and_verify_dtype (lines 2010-2016 in 0.19.1, 2510-2516 in 0.33.0)
-        where = {"info": 13 if line.startswith("Downcasting") else 10, "warning": 16}[level]
-        base = 2000 if era is Era.V0_19 else 2500
-        getattr(log, level)(f"model.py:{base + where}", line)
+        site = {"info": Site.DOWNCASTING if line.startswith("Downcasting") else Site.UPCASTING}
+        getattr(log, level)(where(era, site.get(level, Site.CASTING)), line)
     return dtype
 
 
 def _max_model_len(
-    args: argparse.Namespace, env: dict[str, str], model: ModelInfo, model_tag: str, log: VllmLog
+    args: argparse.Namespace,
+    env: dict[str, str],
+    model: ModelInfo,
+    model_tag: str,
+    era: Era,
+    log: VllmLog,
 ) -> tuple[int, float]:
     """The context window served and the model's own (derived) one."""
     key, derived = model.derived_max_len()
@@ -198,15 +205,17 @@ def _max_model_len(
         if not envs.truthy(env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
             _validation_error(
                 log,
+                era,
                 "ModelConfig",
                 long_max_model_len(max_len, key, derived, model_max_length),
                 f"ArgsKwargs((), {{'model': '{model_tag}', ...}})",
             )
             raise _Failed
         log.warning(
-            "model.py:1755", long_max_model_len_allowed(max_len, key, derived, model_max_length)
+            where(era, Site.LONG_MAX_MODEL_LEN),
+            long_max_model_len_allowed(max_len, key, derived, model_max_length),
         )
-    log.info("model.py:1510", f"Using max model len {max_len}")
+    log.info(where(era, Site.MAX_MODEL_LEN), f"Using max model len {max_len}")
     return max_len, derived
 
 
@@ -220,6 +229,7 @@ def _check_dp_port(args: argparse.Namespace, env: dict[str, str], era: Era, log:
     except envs.EnvError as exc:
         _validation_error(
             log,
+            era,
             "ParallelConfig",
             str(exc),
             f"ArgsKwargs((), {{'data_parallel_size': {args.data_parallel_size}, ...}})",
@@ -227,7 +237,7 @@ def _check_dp_port(args: argparse.Namespace, env: dict[str, str], era: Era, log:
         raise _Failed from exc
 
 
-def _check_world(args: argparse.Namespace, gpus: NodeGpus, log: VllmLog) -> None:
+def _check_world(args: argparse.Namespace, gpus: NodeGpus, era: Era, log: VllmLog) -> None:
     """ParallelConfig picks a backend only when none is given: on one node ("mp" is the default
     with --nnodes > 1), a world larger than this node's GPUs is refused."""
     world = args.tensor_parallel_size * args.pipeline_parallel_size
@@ -235,23 +245,27 @@ def _check_world(args: argparse.Namespace, gpus: NodeGpus, log: VllmLog) -> None
     if picks_backend and world * args.data_parallel_size > 1 and world > len(gpus.visible):
         _validation_error(
             log,
+            era,
             "ParallelConfig",
             world_size_too_large(world, len(gpus.visible)),
             f"ArgsKwargs((), {{'tensor_parallel_size': {args.tensor_parallel_size}, ...}})",
         )
         raise _Failed
     if len(gpus.visible) == 0:
-        log.traceback(frames(Traceback.SERVE_CONFIG), "RuntimeError: No CUDA GPUs are available")
+        log.traceback(
+            frames(era, Traceback.SERVE_CONFIG), "RuntimeError: No CUDA GPUs are available"
+        )
         raise _Failed
 
 
-def _check_heads(args: argparse.Namespace, model: ModelInfo, log: VllmLog) -> None:
+def _check_heads(args: argparse.Namespace, model: ModelInfo, era: Era, log: VllmLog) -> None:
     """VllmConfig's validation: the attention heads split evenly across the TP ranks."""
     heads = int(model.config["num_attention_heads"])
     tp: int = args.tensor_parallel_size
     if heads % tp:
         _validation_error(
             log,
+            era,
             "VllmConfig",
             tp_heads_indivisible(heads, tp),
             "ArgsKwargs((), {'model_config': ModelConfig(...), ...})",
@@ -259,11 +273,11 @@ def _check_heads(args: argparse.Namespace, model: ModelInfo, log: VllmLog) -> No
         raise _Failed
 
 
-def _validation_error(log: VllmLog, cls: str, message: str, input_value: str) -> None:
+def _validation_error(log: VllmLog, era: Era, cls: str, message: str, input_value: str) -> None:
     lines = message.splitlines()
     body = "\n".join([f"  Value error, {lines[0]}", *lines[1:]])
     log.traceback(
-        frames(Traceback.SERVE_CONFIG),
+        frames(era, Traceback.SERVE_CONFIG),
         f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}\n{body} "
         f"[type=value_error, input_value={input_value}, input_type=ArgsKwargs]\n"
         "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
@@ -280,7 +294,7 @@ def _run_headless(s: CoreSettings, log: VllmLog) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     try:
         log.info(
-            f"serve.py:{193 if s.era is Era.V0_19 else 224}",
+            where(s.era, Site.HEADLESS_LAUNCH),
             headless_launch(s.era, s.master_addr, s.master_port),
         )
         # the worker's name before the process's: once `ps` shows it, its lines carry it too
@@ -288,7 +302,7 @@ def _run_headless(s: CoreSettings, log: VllmLog) -> int:
         _set_comm(s.process_name)
         return core.run_worker(s, log)
     finally:
-        log.info("api_server.py:153", "Shutting down.")
+        log.info(where(s.era, Site.HEADLESS_SHUTDOWN), "Shutting down.")
 
 
 def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, port: int) -> int:
@@ -303,18 +317,17 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
     sleep_real(API_START_S, s.time_scale)
-    new = s.era is Era.V0_33
-    log.info("entry.py:135" if new else "api_server.py:592", "Supported tasks: ['generate']")
+    log.info(where(s.era, Site.SUPPORTED_TASKS), "Supported tasks: ['generate']")
     log.info(
-        "entry.py:139" if new else "api_server.py:596",
+        where(s.era, Site.SERVER_START),
         f"Starting vLLM server on http://{host}:{port}",
     )
-    log.info("launcher.py:186" if new else "launcher.py:37", "Available routes are:")
+    log.info(where(s.era, Site.ROUTES_HEAD), "Available routes are:")
     dev_mode = envs.truthy(s.env, "VLLM_SERVER_DEV_MODE")
     if dev_mode:
-        log.warning("__init__.py:44", DEV_MODE_WARNING)
+        log.warning(where(s.era, Site.DEV_MODE), DEV_MODE_WARNING)
     for route, method in ROUTES + (DEV_ROUTES if dev_mode else ()):
-        log.info("launcher.py:45", f"Route: {route}, Methods: {method}")
+        log.info(where(s.era, Site.ROUTE), f"Route: {route}, Methods: {method}")
     st = ServerState(
         era=s.era,
         served_name=s.served_name,
@@ -380,7 +393,7 @@ def _start_core(
         proc.join(timeout=5)
         code = proc.exitcode if proc.exitcode is not None else 1
         log.traceback(
-            frames(Traceback.SERVE_ENGINE_STARTUP),
+            frames(s.era, Traceback.SERVE_ENGINE_STARTUP),
             f"RuntimeError: {engine_init_failed(s.era, code)}",
         )
         raise _Failed

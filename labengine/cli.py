@@ -20,7 +20,7 @@ from labengine import apiserver, stray
 from labengine.gpu import GpuConfigError, SharedGpu, node_gpus, smi_text
 from labengine.logs import VllmLog
 from labengine.tracebacks import Traceback, frames
-from labengine.wording import Era
+from labengine.wording import Era, era_of
 
 Command = Callable[[argparse.Namespace, dict[str, str]], int]
 
@@ -125,7 +125,7 @@ def _normalise(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
-    era = Era(env.get("GAMEDAY_VLLM_ERA", "0.19"))
+    era = era_of(env)
     args, extra = build_parser(era).parse_known_args(
         _normalise(list(sys.argv[1:] if argv is None else argv))
     )
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         # SIGTERM while starting: vLLM's traceback, and Python's exit code for an uncaught
         # KeyboardInterrupt (130; it would re-raise SIGINT, which a container's PID 1 ignores)
         VllmLog("APIServer").traceback(
-            frames(Traceback.SERVE_TERMINATED), "KeyboardInterrupt: terminated"
+            frames(era_of(env), Traceback.SERVE_TERMINATED), "KeyboardInterrupt: terminated"
         )
         return 130
 

@@ -21,8 +21,9 @@ from labengine import arch, envs, loading, mamba, memory
 from labengine.gpu import MIB, NodeGpus, SharedGpu
 from labengine.logs import VllmLog
 from labengine.models import DTYPE_BYTES, ModelInfo
+from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
-from labengine.tracebacks import CORE_SITES, Traceback, frames, process_died
+from labengine.tracebacks import Traceback, frames, process_died
 from labengine.wording import (
     Era,
     capacity_lines,
@@ -169,7 +170,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         _load_weights(s, log, shared)
         plan = _profile(s, log)
         _capture_graphs(s, log)
-        log.info("core.py:240", _init_took(s, (time.monotonic() - t_init) * s.time_scale))
+        log.info(_init_took_site(s), _init_took(s, (time.monotonic() - t_init) * s.time_scale))
         _enable_envs_cache(s)
     except EngineStartError as exc:
         _log_exception(s, log, "EngineCore failed to start.", exc.traceback, exc.exc_type_message)
@@ -191,6 +192,12 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     return _serve(s, conn, log, group, shared)
 
 
+def _init_took_site(s: CoreSettings) -> str:
+    """0.33 logs the line from one of two calls: with the compilation time, or without."""
+    eager = s.era is not Era.V0_19 and s.enforce_eager
+    return where(s.era, Site.INIT_ENGINE_TOOK_EAGER if eager else Site.INIT_ENGINE_TOOK)
+
+
 def _init_took(s: CoreSettings, seconds: float) -> str:
     head = f"init engine (profile, create kv cache, warmup model) took {seconds:.2f}"
     if s.era is Era.V0_19:
@@ -201,7 +208,7 @@ def _init_took(s: CoreSettings, seconds: float) -> str:
 def _log_config(s: CoreSettings, log: VllmLog) -> None:
     m = s.model
     log.info(
-        "core.py:93",
+        where(s.era, Site.ENGINE_CONFIG),
         f"Initializing a V1 LLM engine (v{s.era.version}) with config: model='{m.tag}', "
         f"speculative_config=None, tokenizer='{m.tag}', skip_tokenizer_init=False, "
         f"tokenizer_mode=auto, revision=None, trust_remote_code=False, "
@@ -258,19 +265,19 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
     """Fetch the weights into the (emptyDir) HF cache, then load them onto the GPU shard by
     shard (labengine.loading: the rates and vLLM's progress bar)."""
     m = s.model
-    log.info("gpu_model_runner.py:2338", f"Starting to load model {m.tag}...")
+    log.info(where(s.era, Site.LOAD_START), f"Starting to load model {m.tag}...")
     loaded = m.loaded_bytes(s.tp, s.dtype or None)
     times = loading.load_times(m, loaded, s.gpus.gpu, s.env)
     sleep_real(times.download_s, s.time_scale)
     log.info(
-        "weight_utils.py:413",
+        where(s.era, Site.DOWNLOAD_TIME),
         f"Time spent downloading weights for {m.tag}: {times.download_s:.6f} seconds",
     )
     _load_shards(s, log, times)
     _check_fits_while_loading(s, loaded, shared)
-    log.info("default_loader.py:384", f"Loading weights took {times.load_s:.2f} seconds")
+    log.info(where(s.era, Site.WEIGHTS_LOADED), f"Loading weights took {times.load_s:.2f} seconds")
     log.info(
-        "gpu_model_runner.py:4820",
+        where(s.era, Site.MODEL_LOADED),
         f"Model loading took {gib(loaded)} GiB memory and "
         f"{times.download_s + times.load_s:.6f} seconds",
     )
@@ -320,15 +327,15 @@ def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
     """torch.compile, a forward pass of max_num_batched_tokens, then the KV-cache check."""
     if not s.enforce_eager:
         log.info(
-            "backends.py:548",
+            where(s.era, Site.COMPILE_CACHE_DIR),
             "Using cache directory: /root/.cache/vllm/torch_compile_cache for vLLM's torch.compile",
         )
         sleep_real(COMPILE_S, s.time_scale)
-        log.info("monitor.py:34", f"torch.compile took {COMPILE_S:.2f} s in total")
+        log.info(where(s.era, Site.COMPILE_TOOK), f"torch.compile took {COMPILE_S:.2f} s in total")
     sleep_real(PROFILE_S, s.time_scale)
     plan = memory_plan(s)
     # vLLM prints the figure as it is, negative when the non-KV memory exceeds the budget
-    log.info("gpu_worker.py:436", f"Available KV cache memory: {gib(plan.available)} GiB")
+    log.info(where(s.era, Site.KV_MEMORY), f"Available KV cache memory: {gib(plan.available)} GiB")
     _log_cudagraph_estimate(s, log)
     if plan.check_available <= 0:
         raise EngineStartError("ValueError", no_kv_memory(s.era), Traceback.CORE_KV_CACHE)
@@ -338,8 +345,9 @@ def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
         )
         msg = kv_shortage(s.era, s.max_model_len, plan.needed, plan.check_available, est)
         raise EngineStartError("ValueError", msg, Traceback.CORE_KV_CACHE)
-    for i, line in enumerate(capacity_lines(s.era, plan.tokens, s.max_model_len, plan.concurrency)):
-        log.info(f"kv_cache_utils.py:{1319 + 5 * i}", line)
+    lines = capacity_lines(s.era, plan.tokens, s.max_model_len, plan.concurrency)
+    for site, line in zip((Site.KV_CACHE_SIZE, Site.MAX_CONCURRENCY), lines, strict=False):
+        log.info(where(s.era, site), line)
     return plan
 
 
@@ -352,7 +360,7 @@ def _log_cudagraph_estimate(s: CoreSettings, log: VllmLog) -> None:
     suggested = min(round(util + delta, 4), 1.0)
     if cudagraph_estimate(s):
         log.info(
-            "gpu_worker.py:786",
+            where(s.era, Site.CUDAGRAPH_PROFILING_ON),
             "CUDA graph memory profiling is enabled (default since v0.21.0). The current "
             f"--gpu-memory-utilization={util:.4f} is equivalent to "
             f"--gpu-memory-utilization={round(util - delta, 4):.4f} without CUDA graph "
@@ -362,7 +370,7 @@ def _log_cudagraph_estimate(s: CoreSettings, log: VllmLog) -> None:
         )
         return
     log.warning(
-        "gpu_worker.py:802",
+        where(s.era, Site.CUDAGRAPH_PROFILING_OFF),
         "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). "
         "Without it, CUDA graph memory is not accounted for during KV cache allocation, which "
         "may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it "
@@ -376,7 +384,7 @@ def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
     if graphs:
         sleep_real(GRAPH_CAPTURE_S, s.time_scale)
         log.info(
-            "gpu_model_runner.py:4924",
+            where(s.era, Site.GRAPH_CAPTURED),
             f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graphs)} GiB",
         )
 
@@ -392,7 +400,7 @@ def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
 def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
     srv = socket.create_server((s.master_addr, s.master_port))
     log.info(
-        f"multiproc_executor.py:{134 if s.era is Era.V0_19 else 167}",
+        where(s.era, Site.DP_GROUP_LEADER),
         dp_group_leader(s.node_rank, s.master_addr, _host_ip(s), s.world, s.world // s.nnodes),
     )
     peers: dict[int, socket.socket] = {}
@@ -435,10 +443,11 @@ JIT_HEADROOM_MIB = 512  # loading a freshly compiled kernel module needs room on
 def _log_exception(s: CoreSettings, log: VllmLog, msg: str, tb: Traceback, final: str) -> None:
     """run_engine_core's `except Exception`: logger.exception(msg), then `raise e` ends the
     process, and multiprocessing prints the traceback again."""
-    site = CORE_SITES[s.era]
-    line = site.failed_to_start if msg == "EngineCore failed to start." else site.fatal_error
-    log.logged_exception(f"core.py:{line}", msg, frames(tb), final)
-    log.process_died(s.era.engine_core_name, process_died(s.era, frames(tb)), final)
+    failed = msg == "EngineCore failed to start."
+    site = Site.CORE_FAILED_TO_START if failed else Site.CORE_FATAL_ERROR
+    inner = frames(s.era, tb)
+    log.logged_exception(where(s.era, site), msg, inner, final)
+    log.process_died(s.era.engine_core_name, process_died(s.era, inner), final)
 
 
 def _host_ip(s: CoreSettings) -> str:

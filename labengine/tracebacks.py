@@ -2,8 +2,12 @@
 
 Each traceback is the list of frames real vLLM shows for one failure (file, line, function, the
 source line), ending where it raises; the engine prints it with `VllmLog.traceback` after the
-failure's own last line (`Type: message`), which the code composes. The engine image carries only
-the engine's own dependencies, so the file is read with the standard library alone.
+failure's own last line (`Type: message`), which the code composes. The file holds one set per
+wording era, each read from that era's wheel (bench/conformance.py checks every frame against
+it): vLLM's functions move between releases, and a traceback that names 0.19's files under a
+0.33 log would send its reader to code that is not there. An era lacks a traceback its release
+cannot print. The engine image carries only the engine's own dependencies, so the file is read
+with the standard library alone.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import enum
 import json
 from functools import cache
 from importlib.resources import files
-from typing import NamedTuple
 
 from labengine.logs import Frame
 from labengine.wording import Era
@@ -28,12 +31,15 @@ class Traceback(enum.StrEnum):
     SERVE_ENGINE_STARTUP = "serve_engine_startup"  # the engine core failed to start
     ENGINE_DEAD = "engine_dead"  # the API server's output handler, after the engine core died
     CORE_INIT = "core_init"  # EngineCore's constructor (free memory on the device)
-    CORE_VLLM_PORT = "core_vllm_port"  # get_open_port() reading VLLM_PORT
+    CORE_VLLM_PORT = "core_vllm_port"  # 0.19: the executor's get_open_port() reading VLLM_PORT
     CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init
     CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory
     BUSY_LOOP_NCCL = "busy_loop_nccl"  # an all-reduce with a worker gone
     BUSY_LOOP_DEEPGEMM = "busy_loop_deepgemm"  # loading a DeepGEMM kernel (CUDA error 800)
     BUSY_LOOP_TRITON = "busy_loop_triton"  # loading a Triton kernel (CUDA error 800)
+    # not a traceback of its own: the engine core process's frames above the first traceback
+    # once run_engine_core re-raises (multiprocessing's bootstrap, then its `raise e`)
+    PROCESS_BOOTSTRAP = "process_bootstrap"
 
 
 class TracebackDataError(Exception):
@@ -50,46 +56,39 @@ def _frame(which: str, raw: object) -> Frame:
 
 
 @cache
-def _load() -> dict[Traceback, tuple[Frame, ...]]:
+def _load() -> dict[Era, dict[Traceback, tuple[Frame, ...]]]:
     raw = json.loads(files("labengine").joinpath("data", "tracebacks.json").read_text("utf-8"))
-    if not isinstance(raw, dict) or set(raw) != {t.value for t in Traceback}:
-        raise TracebackDataError("data/tracebacks.json must name exactly the Traceback members")
-    if not all(isinstance(v, list) for v in raw.values()):
-        raise TracebackDataError("data/tracebacks.json: each traceback is a list of frames")
-    return {Traceback(k): tuple(_frame(k, f) for f in v) for k, v in raw.items()}
+    if not isinstance(raw, dict) or set(raw) != {e.value for e in Era}:
+        raise TracebackDataError("data/tracebacks.json must name exactly the eras")
+    known = {t.value for t in Traceback}
+    out: dict[Era, dict[Traceback, tuple[Frame, ...]]] = {}
+    for era, tracebacks in raw.items():
+        if not isinstance(tracebacks, dict) or not set(tracebacks) <= known:
+            raise TracebackDataError(f"data/tracebacks.json: {era}: names beyond Traceback's")
+        if not all(isinstance(v, list) for v in tracebacks.values()):
+            raise TracebackDataError(f"data/tracebacks.json: {era}: a traceback is not a list")
+        out[Era(era)] = {
+            Traceback(k): tuple(_frame(f"{era} {k}", f) for f in v) for k, v in tracebacks.items()
+        }
+    if set().union(*out.values()) != set(Traceback):
+        raise TracebackDataError("data/tracebacks.json: a Traceback member is in no era")
+    return out
 
 
-def frames(which: Traceback) -> list[Frame]:
-    """The frames of one traceback, outermost first."""
-    return list(_load()[which])
+def era_tracebacks(era: Era) -> dict[Traceback, list[Frame]]:
+    """Every traceback one era has, by member."""
+    return {k: list(v) for k, v in _load()[era].items()}
 
 
-PYTHON_LIB = "/usr/lib/python3.12"
-VLLM_CORE = "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py"
-
-
-class CoreSite(NamedTuple):
-    """The lines of run_engine_core's `except Exception` in vllm/v1/engine/core.py."""
-
-    failed_to_start: int  # logger.exception("EngineCore failed to start.")
-    fatal_error: int  # logger.exception("EngineCore encountered a fatal error.")
-    reraise: int  # raise e
-
-
-CORE_SITES = {Era.V0_19: CoreSite(1108, 1110, 1112), Era.V0_33: CoreSite(1584, 1586, 1588)}
+def frames(era: Era, which: Traceback) -> list[Frame]:
+    """The frames of one traceback as `era` prints it, outermost first."""
+    try:
+        return list(_load()[era][which])
+    except KeyError:
+        raise TracebackDataError(f"vLLM {era.version} has no traceback {which.value}") from None
 
 
 def process_died(era: Era, inner: list[Frame]) -> list[Frame]:
     """The engine core process's own traceback once run_engine_core re-raises: multiprocessing's
     bootstrap, the `raise e`, then the frames of the first traceback."""
-    return [
-        Frame(f"{PYTHON_LIB}/multiprocessing/process.py", 314, "_bootstrap", "self.run()"),
-        Frame(
-            f"{PYTHON_LIB}/multiprocessing/process.py",
-            108,
-            "run",
-            "self._target(*self._args, **self._kwargs)",
-        ),
-        Frame(VLLM_CORE, CORE_SITES[era].reraise, "run_engine_core", "raise e"),
-        *inner,
-    ]
+    return [*frames(era, Traceback.PROCESS_BOOTSTRAP), *inner]

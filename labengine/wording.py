@@ -24,6 +24,11 @@ class Era(enum.StrEnum):
         return "EngineCore" if self is Era.V0_19 else "EngineCore_DP0"
 
 
+def era_of(env: dict[str, str]) -> Era:
+    """The era a `vllm-lab` process speaks (GAMEDAY_VLLM_ERA; 0.19 when unset)."""
+    return Era(env.get("GAMEDAY_VLLM_ERA", Era.V0_19.value))
+
+
 def gib(nbytes: float) -> float:
     """vLLM rounds GiB figures with round(x, 2): 3.0, 0.18, 9.1."""
     return round(nbytes / 2**30, 2)

@@ -18,6 +18,7 @@ from labengine.logs import VllmLog
 from labengine.server.metrics import throughput_line
 from labengine.server.routes import Api
 from labengine.server.state import ServerState
+from labengine.sites import Site, where
 from labengine.tracebacks import Traceback, frames
 from labengine.wording import Era
 
@@ -38,7 +39,9 @@ async def stats_loop(st: ServerState) -> None:
         last_prompt, last_gen = m.prompt_total, m.gen_total
         if p or g or st.queues:
             running, waiting = m.queue_sizes()
-            st.log.info("loggers.py:127", throughput_line(p, g, running, m.kv_usage, waiting))
+            st.log.info(
+                where(st.era, Site.STATS), throughput_line(p, g, running, m.kv_usage, waiting)
+            )
 
 
 def _on_engine_output(st: ServerState) -> None:
@@ -60,12 +63,12 @@ def _engine_died(st: ServerState) -> None:
     st.dead = True
     if st.era is Era.V0_19:
         st.log.error(
-            "core_client.py:564",
+            where(st.era, Site.ENGINE_PROC_DIED),
             "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
         )
-    st.log.error("async_llm.py:480", "AsyncLLM output_handler failed.")
+    st.log.error(where(st.era, Site.OUTPUT_HANDLER_FAILED), "AsyncLLM output_handler failed.")
     st.log.traceback(
-        frames(Traceback.ENGINE_DEAD),
+        frames(st.era, Traceback.ENGINE_DEAD),
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
         "trace (above) for the root cause.",
     )

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from labengine.server.metrics import CONTENT_TYPE
 from labengine.server.state import EngineDead, ServerState, generate
+from labengine.sites import Site, where
 from labengine.textgen import WORDS, chat_prompt_tokens, count_tokens, top_logprobs
 
 ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -420,20 +421,26 @@ class Api:
             self.st.metrics.set_sleep_level(level or None)
             if level >= 1:
                 took = 0.05 / max(self.st.time_scale, 1.0)
-                self.st.log.info("abstract.py:408", f"It took {took:.6f} seconds to fall asleep.")
+                self.st.log.info(
+                    where(self.st.era, Site.SLEEP_TOOK),
+                    f"It took {took:.6f} seconds to fall asleep.",
+                )
         elif level >= 1:
-            self.st.log.warning("abstract.py:402", "Executor is already sleeping.")
+            self.st.log.warning(
+                where(self.st.era, Site.ALREADY_SLEEPING), "Executor is already sleeping."
+            )
         return JSONResponse({"status": "sleeping", "level": level})
 
     async def wake_up(self, request: Request) -> Response:
         tags = request.query_params.getlist("tags") or None
-        self.st.log.info("api_router.py:50", f"wake up the engine with tags: {tags}")
+        self.st.log.info(where(self.st.era, Site.WAKE_UP), f"wake up the engine with tags: {tags}")
         if self.st.sleeping is None:
-            self.st.log.warning("abstract.py:414", "Executor is not sleeping.")
+            self.st.log.warning(where(self.st.era, Site.NOT_SLEEPING), "Executor is not sleeping.")
         elif self.st.sleeping >= 1:
             took = 0.1 / max(self.st.time_scale, 1.0)
             self.st.log.info(
-                "abstract.py:426", f"It took {took:.6f} seconds to wake up tags {SLEEP_TAGS}."
+                where(self.st.era, Site.WAKE_TOOK),
+                f"It took {took:.6f} seconds to wake up tags {SLEEP_TAGS}.",
             )
         self.st.sleeping = None
         self.st.metrics.set_sleep_level(None)
