@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from labengine.logs import Frame
+
 ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("conformance", ROOT / "bench" / "conformance.py")
 assert _spec is not None and _spec.loader is not None
@@ -146,3 +148,54 @@ def test_env_names_are_the_vllm_keys_of_environment_variables(tmp_path: Path) ->
         '    "VLLM_HOST_IP": lambda: 3,\n}\n'
     )
     assert conformance.env_names(tmp_path) == {"VLLM_PORT", "VLLM_HOST_IP"}
+
+
+# ---- locations and traceback frames: each check fails on purpose -------------------------------
+
+
+def _wheel(tmp_path: Path) -> Path:
+    mod = tmp_path / "vllm" / "mod.py"
+    mod.parent.mkdir()
+    mod.write_text("def outer():\n    x = 1\n    raise ValueError(\n        x)\n\n\ny = 2\n")
+    return tmp_path / "vllm"
+
+
+def _frame(file: str, line: int, function: str, code: str) -> Frame:
+    return Frame(f"/usr/local/lib/python3.12/dist-packages/{file}", line, function, code)
+
+
+def test_a_frame_of_the_wheel_passes(tmp_path: Path) -> None:
+    good = _frame("vllm/mod.py", 3, "outer", "raise ValueError(")
+    assert conformance.frame_difference(_wheel(tmp_path), good) is None
+
+
+@pytest.mark.parametrize(
+    ("frame", "says"),
+    [
+        (_frame("vllm/mod.py", 2, "outer", "raise ValueError("), "line 2 holds 'x = 1'"),
+        (_frame("vllm/other.py", 3, "outer", "raise ValueError("), "no such file"),
+        (_frame("vllm/mod.py", 7, "outer", "y = 2"), "not inside a function outer"),
+        (_frame("vllm/mod.py", 3, "inner", "raise ValueError("), "not inside a function inner"),
+        (_frame("vllm/mod.py", 99, "outer", "raise ValueError("), "has 7 lines"),
+        (Frame("/usr/lib/python3.12/x.py", 1, "f", "g()"), "outside the vllm package"),
+    ],
+)
+def test_a_wrong_frame_is_a_difference(tmp_path: Path, frame: Frame, says: str) -> None:
+    diff = conformance.frame_difference(_wheel(tmp_path), frame)
+    assert diff is not None and says in diff
+
+
+def test_a_location_must_be_the_calls_basename_and_line(tmp_path: Path) -> None:
+    mod = tmp_path / "vllm" / "config" / "model.py"
+    mod.parent.mkdir(parents=True)
+    mod.write_text(
+        "import logging\nlogger = logging.getLogger()\n"
+        'logger.info(\n    "Using max model len %s", 1)\n'
+    )
+    found = conformance.templates(tmp_path / "vllm")
+    p = conformance.Printed("case", "INFO", "model.py:3", "Using max model len 4096")
+    calls = conformance.location_candidates(p, found)
+    assert [c.where for c in calls] == ["vllm/config/model.py:3"]
+    assert conformance.located("model.py:3", calls)
+    assert not conformance.located("model.py:4", calls)  # wrong line
+    assert not conformance.located("scheduler.py:3", calls)  # wrong file

@@ -107,7 +107,7 @@ def test_the_load_prints_one_line_per_shard_in_vllms_words() -> None:
     assert bar[-2] == bar[-1]
     assert bar[-1].endswith("100% Completed | 29/29 [1:13:00<00:00, 151.05s/it]")
     assert lines[lines.index(bar[-1]) + 2] == ""  # the bar format's closing newline
-    assert lines[-2].endswith("[default_loader.py:384] Loading weights took 4380.55 seconds")
+    assert lines[-2].endswith("[default_loader.py:506] Loading weights took 4380.55 seconds")
     assert lines[-1].endswith("Model loading took 65.71 GiB memory and 4511.967158 seconds")
 
 

@@ -6,53 +6,59 @@ import io
 import json
 from importlib.resources import files
 
+import pytest
+
 from labengine.logs import Frame, VllmLog
 from labengine.server.metrics import EngineMetrics, throughput_line
-from labengine.tracebacks import Traceback, frames
+from labengine.tracebacks import Traceback, TracebackDataError, era_tracebacks, frames
+from labengine.wording import Era
 
 
 def test_the_data_file_holds_exactly_the_named_tracebacks() -> None:
     raw = json.loads(files("labengine").joinpath("data", "tracebacks.json").read_text())
-    assert sorted(raw) == sorted(t.value for t in Traceback)
-    assert {t: len(frames(t)) for t in Traceback} == {
-        Traceback.SERVE_ENVIRON: 2,
-        Traceback.SERVE_BIND: 4,
-        Traceback.SERVE_CONFIG: 5,
-        Traceback.SERVE_TERMINATED: 4,
-        Traceback.SERVE_ENGINE_STARTUP: 5,
-        Traceback.ENGINE_DEAD: 1,
-        Traceback.CORE_INIT: 2,
-        Traceback.CORE_VLLM_PORT: 5,
-        Traceback.CORE_ENVS_CACHE: 6,
-        Traceback.CORE_KV_CACHE: 4,
-        Traceback.BUSY_LOOP_NCCL: 2,
-        Traceback.BUSY_LOOP_DEEPGEMM: 2,
-        Traceback.BUSY_LOOP_TRITON: 2,
-    }
+    assert sorted(raw) == sorted(e.value for e in Era)
+    every = set(Traceback)
+    # each era lacks the VLLM_PORT read its release does not make at that point
+    assert set(era_tracebacks(Era.V0_19)) == every - {Traceback.CORE_ENVS_CACHE}
+    assert set(era_tracebacks(Era.V0_33)) == every - {Traceback.CORE_VLLM_PORT}
+    assert len(frames(Era.V0_19, Traceback.CORE_VLLM_PORT)) == 10
+    assert len(frames(Era.V0_33, Traceback.CORE_KV_CACHE)) == 6
+
+
+def test_an_era_without_a_traceback_says_so() -> None:
+    with pytest.raises(TracebackDataError, match=r"vLLM 0\.33\.0 has no traceback core_vllm_port"):
+        frames(Era.V0_33, Traceback.CORE_VLLM_PORT)
+
+
+def test_the_kv_check_raises_where_each_era_raises_it() -> None:
+    last = {e: frames(e, Traceback.CORE_KV_CACHE)[-1] for e in Era}
+    assert last[Era.V0_19].file.endswith("vllm/v1/core/kv_cache_utils.py")
+    assert last[Era.V0_33].file.endswith("vllm/v1/core/kv_cache_planning.py")
+    assert {f.function for f in last.values()} == {"_check_enough_kv_cache_memory"}
 
 
 def test_a_traceback_renders_as_python_prints_it() -> None:
     out = io.StringIO()
     log = VllmLog("EngineCore", out)
-    log.traceback(frames(Traceback.BUSY_LOOP_NCCL), "RuntimeError: NCCL error")
+    log.traceback(frames(Era.V0_19, Traceback.BUSY_LOOP_NCCL), "RuntimeError: NCCL error")
     p = f"(EngineCore pid={log.pid}) "
     core = "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py"
     nccl = "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl.py"
     assert out.getvalue().splitlines() == [
         p + "Traceback (most recent call last):",
-        p + f'  File "{core}", line 926, in run_engine_core',
+        p + f'  File "{core}", line 1101, in run_engine_core',
         p + "    engine_core.run_busy_loop()",
-        p + f'  File "{nccl}", line 146, in all_reduce',
+        p + f'  File "{nccl}", line 177, in all_reduce',
         p + "    self.nccl.ncclAllReduce(",
         p + "RuntimeError: NCCL error",
     ]
 
 
 def test_frames_are_typed() -> None:
-    assert frames(Traceback.ENGINE_DEAD) == [
+    assert frames(Era.V0_19, Traceback.ENGINE_DEAD) == [
         Frame(
             file="/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py",
-            line=439,
+            line=663,
             function="output_handler",
             code="outputs = await engine_core.get_output_async()",
         )

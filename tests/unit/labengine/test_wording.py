@@ -178,12 +178,12 @@ def test_world_size_check_only_when_vllm_picks_the_backend(
     gpus = node_gpus({"GAMEDAY_GPU": "a10g"})
     if refused:
         with pytest.raises(apiserver._Failed):
-            apiserver._check_world(_args(**over), gpus, VllmLog("APIServer", out))
+            apiserver._check_world(_args(**over), gpus, Era.V0_19, VllmLog("APIServer", out))
         assert "Value error, World size (2) is larger than the number of available GPUs (1)" in (
             out.getvalue()
         )
     else:
-        apiserver._check_world(_args(**over), gpus, VllmLog("APIServer", out))
+        apiserver._check_world(_args(**over), gpus, Era.V0_19, VllmLog("APIServer", out))
         assert out.getvalue() == ""
 
 
@@ -191,7 +191,9 @@ def test_tp_that_does_not_divide_the_heads_is_refused() -> None:
     out = io.StringIO()
     model = resolve(AWQ, None)
     with pytest.raises(apiserver._Failed):
-        apiserver._check_heads(_args(tensor_parallel_size=3), model, VllmLog("APIServer", out))
+        apiserver._check_heads(
+            _args(tensor_parallel_size=3), model, Era.V0_19, VllmLog("APIServer", out)
+        )
     lines = [ln.split(") ", 1)[1] for ln in out.getvalue().splitlines()]
     assert lines[-3:] == [
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig",
@@ -201,7 +203,9 @@ def test_tp_that_does_not_divide_the_heads_is_refused() -> None:
         "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
     ]
     quiet = io.StringIO()
-    apiserver._check_heads(_args(tensor_parallel_size=4), model, VllmLog("APIServer", quiet))
+    apiserver._check_heads(
+        _args(tensor_parallel_size=4), model, Era.V0_19, VllmLog("APIServer", quiet)
+    )
     assert quiet.getvalue() == ""
 
 
