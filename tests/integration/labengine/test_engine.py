@@ -36,7 +36,7 @@ def free_port() -> int:
 
 def logged(out: str) -> list[str]:
     """Printed lines with the pid and the timestamp taken out:
-    `(APIServer) WARNING [model.py:1755] ...`, `(APIServer) Traceback (most recent call last):`."""
+    `(APIServer) WARNING [model.py:2176] ...`, `(APIServer) Traceback (most recent call last):`."""
     out = re.sub(r"^\((\w+) pid=\d+\) ", r"(\1) ", out, flags=re.MULTILINE)
     return re.sub(r" \d\d-\d\d \d\d:\d\d:\d\d \[", " [", out).splitlines()
 
@@ -45,11 +45,11 @@ def serve_traceback(frames: int, *final: str) -> list[str]:
     """The API server's traceback through the first `frames` frames of `vllm serve`."""
     calls = [
         ("/usr/local/bin/vllm", 10, "<module>", "sys.exit(main())"),
-        (f"{VLLM}/entrypoints/cli/main.py", 73, "main", "args.dispatch_function(args)"),
-        (f"{VLLM}/entrypoints/cli/serve.py", 60, "cmd", "uvloop.run(run_server(args))"),
-        (f"{VLLM}/entrypoints/openai/api_server.py", 1884, "run_server",
+        (f"{VLLM}/entrypoints/cli/main.py", 75, "main", "args.dispatch_function(args)"),
+        (f"{VLLM}/entrypoints/cli/serve.py", 122, "cmd", "uvloop.run(run_server(args))"),
+        (f"{VLLM}/entrypoints/openai/api_server.py", 672, "run_server",
          "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
-        (f"{VLLM}/engine/arg_utils.py", 1322, "create_engine_config",
+        (f"{VLLM}/engine/arg_utils.py", 1549, "create_engine_config",
          "model_config = self.create_model_config()"),
     ]  # fmt: skip
     lines = ["Traceback (most recent call last):"]
@@ -99,7 +99,7 @@ def test_bypass_variable_turns_the_error_into_a_warning() -> None:
     assert p.returncode == 1
     lines = logged(p.stdout)
     assert (
-        "(APIServer) WARNING [model.py:1755] User-specified max_model_len (131072) is greater "
+        "(APIServer) WARNING [model.py:2176] User-specified max_model_len (131072) is greater "
         "than the derived max_model_len (max_position_embeddings=32768.0 or model_max_length=None "
         "in model's config.json). VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. "
         "If the model uses relative position encoding (RoPE), positions exceeding "
@@ -170,26 +170,38 @@ def test_vllm_port_uri_fails_in_engine_core() -> None:
     head = "(EngineCore) ERROR [core.py:1108] "
     err = lines.index(head + "EngineCore failed to start.")
     core = f"{VLLM}/v1/engine/core.py"
+    net, executor = f"{VLLM}/utils/network_utils.py", f"{VLLM}/v1/executor"
     calls = [
-        f'  File "{core}", line 1099, in run_engine_core',
-        "    engine_core = EngineCoreProc(*args, **kwargs)",
-        f'  File "{core}", line 827, in __init__',
+        f'  File "{core}", line 1082, in run_engine_core',
+        "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+        f'  File "{core}", line 848, in __init__',
         "    super().__init__(",
-        f'  File "{VLLM}/utils/network_utils.py", line 213, in get_open_port',
-        "    port = envs.VLLM_PORT",
-        f'  File "{VLLM}/envs.py", line 1607, in __getattr__',
-        "    value = environment_variables[name]()",
-        f'  File "{VLLM}/envs.py", line 220, in get_vllm_port',
-        "    raise ValueError(f\"VLLM_PORT '{port}' appears to be a URI. \" ...",
+        f'  File "{core}", line 114, in __init__',
+        "    self.model_executor = executor_class(vllm_config)",
+        f'  File "{executor}/abstract.py", line 103, in __init__',
+        "    self._init_executor()",
+        f'  File "{executor}/uniproc_executor.py", line 30, in _init_executor',
+        "    distributed_init_method, rank, local_rank = self._distributed_args()",
+        f'  File "{executor}/uniproc_executor.py", line 57, in _distributed_args',
+        "    distributed_init_method = get_distributed_init_method(get_ip(), get_open_port())",
+        f'  File "{net}", line 166, in get_open_port',
+        "    return _get_open_port()",
+        f'  File "{net}", line 194, in _get_open_port',
+        "    start_port = start_port if start_port is not None else envs.VLLM_PORT",
+        f'  File "{VLLM}/envs.py", line 1683, in __getattr__',
+        "    return environment_variables[name]()",
+        f'  File "{VLLM}/envs.py", line 449, in get_vllm_port',
+        "    raise ValueError(",
         "ValueError: VLLM_PORT 'tcp://10.100.1.2:8000' appears to be a URI. This may "
         "be caused by a Kubernetes service discovery issue,check the warning in: "
         "https://docs.vllm.ai/en/stable/serving/env_vars.html",
     ]
     # logger.exception puts the record's head on every line; then the process dies re-raising
-    assert lines[err + 1 : err + 13] == [head + "Traceback (most recent call last):"] + [
+    n = len(calls)
+    assert lines[err + 1 : err + 2 + n] == [head + "Traceback (most recent call last):"] + [
         head + ln for ln in calls
     ]
-    assert lines[err + 13 : err + 32] == [
+    assert lines[err + 2 + n : err + 10 + 2 * n] == [
         "(EngineCore) Process EngineCore:",
         "(EngineCore) Traceback (most recent call last):",
         '(EngineCore)   File "/usr/lib/python3.12/multiprocessing/process.py", line 314, '
@@ -201,7 +213,7 @@ def test_vllm_port_uri_fails_in_engine_core() -> None:
         "(EngineCore)     raise e",
     ] + [f"(EngineCore) {ln}" for ln in calls]
     assert lines[-3:] == [
-        f'(APIServer)   File "{VLLM}/v1/engine/utils.py", line 1084, in wait_for_engine_startup',
+        f'(APIServer)   File "{VLLM}/v1/engine/utils.py", line 1057, in wait_for_engine_startup',
         "(APIServer)     raise RuntimeError(",
         "(APIServer) RuntimeError: Engine core initialization failed. See root cause above. "
         "Failed core proc(s): {}",
@@ -335,7 +347,7 @@ def test_sigterm_while_a_head_waits_for_its_group() -> None:
     assert code == 130
     expected = serve_traceback(3, "KeyboardInterrupt: terminated")
     expected[-1:-1] = [
-        f'(APIServer)   File "{VLLM}/entrypoints/openai/api_server.py", line 1901, '
+        f'(APIServer)   File "{VLLM}/entrypoints/openai/api_server.py", line 558, '
         "in signal_handler",
         '(APIServer)     raise KeyboardInterrupt("terminated")',
     ]
@@ -348,4 +360,4 @@ def test_sigterm_ends_a_headless_node() -> None:
         "headless multiproc executor", "--node-rank", "1", "--headless", comm=HEADLESS_COMM
     )
     assert code == 0
-    assert logged(out)[-1] == "(Worker_TP1) INFO [api_server.py:153] Shutting down."
+    assert logged(out)[-1] == "(Worker_TP1) INFO [serve.py:235] Shutting down."

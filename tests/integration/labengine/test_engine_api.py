@@ -161,19 +161,19 @@ def test_engine_core_death_exits_zero(engine: tuple[str, subprocess.Popen[str]])
     out = proc.stdout.read() if proc.stdout else ""
     prefix = f"(APIServer pid={proc.pid}) "
     lines = [ln.removeprefix(prefix) for ln in out.splitlines() if ln.startswith(prefix)]
-    at = next(i for i, ln in enumerate(lines) if "[core_client.py:564]" in ln)
+    at = next(i for i, ln in enumerate(lines) if "[core_client.py:667]" in ln)
     stamp = r"ERROR \d\d-\d\d \d\d:\d\d:\d\d "
     assert re.fullmatch(
-        stamp + r"\[core_client.py:564\] Engine core proc EngineCore_DP0 died unexpectedly, "
+        stamp + r"\[core_client.py:667\] Engine core proc EngineCore_DP0 died unexpectedly, "
         r"shutting down client\.",
         lines[at],
     )
     assert re.fullmatch(
-        stamp + r"\[async_llm.py:480\] AsyncLLM output_handler failed\.", lines[at + 1]
+        stamp + r"\[async_llm.py:707\] AsyncLLM output_handler failed\.", lines[at + 1]
     )
     assert lines[at + 2 : at + 6] == [
         "Traceback (most recent call last):",
-        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py", line 439, '
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py", line 663, '
         "in output_handler",
         "    outputs = await engine_core.get_output_async()",
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
