@@ -261,11 +261,29 @@ def _check_free_memory(s: CoreSettings, shared: SharedGpu | None) -> None:
         raise EngineStartError("ValueError", msg, Traceback.CORE_INIT)
 
 
+def model_runner_v2(s: CoreSettings) -> bool:
+    """Whether the engine runs vLLM's Model Runner V2, which words its loading lines otherwise:
+    0.33's default on CUDA for every model the lab serves (config/vllm.py:
+    VllmConfig.use_v2_model_runner; none of its unsupported features applies), unless
+    VLLM_USE_V2_MODEL_RUNNER says 0. 0.19 has only the V1 runner."""
+    if s.era is not Era.V0_33:
+        return False
+    raw = s.env.get("VLLM_USE_V2_MODEL_RUNNER")
+    try:
+        return raw is None or bool(int(raw))  # envs.maybe_convert_bool
+    except ValueError:
+        return True
+
+
 def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> None:
     """Fetch the weights into the (emptyDir) HF cache, then load them onto the GPU shard by
     shard (labengine.loading: the rates and vLLM's progress bar)."""
     m = s.model
-    log.info(where(s.era, Site.LOAD_START), f"Starting to load model {m.tag}...")
+    v2 = model_runner_v2(s)
+    if v2:
+        log.info(where(s.era, Site.LOAD_START_V2), "Loading model from scratch...")
+    else:
+        log.info(where(s.era, Site.LOAD_START), f"Starting to load model {m.tag}...")
     loaded = m.loaded_bytes(s.tp, s.dtype or None)
     times = loading.load_times(m, loaded, s.gpus.gpu, s.env)
     sleep_real(times.download_s, s.time_scale)
@@ -277,7 +295,7 @@ def _load_weights(s: CoreSettings, log: VllmLog, shared: SharedGpu | None) -> No
     _check_fits_while_loading(s, loaded, shared)
     log.info(where(s.era, Site.WEIGHTS_LOADED), f"Loading weights took {times.load_s:.2f} seconds")
     log.info(
-        where(s.era, Site.MODEL_LOADED),
+        where(s.era, Site.MODEL_LOADED_V2 if v2 else Site.MODEL_LOADED),
         f"Model loading took {gib(loaded)} GiB memory and "
         f"{times.download_s + times.load_s:.6f} seconds",
     )
@@ -384,7 +402,7 @@ def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
     if graphs:
         sleep_real(GRAPH_CAPTURE_S, s.time_scale)
         log.info(
-            where(s.era, Site.GRAPH_CAPTURED),
+            where(s.era, Site.GRAPH_CAPTURED_V2 if model_runner_v2(s) else Site.GRAPH_CAPTURED),
             f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graphs)} GiB",
         )
 

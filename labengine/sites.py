@@ -7,7 +7,10 @@ moves between releases, so each wording era has its own table, read from that er
 path under the `vllm/` package, so that the check can open it; the log shows its basename.
 
 Where a release has two code paths for one message, the table follows the path the lab
-engine models: a CUDA device, the V1 GPU model runner (`vllm/v1/worker/gpu_model_runner.py`).
+engine models: a CUDA device and the model runner that release uses there by default. 0.19 has
+only the V1 GPU model runner (`vllm/v1/worker/gpu_model_runner.py`); 0.33 uses Model Runner V2
+(`vllm/v1/worker/gpu/model_runner.py`, VllmConfig.use_v2_model_runner) unless
+VLLM_USE_V2_MODEL_RUNNER=0 picks the V1 runner: the `*_V2` sites.
 """
 
 from __future__ import annotations
@@ -40,10 +43,12 @@ class Site(enum.StrEnum):
     DEV_MODE = "dev_mode"  # the development endpoints' security warning
     ENGINE_CONFIG = "engine_config"  # "Initializing a V1 LLM engine (vX) with config: ..."
     DP_GROUP_LEADER = "dp_group_leader"
-    LOAD_START = "load_start"  # "Starting to load model ..."
+    LOAD_START = "load_start"  # "Starting to load model ..." (the V1 model runner)
+    LOAD_START_V2 = "load_start_v2"  # Model Runner V2: "Loading model from scratch..."
     DOWNLOAD_TIME = "download_time"
     WEIGHTS_LOADED = "weights_loaded"  # "Loading weights took ..."
     MODEL_LOADED = "model_loaded"  # "Model loading took ... GiB memory and ..."
+    MODEL_LOADED_V2 = "model_loaded_v2"
     COMPILE_CACHE_DIR = "compile_cache_dir"
     COMPILE_TOOK = "compile_took"
     KV_MEMORY = "kv_memory"  # "Available KV cache memory: ..."
@@ -52,6 +57,7 @@ class Site(enum.StrEnum):
     KV_CACHE_SIZE = "kv_cache_size"  # "GPU KV cache size: ..." (0.33: with the concurrency)
     MAX_CONCURRENCY = "max_concurrency"  # 0.19: a line of its own
     GRAPH_CAPTURED = "graph_captured"
+    GRAPH_CAPTURED_V2 = "graph_captured_v2"
     INIT_ENGINE_TOOK = "init_engine_took"  # 0.33: "(compilation: ...)" when compiled
     INIT_ENGINE_TOOK_EAGER = "init_engine_took_eager"  # 0.33: no compilation time
     CORE_FAILED_TO_START = "core_failed_to_start"  # run_engine_core's logger.exception
@@ -154,6 +160,9 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.CUDAGRAPH_PROFILING_OFF: _L("v1/worker/gpu_worker.py", 804),
         Site.KV_CACHE_SIZE: _L("v1/core/kv_cache_utils.py", 1147),
         Site.GRAPH_CAPTURED: _L("v1/worker/gpu_model_runner.py", 6516),
+        Site.LOAD_START_V2: _L("v1/worker/gpu/model_runner.py", 399),
+        Site.MODEL_LOADED_V2: _L("v1/worker/gpu/model_runner.py", 428),
+        Site.GRAPH_CAPTURED_V2: _L("v1/worker/gpu/model_runner.py", 1163),
         Site.INIT_ENGINE_TOOK: _L("v1/engine/core.py", 405),
         Site.INIT_ENGINE_TOOK_EAGER: _L("v1/engine/core.py", 412),
         Site.CORE_FAILED_TO_START: _L("v1/engine/core.py", 1584),

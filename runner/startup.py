@@ -19,7 +19,10 @@ MARKERS: list[tuple[StartupPhase, re.Pattern[str]]] = [
         StartupPhase.ENGINE_CORE_INIT,
         re.compile(r"^\(EngineCore(?:_DP\d+)? pid=\d+\)|Initializing a V1 LLM engine"),
     ),
-    (StartupPhase.WEIGHTS_LOAD, re.compile(r"Starting to load model|Loading weights took")),
+    (
+        StartupPhase.WEIGHTS_LOAD,
+        re.compile(r"Starting to load model|Loading model from scratch|Loading weights took"),
+    ),
     (
         StartupPhase.KV_CACHE_CHECK,
         re.compile(r"Model loading took .* GiB|Available KV cache memory|Memory profiling takes"),

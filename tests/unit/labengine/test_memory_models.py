@@ -311,3 +311,49 @@ def test_cast_lines_are_vllms(
     config_dtype: str, dtype: str, expected: tuple[str, str] | None
 ) -> None:
     assert cast_line(config_dtype, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("era", "env", "lines"),
+    [
+        (
+            Era.V0_19,
+            {},
+            [
+                "[gpu_model_runner.py:4735] Starting to load model Qwen/Qwen2.5-0.5B-Instruct...",
+                "[gpu_model_runner.py:4820] Model loading took",
+            ],
+        ),
+        # 0.33 runs Model Runner V2 on CUDA by default (VllmConfig.use_v2_model_runner)
+        (
+            Era.V0_33,
+            {},
+            [
+                "[model_runner.py:399] Loading model from scratch...",
+                "[model_runner.py:428] Model loading took",
+            ],
+        ),
+        (
+            Era.V0_33,
+            {"VLLM_USE_V2_MODEL_RUNNER": "0"},
+            [
+                "[gpu_model_runner.py:4978] Starting to load model Qwen/Qwen2.5-0.5B-Instruct...",
+                "[gpu_model_runner.py:5088] Model loading took",
+            ],
+        ),
+    ],
+)
+def test_the_loading_lines_are_the_model_runners_of_the_era(
+    era: Era, env: dict[str, str], lines: list[str]
+) -> None:
+    stream = io.StringIO()
+    core._load_weights(
+        settings("Qwen/Qwen2.5-0.5B-Instruct", era=era, env=env),
+        VllmLog("EngineCore", stream),
+        None,
+    )
+    out = stream.getvalue()
+    at = [out.find(line) for line in lines]
+    assert all(i >= 0 for i in at) and at == sorted(at), out
+    other = "Loading model from scratch" if era is Era.V0_19 or env else "Starting to load model"
+    assert other not in out

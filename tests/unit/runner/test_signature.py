@@ -173,6 +173,15 @@ def test_phase_reached() -> None:
         startup.reached(lines("Starting vLLM API server 0 on http://0.0.0.0:8000"))
         is StartupPhase.SERVING
     )
+    # the V1 model runner's words and Model Runner V2's (0.33's default on CUDA)
+    for start in (
+        "Starting to load model Qwen/Qwen2.5-0.5B-Instruct...",
+        "Loading model from scratch...",
+    ):
+        assert (
+            startup.reached(lines("(EngineCore_DP0 pid=2) INFO [x.py:1] " + start))
+            is StartupPhase.WEIGHTS_LOAD
+        )
     # vLLM 0.19.1's and 0.33.0's own words (the seed's build said "API server 0")
     assert (
         startup.reached(lines("Starting vLLM server on http://0.0.0.0:8000"))
