@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labengine import core
-from labengine.gpu import NodeGpus, gpu_types
-from labengine.memory import SAMPLER_BYTES_PER_LOGIT
+from labengine.gpu import GpuType, NodeGpus, gpu_types
+from labengine.memory import SAMPLER_BYTES_PER_LOGIT, estimate_max_model_len
 from labengine.models import ModelInfo, resolve
 from labengine.wording import Era
 
@@ -134,22 +134,64 @@ def implied(m: ModelInfo, c: Case) -> str:
     return f"{per_logit:.1f} ({'sampler' if sampler > forward else 'forward'} peak)"
 
 
+SEED_RUNS = ((0.9, 4096, 9.1), (0.5, 16384, 0.18))  # seeds/004: util, max len, available KV
+# What public logs of 24 GB cards (A10G/L4 class: nvidia-smi 23,028/23,034 MiB) print: total
+# 22.06-22.07 GiB, non_torch_memory 0.05 GiB (the two "24 GB card" rows above).
+PUBLIC_24GB_TOTAL_MIB, PUBLIC_24GB_NON_TORCH_MIB = 22589, 51
+
+
+def seed_plan(gpu: GpuType, util: float, length: int) -> core.KvPlan:
+    s = core.CoreSettings(
+        era=Era.V0_19, model=resolve("Qwen/Qwen2.5-14B-Instruct-AWQ"), served_name="q",
+        gpus=NodeGpus(gpu=gpu, installed=1, visible=(0,)), utilization=util,
+        max_model_len=length, derived_max_len=32768.0, tp=1, pp=1, max_num_seqs=256,
+        max_num_batched_tokens=2048, enforce_eager=False, nnodes=1, node_rank=0,
+        master_addr="127.0.0.1", master_port=29501, time_scale=1.0, env={},
+    )  # fmt: skip
+    return core.memory_plan(s)
+
+
 def seed_rows() -> None:
     """The seed's runs end to end: weights, the engine's activation and its A10G non-torch
-    figure, against what vLLM 0.19.1 printed."""
-    gpus = NodeGpus(gpu=gpu_types()["a10g"], installed=1, visible=(0,))
-    for util, length, public in ((0.9, 4096, 9.1), (0.5, 16384, 0.18)):
-        s = core.CoreSettings(
-            era=Era.V0_19, model=resolve("Qwen/Qwen2.5-14B-Instruct-AWQ"), served_name="q",
-            gpus=gpus, utilization=util, max_model_len=length, derived_max_len=32768.0, tp=1,
-            pp=1, max_num_seqs=256, max_num_batched_tokens=2048, enforce_eager=False, nnodes=1,
-            node_rank=0, master_addr="127.0.0.1", master_port=29501, time_scale=1.0, env={},
-        )  # fmt: skip
-        got = core.memory_plan(s).available / GIB
+    figure, against what vLLM 0.19.1 printed; then what the public 24 GB-card figures would
+    give instead, and why the lab keeps the seed's."""
+    a10g = gpu_types()["a10g"]
+    for util, length, public in SEED_RUNS:
+        got = seed_plan(a10g, util, length).available / GIB
         print(
             f"seed A10G util {util} len {length} (0.19.1) | seeds/004 | - | - | - | {public:.2f}"
             f" | {got:.2f} | {pct(got, public)}   (A10G non-torch: what the seed leaves)"
         )
+    alt = replace(
+        a10g,
+        cuda_total_mib=PUBLIC_24GB_TOTAL_MIB,
+        profile_non_torch_mib=PUBLIC_24GB_NON_TORCH_MIB,
+    )
+    for util, length, public in SEED_RUNS:
+        p = seed_plan(alt, util, length)
+        got = p.available / GIB
+        est = estimate_max_model_len(Era.V0_19, p.available, p.page_bytes, length, p.layout)
+        print(
+            f"seed A10G util {util} len {length}, public 24 GB figures | seeds/004 | - | - | - "
+            f"| {public:.2f} | {got:.2f} | {pct(got, public)}   ("
+            + (
+                f"estimate {est}, the seed's 976"
+                if not p.fits
+                else f"{p.tokens:,} tokens, the seed's 49,696"
+            )
+            + ")"
+        )
+    # Both runs have the same weights, activation and non-torch terms (max_num_batched_tokens
+    # and max_num_seqs are the same; nothing in 0.19.1's profiling depends on the length or the
+    # utilisation), so their available memories differ by (0.9 - 0.5) x total alone. vLLM rounds
+    # each to 0.01 GiB, which bounds the total the seed's GPU reported.
+    lo = ((SEED_RUNS[0][2] - 0.005) - (SEED_RUNS[1][2] + 0.005)) / 0.4
+    hi = ((SEED_RUNS[0][2] + 0.005) - (SEED_RUNS[1][2] - 0.005)) / 0.4
+    print(
+        f"\nThe seed's two runs put its A10G's CUDA total at {lo:.3f}-{hi:.3f} GiB (the lab uses "
+        f"{a10g.cuda_total_mib / 1024:.3f}); public 24 GB-card logs show 22.06-22.07 GiB. "
+        "No single total with equal overheads gives both the seed's figures and the public one."
+    )
 
 
 if __name__ == "__main__":
