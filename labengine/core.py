@@ -356,7 +356,7 @@ def _profile(s: CoreSettings, log: VllmLog) -> memory.KvPlan:
     log.info(where(s.era, Site.KV_MEMORY), f"Available KV cache memory: {gib(plan.available)} GiB")
     _log_cudagraph_estimate(s, log)
     if plan.check_available <= 0:
-        raise EngineStartError("ValueError", no_kv_memory(s.era), Traceback.CORE_KV_CACHE)
+        raise EngineStartError("ValueError", no_kv_memory(s.era), Traceback.CORE_NO_KV_MEMORY)
     if not plan.fits:
         est = memory.estimate_max_model_len(
             s.era, plan.available, plan.page_bytes, s.max_model_len, plan.layout

@@ -33,7 +33,8 @@ class Traceback(enum.StrEnum):
     CORE_INIT = "core_init"  # EngineCore's constructor (free memory on the device)
     CORE_VLLM_PORT = "core_vllm_port"  # 0.19: the executor's get_open_port() reading VLLM_PORT
     CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init
-    CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory
+    CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory: too little for one request
+    CORE_NO_KV_MEMORY = "core_no_kv_memory"  # the same check: nothing left at all
     BUSY_LOOP_NCCL = "busy_loop_nccl"  # an all-reduce with a worker gone
     BUSY_LOOP_DEEPGEMM = "busy_loop_deepgemm"  # loading a DeepGEMM kernel (CUDA error 800)
     BUSY_LOOP_TRITON = "busy_loop_triton"  # loading a Triton kernel (CUDA error 800)

@@ -117,3 +117,17 @@ def test_throughput_line() -> None:
         "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.3%, Prefix cache hit "
         "rate: 0.0%"
     )
+
+
+def test_no_kv_memory_raises_from_the_same_check_two_branches_earlier() -> None:
+    """ "No available memory for the cache blocks" is the check's first `raise`, not the
+    shortage's (0.19.1 kv_cache_utils.py:626, 0.33.0 kv_cache_planning.py:57)."""
+    for era, line in ((Era.V0_19, 626), (Era.V0_33, 57)):
+        short, none = frames(era, Traceback.CORE_KV_CACHE), frames(era, Traceback.CORE_NO_KV_MEMORY)
+        assert none[:-1] == short[:-1]
+        assert (none[-1].function, none[-1].line, none[-1].code) == (
+            "_check_enough_kv_cache_memory",
+            line,
+            "raise ValueError(",
+        )
+        assert short[-1].line != line
