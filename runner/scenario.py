@@ -865,6 +865,26 @@ class Scenario(Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _rollback_keeps_setup(self) -> Scenario:
+        """A `rollback` puts back every change of the run, the baseline's setup included: the
+        target would leave the scenario's starting configuration (another model, another build)
+        and every later probe would judge that instead."""
+        for kind in self.labs:
+            for vllm in Era:
+                sc = self.for_lab(kind, vllm)
+                if not sc.baseline.setup:
+                    continue
+                for i, step in enumerate(sc.recover):
+                    if any(isinstance(a, Rollback) for a in (*step.actions, *step.reveal)):
+                        where = "".join(sc_origin(self, kind, vllm, "recover"))
+                        raise ValueError(
+                            f"recover[{i}] ({step.name!r}{where}) rolls back, which also undoes "
+                            "baseline.setup: put back what inject changed with set_args / "
+                            "set_env (or a restart) instead"
+                        )
+        return self
+
     def replaced_on(self, kind: LabKind, vllm: Era = Era.V0_19) -> list[str]:
         """The sections a lab of this kind running this vLLM takes from per_lab or per_vllm."""
         return list(self.resolved(kind, vllm).origins)
@@ -907,6 +927,12 @@ class Scenario(Model):
                     "entry"
                 )
         return self
+
+
+def sc_origin(sc: Scenario, kind: LabKind, vllm: Era, section: str) -> list[str]:
+    """", from per_lab.<kind>" (or per_vllm...) where that section comes from a variant."""
+    origin = sc.resolved(kind, vllm).origins.get(section)
+    return [f" from {origin}"] if origin else []
 
 
 def variant_notes(sc: Scenario, kind: LabKind, vllm: Era) -> list[str]:

@@ -440,6 +440,8 @@ def test_a_setup_command_that_fails_is_an_error_and_its_journalled_undo_runs(
     fails = {"kind": "command", "argv": ["python3", "-c", "raise SystemExit(1)"]}
     doc = scenario_doc()
     doc["baseline"]["setup"] = [first, fails]
+    # a rollback would undo the setup too (refused): the recovery puts back the flag
+    doc["recover"][1]["actions"] = [{"kind": "set_args", "args": {"--max-model-len": None}}]
     run = fake_run(tmp_path, doc, wrong_flag())
     result = run.run()
     assert result.verdict.value == "error"

@@ -25,8 +25,18 @@ JAMBA = {
 }
 
 
+# a rollback would undo the setup too (refused): the recovery puts back what inject changed
+PUT_BACK = [
+    {
+        "name": "Put the flag back",
+        "outcome": "restores",
+        "actions": [{"kind": "set_args", "node": "serving", "args": {"--max-model-len": None}}],
+    }
+]
+
+
 def write(tmp_path: Path, setup: list[Any]) -> Path:
-    doc = scenario_doc(baseline={"setup": setup, "probes": [HEALTH]})
+    doc = scenario_doc(baseline={"setup": setup, "probes": [HEALTH]}, recover=PUT_BACK)
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(doc, sort_keys=False))
     return p
@@ -130,3 +140,29 @@ def test_the_plan_shows_setup_and_the_injection_against_it(tmp_path: Path) -> No
     # the injection's change starts from the setup's configuration, as the run applies it
     inject = lines[lines.index("  inject (target serving):") + 2]
     assert inject.startswith("      -> serving: args gameday-lab/jamba-hybrid-1b --port 8000 ->")
+
+
+def test_a_rollback_in_recovery_is_refused_where_a_setup_would_be_rolled_back(
+    tmp_path: Path,
+) -> None:
+    """A rollback puts back every change of the run, setup included: the scenario would judge
+    the lab's default model instead of its own. Refused, on the shared sections and on a
+    variant that brings the rollback or the setup."""
+    doc = scenario_doc(baseline={"setup": [JAMBA], "probes": [HEALTH]})
+    doc["recover"] = [
+        {"name": "Roll back", "outcome": "restores", "actions": [{"kind": "rollback"}]}
+    ]
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(p)
+    assert "recover[0] ('Roll back') rolls back, which also undoes baseline.setup" in str(exc.value)
+    # the same rollback without a setup is fine
+    del doc["baseline"]["setup"]
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert load_scenario(p).scenario.baseline.setup == []
+    # a per_lab setup with the shared rollback: refused, naming where
+    doc["per_lab"] = {"local": {"baseline": {"setup": [JAMBA], "probes": [HEALTH]}}}
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ScenarioError, match=r"rolls back, which also undoes baseline\.setup"):
+        load_scenario(p)
