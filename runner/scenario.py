@@ -930,7 +930,7 @@ class Scenario(Model):
 
 
 def sc_origin(sc: Scenario, kind: LabKind, vllm: Era, section: str) -> list[str]:
-    """", from per_lab.<kind>" (or per_vllm...) where that section comes from a variant."""
+    """The origin of `section` on this lab ("per_lab.<kind>", "per_vllm.<v>"), if a variant."""
     origin = sc.resolved(kind, vllm).origins.get(section)
     return [f" from {origin}"] if origin else []
 

@@ -178,6 +178,8 @@ class Capability(enum.StrEnum):
     GPU_PROCESSES = "gpu_processes"  # list the processes holding a node's GPU
     ADDRESSES = "addresses"  # move a node's address on a network (DHCP)
     MONITORING = "monitoring"  # a Prometheus with the lab's rules and targets
+    # its Alertmanager reaches the runner's webhook receiver (monitoring.receiver_listen)
+    ALERT_DELIVERY = "alert_delivery"
     SERVICE_LINKS = "service_links"  # real Services whose variables the runtime injects
 
 

@@ -27,6 +27,8 @@ WHAT: dict[Capability, str] = {
     Capability.GPU_PROCESSES: "list the processes on a node's GPU",
     Capability.ADDRESSES: "move a node's address (DHCP)",
     Capability.MONITORING: "run the lab's Prometheus",
+    Capability.ALERT_DELIVERY: "deliver alerts to the runner's receiver (set "
+    "gameday_lab.monitoring.receiver_listen to an address the lab's pods reach)",
     Capability.SERVICE_LINKS: "create Services whose variables the runtime injects",
 }
 
@@ -67,6 +69,9 @@ def needs(sc: Scenario) -> list[Need]:
                 found.setdefault(cap, f"{where}[{i}] ({getattr(item, 'kind', '')})")
     if sc.detect.alerts:
         found.setdefault(Capability.MONITORING, "detect.alerts")
+    for i, alert in enumerate(sc.detect.alerts):
+        if alert.delivered:
+            found.setdefault(Capability.ALERT_DELIVERY, f"detect.alerts[{i}] (delivered)")
     return [Need(c, w) for c, w in found.items()]
 
 

@@ -199,5 +199,6 @@ def host_capabilities(inventory: Inventory) -> frozenset[Capability]:
         Capability.ADDRESSES,
     }
     if inventory.lab.monitoring is not None:
-        caps.add(Capability.MONITORING)
+        # the receiver listens on this machine, where the lab's Alertmanager runs or bridges
+        caps |= {Capability.MONITORING, Capability.ALERT_DELIVERY}
     return frozenset(caps)

@@ -62,15 +62,20 @@ class KubernetesLab(PodAccess, LabDriver):
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
         """Exec into pods (signals, the GPU list), stray pods (programs on a node), Services;
-        its Prometheus when the inventory has monitoring."""
+        its Prometheus when the inventory has monitoring; alerts delivered to the runner only
+        where `monitoring.receiver_listen` names an address the cluster's pods reach (the
+        default, an address on the runner's machine, is reached by no pod of a real cluster)."""
         caps = {
             Capability.SERVICE_LINKS,
             Capability.SIGNALS,
             Capability.GPU_PROCESSES,
             Capability.PROCESSES,
         }
-        if self.inventory.lab.monitoring is not None:
+        mon = self.inventory.lab.monitoring
+        if mon is not None:
             caps.add(Capability.MONITORING)
+            if mon.receiver_listen:
+                caps.add(Capability.ALERT_DELIVERY)
         return frozenset(caps)
 
     def __init__(self, inventory: Inventory) -> None:

@@ -19,8 +19,8 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
     }
     assert got == {
         "context-window-overflow": [],
-        "dhcp-address-change": ["addresses", "monitoring"],
-        "head-only-restart": ["monitoring", "signals"],
+        "dhcp-address-change": ["addresses", "alert_delivery", "monitoring"],
+        "head-only-restart": ["alert_delivery", "monitoring", "signals"],
         "kv-cache-shortage": [],
         "service-name-collision": [],
         "silent-wrong-output": [],
@@ -51,3 +51,19 @@ def test_alerts_need_monitoring(tmp_path: Path) -> None:
     assert lacking(run.ls.scenario, run.lab) == [
         "not on this lab: the fake lab cannot run the lab's Prometheus, which detect.alerts needs"
     ]
+
+
+def test_delivery_on_kubernetes_needs_a_receiver_address_the_pods_reach() -> None:
+    """The receiver's default address is on the runner's machine: no pod of a real cluster
+    reaches it, so a Kubernetes lab delivers only with monitoring.receiver_listen set."""
+    from runner.inventory import load_inventory
+    from runner.labs.kubernetes.driver import KubernetesLab
+
+    head = load_scenario(ROOT / "scenarios" / "head-only-restart.yaml").scenario
+    eks = KubernetesLab(load_inventory(ROOT / "inventories" / "eks.yaml"))
+    assert Capability.ALERT_DELIVERY not in eks.capabilities
+    assert "detect.alerts[0] (delivered)" in " ".join(lacking(head, eks))
+    assert "receiver_listen" in " ".join(lacking(head, eks))
+    test = KubernetesLab(load_inventory(ROOT / "inventories" / "kube-testserver.yaml"))
+    assert Capability.ALERT_DELIVERY in test.capabilities
+    assert not [r for r in lacking(head, test) if "deliver" in r]
