@@ -462,6 +462,13 @@ def _image_matches_version(src: Source, lab: LabSpec) -> None:
         return
     given = "image" in lab.kubernetes.model_fields_set
     loc = ("all", "vars", "gameday_lab", *(("kubernetes", "image") if given else ("vllm_version",)))
+    known = {e.value for e in Era}
+    other = (
+        f'or vllm_version to "{m["era"]}"'
+        if m["era"] in known
+        else f"(gameday knows vLLM {' and '.join(sorted(known))}: the scenarios' expectations "
+        "are written against those releases' words)"
+    )
     raise InventoryError(
         f"the image {lab.kubernetes.image} is vLLM {m['era']}, but vllm_version is "
         f"{lab.vllm_version.value!r}",
@@ -469,7 +476,7 @@ def _image_matches_version(src: Source, lab: LabSpec) -> None:
         line=src.line_of(loc),
         field=".".join(loc),
         hint=f"set gameday_lab.kubernetes.image to vllm/vllm-openai:v{lab.vllm_version.version} "
-        f'or vllm_version to "{m["era"]}"',
+        + other,
     )
 
 

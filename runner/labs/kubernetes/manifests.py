@@ -142,9 +142,10 @@ def baseline_config(inventory: Inventory, node: Node) -> NodeConfig:
 
 
 def lab_env(inventory: Inventory) -> dict[str, str]:
-    """What the lab engine image needs beyond the node's own environment (nothing on real vLLM:
-    the GAMEDAY_ prefix never trips vLLM's unknown-variable warning). Each only where it is not
-    the lab engine's default, so that a default lab's manifests name no lab-only variable."""
+    """What the lab engine needs beyond the node's own environment. Each only where it is not
+    the lab engine's default, so that a default lab's manifests name no lab-only variable; on
+    real vLLM they are inert (no vLLM reads a GAMEDAY_ name, and the prefix never trips its
+    unknown-variable warning)."""
     lab = inventory.lab
     env = {"GAMEDAY_TIME_SCALE": f"{lab.time_scale:g}"} if lab.time_scale != 1 else {}
     if lab.vllm_version is not Era.V0_19:

@@ -407,3 +407,13 @@ def test_validate_checks_the_flags_a_per_vllm_section_sets(tmp_path: Path) -> No
     assert e.value.field == "per_vllm.0.33.recover.0.actions.0.args.--max-model-lenn"
     assert line_of(p, e.value.line) == "args: {--max-model-lenn: 4096}"
     assert "did you mean '--max-model-len'?" in str(e.value)
+
+
+def test_an_image_of_a_release_gameday_does_not_know_says_which_it_knows(tmp_path: Path) -> None:
+    eks = ROOT / "inventories" / "eks.yaml"
+    p = edited(tmp_path, eks, EKS_IMAGE, EKS_IMAGE.replace("0.19.1", "0.20.0"), "u.yaml")
+    with pytest.raises(InventoryError) as e:
+        load_inventory(p)
+    hint = e.value.hint or ""
+    assert "vllm/vllm-openai:v0.19.1" in hint and "gameday knows vLLM 0.19 and 0.33" in hint
+    assert 'vllm_version to "0.20"' not in hint
