@@ -99,15 +99,21 @@ def _alerting(
     alerting = config.get("alerting") or {}
     out, changed = [], False
     for am in alerting.get("alertmanagers") or []:
+        if not am.get("static_configs"):
+            out.append(am)  # discovered some other way: as it is
+            continue
         rest = []
-        for sc in am.get("static_configs") or []:
+        for sc in am["static_configs"]:
             for t in sc.get("targets") or []:
                 entry = _service_endpoints(t, services, sd, refresh)
                 if entry is None:
                     rest.append(t)
-                else:
-                    changed = True
-                    out.append({k: v for k, v in am.items() if k != "static_configs"} | entry)
+                    continue
+                changed = True
+                own = {k: v for k, v in am.items() if k != "static_configs"}
+                # the entry's own relabelling still applies, after the Service's selection
+                keep = entry["relabel_configs"] + list(am.get("relabel_configs") or [])
+                out.append(own | entry | {"relabel_configs": keep})
         if rest:
             out.append(am | {"static_configs": [{"targets": rest}]})
     return {**alerting, "alertmanagers": out} if changed else None

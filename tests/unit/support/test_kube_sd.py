@@ -75,3 +75,16 @@ def test_a_target_that_is_no_known_service_is_left_alone() -> None:
     out = as_http_sd(config, services=[])
     assert out is not None
     assert out["alerting"] == config["alerting"]
+
+
+def test_other_alertmanagers_and_an_entrys_own_relabelling_are_kept() -> None:
+    config, svc = lab_config()
+    own = [{"source_labels": ["__address__"], "regex": ".*", "action": "keep"}]
+    config["alerting"]["alertmanagers"][0]["relabel_configs"] = own
+    dns = {"dns_sd_configs": [{"names": ["am.example"], "type": "A", "port": 9093}]}
+    config["alerting"]["alertmanagers"].append(dns)
+    out = as_http_sd(config, services=[svc])
+    assert out is not None
+    first, second = out["alerting"]["alertmanagers"]
+    assert first["relabel_configs"][-1] == own[0] and len(first["relabel_configs"]) > 1
+    assert second == dns
