@@ -284,7 +284,7 @@ def serve_flags(tree: Path) -> set[str]:
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 # (case, argv after `serve`, extra environment, the text after which the run is stopped)
 CASES: list[tuple[str, list[str], dict[str, str], str | None]] = [
-    ("healthy start", [QWEN, "--max-model-len", "4096"], {}, "Route: /metrics"),
+    ("healthy start", [QWEN, "--max-model-len", "4096"], {}, "Application startup complete"),
     ("kv-cache shortage", [QWEN, "--gpu-memory-utilization", "0.5", "--max-model-len", "16384"],
      {}, None),
     ("no KV memory", [QWEN, "--gpu-memory-utilization", "0.4"], {}, None),
