@@ -153,18 +153,13 @@ def check_files(src: Source, path: Path, data: Any) -> None:
     exist beside the scenario (`..` allowed: a team's runbooks live elsewhere in its repository).
     `data` is the validated Scenario; read duck-typed to keep this module below runner.scenario."""
     folder = path.parent
-    refs: list[tuple[tuple[Any, ...], str, str]] = []
-    for i, action in enumerate(data.baseline.setup):
-        refs += _playbooks(("baseline", "setup", i), action)
-    for i, action in enumerate(data.inject):
-        refs += _playbooks(("inject", i), action)
-    for i, step in enumerate(data.recover):
-        if step.runbook and not is_url(step.runbook):
-            refs.append((("recover", i, "runbook"), step.runbook, "runbook"))
-        for j, action in enumerate(step.actions):
-            refs += _playbooks(("recover", i, "actions", j), action)
-        for j, action in enumerate(step.reveal):
-            refs += _playbooks(("recover", i, "reveal", j), action)
+    refs = _section_refs((), data)
+    for kind, lab_variant in data.per_lab.items():
+        refs += _section_refs(("per_lab", kind.value), lab_variant)
+    for era, vllm_variant in data.per_vllm.items():
+        refs += _section_refs(("per_vllm", era.value), vllm_variant)
+        for kind, both in vllm_variant.per_lab.items():
+            refs += _section_refs(("per_vllm", era.value, "per_lab", kind.value), both)
     for loc, ref, what in refs:
         file = folder / ref.split("#", 1)[0]  # a runbook's section: runbooks/kv.md#raise
         if not file.exists():
@@ -175,6 +170,25 @@ def check_files(src: Source, path: Path, data: Any) -> None:
                 field=".".join(map(str, loc)),
                 hint=f"a {what} path is relative to the scenario's folder",
             )
+
+
+def _section_refs(prefix: tuple[Any, ...], sections: Any) -> list[tuple[tuple[Any, ...], str, str]]:
+    """The files named in one set of sections: the scenario's own, or a per_lab/per_vllm entry's
+    (where a section not replaced is None)."""
+    refs: list[tuple[tuple[Any, ...], str, str]] = []
+    if sections.baseline is not None:
+        for i, action in enumerate(sections.baseline.setup):
+            refs += _playbooks((*prefix, "baseline", "setup", i), action)
+    for i, action in enumerate(sections.inject or []):
+        refs += _playbooks((*prefix, "inject", i), action)
+    for i, step in enumerate(sections.recover or []):
+        if step.runbook and not is_url(step.runbook):
+            refs.append(((*prefix, "recover", i, "runbook"), step.runbook, "runbook"))
+        for j, action in enumerate(step.actions):
+            refs += _playbooks((*prefix, "recover", i, "actions", j), action)
+        for j, action in enumerate(step.reveal):
+            refs += _playbooks((*prefix, "recover", i, "reveal", j), action)
+    return refs
 
 
 def _playbooks(loc: tuple[Any, ...], action: Any) -> list[tuple[tuple[Any, ...], str, str]]:

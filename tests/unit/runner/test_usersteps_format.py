@@ -87,3 +87,30 @@ def test_a_runbook_path_may_name_its_section(tmp_path: Path) -> None:
         "recover.1.runbook",
         f"runbook 'runbooks/db.md#raise' does not exist (looked for {tmp_path}/runbooks/db.md)",
     )
+
+
+@pytest.mark.parametrize(
+    "where",
+    [("per_lab", "kubernetes"), ("per_vllm", "0.33"), ("per_vllm", "0.33", "per_lab", "compose")],
+)
+def test_a_missing_playbook_in_a_variant_is_refused_where_it_is_named(
+    tmp_path: Path, where: tuple[str, ...]
+) -> None:
+    """A file named only in a per_lab or per_vllm section is checked when the file loads, like
+    the shared sections' files, not when a lab of that kind first runs it."""
+    doc = scenario_doc(labs=["local", "compose", "kubernetes"])
+    recover = [dict(step) for step in doc["recover"]]
+    recover[1]["actions"] = [{"kind": "playbook", "playbook": "playbooks/k8s-fix.yaml"}]
+    variant: dict[str, Any] = {"recover": recover}
+    if where[0] == "per_vllm":
+        variant["note"] = "0.33 prints it in other words"
+    if len(where) == 4:
+        variant = {"note": variant.pop("note"), "per_lab": {where[3]: {"recover": recover}}}
+    doc[where[0]] = {where[1]: variant}
+    err = refused(tmp_path, doc)
+    assert err.field == ".".join((*where, "recover", "1", "actions", "0", "playbook"))
+    path, lines = load(tmp_path, doc)
+    assert lines[err.line - 1].strip() == "playbook: playbooks/k8s-fix.yaml"
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "k8s-fix.yaml").write_text("- hosts: all\n  tasks: []\n")
+    assert load_scenario(path).scenario
