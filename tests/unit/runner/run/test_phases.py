@@ -723,3 +723,42 @@ def test_a_masking_step_needs_the_expectations_probes(tmp_path: Path) -> None:
     doc["recover"] = masking_doc()["recover"]
     with pytest.raises(ScenarioError, match=r"expect\.probes must not be empty"):
         fake_run(tmp_path, doc)
+
+
+def test_a_crash_loop_is_seen_in_the_events_when_the_sample_reads_running() -> None:
+    """Docker's restart policy waits 100 ms, then 200 ms: a compose node is `restarting` only
+    between two samples. Its failed exits and restarts since the injection still say it is
+    crash-looping; one failure, or a node that is not restarted, does not."""
+    from datetime import UTC, datetime
+
+    from runner.labs.base import EventType, ExitInfo, LabEvent, NodeState
+    from runner.run.phases.expect import in_state
+    from runner.scenario import NodeStatus, StateExpectation
+
+    t = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def exited(seq: int, inc: int) -> LabEvent:
+        info = ExitInfo(incarnation=inc, code=1, started_at=t, first_output_at=t, finished_at=t)
+        return LabEvent(seq=seq, ts=t, node="serving", type=EventType.EXITED, exit=info)
+
+    def state(status: NodeStatus, restarts: int) -> NodeState:
+        return NodeState(
+            name="serving", status=status, generation=1, incarnation=3, restarts=restarts,
+            ready=False,
+        )  # fmt: skip
+
+    want = StateExpectation(status=NodeStatus.CRASH_LOOPING, min_restarts=1)
+    two = [exited(1, 1), exited(2, 2)]
+    assert in_state(want, state(NodeStatus.CRASH_LOOPING, 1), []) == ""
+    assert in_state(want, state(NodeStatus.RUNNING, 2), two) == (
+        "crash_looping in the lab's events (2 failed exits since the injection, 2 restarts by "
+        "the restart policy)"
+    )
+    assert in_state(want, state(NodeStatus.RUNNING, 1), two[:1]) is None
+    assert in_state(want, state(NodeStatus.EXITED, 0), two) is None
+    backoff = LabEvent(seq=3, ts=t, node="serving", type=EventType.BACKOFF, restarts=1)
+    assert in_state(want, state(NodeStatus.RUNNING, 1), [two[0], backoff]) == (
+        "crash_looping in the lab's events (a back-off at restarts 1)"
+    )
+    stopped = StateExpectation(status=NodeStatus.EXITED, max_restarts=0)
+    assert in_state(stopped, state(NodeStatus.RUNNING, 2), two) is None
