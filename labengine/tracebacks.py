@@ -38,7 +38,8 @@ class Traceback(enum.StrEnum):
     SERVE_TERMINATED = "serve_terminated"  # SIGTERM while the API server initialises
     SERVE_ENGINE_STARTUP = "serve_engine_startup"  # the engine core failed to start
     ENGINE_DEAD = "engine_dead"  # the API server's output handler, after the engine core died
-    CORE_INIT = "core_init"  # EngineCore's constructor (free memory on the device)
+    CORE_INIT = "core_init"  # EngineCore's constructor (out of memory loading the weights)
+    CORE_FREE_MEMORY = "core_free_memory"  # the worker's init_device: free memory on the device
     CORE_VLLM_PORT = "core_vllm_port"  # 0.19: the executor's get_open_port() reading VLLM_PORT
     CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init
     CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory: too little for one request

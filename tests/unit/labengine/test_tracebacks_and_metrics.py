@@ -170,3 +170,14 @@ def test_no_kv_memory_raises_from_the_same_check_two_branches_earlier() -> None:
             "raise ValueError(",
         )
         assert short[-1].line != line
+
+
+def test_free_memory_is_refused_in_the_workers_init_device() -> None:
+    """0.19.1 v1/worker/utils.py:413, 0.33.0 :762: request_memory, under the worker's
+    instrumented init_device, under the executor's constructor."""
+    for era, line in ((Era.V0_19, 413), (Era.V0_33, 762)):
+        chain = frames(era, Traceback.CORE_FREE_MEMORY)
+        assert (chain[-1].function, chain[-1].line) == ("request_memory", line)
+        names = [f.function for f in chain]
+        assert names[-4:] == ["init_device", "sync_wrapper", "init_device", "request_memory"]
+        assert names.count("sync_wrapper") == 3
