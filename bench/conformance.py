@@ -852,7 +852,8 @@ def report(wheel_dir: Path | None) -> tuple[str, int]:
                 "under the busy loop stay a gap, not counted as skipped):"]  # fmt: skip
         out += [f"- {k}: {v}" for k, v in NOT_REBUILT.items()] + [""]
         out += [f"{outside} traceback frames outside the vllm package (Python's standard library, "
-                "triton, the console script) are not checked.", ""]  # fmt: skip
+                "uvloop, pydantic, triton, the console script) are not checked here; "
+                "bench/differential.py compares the ones real runs reach.", ""]  # fmt: skip
         out += ["| case | vLLM | lab engine | equal |", "|---|---|---|---|"]
         out += [f"| {r.case} | {r.vllm} | {r.lab} | {'yes' if r.equal else 'NO'} |" for r in rows]
         out.append("")

@@ -234,8 +234,10 @@ def compare_tracebacks(
         b = lab[i] if i < len(lab) else []
         rk = [(n, v) for n, f in enumerate(r, 1) if (v := view(f, same_python)) is not None]
         bk = [(n, v) for n, f in enumerate(b, 1) if (v := view(f, same_python)) is not None]
-        left = len(r) - len(rk) + len(b) - len(bk)
-        note = f"{left} event-loop runner frames (another Python)" if left else ""
+        left = (len(r) - len(rk), len(b) - len(bk))
+        note = (
+            f"the event-loop runner's frames, {left[0]} real and {left[1]} lab" if any(left) else ""
+        )
         diff = ""
         if i >= len(real):
             diff = "real vLLM prints no such traceback"
