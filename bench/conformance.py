@@ -15,8 +15,19 @@ For each era it takes the real `vllm` wheel (from --wheel-dir, else `pip downloa
   prints that message at that level (the basename and the line equal).
 - tracebacks: every frame of every traceback the lab engine can print for the era
   (labengine.tracebacks) names a file of the wheel, line N of it holds the frame's code
-  (stripped), and N lies inside the named function. Frames outside the `vllm` package (Python's
-  standard library, triton, the `vllm` console script) are counted, not checked.
+  (stripped), N lies inside the named function, and its caret line is the one Python 3.12
+  prints (the executing expression underlined unless it spans the whole line: a call of the
+  next frame's function, its `await`, a `with` statement's context expression, an `envs.X`
+  read). Frames outside the `vllm` package (Python's standard library, uvloop, pydantic,
+  triton, the `vllm` console script) are counted, not checked; bench/differential.py compares
+  them against real runs.
+- traceback chains: for each pair of consecutive frames in the `vllm` package, frame i's
+  statement calls frame i+1's function (by name, as a constructor, through a module's
+  __getattr__, vLLM's CLI dispatch or envs.py's getter table), and the frames between them are
+  the ones its decorators and event loop put there (otel's sync_wrapper, contextlib's
+  __aenter__/__enter__/__exit__, uvloop's and asyncio's runners); a link that is not is a
+  skipped link. NOT_REBUILT names the tracebacks whose frames under the busy loop are a known
+  gap, and why.
 - progress bars: a tqdm bar the lab engine prints (`desc: NN% Completed | n/N [...]`) must be
   in the format vLLM prints its bars in (weight_utils._BAR_FORMAT), with a description that is
   a string of vLLM's source.
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import os
 import re
 import signal
@@ -491,19 +503,294 @@ def frame_difference(tree: Path, frame: Frame) -> str | None:
     return None
 
 
+def call_target(frames: list[Frame], i: int) -> str | None:
+    """The function frame i's statement calls to reach frame i+1 (None for the last frame):
+    through a wrapper (otel's, contextlib's) the function the wrapper runs; `func` for the
+    wrapper itself; `run` for `uvloop.run(...)`."""
+    f = frames[i]
+    if (in_wheel(f), f.function) in WRAPPERS:
+        return "func"
+    if i + 1 >= len(frames):
+        return None
+    nxt = frames[i + 1]
+    passing = nxt.function in ("__aenter__", "__enter__", "__exit__", "__aexit__")
+    if (in_wheel(nxt), nxt.function) in WRAPPERS or passing:
+        after = (
+            g
+            for g in frames[i + 2 :]
+            if in_wheel(g) is not None and (in_wheel(g), g.function) not in WRAPPERS
+        )
+        return next((g.function for g in after), None)
+    return nxt.function
+
+
 def traceback_rows(era: Era, tree: Path) -> tuple[list[Row], int]:
     """A row per frame in the wheel; the number of frames outside it (not checked)."""
     rows: list[Row] = []
     outside = 0
     for which, frames in era_tracebacks(era).items():
-        for f in frames:
+        for i, f in enumerate(frames):
             if in_wheel(f) is None:
                 outside += 1
                 continue
             diff = frame_difference(tree, f)
+            gap = which.value in NOT_REBUILT and i + 1 < len(frames)
+            if diff is None and not gap:  # a frame above a gap has no known call to underline
+                want = expected_carets(tree, f, call_target(frames, i))
+                if want is None:
+                    diff = f"line {f.line}: no call of {call_target(frames, i)} to underline"
+                elif want != f.carets:
+                    diff = f"carets {want.strip() or 'none'!r}, not {f.carets.strip() or 'none'!r}"
             lab = f"{in_wheel(f)}:{f.line} in {f.function}"
             rows.append(Row(f"frame ({which.value})", diff or lab, lab, diff is None))
     return rows, outside
+
+
+# ---- traceback chains ---------------------------------------------------------------------------
+
+# frames that pass a call on to the function they wrap: otel's `instrument` decorator
+WRAPPERS = {("vllm/tracing/otel.py", "sync_wrapper"), ("vllm/tracing/otel.py", "async_wrapper")}
+# what a context-manager decorator puts between the `with` and the generator: contextlib's
+# __enter__ (or __exit__, when the generator raises after its `yield`)
+CONTEXT_FRAMES = {
+    "asynccontextmanager": ("__aenter__", "__aexit__"),
+    "contextmanager": ("__enter__", "__exit__"),
+}
+# calls through a name bound elsewhere: vLLM's CLI subcommands (`args.dispatch_function(args)`
+# is the subcommand's `cmd`) and envs.py's table of getters (`environment_variables[name]()`)
+DISPATCH = {"args.dispatch_function": "cmd", "environment_variables[]": "*"}
+# tracebacks whose chain below the engine core's busy loop is not rebuilt from the source, and
+# why: their frames are named here and reported, not counted as skipped links
+NOT_REBUILT = {
+    "busy_loop_nccl": "the failing all-reduce runs in a TP worker process: the engine core "
+    "sees it through the executor's collective_rpc, and the worker's own frames run through "
+    "the model's forward (torch.nn.Module call frames, torch.compile's generated code), "
+    "which depend on the model and the compilation mode",
+    "busy_loop_deepgemm": "the kernel is reached from the busy loop through the scheduler "
+    "step, the executor, the worker, the model runner and the model's forward (torch frames, "
+    "torch.compile's generated code, CUDA graph capture), which depend on the model and the "
+    "compilation mode",
+    "busy_loop_triton": "as busy_loop_deepgemm: the Triton launch lies under the model's "
+    "forward, whose frames depend on the model and the compilation mode",
+}
+# signal handlers: they run on top of whatever Python frame is executing when the signal lands
+SIGNAL_HANDLERS = {"signal_handler", "_interrupt_init"}
+# a call that runs its argument in an event loop: the runner's frames come between
+RUNNERS = {"uvloop.run": "uvloop/__init__.py", "asyncio.run": "asyncio/runners.py"}
+
+
+def _module(tree: Path, rel: str) -> ast.Module:
+    return ast.parse((tree.parent / rel).read_text("utf-8"))
+
+
+def _statement(module: ast.Module, line: int) -> ast.stmt | None:
+    """The innermost statement starting at `line` (a frame's line is where its statement starts)."""
+    best: ast.stmt | None = None
+    for node in ast.walk(module):
+        if (
+            isinstance(node, ast.stmt)
+            and node.lineno == line
+            and (best is None or (node.end_lineno or 0) <= (best.end_lineno or 0))
+        ):
+            best = node
+    if best is None:  # the line lies inside a statement (a call's argument)
+        for node in ast.walk(module):
+            end = getattr(node, "end_lineno", None) or 0
+            inside = isinstance(node, ast.stmt) and node.lineno <= line <= end
+            if inside and (best is None or node.lineno >= best.lineno):
+                best = node
+    if isinstance(best, ast.With | ast.AsyncWith | ast.For | ast.AsyncFor | ast.If | ast.While):
+        # a compound statement's frame line is its head: only the head's expressions count
+        head = ast.Module(body=[], type_ignores=[])
+        head.body = [ast.Expr(value=e) for e in _head(best)]
+        return head  # type: ignore[return-value]
+    return best
+
+
+def _head(node: ast.stmt) -> list[ast.expr]:
+    if isinstance(node, ast.With | ast.AsyncWith):
+        return [i.context_expr for i in node.items]
+    if isinstance(node, ast.For | ast.AsyncFor):
+        return [node.iter]
+    if isinstance(node, ast.If | ast.While):
+        return [node.test]
+    return []
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return f"{_dotted(node.func)}()"
+    if isinstance(node, ast.Subscript):
+        return f"{_dotted(node.value)}[]"
+    return "?"
+
+
+def _calls(stmt: ast.AST | None) -> set[str]:
+    """The dotted names a statement calls, and `module.attr` reads (a module __getattr__)."""
+    found: set[str] = set()
+    for node in ast.walk(stmt) if stmt is not None else []:
+        if isinstance(node, ast.Call):
+            found.add(_dotted(node.func))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            found.add(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def _function(module: ast.Module, frame: Frame) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    for node in ast.walk(module):
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name == frame.function
+            and node.lineno <= frame.line <= (node.end_lineno or node.lineno)
+        ):
+            return node
+    return None
+
+
+def _decorators(fn: ast.FunctionDef | ast.AsyncFunctionDef | None) -> set[str]:
+    names: set[str] = set()
+    for d in fn.decorator_list if fn is not None else []:
+        d = d.func if isinstance(d, ast.Call) else d
+        names.add(_dotted(d).rsplit(".", 1)[-1])
+    return names
+
+
+def _reaches(calls: set[str], target: str) -> bool:
+    """A call of the statement names `target`, the function of the next frame."""
+    last = {c.rsplit(".", 1)[-1] for c in calls}
+    if target in last or target in SIGNAL_HANDLERS:
+        return True
+    if any(DISPATCH.get(c) in (target, "*") for c in calls):
+        return True
+    if target == "__init__":  # a class called by name, `super().__init__`, an `x_class(...)`
+        return any(c[:1].isupper() or c.lower().endswith(("class", "cls")) for c in last)
+    if target == "__getattr__":  # a module's __getattr__: reading `envs.NAME`
+        return any(c.startswith("envs.") for c in calls)
+    return False
+
+
+def chain_problems(tree: Path, frames: list[Frame]) -> list[tuple[str, str]]:
+    """Each link between consecutive frames in vLLM's package, with what it skips ("" if none):
+    frame i's statement must call frame j's function (by name, a constructor, a module
+    __getattr__), and the frames between them must be the ones its decorators and event-loop
+    runner put there (otel's sync_wrapper, contextlib's __aenter__, uvloop's and asyncio's)."""
+    found: list[tuple[str, str]] = []
+    inside = [i for i, f in enumerate(frames) if in_wheel(f) is not None]
+    for a, b in itertools.pairwise(inside):
+        f, g = frames[a], frames[b]
+        between = frames[a + 1 : b]
+        link = f"{_where(f)} -> {_where(g)}"
+        f_rel, g_rel = in_wheel(f) or "", in_wheel(g) or ""
+        g_module = _module(tree, g_rel)
+        g_decorators = _decorators(_function(g_module, g))
+        if (f_rel, f.function) in WRAPPERS:  # the wrapper calls the function it decorates
+            ok = "instrument" in g_decorators
+            found.append((link, "" if ok else f"{g.function} is not decorated by instrument"))
+            continue
+        calls = _calls(_statement(_module(tree, f_rel), f.line))
+        target = g
+        if (g_rel, g.function) in WRAPPERS:  # the call goes to the function after the wrapper
+            nxt = next((frames[i] for i in inside if i > b), None)
+            if nxt is None:
+                found.append((link, "the wrapper is the last frame"))
+                continue
+            target = nxt
+            g_decorators = _decorators(_function(_module(tree, in_wheel(nxt) or ""), nxt))
+        problem = ""
+        if not _reaches(calls, target.function):
+            problem = f"line {f.line} calls none of {target.function}"
+        elif "instrument" in g_decorators and target is g:
+            problem = f"skips otel's sync_wrapper (before {g.function})"
+        for deco, functions in CONTEXT_FRAMES.items():
+            if deco in g_decorators and not any(
+                h.file.endswith("contextlib.py") and h.function in functions for h in between
+            ):
+                problem = problem or f"skips contextlib's {functions[0]} (before {g.function})"
+        for call, file in RUNNERS.items():
+            if call in calls and not any(h.file.endswith(file) for h in between):
+                problem = problem or f"skips {file}'s frames ({call})"
+        found.append((link, problem))
+    return found
+
+
+def _node_for(stmt: ast.AST, line: int, target: str, calls_of: str) -> ast.expr | None:
+    """The expression of the statement whose evaluation the next frame runs: an `await` of it,
+    the call naming `target` (a constructor, a dispatch), or the `envs.NAME` read."""
+    best: ast.expr | None = None
+    for node in ast.walk(stmt):
+        if not isinstance(node, ast.expr) or node.lineno != line:
+            continue
+        if isinstance(node, ast.Call) and _reaches({_dotted(node.func)}, target):
+            if best is None or _inside(best, node):
+                best = node
+        elif (
+            isinstance(node, ast.Attribute)
+            and target == "__getattr__"
+            and _dotted(node).startswith("envs.")
+        ):
+            best = node
+    if best is not None and calls_of == "await":
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Await) and node.value is best:
+                return node
+    return best
+
+
+def _inside(outer: ast.expr, inner: ast.expr) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
+        (inner.end_lineno or 0, inner.end_col_offset or 0)
+        <= (outer.end_lineno or 0, outer.end_col_offset or 0)
+    )
+
+
+def expected_carets(tree: Path, frame: Frame, target: str | None) -> str | None:
+    """The caret line Python 3.12 prints under a frame whose statement calls `target` (the next
+    frame's function; None for the frame that raises), "" for none; None when the call cannot
+    be found. Python 3.12 underlines the executing expression unless it spans the whole line
+    (a multi-line expression counts to the line's end); BinOp and Subscript anchors do not
+    occur in these frames."""
+    rel = in_wheel(frame)
+    if rel is None:
+        return None
+    module = _module(tree, rel)
+    text = (tree.parent / rel).read_text("utf-8").splitlines()[frame.line - 1]
+    if target is None:
+        return ""  # a `raise` statement: the whole statement
+    stmt = _statement(module, frame.line)
+    fn = _function(module, frame)
+    awaited = "await" if isinstance(fn, ast.AsyncFunctionDef) else ""
+    if isinstance(stmt, ast.Module):  # a compound statement's head (`async with x(...)`)
+        awaited = ""
+    node = _node_for(stmt, frame.line, target, awaited) if stmt is not None else None
+    if node is None:
+        return None
+    lead = len(text) - len(text.lstrip())
+    start = node.col_offset
+    end = node.end_col_offset if node.end_lineno == frame.line else len(text.rstrip())
+    if end is None or end - start >= len(text.strip()):
+        return ""
+    return " " * (start - lead) + "^" * (end - start)
+
+
+def _where(f: Frame) -> str:
+    return f"{(in_wheel(f) or f.file).rsplit('/', 1)[-1]}:{f.line} {f.function}"
+
+
+def chain_rows(era: Era, tree: Path) -> list[Row]:
+    rows: list[Row] = []
+    for which, frames in era_tracebacks(era).items():
+        if which.value == "process_bootstrap":
+            continue  # its frames precede another traceback's: checked where they join
+        for link, problem in chain_problems(tree, frames):
+            if problem and which.value in NOT_REBUILT:
+                problem = ""
+                link += " (not rebuilt: see NOT_REBUILT)"
+            rows.append(Row(f"chain ({which.value})", problem or link, link, not problem))
+    return rows
 
 
 def _short(text: str) -> str:
@@ -553,13 +840,20 @@ def report(wheel_dir: Path | None) -> tuple[str, int]:
     for era in Era:
         tree = source_tree(era, wheel_dir)
         frames, outside = traceback_rows(era, tree)
-        rows = message_rows(era, templates(tree)) + frames + env_rows(era, tree)
+        chains = chain_rows(era, tree)
+        rows = message_rows(era, templates(tree)) + frames + chains + env_rows(era, tree)
         rows += flag_rows(era, tree)
         bad = [r for r in rows if not r.equal]
         differences += len(bad)
         out += [f"## vLLM {era.version}: {len(rows)} cases, {len(bad)} differences", ""]
+        skipped = sum(not r.equal for r in chains)
+        out += [f"Traceback chains: {len(chains)} links between consecutive frames in the vllm "
+                f"package, {skipped} skipped links. Not rebuilt from the source (the frames "
+                "under the busy loop stay a gap, not counted as skipped):"]  # fmt: skip
+        out += [f"- {k}: {v}" for k, v in NOT_REBUILT.items()] + [""]
         out += [f"{outside} traceback frames outside the vllm package (Python's standard library, "
-                "triton, the console script) are not checked.", ""]  # fmt: skip
+                "uvloop, pydantic, triton, the console script) are not checked here; "
+                "bench/differential.py compares the ones real runs reach.", ""]  # fmt: skip
         out += ["| case | vLLM | lab engine | equal |", "|---|---|---|---|"]
         out += [f"| {r.case} | {r.vllm} | {r.lab} | {'yes' if r.equal else 'NO'} |" for r in rows]
         out.append("")

@@ -2,6 +2,7 @@
 
     python bench/differential.py [--versions 0.33.0,0.19.1] [--wheel-dir DIR] [--ref-venv DIR]
                                  [--only CASE] [--write bench/DIFFERENTIAL.md]
+                                 [--ref-python PYTHON] [--dump DIR]
 
 Real vLLM runs from a reference venv outside the repository (default
 ~/.cache/gameday/vllm-ref-<version>, made on first use: bench/differential/refvenv.py), with
@@ -17,7 +18,12 @@ differs between two runs of one engine: the `(APIServer pid=N)` / `(EngineCore p
 prefix (`_DP<n>` suffix included), the `MM-DD HH:MM:SS` timestamp, `pid=N` / `pid N` anywhere,
 and the temporary model folder's path, and pydantic's 50-character repr of a config class's
 constructor arguments (`input_value=ArgsKwargs(...)`). It prints a table (case, real vLLM line,
-lab engine line, equal); exit 1 on any difference.
+lab engine line, equal).
+
+Then the tracebacks, frame by frame (`tracebacks`, `compare_tracebacks`): each block of real
+vLLM's output against the same block of the lab engine's, every frame's file (install prefix
+replaced), line, function, source line and caret line; `view` says what a reference Python
+other than the image's 3.12 leaves uncomparable. Exit 1 on any difference.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     cuda: bool = False  # vLLM's CUDA platform (the stub plugin) instead of its CPU platform
     gpus: int = 1  # the GPUs the pod sees (CUDA_VISIBLE_DEVICES; the lab's GAMEDAY_GPU_COUNT)
+    occupied: bool = False  # another socket listens on the API port already
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,166 @@ def failure_lines(output: str, patterns: tuple[str, ...], model_dir: str = "") -
 
 def compare(case: str, patterns: tuple[str, ...], real: list[str], lab: list[str]) -> list[Row]:
     return [Row(case, p, r, b) for p, r, b in zip(patterns, real, lab, strict=True)]
+
+
+# ---- tracebacks, frame by frame ----------------------------------------------------------------
+
+# what vLLM's decorated stdout and its log formatter put before a traceback's lines
+LINE_HEAD = re.compile(
+    r"^(?:\((?:APIServer|EngineCore|Worker|MainProcess)\w* pid=\d+\) )?"
+    r"(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[\w.]+:\d+\] )?"
+)
+FILE_LINE = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
+CARETS = re.compile(r"^ +[~^]+ *$")
+# where each engine's files lie: the lab engine prints the vllm/vllm-openai image's paths
+LAB_PREFIXES = (
+    ("/usr/local/lib/python3.12/dist-packages/", "<site>/"),
+    ("/usr/lib/python3.12/", "<stdlib>/"),
+    ("/usr/local/bin/", "<bin>/"),
+)
+IMAGE_PYTHON = (3, 12)  # the vllm/vllm-openai image's Python
+
+
+@dataclass(frozen=True)
+class TbFrame:
+    """One frame as printed: the file (install prefix replaced), line, function, source line
+    and the caret line under it ("" where Python prints none)."""
+
+    file: str
+    line: int
+    function: str
+    code: str = ""
+    carets: str = ""
+
+    def show(self) -> str:
+        text = f"{self.file}:{self.line} in {self.function}"
+        if self.code:
+            text += f": {self.code.strip()}"
+        return text + (f" [{self.carets.strip()}]" if self.carets else "")
+
+
+def tracebacks(output: str, prefixes: tuple[tuple[str, str], ...]) -> list[list[TbFrame]]:
+    """Every `Traceback (most recent call last):` block of an output, its frames in order."""
+    blocks: list[list[TbFrame]] = []
+    current: list[TbFrame] | None = None
+    pending: list[str] = []  # the frame's lines after its `File` line
+
+    def close_frame() -> None:
+        if current is not None and current and pending:
+            f = current[-1]
+            code = pending[0] if pending and not CARETS.match(pending[0]) else ""
+            carets = next((p for p in pending if CARETS.match(p)), "")
+            current[-1] = TbFrame(f.file, f.line, f.function, code, carets)
+        pending.clear()
+
+    for raw in output.splitlines():
+        line = LINE_HEAD.sub("", raw, count=1)
+        if line == "Traceback (most recent call last):":
+            close_frame()
+            current = []
+            blocks.append(current)
+            continue
+        if current is None:
+            continue
+        hit = FILE_LINE.match(line)
+        if hit:
+            close_frame()
+            file = hit["file"]
+            for prefix, short in prefixes:
+                if file.startswith(prefix):
+                    file = short + file[len(prefix) :]
+                    break
+            current.append(TbFrame(file, int(hit["line"]), hit["function"]))
+        elif line.startswith("    ") and current:
+            pending.append(line)
+        elif not line.startswith("  "):  # the exception's own line: the block ends
+            close_frame()
+            current = None
+    close_frame()
+    return blocks
+
+
+@dataclass(frozen=True)
+class TbRow:
+    case: str
+    block: int  # the traceback's index in the output, from 1
+    real: int  # frames in real vLLM's block
+    lab: int
+    compared: int  # frames compared
+    first_difference: str  # "" when every compared frame is equal
+    not_compared: str = ""  # the frames left out, and why
+
+    @property
+    def equal(self) -> bool:
+        return not self.first_difference
+
+
+def view(frame: TbFrame, same_python: bool) -> TbFrame | None:
+    """The frame as far as it can be compared; None when it cannot be at all. Always: the
+    console script's line (the installer writes the script: pip's `vllm` is 8 lines, the
+    image's 10). With a reference Python other than the image's 3.12: the event-loop runner's
+    frames (uvloop.run takes a branch per Python version: on 3.11 `runner.run(wrapper())`,
+    on 3.12 `__asyncio.run(...)` and asyncio's two `run` frames) are left out, the standard
+    library's line numbers are not compared, nor the carets under a `with` statement's head
+    (3.11 places the frame on the whole statement, 3.12 on the context expression)."""
+    if frame.file.startswith("<bin>/"):
+        frame = TbFrame(frame.file, 0, frame.function, frame.code, frame.carets)
+    if same_python:
+        return frame
+    runner = frame.file == "<site>/uvloop/__init__.py" and frame.function == "run"
+    if runner or frame.file.startswith("<stdlib>/asyncio/runners.py"):
+        return None
+    if frame.file.startswith("<stdlib>/"):
+        frame = TbFrame(frame.file, 0, frame.function, frame.code, frame.carets)
+    if frame.code.lstrip().startswith(("with ", "async with ")):
+        frame = TbFrame(frame.file, frame.line, frame.function, frame.code, "")
+    return frame
+
+
+def compare_tracebacks(
+    case: str, real: list[list[TbFrame]], lab: list[list[TbFrame]], same_python: bool
+) -> list[TbRow]:
+    rows: list[TbRow] = []
+    for i in range(max(len(real), len(lab))):
+        r = real[i] if i < len(real) else []
+        b = lab[i] if i < len(lab) else []
+        rk = [(n, v) for n, f in enumerate(r, 1) if (v := view(f, same_python)) is not None]
+        bk = [(n, v) for n, f in enumerate(b, 1) if (v := view(f, same_python)) is not None]
+        left = (len(r) - len(rk), len(b) - len(bk))
+        note = (
+            f"the event-loop runner's frames, {left[0]} real and {left[1]} lab" if any(left) else ""
+        )
+        diff = ""
+        if i >= len(real):
+            diff = "real vLLM prints no such traceback"
+        elif i >= len(lab):
+            diff = "the lab engine prints no such traceback"
+        else:
+            for (n, x), (_, y) in zip(rk, bk, strict=False):
+                if x != y:  # n: the frame's place in real vLLM's traceback
+                    diff = f"frame {n}: real `{x.show()}`, lab `{y.show()}`"
+                    break
+            else:
+                if len(rk) != len(bk):
+                    k = min(len(rk), len(bk))
+                    n, extra = (rk if len(rk) > k else bk)[k]
+                    who = "real" if len(rk) > k else "lab"
+                    diff = f"frame {n}: only {who} has `{extra.show()}`"
+        rows.append(TbRow(case, i + 1, len(r), len(b), min(len(rk), len(bk)), diff, note))
+    return rows
+
+
+def tb_table(rows: list[TbRow]) -> str:
+    out = [
+        "| case | traceback | real frames | lab frames | compared | result |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        result = "frames equal" if r.equal else r.first_difference.replace("|", "\\|")
+        if r.not_compared:
+            result += f" ({r.not_compared} not compared)"
+        out.append(f"| {r.case} | {r.block} | {r.real} | {r.lab} | {r.compared} | {result} |")
+    return "\n".join(out)
 
 
 # ---- the cases, from the scenarios ---------------------------------------------------------------
@@ -172,6 +339,14 @@ def cases() -> list[Case]:
                 "VLLM_PORT '.*' appears to be a URI",
             ),
         ),
+        # the traceback cases: the unknown-variable check made fatal, and a taken API port
+        Case(
+            "unknown env, hard fail",
+            (*base, "--fail-on-environ-validation"),
+            (r"Unknown vLLM environment variable detected: VLLM_SERVICE_HOST",),
+            env | {"VLLM_SERVICE_HOST": "10.100.236.130"},
+        ),
+        Case("port in use", tuple(base), (r"Address already in use",), env, occupied=True),
     ]
 
 
@@ -192,12 +367,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_engine(command: list[str], env: dict[str, str]) -> str:
+def run_engine(command: list[str], env: dict[str, str], occupied: bool = False) -> str:
     """The combined output of one engine start (it is expected to fail), on a free loopback
-    port (vLLM binds its API socket before its configuration checks)."""
+    port (vLLM binds its API socket before its configuration checks), or on one another
+    socket listens on (`occupied`)."""
+    holder = None
+    port = free_port()
+    if occupied:
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
     try:
         done = subprocess.run(
-            [*command, "--host", "127.0.0.1", "--port", str(free_port())],
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -209,10 +392,32 @@ def run_engine(command: list[str], env: dict[str, str]) -> str:
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout or ""
         return (out if isinstance(out, str) else out.decode()) + "\n<timed out>"
+    finally:
+        if holder is not None:
+            holder.close()
     return done.stdout
 
 
-def run_case(case: Case, ref_python: Path, version: str, tmp: Path) -> tuple[list[Row], str, str]:
+def ref_prefixes(ref_python: Path) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """The reference venv's install prefixes (site-packages, the standard library, the console
+    scripts), and whether its Python is the image's (major.minor)."""
+    code = (
+        "import sys, sysconfig; p = sysconfig.get_paths(); "
+        "print(p['purelib']); print(p['stdlib']); print(p['scripts']); "
+        "print(sys.version_info[0], sys.version_info[1])"
+    )
+    out = subprocess.run(
+        [str(ref_python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    site, stdlib, scripts, version = out
+    same = tuple(int(v) for v in version.split()) == IMAGE_PYTHON
+    prefixes = ((site + "/", "<site>/"), (stdlib + "/", "<stdlib>/"), (scripts + "/", "<bin>/"))
+    return prefixes, same
+
+
+def run_case(
+    case: Case, ref_python: Path, version: str, tmp: Path
+) -> tuple[list[Row], list[TbRow], str, str]:
     folder = model_folder(tmp / case.name.split()[0], case.args[0])
     args = [str(folder), *case.args[1:]]
     common = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], **case.env}
@@ -229,8 +434,9 @@ def run_case(case: Case, ref_python: Path, version: str, tmp: Path) -> tuple[lis
         "GAMEDAY_TIME_SCALE": "100",
     }
     real_cli = ref_python.parent / "vllm"
-    real = run_engine([str(real_cli), "serve", *args], real_env)
-    lab = run_engine([str(Path(sys.executable).parent / "vllm-lab"), "serve", *args], lab_env)
+    real = run_engine([str(real_cli), "serve", *args], real_env, case.occupied)
+    lab_cli = str(Path(sys.executable).parent / "vllm-lab")
+    lab = run_engine([lab_cli, "serve", *args], lab_env, case.occupied)
     prefix = str(tmp / case.name.split()[0] / "models")
     rows = compare(
         case.name,
@@ -238,7 +444,14 @@ def run_case(case: Case, ref_python: Path, version: str, tmp: Path) -> tuple[lis
         failure_lines(real, case.patterns, prefix),
         failure_lines(lab, case.patterns, prefix),
     )
-    return rows, real, lab
+    real_prefixes, same_python = ref_prefixes(ref_python)
+    tb_rows = compare_tracebacks(
+        case.name,
+        tracebacks(real, real_prefixes),
+        tracebacks(lab, LAB_PREFIXES),
+        same_python,
+    )
+    return rows, tb_rows, real, lab
 
 
 def table(rows: list[Row]) -> str:
@@ -261,23 +474,44 @@ def find_wheel(version: str, wheel_dir: Path | None) -> Path:
     return sorted(dest.glob(f"vllm-{version}-*.whl"))[0]
 
 
-def run_version(version: str, opts: argparse.Namespace) -> tuple[list[str], list[Row]]:
-    """The set-up log and the rows of one vLLM release."""
+def base_python(given: str | None) -> str:
+    """The interpreter the reference venv is made from: the given one, else this one. (The CPU
+    torch the venv needs is a cp311 wheel on this machine's disk only; the registry has no CPU
+    build of torch 2.13 for any Python, so a 3.12 venv, the image's Python, cannot be made.)"""
+    return given or sys.executable
+
+
+def run_version(
+    version: str, opts: argparse.Namespace
+) -> tuple[list[str], list[Row], list[TbRow], str]:
+    """The set-up log, the rows and the traceback rows of one vLLM release, and its Python."""
     log: list[str] = []
     venv = opts.ref_venv or CACHE / f"vllm-ref-{version}"
-    python = refvenv.ensure(venv, find_wheel(version, opts.wheel_dir), log)
+    wheel = find_wheel(version, opts.wheel_dir)
+    python = refvenv.ensure(venv, wheel, log, base_python(opts.ref_python))
+    py_version = subprocess.run(
+        [str(python), "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    log.append(f"reference venv Python: {py_version}")
     print("\n".join(log), flush=True)
     rows: list[Row] = []
+    tb_rows: list[TbRow] = []
     with tempfile.TemporaryDirectory(prefix="gameday-diff-") as tmp:
         for case in cases():
             if opts.only and not case.name.startswith(opts.only):
                 continue
-            got, real, lab = run_case(case, python, version, Path(tmp))
+            got, got_tb, real, lab = run_case(case, python, version, Path(tmp))
             rows += got
+            tb_rows += got_tb
+            if opts.dump:
+                opts.dump.mkdir(parents=True, exist_ok=True)
+                stem = f"{version}-{case.name.split()[0]}"
+                (opts.dump / f"{stem}-real.txt").write_text(real)
+                (opts.dump / f"{stem}-lab.txt").write_text(lab)
             if not all(r.equal for r in got):
                 print(f"--- {case.name}: real vLLM said\n{real[-4000:]}")
                 print(f"--- {case.name}: the lab engine said\n{lab[-4000:]}")
-    return log, rows
+    return log, rows, tb_rows, py_version
 
 
 def main() -> int:
@@ -289,16 +523,26 @@ def main() -> int:
     ap.add_argument("--ref-venv", type=Path, help="the reference venv (one release only)")
     ap.add_argument("--only", help="run only the cases whose name starts with this")
     ap.add_argument("--write", type=Path, help="also write the report (Markdown) here")
+    ap.add_argument(
+        "--ref-python", help="the interpreter to make a missing reference venv from (else this one)"
+    )
+    ap.add_argument("--dump", type=Path, help="write each engine's whole output into this folder")
     opts = ap.parse_args()
     sections: list[str] = []
     differ = 0
     for version in opts.versions.split(","):
-        log, rows = run_version(version, opts)
+        log, rows, tb_rows, _ = run_version(version, opts)
         bad = sum(not r.equal for r in rows)
-        differ += bad
-        summary = f"vllm {version}: {len(rows) - bad} equal, {bad} different"
-        print(table(rows) + "\n\n" + summary, flush=True)
-        sections.append(f"## vllm {version}\n\n{chr(10).join(log)}\n\n{table(rows)}\n\n{summary}\n")
+        tb_bad = sum(not r.equal for r in tb_rows)
+        differ += bad + tb_bad
+        frames = sum(r.compared for r in tb_rows)
+        summary = (
+            f"vllm {version}: {len(rows) - bad} equal, {bad} different; tracebacks: "
+            f"{len(tb_rows)} compared ({frames} frames), {tb_bad} different"
+        )
+        body = f"{table(rows)}\n\n### Tracebacks, frame by frame\n\n{tb_table(tb_rows)}"
+        print(body + "\n\n" + summary, flush=True)
+        sections.append(f"## vllm {version}\n\n{chr(10).join(log)}\n\n{body}\n\n{summary}\n")
     if opts.write:
         head = opts.write.read_text().split("\n## vllm ")[0] if opts.write.exists() else ""
         opts.write.write_text(

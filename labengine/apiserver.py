@@ -99,8 +99,11 @@ def _bind(host: str, port: int, era: Era, log: VllmLog) -> socket.socket:
     try:
         sock = socket.create_server((host, port))
     except OSError as exc:
+        # socket.create_server words its error "... (while attempting to bind on address
+        # ...)"; vLLM binds with sock.bind(), whose error is the plain strerror
         log.traceback(
-            frames(era, Traceback.SERVE_BIND), f"OSError: [Errno {exc.errno}] {exc.strerror}"
+            frames(era, Traceback.SERVE_BIND),
+            f"OSError: [Errno {exc.errno}] {os.strerror(exc.errno or 0)}",
         )
         raise _Failed from exc
     # vLLM's setup_server: "Interrupt server on sigterm while initializing" (vllm#15997 shows the
@@ -178,7 +181,12 @@ def _dtype(
         dtype = resolve_dtype(model.model_type, model.config_dtype, args.dtype)
     except (DtypeError, arch.UnsupportedArchitecture) as exc:
         _validation_error(
-            log, era, "ModelConfig", str(exc), f"ArgsKwargs((), {{'model': '{model_tag}', ...}})"
+            log,
+            era,
+            "ModelConfig",
+            str(exc),
+            f"ArgsKwargs((), {{'model': '{model_tag}', ...}})",
+            args,
         )
         raise _Failed from exc
     cast = cast_line(model.config_dtype, dtype)
@@ -209,6 +217,7 @@ def _max_model_len(
                 "ModelConfig",
                 long_max_model_len(max_len, key, derived, model_max_length),
                 f"ArgsKwargs((), {{'model': '{model_tag}', ...}})",
+                args,
             )
             raise _Failed
         log.warning(
@@ -233,6 +242,7 @@ def _check_dp_port(args: argparse.Namespace, env: dict[str, str], era: Era, log:
             "ParallelConfig",
             str(exc),
             f"ArgsKwargs((), {{'data_parallel_size': {args.data_parallel_size}, ...}})",
+            args,
         )
         raise _Failed from exc
 
@@ -249,6 +259,7 @@ def _check_world(args: argparse.Namespace, gpus: NodeGpus, era: Era, log: VllmLo
             "ParallelConfig",
             world_size_too_large(world, len(gpus.visible)),
             f"ArgsKwargs((), {{'tensor_parallel_size': {args.tensor_parallel_size}, ...}})",
+            args,
         )
         raise _Failed
     if len(gpus.visible) == 0:
@@ -269,15 +280,37 @@ def _check_heads(args: argparse.Namespace, model: ModelInfo, era: Era, log: Vllm
             "VllmConfig",
             tp_heads_indivisible(heads, tp),
             "ArgsKwargs((), {'model_config': ModelConfig(...), ...})",
+            args,
         )
         raise _Failed
 
 
-def _validation_error(log: VllmLog, era: Era, cls: str, message: str, input_value: str) -> None:
+# where a config class's validation error is raised: (data parallelism, the class)
+_CONFIG_TRACEBACKS = {
+    (False, "ModelConfig"): Traceback.SERVE_CONFIG,
+    (False, "ParallelConfig"): Traceback.SERVE_CONFIG_PARALLEL,
+    (False, "VllmConfig"): Traceback.SERVE_CONFIG_VLLM,
+    (True, "ModelConfig"): Traceback.SERVE_MULTI_CONFIG,
+    (True, "ParallelConfig"): Traceback.SERVE_MULTI_CONFIG_PARALLEL,
+    (True, "VllmConfig"): Traceback.SERVE_MULTI_CONFIG_VLLM,
+}
+
+
+def _validation_error(
+    log: VllmLog,
+    era: Era,
+    cls: str,
+    message: str,
+    input_value: str,
+    args: argparse.Namespace,
+) -> None:
+    """pydantic's error for one config class, after the traceback of the place vLLM builds it
+    (with data parallelism the API servers' launcher, run_multi_api_server, builds it)."""
     lines = message.splitlines()
     body = "\n".join([f"  Value error, {lines[0]}", *lines[1:]])
+    multi = args.data_parallel_size > 1
     log.traceback(
-        frames(era, Traceback.SERVE_CONFIG),
+        frames(era, _CONFIG_TRACEBACKS[(multi, cls)]),
         f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}\n{body} "
         f"[type=value_error, input_value={input_value}, input_type=ArgsKwargs]\n"
         "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",

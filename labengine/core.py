@@ -258,7 +258,7 @@ def _check_free_memory(s: CoreSettings, shared: SharedGpu | None) -> None:
             f"{gib(requested)} GiB). Decrease GPU memory utilization or reduce GPU memory used "
             "by other processes."
         )
-        raise EngineStartError("ValueError", msg, Traceback.CORE_INIT)
+        raise EngineStartError("ValueError", msg, Traceback.CORE_FREE_MEMORY)
 
 
 def model_runner_v2(s: CoreSettings) -> bool:

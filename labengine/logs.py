@@ -17,12 +17,16 @@ from typing import NamedTuple, TextIO
 
 
 class Frame(NamedTuple):
-    """One frame of a Python traceback: `File "file", line N, in function`, then the code."""
+    """One frame of a Python traceback: `File "file", line N, in function`, then the code and,
+    where Python 3.12 prints one, the caret line under it (`carets`, the text after the code's
+    four-space indent: spaces up to the expression, then `^`). A frame of compiled code
+    (uvloop's `loop.pyx`) has no source line: `code` is empty and only the `File` line prints."""
 
     file: str
     line: int
     function: str
     code: str
+    carets: str = ""
 
 
 class VllmLog:
@@ -85,9 +89,12 @@ class VllmLog:
 
 def traceback_lines(frames: list[Frame], final: str) -> list[str]:
     lines = ["Traceback (most recent call last):"]
-    for file, line, func, code in frames:
+    for file, line, func, code, carets in frames:
         lines.append(f'  File "{file}", line {line}, in {func}')
-        lines.append(f"    {code}")
+        if code:
+            lines.append(f"    {code}")
+        if carets:
+            lines.append(f"    {carets}")
     lines.append(final)
     return lines
 

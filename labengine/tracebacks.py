@@ -1,8 +1,9 @@
 """The call paths of the Python tracebacks vLLM prints, kept as data in `data/tracebacks.json`.
 
 Each traceback is the list of frames real vLLM shows for one failure (file, line, function, the
-source line), ending where it raises; the engine prints it with `VllmLog.traceback` after the
-failure's own last line (`Type: message`), which the code composes. The file holds one set per
+source line and, where Python 3.12 prints one, the caret line under it), ending where it
+raises; the engine prints it with `VllmLog.traceback` after the failure's own last line
+(`Type: message`), which the code composes. The file holds one set per
 wording era, each read from that era's wheel (bench/conformance.py checks every frame against
 it): vLLM's functions move between releases, and a traceback that names 0.19's files under a
 0.33 log would send its reader to code that is not there. An era lacks a traceback its release
@@ -26,11 +27,19 @@ class Traceback(enum.StrEnum):
 
     SERVE_ENVIRON = "serve_environ"  # the unknown-variable check (--fail-on-environ-validation)
     SERVE_BIND = "serve_bind"  # binding the API socket
-    SERVE_CONFIG = "serve_config"  # building the engine config (model, parallel, GPUs)
+    SERVE_CONFIG = "serve_config"  # building the engine config: ModelConfig (and the rest)
+    SERVE_CONFIG_PARALLEL = "serve_config_parallel"  # ... ParallelConfig (world size)
+    SERVE_CONFIG_VLLM = "serve_config_vllm"  # ... VllmConfig (heads and TP)
+    # the same with data parallelism: `vllm serve` runs run_multi_api_server, which builds the
+    # engine config itself
+    SERVE_MULTI_CONFIG = "serve_multi_config"
+    SERVE_MULTI_CONFIG_PARALLEL = "serve_multi_config_parallel"
+    SERVE_MULTI_CONFIG_VLLM = "serve_multi_config_vllm"
     SERVE_TERMINATED = "serve_terminated"  # SIGTERM while the API server initialises
     SERVE_ENGINE_STARTUP = "serve_engine_startup"  # the engine core failed to start
     ENGINE_DEAD = "engine_dead"  # the API server's output handler, after the engine core died
-    CORE_INIT = "core_init"  # EngineCore's constructor (free memory on the device)
+    CORE_INIT = "core_init"  # EngineCore's constructor (out of memory loading the weights)
+    CORE_FREE_MEMORY = "core_free_memory"  # the worker's init_device: free memory on the device
     CORE_VLLM_PORT = "core_vllm_port"  # 0.19: the executor's get_open_port() reading VLLM_PORT
     CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init
     CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory: too little for one request
@@ -48,12 +57,19 @@ class TracebackDataError(Exception):
 
 
 def _frame(which: str, raw: object) -> Frame:
-    if not isinstance(raw, dict) or set(raw) != {"file", "line", "function", "code"}:
-        raise TracebackDataError(f"{which}: a frame is not {{file, line, function, code}}: {raw}")
+    keys = {"file", "line", "function", "code"}
+    if not isinstance(raw, dict) or not keys <= set(raw) <= keys | {"carets"}:
+        raise TracebackDataError(
+            f"{which}: a frame is not {{file, line, function, code[, carets]}}: {raw}"
+        )
     file, line, function, code = raw["file"], raw["line"], raw["function"], raw["code"]
-    if not (isinstance(line, int) and all(isinstance(v, str) for v in (file, function, code))):
+    carets = raw.get("carets", "")
+    texts = (file, function, code, carets)
+    if not (isinstance(line, int) and all(isinstance(v, str) for v in texts)):
         raise TracebackDataError(f"{which}: a frame has a value of the wrong type: {raw}")
-    return Frame(file, line, function, code)
+    if carets and (not code or set(carets) - {" ", "^", "~"}):
+        raise TracebackDataError(f"{which}: carets must be spaces, ^ and ~ under a code line")
+    return Frame(file, line, function, code, carets)
 
 
 @cache

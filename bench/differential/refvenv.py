@@ -80,8 +80,9 @@ def _pip(venv: Path, *args: str) -> None:
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args], check=True)
 
 
-def ensure(venv: Path, wheel: Path, log: list[str]) -> Path:
-    """The venv's python, creating the venv first when it is missing (its time goes to `log`)."""
+def ensure(venv: Path, wheel: Path, log: list[str], base_python: str = sys.executable) -> Path:
+    """The venv's python, creating the venv first when it is missing (its time goes to `log`),
+    from `base_python` (the interpreter whose standard library the venv's tracebacks show)."""
     python = venv / "bin" / "python"
     marker = venv / ".gameday-complete"
     if marker.exists():
@@ -89,7 +90,7 @@ def ensure(venv: Path, wheel: Path, log: list[str]) -> Path:
         return python
     start = time.monotonic()
     shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([base_python, "-m", "venv", str(venv)], check=True)
     _pip(venv, "--only-binary", ":all:", TORCH)
     _pip(venv, "--no-deps", str(wheel))
     with tempfile.TemporaryDirectory() as tmp:

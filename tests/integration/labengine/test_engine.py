@@ -11,6 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+from labengine.logs import traceback_lines
+from labengine.tracebacks import Traceback, frames
+from labengine.wording import Era
+
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 
 
@@ -41,21 +45,24 @@ def logged(out: str) -> list[str]:
     return re.sub(r" \d\d-\d\d \d\d:\d\d:\d\d \[", " [", out).splitlines()
 
 
-def serve_traceback(frames: int, *final: str) -> list[str]:
-    """The API server's traceback through the first `frames` frames of `vllm serve`."""
-    calls = [
-        ("/usr/local/bin/vllm", 10, "<module>", "sys.exit(main())"),
-        (f"{VLLM}/entrypoints/cli/main.py", 75, "main", "args.dispatch_function(args)"),
-        (f"{VLLM}/entrypoints/cli/serve.py", 122, "cmd", "uvloop.run(run_server(args))"),
-        (f"{VLLM}/entrypoints/openai/api_server.py", 672, "run_server",
-         "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
-        (f"{VLLM}/engine/arg_utils.py", 1549, "create_engine_config",
-         "model_config = self.create_model_config()"),
-    ]  # fmt: skip
-    lines = ["Traceback (most recent call last):"]
-    for file, line, func, code in calls[:frames]:
-        lines += [f'  File "{file}", line {line}, in {func}', f"    {code}"]
-    return [f"(APIServer) {ln}" for ln in [*lines, *final]]
+def serve_traceback(kind: Traceback, *final: str) -> list[str]:
+    """The API server's traceback `kind` as the 0.19 era's data holds it (bench/differential.py
+    compares those against real `vllm serve`), ending in the lines `final`."""
+    text = "\n".join(traceback_lines(frames(Era.V0_19, kind), "\n".join(final)))
+    return [f"(APIServer) {ln}" for ln in text.splitlines()]
+
+
+def frame_lines(file: str, line: int, function: str, code: str) -> list[str]:
+    return [f'(APIServer)   File "{file}", line {line}, in {function}', f"(APIServer)     {code}"]
+
+
+def under(code: str, part: str) -> str:
+    """The caret line Python 3.12 prints under `part` of a frame's source line `code`."""
+    return "    " + " " * code.index(part) + "^" * len(part)
+
+
+def holds(lines: list[str], part: list[str]) -> bool:
+    return any(lines[i : i + len(part)] == part for i in range(len(lines)))
 
 
 VLLM = "/usr/local/lib/python3.12/dist-packages/vllm"
@@ -67,7 +74,7 @@ def test_context_window_overflow_is_a_config_error() -> None:
     p = serve(QWEN, "--max-model-len", "131072", "--host", "127.0.0.1", "--port", str(free_port()))
     assert p.returncode == 1
     expected = serve_traceback(
-        5,
+        Traceback.SERVE_CONFIG,
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
         "  Value error, User-specified max_model_len (131072) is greater than the derived "
         "max_model_len (max_position_embeddings=32768.0 or model_max_length=None in model's "
@@ -129,7 +136,7 @@ def test_tp_mismatch_counts_visible_gpus() -> None:
         "input_value=ArgsKwargs((), {'tensor_parallel_size': 2, ...}), input_type=ArgsKwargs]",
     ]
     expected = serve_traceback(
-        5,
+        Traceback.SERVE_CONFIG_PARALLEL,
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig",
         *world_error,
         PYDANTIC_TAIL,
@@ -171,25 +178,45 @@ def test_vllm_port_uri_fails_in_engine_core() -> None:
     err = lines.index(head + "EngineCore failed to start.")
     core = f"{VLLM}/v1/engine/core.py"
     net, executor = f"{VLLM}/utils/network_utils.py", f"{VLLM}/v1/executor"
+    otel = f"{VLLM}/tracing/otel.py"
+    wrapper = [
+        f'  File "{otel}", line 178, in sync_wrapper',
+        "    return func(*args, **kwargs)",
+        under("return func(*args, **kwargs)", "func(*args, **kwargs)"),
+    ]
+    spawn = "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"
+    executor_init = "self.model_executor = executor_class(vllm_config)"
+    args_call = "distributed_init_method, rank, local_rank = self._distributed_args()"
+    init_method = "distributed_init_method = get_distributed_init_method(get_ip(), get_open_port())"
+    start_port = "start_port = start_port if start_port is not None else envs.VLLM_PORT"
     calls = [
         f'  File "{core}", line 1082, in run_engine_core',
-        "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+        f"    {spawn}",
+        under(spawn, spawn.split(" = ")[1]),
+        *wrapper,  # EngineCoreProc.__init__ and Executor.__init__ are instrumented
         f'  File "{core}", line 848, in __init__',
         "    super().__init__(",
         f'  File "{core}", line 114, in __init__',
-        "    self.model_executor = executor_class(vllm_config)",
+        f"    {executor_init}",
+        under(executor_init, "executor_class(vllm_config)"),
+        *wrapper,
         f'  File "{executor}/abstract.py", line 103, in __init__',
         "    self._init_executor()",
         f'  File "{executor}/uniproc_executor.py", line 30, in _init_executor',
-        "    distributed_init_method, rank, local_rank = self._distributed_args()",
+        f"    {args_call}",
+        under(args_call, "self._distributed_args()"),
         f'  File "{executor}/uniproc_executor.py", line 57, in _distributed_args',
-        "    distributed_init_method = get_distributed_init_method(get_ip(), get_open_port())",
+        f"    {init_method}",
+        under(init_method, "get_open_port()"),
         f'  File "{net}", line 166, in get_open_port',
         "    return _get_open_port()",
+        under("return _get_open_port()", "_get_open_port()"),
         f'  File "{net}", line 194, in _get_open_port',
-        "    start_port = start_port if start_port is not None else envs.VLLM_PORT",
+        f"    {start_port}",
+        under(start_port, "envs.VLLM_PORT"),
         f'  File "{VLLM}/envs.py", line 1683, in __getattr__',
         "    return environment_variables[name]()",
+        under("return environment_variables[name]()", "environment_variables[name]()"),
         f'  File "{VLLM}/envs.py", line 449, in get_vllm_port',
         "    raise ValueError(",
         "ValueError: VLLM_PORT 'tcp://10.100.1.2:8000' appears to be a URI. This may "
@@ -281,12 +308,19 @@ def test_port_in_use() -> None:
         port = s.getsockname()[1]
         p = serve(QWEN, "--host", "127.0.0.1", "--port", str(port))
     assert p.returncode == 1
-    expected = serve_traceback(
-        4,
-        "OSError: [Errno 98] Address already in use (while attempting to bind on address "
-        f"('127.0.0.1', {port}))",
-    )
+    expected = serve_traceback(Traceback.SERVE_BIND, "OSError: [Errno 98] Address already in use")
     assert logged(p.stdout)[-len(expected) :] == expected
+    # vLLM binds in setup_server, which otel instruments
+    wrapper = frame_lines(
+        f"{VLLM}/tracing/otel.py", 178, "sync_wrapper", "return func(*args, **kwargs)"
+    )
+    setup = frame_lines(
+        f"{VLLM}/entrypoints/openai/api_server.py",
+        550,
+        "setup_server",
+        "sock = create_server_socket(sock_addr)",
+    )
+    assert holds(expected, [*wrapper, "(APIServer)            ^^^^^^^^^^^^^^^^^^^^^", *setup])
 
 
 def test_fail_on_environ_validation() -> None:
@@ -301,9 +335,24 @@ def test_fail_on_environ_validation() -> None:
     )
     assert p.returncode == 1
     expected = serve_traceback(
-        2, "ValueError: Unknown vLLM environment variable detected: VLLM_SERVICE_HOST"
+        Traceback.SERVE_ENVIRON,
+        "ValueError: Unknown vLLM environment variable detected: VLLM_SERVICE_HOST",
     )
     assert logged(p.stdout)[-len(expected) :] == expected
+    # the check runs while the engine config is built, under the event loop
+    assert holds(
+        expected,
+        frame_lines(
+            f"{VLLM}/engine/arg_utils.py",
+            1530,
+            "create_engine_config",
+            "envs.validate_environ(self.fail_on_environ_validation)",
+        ),
+    )
+    assert (
+        '(APIServer)   File "uvloop/loop.pyx", line 1515, in uvloop.loop.Loop.run_until_complete'
+        in expected
+    )
 
 
 def sigterm_once(logged: str, *args: str, comm: str | None = None) -> tuple[int, str]:
@@ -345,12 +394,13 @@ def test_sigterm_while_a_head_waits_for_its_group() -> None:
         "DP group leader", "--node-rank", "0", "--host", "127.0.0.1", "--port", str(free_port())
     )
     assert code == 130
-    expected = serve_traceback(3, "KeyboardInterrupt: terminated")
-    expected[-1:-1] = [
-        f'(APIServer)   File "{VLLM}/entrypoints/openai/api_server.py", line 558, '
-        "in signal_handler",
-        '(APIServer)     raise KeyboardInterrupt("terminated")',
-    ]
+    expected = serve_traceback(Traceback.SERVE_TERMINATED, "KeyboardInterrupt: terminated")
+    assert expected[-3:-1] == frame_lines(
+        f"{VLLM}/entrypoints/openai/api_server.py",
+        558,
+        "signal_handler",
+        'raise KeyboardInterrupt("terminated")',
+    )
     assert logged(out)[-len(expected) :] == expected
 
 

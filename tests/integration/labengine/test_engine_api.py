@@ -171,11 +171,14 @@ def test_engine_core_death_exits_zero(engine: tuple[str, subprocess.Popen[str]])
     assert re.fullmatch(
         stamp + r"\[async_llm.py:707\] AsyncLLM output_handler failed\.", lines[at + 1]
     )
-    assert lines[at + 2 : at + 6] == [
+    engine = "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine"
+    assert lines[at + 2 : at + 9] == [
         "Traceback (most recent call last):",
-        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py", line 663, '
-        "in output_handler",
+        f'  File "{engine}/async_llm.py", line 663, in output_handler',
         "    outputs = await engine_core.get_output_async()",
+        "              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        f'  File "{engine}/core_client.py", line 985, in get_output_async',
+        "    raise self._format_exception(outputs) from None",
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
         "trace (above) for the root cause.",
     ]

@@ -8,7 +8,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from differential import Row, compare, failure_lines, normalise, scenario_case  # noqa: E402
+from differential import (  # noqa: E402
+    LAB_PREFIXES,
+    Row,
+    TbFrame,
+    compare,
+    compare_tracebacks,
+    failure_lines,
+    normalise,
+    scenario_case,
+    tracebacks,
+)
 from refvenv import cpu_requirements  # noqa: E402
 
 
@@ -103,3 +113,83 @@ def test_scenario_case_applies_the_inject_to_the_inventory_baseline() -> None:
     assert case.env["VLLM_PORT"] == "tcp://10.100.236.130:8000"
     assert case.env["HF_HOME"] == "/root/.cache/huggingface"
     assert case.patterns[0] == "Unknown vLLM environment variable detected: VLLM_SERVICE_HOST"
+
+
+REAL = """\
+(APIServer pid=5) INFO 12-01 00:00:00 [x.py:1] start
+(APIServer pid=5) Traceback (most recent call last):
+(APIServer pid=5)   File "/ref/bin/vllm", line 8, in <module>
+(APIServer pid=5)     sys.exit(main())
+(APIServer pid=5)              ^^^^^^
+(APIServer pid=5)   File "/ref/site/uvloop/__init__.py", line 92, in run
+(APIServer pid=5)     return runner.run(wrapper())
+(APIServer pid=5)            ^^^^^^^^^^^^^^^^^^^^^
+(APIServer pid=5)   File "/py311/asyncio/runners.py", line 118, in run
+(APIServer pid=5)     return self._loop.run_until_complete(task)
+(APIServer pid=5)   File "uvloop/loop.pyx", line 1515, in uvloop.loop.Loop.run_until_complete
+(APIServer pid=5)   File "/py311/contextlib.py", line 210, in __aenter__
+(APIServer pid=5)     return await anext(self.gen)
+(APIServer pid=5)   File "/ref/site/vllm/a.py", line 3, in f
+(APIServer pid=5)     async with g(
+(APIServer pid=5)   File "/ref/site/vllm/b.py", line 7, in g
+(APIServer pid=5)     raise ValueError(
+(APIServer pid=5) ValueError: no
+"""
+REAL_PREFIXES = (("/ref/site/", "<site>/"), ("/py311/", "<stdlib>/"), ("/ref/bin/", "<bin>/"))
+
+
+def test_tracebacks_read_frames_code_and_carets_after_the_prefixes() -> None:
+    (block,) = tracebacks(REAL, REAL_PREFIXES)
+    assert block[0] == TbFrame(
+        "<bin>/vllm", 8, "<module>", "    sys.exit(main())", "             ^^^^^^"
+    )
+    assert block[3] == TbFrame("uvloop/loop.pyx", 1515, "uvloop.loop.Loop.run_until_complete")
+    assert block[-1] == TbFrame("<site>/vllm/b.py", 7, "g", "    raise ValueError(")
+    assert len(block) == 7
+
+
+def _lab(lines: list[str]) -> str:
+    return "\n".join(["Traceback (most recent call last):", *lines, "ValueError: no"])
+
+
+LAB_312 = [
+    '  File "/usr/local/bin/vllm", line 10, in <module>',
+    "    sys.exit(main())",
+    "             ^^^^^^",
+    '  File "/usr/local/lib/python3.12/dist-packages/uvloop/__init__.py", line 96, in run',
+    "    return __asyncio.run(",
+    '  File "/usr/lib/python3.12/asyncio/runners.py", line 195, in run',
+    "    return runner.run(main)",
+    '  File "/usr/lib/python3.12/asyncio/runners.py", line 118, in run',
+    "    return self._loop.run_until_complete(task)",
+    '  File "uvloop/loop.pyx", line 1515, in uvloop.loop.Loop.run_until_complete',
+    '  File "/usr/lib/python3.12/contextlib.py", line 210, in __aenter__',
+    "    return await anext(self.gen)",
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/a.py", line 3, in f',
+    "    async with g(",
+    "               ^^",
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/b.py", line 7, in g',
+    "    raise ValueError(",
+]
+
+
+def test_another_python_leaves_out_the_runner_and_stdlib_lines_and_with_carets() -> None:
+    real = tracebacks(REAL, REAL_PREFIXES)
+    (row,) = compare_tracebacks("c", real, tracebacks(_lab(LAB_312), LAB_PREFIXES), False)
+    assert row.equal, row.first_difference
+    assert (row.real, row.lab, row.compared) == (7, 8, 5)
+    # on the same Python every frame counts: the runner frames then differ
+    (same,) = compare_tracebacks("c", real, tracebacks(_lab(LAB_312), LAB_PREFIXES), True)
+    assert not same.equal
+
+
+def test_a_missing_or_different_frame_is_reported() -> None:
+    real = tracebacks(REAL, REAL_PREFIXES)
+    lab = [ln for ln in LAB_312 if "contextlib" not in ln and "anext" not in ln]
+    (row,) = compare_tracebacks("c", real, tracebacks(_lab(lab), LAB_PREFIXES), False)
+    assert row.first_difference.startswith("frame 5: real `<stdlib>/contextlib.py:0 in __aenter__")
+    moved = [ln.replace("line 7, in g", "line 8, in g") for ln in LAB_312]
+    (row,) = compare_tracebacks("c", real, tracebacks(_lab(moved), LAB_PREFIXES), False)
+    assert row.first_difference.startswith("frame 7: real `<site>/vllm/b.py:7")
+    (row,) = compare_tracebacks("c", real, [], False)
+    assert row.first_difference == "the lab engine prints no such traceback"

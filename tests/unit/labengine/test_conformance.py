@@ -160,8 +160,8 @@ def _wheel(tmp_path: Path) -> Path:
     return tmp_path / "vllm"
 
 
-def _frame(file: str, line: int, function: str, code: str) -> Frame:
-    return Frame(f"/usr/local/lib/python3.12/dist-packages/{file}", line, function, code)
+def _frame(file: str, line: int, function: str, code: str, carets: str = "") -> Frame:
+    return Frame(f"/usr/local/lib/python3.12/dist-packages/{file}", line, function, code, carets)
 
 
 def test_a_frame_of_the_wheel_passes(tmp_path: Path) -> None:
@@ -199,3 +199,82 @@ def test_a_location_must_be_the_calls_basename_and_line(tmp_path: Path) -> None:
     assert conformance.located("model.py:3", calls)
     assert not conformance.located("model.py:4", calls)  # wrong line
     assert not conformance.located("scheduler.py:3", calls)  # wrong file
+
+
+# ---- traceback chains and carets: each check fails on purpose -----------------------------------
+
+CHAIN_SOURCE = """\
+import contextlib
+from vllm.tracing import instrument
+
+
+def outer():
+    value = middle(1)
+    return value
+
+
+@instrument(span_name="x")
+def middle(n):
+    with opened() as f:
+        return f
+
+
+@contextlib.contextmanager
+def opened():
+    yield inner()
+
+
+def inner():
+    raise ValueError(
+        "no")
+"""
+
+
+def _chain_wheel(tmp_path: Path) -> Path:
+    mod = tmp_path / "vllm" / "mod.py"
+    mod.parent.mkdir()
+    mod.write_text(CHAIN_SOURCE)
+    otel = tmp_path / "vllm" / "tracing" / "otel.py"
+    otel.parent.mkdir()
+    otel.write_text(
+        "def instrument_otel(func):\n    def sync_wrapper(*a):\n        return func(*a)\n"
+    )
+    return tmp_path / "vllm"
+
+
+WRAPPER = _frame("vllm/tracing/otel.py", 3, "sync_wrapper", "return func(*a)", "       ^^^^^^^^")
+CHAIN = [
+    _frame("vllm/mod.py", 6, "outer", "value = middle(1)", "        ^^^^^^^^^"),
+    WRAPPER,
+    _frame("vllm/mod.py", 12, "middle", "with opened() as f:", "     ^^^^^^^^"),
+    Frame("/usr/lib/python3.12/contextlib.py", 137, "__enter__", "return next(self.gen)"),
+    _frame("vllm/mod.py", 18, "opened", "yield inner()", "      ^^^^^^^"),
+    _frame("vllm/mod.py", 22, "inner", "raise ValueError("),
+]
+
+
+def test_a_complete_chain_has_no_skipped_link(tmp_path: Path) -> None:
+    tree = _chain_wheel(tmp_path)
+    assert [p for _, p in conformance.chain_problems(tree, CHAIN)] == ["", "", "", ""]
+
+
+@pytest.mark.parametrize(
+    ("drop", "says"),
+    [
+        (1, "skips otel's sync_wrapper"),
+        (3, "skips contextlib's __enter__"),
+        (4, "calls none of inner"),
+    ],
+)
+def test_a_skipped_frame_is_a_skipped_link(tmp_path: Path, drop: int, says: str) -> None:
+    tree = _chain_wheel(tmp_path)
+    problems = [p for _, p in conformance.chain_problems(tree, CHAIN[:drop] + CHAIN[drop + 1 :])]
+    assert any(says in p for p in problems), problems
+
+
+def test_carets_follow_python_312(tmp_path: Path) -> None:
+    tree = _chain_wheel(tmp_path)
+    for i, frame in enumerate(CHAIN):
+        if conformance.in_wheel(frame) is not None:
+            want = conformance.expected_carets(tree, frame, conformance.call_target(CHAIN, i))
+            assert want == frame.carets, frame

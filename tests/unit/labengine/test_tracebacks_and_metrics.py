@@ -21,8 +21,14 @@ def test_the_data_file_holds_exactly_the_named_tracebacks() -> None:
     # each era lacks the VLLM_PORT read its release does not make at that point
     assert set(era_tracebacks(Era.V0_19)) == every - {Traceback.CORE_ENVS_CACHE}
     assert set(era_tracebacks(Era.V0_33)) == every - {Traceback.CORE_VLLM_PORT}
-    assert len(frames(Era.V0_19, Traceback.CORE_VLLM_PORT)) == 10
-    assert len(frames(Era.V0_33, Traceback.CORE_KV_CACHE)) == 6
+    # otel's sync_wrapper stands between a call and each function vLLM instruments
+    assert len(frames(Era.V0_19, Traceback.CORE_VLLM_PORT)) == 12
+    assert len(frames(Era.V0_33, Traceback.CORE_KV_CACHE)) == 8
+    assert [f.function for f in frames(Era.V0_33, Traceback.CORE_KV_CACHE)][:3] == [
+        "run_engine_core",
+        "sync_wrapper",
+        "__init__",
+    ]
 
 
 def test_an_era_without_a_traceback_says_so() -> None:
@@ -55,14 +61,47 @@ def test_a_traceback_renders_as_python_prints_it() -> None:
 
 
 def test_frames_are_typed() -> None:
+    engine = "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine"
     assert frames(Era.V0_19, Traceback.ENGINE_DEAD) == [
         Frame(
-            file="/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py",
+            file=f"{engine}/async_llm.py",
             line=663,
             function="output_handler",
             code="outputs = await engine_core.get_output_async()",
-        )
+            carets="          " + "^" * len("await engine_core.get_output_async()"),
+        ),
+        Frame(
+            file=f"{engine}/core_client.py",
+            line=985,
+            function="get_output_async",
+            code="raise self._format_exception(outputs) from None",
+        ),
     ]
+
+
+def test_carets_and_a_compiled_frame_print_as_python_312_prints_them() -> None:
+    out = io.StringIO()
+    log = VllmLog("APIServer", out)
+    log.traceback(frames(Era.V0_33, Traceback.SERVE_ENGINE_STARTUP)[:8], "X: y")
+    lines = [ln.split(") ", 1)[1] for ln in out.getvalue().splitlines()]
+    assert lines[1:4] == [
+        '  File "/usr/local/bin/vllm", line 10, in <module>',
+        "    sys.exit(main())",
+        "             ^^^^^^",
+    ]
+    # uvloop's loop.pyx is compiled: its frame has no source line
+    pyx = lines.index('  File "uvloop/loop.pyx", line 1515, in uvloop.loop.Loop.run_until_complete')
+    assert lines[pyx + 1].startswith('  File "/usr/local/lib/python3.12/dist-packages/uvloop/')
+    assert lines[pyx + 2 : pyx + 4] == ["    return await main", "           ^^^^^^^^^^"]
+
+
+def test_a_frame_with_carets_but_no_code_is_refused() -> None:
+    from labengine.tracebacks import _frame
+
+    with pytest.raises(TracebackDataError, match="carets"):
+        _frame("x", {"file": "f", "line": 1, "function": "g", "code": "", "carets": "^^"})
+    with pytest.raises(TracebackDataError, match="carets"):
+        _frame("x", {"file": "f", "line": 1, "function": "g", "code": "h()", "carets": "^x"})
 
 
 def samples(m: EngineMetrics) -> list[str]:
@@ -131,3 +170,14 @@ def test_no_kv_memory_raises_from_the_same_check_two_branches_earlier() -> None:
             "raise ValueError(",
         )
         assert short[-1].line != line
+
+
+def test_free_memory_is_refused_in_the_workers_init_device() -> None:
+    """0.19.1 v1/worker/utils.py:413, 0.33.0 :762: request_memory, under the worker's
+    instrumented init_device, under the executor's constructor."""
+    for era, line in ((Era.V0_19, 413), (Era.V0_33, 762)):
+        chain = frames(era, Traceback.CORE_FREE_MEMORY)
+        assert (chain[-1].function, chain[-1].line) == ("request_memory", line)
+        names = [f.function for f in chain]
+        assert names[-4:] == ["init_device", "sync_wrapper", "init_device", "request_memory"]
+        assert names.count("sync_wrapper") == 3
