@@ -315,10 +315,11 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None]] = [
      {}, "headless multiproc executor"),
 ]  # fmt: skip
 
-RECORD = re.compile(r"^\((?P<proc>\w+) pid=\d+\) (?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} "
+RECORD = re.compile(r"^(?:\((?P<proc>\w+) pid=\d+\) )?(?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} "
                     r"\[(?P<where>[\w.]+:\d+)\] (?P<msg>.*)$")  # fmt: skip
-# a tqdm bar printed as text with vLLM's bar format (weight_utils._BAR_FORMAT)
-BAR = re.compile(r"^\(\w+ pid=\d+\) (?P<desc>[^:]+): +\d+% Completed \| \d+/\d+ "
+# a tqdm bar printed as text with vLLM's bar format (weight_utils._BAR_FORMAT); prefixed on
+# 0.19's decorated stderr, bare on 0.33's
+BAR = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?P<desc>[^:]+): +\d+% Completed \| \d+/\d+ "
                  r"\[[\d:]+<(?:[\d:]+|\?), +(?:[\d.]+|\?)(?:s/it|it/s)\]$")  # fmt: skip
 BAR_FORMAT = ("{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, "
               "{rate_fmt}]\n")  # fmt: skip

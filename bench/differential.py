@@ -14,8 +14,9 @@ Each case is a scenario's failing command (its baseline from inventories/local.y
 `inject` applied) run the same way through both engines, with the same model config, flags and
 env. The failure lines are the first line of each engine's output matching each of the case's
 patterns (the scenario's own signature regexes). Before comparing, `normalise` strips what
-differs between two runs of one engine: the `(APIServer pid=N)` / `(EngineCore pid=N)` process
-prefix (`_DP<n>` suffix included), the `MM-DD HH:MM:SS` timestamp, `pid=N` / `pid N` anywhere,
+differs between two runs of one engine: the pid in the `(APIServer pid=N)` / `(EngineCore pid=N)`
+process prefix (the name stays, so a line one engine prefixes and the other prints bare differs),
+the `MM-DD HH:MM:SS` timestamp, `pid=N` / `pid N` anywhere,
 and the temporary model folder's path, and pydantic's 50-character repr of a config class's
 constructor arguments (`input_value=ArgsKwargs(...)`). It prints a table (case, real vLLM line,
 lab engine line, equal).
@@ -53,7 +54,7 @@ MODEL = "Qwen/Qwen2.5-14B-Instruct-AWQ"  # the seeds' model, the lab inventory's
 TIMEOUT_S = 600
 
 PROCESS_PREFIX = re.compile(
-    r"^\((?:APIServer|EngineCore|Worker|MainProcess)(?:_DP\d+)?(?:_\w+)? pid=\d+\)\s*"
+    r"^\((?P<name>(?:APIServer|EngineCore|Worker|MainProcess)(?:_DP\d+)?(?:_\w+)?) pid=\d+\)\s*"
 )
 TIMESTAMP = re.compile(r"\b\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\b")
 PID = re.compile(r"\bpid[= ]\d+\b")
@@ -87,7 +88,9 @@ class Row:
 
 def normalise(line: str, model_dir: str = "") -> str:
     """A failure line without what differs between two runs (see the module's docstring)."""
-    line = PROCESS_PREFIX.sub("", line.strip())
+    # the process's name stays: whether a line carries it at all differs between releases (0.19
+    # decorates stdout and stderr, 0.33 only its log records)
+    line = PROCESS_PREFIX.sub(r"(\g<name>) ", line.strip())
     line = TIMESTAMP.sub("<ts>", line)
     line = PID.sub("pid <pid>", line)
     line = INPUT_VALUE.sub("input_value=ArgsKwargs(<args>), input_type=", line)

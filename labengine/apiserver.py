@@ -21,7 +21,7 @@ from typing import Any
 from labengine import arch, core, envs, loading, mamba
 from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
 from labengine.gpu import GpuConfigError, NodeGpus, node_gpus
-from labengine.logs import VllmLog, unprefixed_warning
+from labengine.logs import VllmLog
 from labengine.models import (
     DtypeError,
     ModelInfo,
@@ -54,7 +54,10 @@ def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, 
     """Run `vllm serve` with parsed `args` (`non_default`: those the user changed). Exit code."""
     era = era_of(env)
     scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
-    log = VllmLog("APIServer")
+    # with data parallelism `vllm serve`'s own process only checks the configuration and
+    # launches the API servers (run_multi_api_server), without decorating its logs
+    multi = args.data_parallel_size > 1
+    log = VllmLog("MainProcess" if multi else "APIServer", era=era, decorated=not multi)
     model_tag = _announce(args, non_default, era, log)
     host = args.host or "0.0.0.0"
     try:
@@ -64,6 +67,8 @@ def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, 
         settings = _settings(args, env, era, scale, model_tag, log)
     except _Failed:
         return 1
+    if multi:  # the first API server's lines from here on (the lab runs one)
+        log.rebind("ApiServer_0")
     if args.headless:
         return _run_headless(settings, log)
     assert sock is not None
@@ -73,11 +78,13 @@ def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, 
 def _announce(args: argparse.Namespace, non_default: dict[str, Any], era: Era, log: VllmLog) -> str:
     """The `--model` warning and the non-default args line. The model tag to serve."""
     if args.model and not args.model_tag:
-        unprefixed_warning(
+        # logged while the arguments are parsed, before the process decorates its logs
+        removal = "in v0.13" if era is Era.V0_19 else "in a future version"
+        VllmLog("MainProcess", log.stream, era, decorated=False).warning(
             where(era, Site.ARGPARSE_MODEL_FLAG),
-            "With `vllm serve`, you should provide the "
-            "model as a positional argument or in a config file instead of via "
-            "the `--model` option.",
+            "With `vllm serve`, you should provide the model as a positional argument or in a "
+            f"config file instead of via the `--model` option. The `--model` option will be "
+            f"removed {removal}.",
         )
     model_tag: str = args.model_tag or args.model or DEFAULT_MODEL
     if args.model_tag:

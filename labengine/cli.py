@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # SIGTERM while starting: vLLM's traceback, and Python's exit code for an uncaught
         # KeyboardInterrupt (130; it would re-raise SIGINT, which a container's PID 1 ignores)
-        VllmLog("APIServer").traceback(
+        VllmLog("APIServer", era=era_of(env)).traceback(
             frames(era_of(env), Traceback.SERVE_TERMINATED), "KeyboardInterrupt: terminated"
         )
         return 130

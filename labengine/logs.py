@@ -2,9 +2,13 @@
 
     (APIServer pid=1) INFO 04-19 10:45:24 [utils.py:233] non-default args: {...}
 
-vLLM decorates stdout so that every line a process writes (log records and tracebacks alike)
-carries the `(ProcessName pid=N) ` prefix; timestamps are the process's local time, no year or
-zone. The `[file:line]` tags are the ones real vLLM prints for the same message.
+Every log record carries the `(ProcessName pid=N) ` prefix, on each of its lines. What else a
+process writes depends on the release: vLLM 0.19 decorates stdout and stderr themselves
+(`decorate_logs` wraps their `write`), so tracebacks, multiprocessing's `Process EngineCore:`
+and tqdm's bars carry the prefix too; vLLM 0.33 puts the process name into its log format
+instead (`set_vllm_process_name`), and those lines come out bare. Timestamps are the process's
+local time, no year or zone. The `[file:line]` tags are the ones real vLLM prints for the same
+message.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import sys
 import time
 import traceback
 from typing import NamedTuple, TextIO
+
+from labengine.wording import Era, era_of
 
 
 class Frame(NamedTuple):
@@ -30,35 +36,59 @@ class Frame(NamedTuple):
 
 
 class VllmLog:
-    def __init__(self, process_name: str, stream: TextIO | None = None) -> None:
+    """One process's output. `decorated`: the process called vLLM's `decorate_logs` (the API
+    server and the engine core do; `vllm serve`'s main process with data parallelism, which
+    only launches API servers, does not: 0.19 prints its lines bare, 0.33 names it
+    `MainProcess` in its records)."""
+
+    def __init__(
+        self,
+        process_name: str,
+        stream: TextIO | None = None,
+        era: Era | None = None,
+        *,
+        decorated: bool = True,
+    ) -> None:
         self.process_name = process_name
         self.stream = stream or sys.stdout
         self.pid = os.getpid()
+        # a lab engine process speaks one era, the one its environment names
+        self.era = era or era_of(dict(os.environ))
+        self.decorated = decorated
 
     def rebind(self, process_name: str) -> None:
-        """After fork: same stream, new process name and pid."""
+        """After fork, in a process that decorates its logs: same stream, new name and pid."""
         self.process_name = process_name
         self.pid = os.getpid()
+        self.decorated = True
 
     @property
     def prefix(self) -> str:
         return f"({self.process_name} pid={self.pid}) "
 
     def raw(self, text: str) -> None:
-        """Write lines the way vLLM's decorated stdout does: each one prefixed."""
-        out = "".join(self.prefix + line + "\n" for line in text.splitlines())
+        """Write lines as the process's stdout has them: prefixed where vLLM decorates the
+        stream itself (0.19), bare where only its log records carry the prefix (0.33)."""
+        self._write(text, self.era is Era.V0_19 and self.decorated)
+
+    def _write(self, text: str, prefixed: bool) -> None:
+        prefix = self.prefix if prefixed else ""
+        out = "".join(prefix + line + "\n" for line in text.splitlines())
         self.stream.write(out)
         self.stream.flush()
 
     def blank(self) -> None:
-        """An empty line, prefixed (tqdm's closing newline)."""
+        """An empty line (tqdm's closing newline)."""
         self.raw("\n")
 
     def _log(self, level: str, where: str, msg: str) -> None:
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
         lines = msg.splitlines() or [""]
         head = f"{level} {stamp} [{where}] "
-        self.raw("\n".join(head + line for line in lines))
+        # 0.33's log format names the process always; 0.19's records are prefixed by the
+        # decorated stream alone
+        prefixed = self.era is Era.V0_33 or self.decorated
+        self._write("\n".join(head + line for line in lines), prefixed)
 
     def info(self, where: str, msg: str) -> None:
         self._log("INFO", where, msg)
@@ -97,11 +127,3 @@ def traceback_lines(frames: list[Frame], final: str) -> list[str]:
             lines.append(f"    {carets}")
     lines.append(final)
     return lines
-
-
-def unprefixed_warning(where: str, msg: str, stream: TextIO | None = None) -> None:
-    """Lines vLLM prints before it decorates stdout (the argparse warning)."""
-    s = stream or sys.stdout
-    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
-    s.write(f"WARNING {stamp} [{where}] {msg}\n")
-    s.flush()

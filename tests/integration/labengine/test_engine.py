@@ -269,8 +269,16 @@ def test_era_033_wording() -> None:
     # 0.33 no longer counts the 181 MiB of cuBLAS handles (created before its memory snapshot):
     # 382,975,040 bytes, less the pool's null block (3 MiB) = 379,829,312 bytes = 0.35 GiB,
     # 120 whole blocks of 16 tokens = 1920
+    # 0.33 names the process in its log format only: the record of the failure carries the
+    # prefix, what multiprocessing prints when the process dies (stderr, undecorated) does not
+    head = "(EngineCore_DP0) ERROR [core.py:1584] "
+    err = lines.index(head + "EngineCore failed to start.")
+    assert lines[err + 1] == head + "Traceback (most recent call last):"
+    died = lines.index("Process EngineCore_DP0:")
+    assert died > err and lines[died + 1] == "Traceback (most recent call last):"
+    assert lines[-1].startswith("RuntimeError: Engine core initialization failed.")
     assert (
-        "(EngineCore_DP0) ValueError: To serve at least one request with the model's max seq len "
+        "ValueError: To serve at least one request with the model's max seq len "
         "(16384), (3.0 GiB KV cache is needed, which is larger than the available KV cache "
         "memory (0.35 GiB). Based on the available memory, the estimated maximum model length is "
         "1920. Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU "

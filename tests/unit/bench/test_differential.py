@@ -22,17 +22,21 @@ from differential import (  # noqa: E402
 from refvenv import cpu_requirements  # noqa: E402
 
 
-def test_normalise_strips_process_prefix_timestamp_pid_and_model_folder() -> None:
+def test_normalise_strips_the_pid_timestamp_and_model_folder_and_keeps_the_process() -> None:
     line = (
         "(EngineCore_DP0 pid=4242) ERROR 12-01 05:10:11 [core.py:1010] "
         "EngineCore failed to start. pid=4242 model=/tmp/x/models/Qwen/Q"
     )
     assert normalise(line, "/tmp/x/models") == (
-        "ERROR <ts> [core.py:1010] EngineCore failed to start. pid <pid> model=Qwen/Q"
+        "(EngineCore_DP0) ERROR <ts> [core.py:1010] EngineCore failed to start. pid <pid> "
+        "model=Qwen/Q"
     )
     assert normalise("(APIServer pid=7) INFO 01-02 03:04:05.123 [a.py:1] hi") == (
-        "INFO <ts> [a.py:1] hi"
+        "(APIServer) INFO <ts> [a.py:1] hi"
     )
+    # 0.33 prints an uncaught traceback's lines bare, 0.19 prefixed: the two do not compare equal
+    bare, prefixed = "ValueError: too long", "(APIServer pid=7) ValueError: too long"
+    assert normalise(bare) != normalise(prefixed)
 
 
 def test_normalise_keeps_the_rest_of_the_line() -> None:
@@ -65,7 +69,7 @@ def test_failure_lines_take_each_patterns_first_match_or_empty() -> None:
     got = failure_lines(out, ("validation error for ModelConfig", r"World size \(\d\)", "absent"))
     assert got == [
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
-        "ERROR <ts> [x.py:2] World size (2) is larger",
+        "(APIServer) ERROR <ts> [x.py:2] World size (2) is larger",
         "",
     ]
 
