@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runner import signature as sig
-from runner.labs.base import LabEvent, NodeState
+from runner.labs.base import ExitInfo, LabEvent, NodeState
 from runner.results import EventKind, Phase, Verdict
 from runner.run.actions import UserStepFailed, apply_actions
-from runner.run.context import Context, all_passed, first_exit, utcnow
+from runner.run.context import Context, all_passed, utcnow
 from runner.run.phases.expect import logs_for
 from runner.scenario import LoadedScenario, Outcome, RecoveryStep
 from runner.timing import elapsed_real
@@ -32,7 +32,7 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
         label = f"recover {i}: {step.name}"
         if step.forbidden:
             ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
-        since = ctx.seq
+        since, before = ctx.seq, Before(ctx.lab.states()[ctx.target].incarnation, utcnow())
         step_failed(ctx, step, label, f"recover {i}")
         applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
@@ -40,7 +40,7 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
         elif step.outcome is Outcome.MASKS:
             masks(ctx, ls, step, label)
         else:
-            shortcut(ctx, ls, step, label, since)
+            shortcut(ctx, ls, step, label, since, before)
     return Recovered(ttr)
 
 
@@ -116,7 +116,32 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
     return round(ttr, 3)
 
 
-def shortcut(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, since: int) -> None:
+@dataclass(frozen=True)
+class Before:
+    """The target as a recovery step found it: its incarnation and the time the step began."""
+
+    incarnation: int
+    at: datetime
+
+    def failed_after(self, events: list[LabEvent]) -> ExitInfo | None:
+        """The first failure the step can be judged by: of an incarnation started since, or an
+        exit after the step began. A crash-looping node's exit that the runner reads only after
+        the step began (events arrive late), or the restart its policy had pending, is the
+        fault's, not the step's."""
+        return next(
+            (
+                f
+                for e in events
+                if (f := e.failure) is not None
+                and (f.incarnation > self.incarnation or f.finished_at >= self.at)
+            ),
+            None,
+        )
+
+
+def shortcut(
+    ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, since: int, before: Before
+) -> None:
     """A step expected NOT to restore service: let it play out, then show that it did not."""
     settle = step.settle_s or ls.scenario.verify.time_to_recover.max_s
     budget = ctx.scale.to_lab(settle) + ctx.scale.allowance_s
@@ -125,12 +150,12 @@ def shortcut(ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, s
     # A step with a failure signature is awaited until it fails; otherwise until it fails or
     # the node serves again (then the probes decide).
     def settled(s: NodeState, evs: list[LabEvent]) -> bool:
-        if first_exit(evs) is not None:
+        if before.failed_after(evs) is not None:
             return True
         return step.expect is None and s.ready and s.generation >= gen0
 
     w = ctx.wait_for(settled, budget, replay_from=since)
-    failure = first_exit(w.events)
+    failure = before.failed_after(w.events)
     results = ctx.probe(ls.scenario.verify.probes)
     restored = all_passed(results)
     how = (

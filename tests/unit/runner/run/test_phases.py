@@ -762,3 +762,30 @@ def test_a_crash_loop_is_seen_in_the_events_when_the_sample_reads_running() -> N
     )
     stopped = StateExpectation(status=NodeStatus.EXITED, max_restarts=0)
     assert in_state(stopped, state(NodeStatus.RUNNING, 2), two) is None
+
+
+def test_a_recovery_step_is_judged_by_failures_after_it() -> None:
+    """A crash-looping node's exit from before the step, read only after it (events arrive
+    late), is the fault's: the step is judged by an incarnation started since, or an exit of the
+    running one after the step began."""
+    from datetime import UTC, datetime, timedelta
+
+    from runner.labs.base import EventType, ExitInfo, LabEvent
+    from runner.run.phases.recover import Before
+
+    t = datetime(2026, 12, 1, 22, 17, 29, tzinfo=UTC)
+
+    def exited(inc: int, at: datetime, stopped: bool = False) -> LabEvent:
+        info = ExitInfo(incarnation=inc, code=1, started_at=at, first_output_at=at, finished_at=at)
+        return LabEvent(
+            seq=inc, ts=at, node="serving", type=EventType.EXITED, exit=info, stopped=stopped
+        )
+
+    before = Before(incarnation=4, at=t)
+    late = exited(4, t - timedelta(seconds=0.8))
+    assert before.failed_after([late]) is None
+    assert before.failed_after([late, exited(5, t + timedelta(seconds=0.3), stopped=True)]) is None
+    step_failure = before.failed_after([late, exited(6, t + timedelta(seconds=3))])
+    assert step_failure is not None and step_failure.incarnation == 6
+    running = before.failed_after([exited(4, t + timedelta(seconds=1))])  # no restart needed
+    assert running is not None and running.incarnation == 4
