@@ -243,6 +243,12 @@ class LabDriver(abc.ABC):
 
     @abc.abstractmethod
     def last_event_seq(self) -> int: ...
+
+    def events_behind(self, node: str) -> bool:
+        """The runtime has recorded a start or an exit of the node that the event feed has not
+        shown yet. A lab whose states and events come from one source is never behind."""
+        return False
+
     @abc.abstractmethod
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]: ...
     @abc.abstractmethod

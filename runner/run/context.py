@@ -25,6 +25,7 @@ from runner.timing import TimeScale
 Progress = Callable[[str], None]
 Done = Callable[[NodeState, list[LabEvent]], bool]
 POLL_S = 0.05  # how often to look again at what has no events (a log file, the GPU list)
+EVENT_LAG_S = 30.0  # how long a wait goes on for events the runtime recorded but has not sent
 
 
 def utcnow() -> datetime:
@@ -116,13 +117,22 @@ class Context:
                 for e in self.lab.wait_events(replay_from, 0)
                 if e.seq <= self.seq and e.node == node
             ]
+        lagging_until: float | None = None
         while True:
             st = self.lab.states()[node]
             if done(st, seen):
                 return Waited(st, seen, True)
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
-                return Waited(st, seen, False)
+                # what the runtime has recorded and its feed not yet delivered is awaited, a
+                # bounded while: a busy daemon sends events late, and the node's exit within the
+                # window would be read as no exit at all
+                if lagging_until is None:
+                    lagging_until = now + EVENT_LAG_S
+                if now >= lagging_until or not self.lab.events_behind(node):
+                    return Waited(st, seen, False)
+                remaining = min(lagging_until - now, POLL_S * 4)
             evs = self.lab.wait_events(self.seq, min(remaining, 5.0))
             if evs:
                 self.seq = evs[-1].seq

@@ -290,6 +290,12 @@ class ComposeLab(LabDriver):
     def wait_events(self, since: int, timeout: float) -> list[LabEvent]:
         return self.feed.wait_events(since, timeout)
 
+    def events_behind(self, node: str) -> bool:
+        # states() reads Docker now; the events come through the daemon's event stream, which a
+        # busy daemon (another project's networks being created) delivers seconds late
+        self.watch.sync()
+        return self.watch.behind(node, self._engines().get(node))
+
     def last_event_seq(self) -> int:
         return self.feed.last_event_seq()
 

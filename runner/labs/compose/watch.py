@@ -234,6 +234,22 @@ class DockerWatch:
                 restarts=restarts,
             )
 
+    def behind(self, node: str, c: Any) -> bool:
+        """Docker has recorded a start or an exit of the node's engine container `c` (None: it
+        has none) that the event feed has not shown yet."""
+        if c is None:
+            return False
+        st = c.attrs["State"]
+        if _never(st["StartedAt"]):
+            return False
+        cur = self.current(node)
+        if cur is None or cur.container_id != c.id:
+            return True  # a container whose start the feed has not shown
+        if utc_time(st["StartedAt"]) > cur.started_at:
+            return True  # restarted since the start the feed showed
+        exited = not st["Running"] or st.get("Restarting", False)
+        return exited and cur.finished_at is None and not _never(st["FinishedAt"])
+
     def state_of(self, n: Node, c: Any, generation: int) -> NodeState:
         """The node's state: its engine container `c` (None: none) as Docker has it now, with
         the incarnations and readiness the watch saw."""

@@ -175,3 +175,25 @@ def test_a_signal_the_lab_sends_as_a_fault_is_a_failure(lab: ComposeLab) -> None
     exits = [e for e in lab.feed.events if e.type is EventType.EXITED]
     assert [e.stopped for e in exits] == [False]
     assert lab.watch.signalled == set()
+
+
+def test_the_lab_knows_when_its_feed_is_behind_docker(lab: ComposeLab) -> None:
+    """Docker's record of a start or an exit the feed has not delivered yet: the runner waits for
+    it rather than reading "no exit"."""
+    docker: FakeDocker = lab._client
+    node = lab.inventory.node("serving")
+    b = docker.by_id["b"] = FakeContainer("b", started=1.0)
+    assert lab.watch.behind("serving", b)  # started, not shown yet
+    lab.watch.on_start(node, "b", at(1.01))
+    assert not lab.watch.behind("serving", b)
+    b.running, b.finished = False, 1.5
+    assert lab.watch.behind("serving", b)  # exited, not shown yet
+    lab.watch.on_die(node, "b", {"exitCode": "1"}, at(1.5))
+    assert not lab.watch.behind("serving", b)
+    b.running, b.started, b.restarts = True, 1.6, 1
+    assert lab.watch.behind("serving", b)  # restarted by its policy, not shown yet
+    lab.watch.on_start(node, "b", at(1.61))
+    assert not lab.watch.behind("serving", b)
+    c = docker.by_id["c"] = FakeContainer("c", started=2.0)
+    assert lab.watch.behind("serving", c)  # a new container (a re-apply), not shown yet
+    assert not lab.watch.behind("serving", None)
