@@ -138,10 +138,14 @@ SEED_RUNS = ((0.9, 4096, 9.1), (0.5, 16384, 0.18))  # seeds/004: util, max len, 
 # What public logs of 24 GB cards (A10G/L4 class: nvidia-smi 23,028/23,034 MiB) print: total
 # 22.06-22.07 GiB, non_torch_memory 0.05 GiB (the two "24 GB card" rows above).
 PUBLIC_24GB_TOTAL_MIB, PUBLIC_24GB_NON_TORCH_MIB = 22589, 51
-# An A10G's own total, as torch reports it: "22.20 GiB total capacity" in a CUDA out-of-memory
-# message on a g5.12xlarge (github.com/XavierXiao/Dreambooth-Stable-Diffusion/issues/18, 2023).
-PUBLIC_A10G_TOTAL_MIB = 22733  # 22.20 GiB
-PUBLIC_A10G_SOURCE = "github.com/XavierXiao/Dreambooth-Stable-Diffusion/issues/18 (g5.12xlarge)"
+# An A10G's own total, as torch reports it in its CUDA out-of-memory message ("GPU 0 has a total
+# capacity of 22.30 GiB"): two public 2026 write-ups, a fine-tuning job on SageMaker
+# ml.g5.2xlarge and vLLM workers on an EKS g5.12xlarge. An older driver reported less: "22.20
+# GiB total capacity" on a g5.12xlarge in 2023 (github.com/XavierXiao/Dreambooth-Stable-Diffusion
+# issue 18).
+PUBLIC_A10G_TOTAL_GIB = 22.30
+PUBLIC_A10G_2023_TOTAL_MIB = 22733  # 22.20 GiB
+PUBLIC_A10G_2023_SOURCE = "github.com/XavierXiao/Dreambooth-Stable-Diffusion/issues/18"
 
 
 def seed_plan(gpu: GpuType, util: float, length: int) -> core.KvPlan:
@@ -168,7 +172,7 @@ def seed_rows() -> None:
         )
     alternatives = (
         ("public 24 GB figures", PUBLIC_24GB_TOTAL_MIB, "seeds/004"),
-        ("public A10G total 22.20 GiB", PUBLIC_A10G_TOTAL_MIB, PUBLIC_A10G_SOURCE),
+        ("2023 A10G total 22.20 GiB", PUBLIC_A10G_2023_TOTAL_MIB, PUBLIC_A10G_2023_SOURCE),
     )
     for label, total_mib, source in alternatives:
         alt = replace(
@@ -196,10 +200,13 @@ def seed_rows() -> None:
     hi = ((SEED_RUNS[0][2] + 0.005) - (SEED_RUNS[1][2] - 0.005)) / 0.4
     print(
         f"\nThe seed's two runs put its A10G's CUDA total at {lo:.3f}-{hi:.3f} GiB (the lab uses "
-        f"{a10g.cuda_total_mib / 1024:.3f}), {pct(a10g.cuda_total_mib, PUBLIC_A10G_TOTAL_MIB)} "
-        f"from the public A10G's 22.20 GiB; public 24 GB-card logs show 22.06-22.07 GiB. "
-        "No single total with equal overheads gives both the seed's figures and a public one: "
-        "the lab keeps the seed's GPU, and the public figures give the same start/refuse outcome."
+        f"{a10g.cuda_total_mib / 1024:.3f}): inside the {PUBLIC_A10G_TOTAL_GIB:.2f} GiB that torch "
+        "reports for an A10G in public 2026 logs (22.295-22.305 as printed). A 2023 driver "
+        "reported 22.20 GiB, and public logs of other 24 GB cards show 22.06-22.07 GiB: with "
+        "those the seed's runs give the figures above, refused alike. The non-torch term "
+        f"({a10g.profile_non_torch_mib} MiB, the seed's AWQ model) is what the seed's runs leave "
+        "once the public total, the weights and the activation formula are taken out; public "
+        "logs show 0.05-0.12 GiB for unquantised models and 0.20-0.23 GiB for AWQ/Marlin ones."
     )
 
 
