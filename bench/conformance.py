@@ -313,6 +313,9 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None]] = [
     ("group head", [QWEN, "-tp", "2", "--nnodes", "2", "--node-rank", "0"], {}, "DP group"),
     ("headless node", [QWEN, "-tp", "2", "--nnodes", "2", "--node-rank", "1", "--headless"],
      {}, "headless multiproc executor"),
+    ("data parallel, VLLM_PORT URI", [QWEN, "-dp", "2"],
+     {"GAMEDAY_GPU_COUNT": "2", "VLLM_PORT": "tcp://10.0.0.1:8000"}, None),
+    ("headless with API servers", [QWEN, "--headless", "--api-server-count", "1"], {}, None),
 ]  # fmt: skip
 
 RECORD = re.compile(r"^(?:\((?P<proc>\w+) pid=\d+\) )?(?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} "

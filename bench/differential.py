@@ -16,10 +16,10 @@ env. The failure lines are the first line of each engine's output matching each 
 patterns (the scenario's own signature regexes). Before comparing, `normalise` strips what
 differs between two runs of one engine: the pid in the `(APIServer pid=N)` / `(EngineCore pid=N)`
 process prefix (the name stays, so a line one engine prefixes and the other prints bare differs),
-the `MM-DD HH:MM:SS` timestamp, `pid=N` / `pid N` anywhere,
-and the temporary model folder's path, and pydantic's 50-character repr of a config class's
-constructor arguments (`input_value=ArgsKwargs(...)`). It prints a table (case, real vLLM line,
-lab engine line, equal).
+the `MM-DD HH:MM:SS` timestamp, `pid=N` / `pid N` anywhere, the free port each engine is given
+(`'port': N` in the arguments line), the temporary model folder's path, and pydantic's
+50-character repr of a config class's constructor arguments (`input_value=ArgsKwargs(...)`).
+It prints a table (case, real vLLM line, lab engine line, equal).
 
 Then the tracebacks, frame by frame (`tracebacks`, `compare_tracebacks`): each block of real
 vLLM's output against the same block of the lab engine's, every frame's file (install prefix
@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -60,6 +60,7 @@ TIMESTAMP = re.compile(r"\b\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\b")
 PID = re.compile(r"\bpid[= ]\d+\b")
 # pydantic's repr of a config class's constructor arguments, cut to 50 characters: every
 # argument's value, defaults included, differs between the two engines' own arguments
+PORT_ARG = re.compile(r"'port': \d+")  # each engine gets its own free port
 INPUT_VALUE = re.compile(r"input_value=ArgsKwargs\(.*\), input_type=")
 
 
@@ -94,6 +95,7 @@ def normalise(line: str, model_dir: str = "") -> str:
     line = TIMESTAMP.sub("<ts>", line)
     line = PID.sub("pid <pid>", line)
     line = INPUT_VALUE.sub("input_value=ArgsKwargs(<args>), input_type=", line)
+    line = PORT_ARG.sub("'port': <port>", line)
     if model_dir:
         line = line.replace(model_dir.rstrip("/") + "/", "")
     return line
@@ -305,7 +307,20 @@ def scenario_case(
     return Case(name, tuple(args), patterns, env, cuda)
 
 
+# every case also compares the arguments line: which ones differ from vLLM's defaults, and their
+# order (vLLM's parser order)
+ARGS_LINE = r"non-default args: "
+
+
 def cases() -> list[Case]:
+    # a headless node logs no arguments line (run_headless)
+    return [
+        c if "--headless" in c.args else replace(c, patterns=(ARGS_LINE, *c.patterns))
+        for c in _cases()
+    ]
+
+
+def _cases() -> list[Case]:
     base, env = baseline()
     qwen7 = edit_args(base, {"model_tag": "Qwen/Qwen2.5-7B-Instruct", "--tensor-parallel-size": 3})
     return [
@@ -336,6 +351,7 @@ def cases() -> list[Case]:
             "service-name-collision",
             {"--data-parallel-size": 2},
             patterns=(
+                "Defaulting api_server_count to data_parallel_size",
                 "Unknown vLLM environment variable detected: VLLM_SERVICE_HOST",
                 "Unknown vLLM environment variable detected: VLLM_PORT_8000_TCP_ADDR",
                 "validation error for ParallelConfig",
@@ -350,6 +366,12 @@ def cases() -> list[Case]:
             env | {"VLLM_SERVICE_HOST": "10.100.236.130"},
         ),
         Case("port in use", tuple(base), (r"Address already in use",), env, occupied=True),
+        Case(
+            "headless with API servers",
+            (*base, "--headless", "--api-server-count", "1"),
+            (r"cannot be used with --headless",),
+            env,
+        ),
     ]
 
 

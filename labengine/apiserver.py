@@ -50,15 +50,38 @@ class _Failed(Exception):
     """A start-up step failed; vLLM's lines are logged. The process exits 1."""
 
 
-def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, str]) -> int:
-    """Run `vllm serve` with parsed `args` (`non_default`: those the user changed). Exit code."""
+def serve(args: argparse.Namespace, defaults: dict[str, Any], env: dict[str, str]) -> int:
+    """Run `vllm serve` with parsed `args` (`defaults`: the parser's). Exit code."""
     era = era_of(env)
     scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
-    # with data parallelism `vllm serve`'s own process only checks the configuration and
-    # launches the API servers (run_multi_api_server), without decorating its logs
-    multi = args.data_parallel_size > 1
+    # with more than one API server `vllm serve`'s own process only checks the configuration
+    # and launches them (run_multi_api_server), without decorating its logs
+    servers = api_server_count(args)
+    multi = servers > 1
     log = VllmLog("MainProcess" if multi else "APIServer", era=era, decorated=not multi)
-    model_tag = _announce(args, non_default, era, log)
+    _model_flag_warning(args, era, log)
+    if args.headless and args.api_server_count is not None and args.api_server_count > 0:
+        # raised by ServeSubcommand.cmd before anything is logged: Python's own traceback
+        VllmLog("MainProcess", log.stream, era, decorated=False).traceback(
+            frames(era, Traceback.SERVE_HEADLESS_API_SERVERS),
+            f"ValueError: --api-server-count={args.api_server_count} cannot be used with "
+            "--headless (no API servers are started in headless mode).",
+        )
+        return 1
+    if args.api_server_count is None and servers > 1:
+        VllmLog("MainProcess", log.stream, era, decorated=False).info(
+            where(era, Site.API_SERVER_COUNT),
+            f"Defaulting api_server_count to data_parallel_size ({servers}).",
+        )
+    # ServeSubcommand.cmd: the positional model wins, and the API server count is set before
+    # the launcher logs the arguments that differ from the defaults (a headless node logs none)
+    model_tag: str = args.model_tag or args.model or DEFAULT_MODEL
+    args.model = model_tag
+    args.api_server_count = servers if servers != 1 else None
+    if not args.headless:
+        defaults = {**defaults, "model": DEFAULT_MODEL}  # EngineArgs.model's default
+        non_default = {k: getattr(args, k) for k, v in defaults.items() if getattr(args, k) != v}
+        log.info(where(era, Site.NON_DEFAULT_ARGS), f"non-default args: {non_default}")
     host = args.host or "0.0.0.0"
     try:
         _check_environ(args, env, era, log)
@@ -75,8 +98,17 @@ def serve(args: argparse.Namespace, non_default: dict[str, Any], env: dict[str, 
     return _run_engine(settings, log, sock, host, args.port)
 
 
-def _announce(args: argparse.Namespace, non_default: dict[str, Any], era: Era, log: VllmLog) -> str:
-    """The `--model` warning and the non-default args line. The model tag to serve."""
+def api_server_count(args: argparse.Namespace) -> int:
+    """How many API servers `vllm serve` starts (ServeSubcommand.cmd): none when headless, else
+    --api-server-count, by default one per data-parallel rank (the lab engine has no external
+    or hybrid load balancing, whose default is one)."""
+    if getattr(args, "headless", False):
+        return 0
+    count = getattr(args, "api_server_count", None)
+    return int(args.data_parallel_size if count is None else count)
+
+
+def _model_flag_warning(args: argparse.Namespace, era: Era, log: VllmLog) -> None:
     if args.model and not args.model_tag:
         # logged while the arguments are parsed, before the process decorates its logs
         removal = "in v0.13" if era is Era.V0_19 else "in a future version"
@@ -86,11 +118,6 @@ def _announce(args: argparse.Namespace, non_default: dict[str, Any], era: Era, l
             f"config file instead of via the `--model` option. The `--model` option will be "
             f"removed {removal}.",
         )
-    model_tag: str = args.model_tag or args.model or DEFAULT_MODEL
-    if args.model_tag:
-        non_default["model"] = args.model_tag
-    log.info(where(era, Site.NON_DEFAULT_ARGS), f"non-default args: {non_default}")
-    return model_tag
 
 
 def _check_environ(args: argparse.Namespace, env: dict[str, str], era: Era, log: VllmLog) -> None:
@@ -315,7 +342,7 @@ def _validation_error(
     (with data parallelism the API servers' launcher, run_multi_api_server, builds it)."""
     lines = message.splitlines()
     body = "\n".join([f"  Value error, {lines[0]}", *lines[1:]])
-    multi = args.data_parallel_size > 1
+    multi = api_server_count(args) > 1
     log.traceback(
         frames(era, _CONFIG_TRACEBACKS[(multi, cls)]),
         f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}\n{body} "

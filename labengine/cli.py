@@ -34,53 +34,67 @@ def _max_len(text: str) -> int:
     return int(float(t) * mult)
 
 
+# `vllm`'s top-level usage, as each release prints it (its subcommands differ)
+VLLM_USAGE = {
+    Era.V0_19: "usage: vllm [-h] [-v]\n"
+    "            {chat,complete,serve,launch,bench,collect-env,run-batch} ...\n",
+    Era.V0_33: "usage: vllm [-h] [-v]\n"
+    "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,"
+    "snapshot}\n            ...\n",
+}
+
+
 def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
-    """`vllm serve`'s flags that the stand-in reads or accepts, with vLLM's defaults."""
+    """`vllm serve`'s flags that the stand-in reads or accepts, with vLLM's defaults, in the
+    order vLLM's parser adds them (make_arg_parser: its own, FrontendArgs, then EngineArgs by
+    config group), which is the order of its "non-default args" line."""
     p.add_argument("model_tag", nargs="?", default=None)
-    p.add_argument("--model", default=None)
-    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--headless", action="store_true")
+    # None: one API server per data-parallel rank (vLLM's internal load balancing)
+    p.add_argument("--api-server-count", "-asc", type=int, default=None)
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument(
-        "--gpu-memory-utilization", type=float, default=0.9 if era is Era.V0_19 else 0.92
-    )
+    p.add_argument("--uvicorn-log-level", default="info")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--model", default=None)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-model-len", type=_max_len, default=None)
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--quantization", "-q", default=None)
+    p.add_argument("--enforce-eager", action="store_true")
     p.add_argument(
         "--max-logprobs",
         type=int,
         default=20,
         help="most logprobs a request may ask for (vLLM's default 20; -1: the whole vocabulary)",
     )
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--quantization", "-q", default=None)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--block-size", type=int, default=16, choices=[16])
-    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--served-model-name", nargs="+", default=None)
     # GPU memory lent out between rollouts (POST /sleep, /wake_up: VLLM_SERVER_DEV_MODE=1)
     p.add_argument("--enable-sleep-mode", action="store_true")
-    p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--download-dir", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--uvicorn-log-level", default="info")
-    p.add_argument("--enable-log-requests", action="store_true")
-    p.add_argument("--nnodes", "-n", type=int, default=1)
-    p.add_argument("--node-rank", "-r", type=int, default=0)
-    p.add_argument("--master-addr", default="127.0.0.1")
-    p.add_argument("--master-port", type=int, default=29501)
-    p.add_argument("--headless", action="store_true")
     p.add_argument(
         "--distributed-executor-backend",
         default=None,
         choices=["mp", "ray", "uni", "external_launcher"],
     )
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, default=29501)
+    p.add_argument("--nnodes", "-n", type=int, default=1)
+    p.add_argument("--node-rank", "-r", type=int, default=0)
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    p.add_argument("--block-size", type=int, default=16, choices=[16])
+    p.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.9 if era is Era.V0_19 else 0.92
+    )
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--fail-on-environ-validation", action="store_true")
+    p.add_argument("--enable-log-requests", action="store_true")
 
 
 def build_parser(era: Era) -> argparse.ArgumentParser:
@@ -93,7 +107,11 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
     )
     sub = top.add_subparsers(title="commands", metavar="{serve,smi,stray}", required=True)
     serve = sub.add_parser(
-        "serve", prog="vllm serve", allow_abbrev=False, help="serve a model as `vllm serve` does"
+        "serve",
+        prog="vllm serve",
+        usage="vllm serve [model_tag] [options]",  # vLLM's ServeSubcommand.subparser_init
+        allow_abbrev=False,
+        help="serve a model as `vllm serve` does",
     )
     add_serve_arguments(serve, era)
     smi = sub.add_parser(
@@ -129,7 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = build_parser(era).parse_known_args(
         _normalise(list(sys.argv[1:] if argv is None else argv))
     )
-    if extra:  # the subcommand's own usage and message, as `vllm serve` prints them; exits 2
+    if extra and args.run is _serve:
+        # vLLM parses known arguments per subcommand and leaves the leftovers to its top-level
+        # parser, whose usage and name head the error
+        sys.stderr.write(
+            VLLM_USAGE[era] + f"vllm: error: unrecognized arguments: {' '.join(extra)}\n"
+        )
+        return 2
+    if extra:
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     run: Command = args.run
     try:
@@ -147,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace, env: dict[str, str]) -> int:
     parser: argparse.ArgumentParser = args.parser
-    defaults = vars(parser.parse_args([]))
-    non_default = {k: getattr(args, k) for k, v in defaults.items() if getattr(args, k) != v}
-    return apiserver.serve(args, non_default, env)
+    return apiserver.serve(args, vars(parser.parse_args([])), env)
 
 
 def _smi(args: argparse.Namespace, env: dict[str, str]) -> int:

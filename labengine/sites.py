@@ -26,6 +26,7 @@ class Site(enum.StrEnum):
 
     ARGPARSE_MODEL_FLAG = "argparse_model_flag"  # "With `vllm serve`, you should provide..."
     NON_DEFAULT_ARGS = "non_default_args"
+    API_SERVER_COUNT = "api_server_count"  # "Defaulting api_server_count to data_parallel_size"
     UNKNOWN_ENV = "unknown_env"  # "Unknown vLLM environment variable detected: ..."
     RESOLVED_ARCHITECTURE = "resolved_architecture"
     UPCASTING = "upcasting"  # _get_and_verify_dtype's three casts
@@ -90,6 +91,7 @@ SITES: dict[Era, dict[Site, Location]] = {
     Era.V0_19: {
         Site.ARGPARSE_MODEL_FLAG: _L("utils/argparse_utils.py", 191),
         Site.NON_DEFAULT_ARGS: _L("entrypoints/utils.py", 233),
+        Site.API_SERVER_COUNT: _L("entrypoints/cli/serve.py", 101),
         Site.UNKNOWN_ENV: _L("envs.py", 1744),
         Site.RESOLVED_ARCHITECTURE: _L("config/model.py", 549),
         Site.UPCASTING: _L("config/model.py", 2010),
@@ -132,6 +134,7 @@ SITES: dict[Era, dict[Site, Location]] = {
     Era.V0_33: {
         Site.ARGPARSE_MODEL_FLAG: _L("utils/argparse_utils.py", 330),
         Site.NON_DEFAULT_ARGS: _L("entrypoints/common/startup.py", 96),
+        Site.API_SERVER_COUNT: _L("entrypoints/cli/serve.py", 127),
         Site.UNKNOWN_ENV: _L("platforms/interface.py", 1469),
         Site.RESOLVED_ARCHITECTURE: _L("config/model.py", 744),
         Site.UPCASTING: _L("config/model.py", 2510),

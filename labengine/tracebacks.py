@@ -27,6 +27,7 @@ class Traceback(enum.StrEnum):
 
     SERVE_ENVIRON = "serve_environ"  # the unknown-variable check (--fail-on-environ-validation)
     SERVE_BIND = "serve_bind"  # binding the API socket
+    SERVE_HEADLESS_API_SERVERS = "serve_headless_api_servers"  # --api-server-count with --headless
     SERVE_CONFIG = "serve_config"  # building the engine config: ModelConfig (and the rest)
     SERVE_CONFIG_PARALLEL = "serve_config_parallel"  # ... ParallelConfig (world size)
     SERVE_CONFIG_VLLM = "serve_config_vllm"  # ... VllmConfig (heads and TP)

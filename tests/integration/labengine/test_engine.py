@@ -288,11 +288,31 @@ def test_era_033_wording() -> None:
 
 
 def test_unknown_flag_exits_2_like_argparse() -> None:
+    """As real `vllm serve` 0.19.1 prints it: the leftovers reach vLLM's top-level parser."""
     p = serve(QWEN, "--no-such-flag")
     assert p.returncode == 2
-    assert p.stderr.startswith("usage: vllm serve [-h] [--model MODEL]\n")
-    assert p.stderr.endswith("\nvllm serve: error: unrecognized arguments: --no-such-flag\n")
+    assert p.stderr == (
+        "usage: vllm [-h] [-v]\n"
+        "            {chat,complete,serve,launch,bench,collect-env,run-batch} ...\n"
+        "vllm: error: unrecognized arguments: --no-such-flag\n"
+    )
     assert p.stdout == ""
+    p = serve(QWEN, "--no-such-flag", env={"GAMEDAY_VLLM_ERA": "0.33"})
+    assert p.stderr.splitlines()[1:] == [
+        "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,"
+        "run-batch,snapshot}",
+        "            ...",
+        "vllm: error: unrecognized arguments: --no-such-flag",
+    ]
+
+
+def test_a_bad_value_is_reported_by_serve() -> None:
+    p = serve(QWEN, "--port", "abc")
+    assert p.returncode == 2
+    assert p.stderr == (
+        "usage: vllm serve [model_tag] [options]\n"
+        "vllm serve: error: argument --port: invalid int value: 'abc'\n"
+    )
 
 
 def test_unknown_model() -> None:

@@ -9,9 +9,11 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from differential import (  # noqa: E402
+    ARGS_LINE,
     LAB_PREFIXES,
     Row,
     TbFrame,
+    cases,
     compare,
     compare_tracebacks,
     failure_lines,
@@ -55,6 +57,21 @@ def test_normalise_hides_pydantics_cut_repr_of_the_constructor_arguments() -> No
         "Value error, too long. [type=value_error, input_value=ArgsKwargs(<args>), "
         "input_type=ArgsKwargs]"
     )
+
+
+def test_normalise_hides_the_free_port_in_the_arguments_line() -> None:
+    line = "(APIServer pid=7) INFO 12-01 00:00:00 [startup.py:96] non-default args: {'port': 41234}"
+    assert normalise(line) == (
+        "(APIServer) INFO <ts> [startup.py:96] non-default args: {'port': <port>}"
+    )
+
+
+def test_every_case_but_a_headless_one_compares_the_arguments_line() -> None:
+    """run_headless logs no arguments; every other start logs them first."""
+    for case in cases():
+        headless = "--headless" in case.args
+        assert (case.patterns[0] == ARGS_LINE) is not headless, case.name
+        assert ARGS_LINE not in case.patterns[1:], case.name
 
 
 def test_failure_lines_take_each_patterns_first_match_or_empty() -> None:
