@@ -367,6 +367,23 @@ def _cases() -> list[Case]:
         ),
         Case("port in use", tuple(base), (r"Address already in use",), env, occupied=True),
         Case(
+            "headless-overflow (context overflow on a headless node)",
+            (
+                *edit_args(base, {"--max-model-len": 131072}),
+                "--headless",
+                "-tp",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "1",
+            ),
+            (r"Resolved architecture", r"1 validation error for ModelConfig"),
+            env,
+            cuda=True,
+            gpus=2,
+        ),
+        Case(
             "headless with API servers",
             (*base, "--headless", "--api-server-count", "1"),
             (r"cannot be used with --headless",),

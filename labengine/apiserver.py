@@ -55,10 +55,12 @@ def serve(args: argparse.Namespace, defaults: dict[str, Any], env: dict[str, str
     era = era_of(env)
     scale = float(env.get("GAMEDAY_TIME_SCALE", "1"))
     # with more than one API server `vllm serve`'s own process only checks the configuration
-    # and launches them (run_multi_api_server), without decorating its logs
+    # and launches them (run_multi_api_server), and a headless node's launches its workers
+    # (run_headless): neither decorates its logs, as the API server does
     servers = api_server_count(args)
     multi = servers > 1
-    log = VllmLog("MainProcess" if multi else "APIServer", era=era, decorated=not multi)
+    launcher = servers != 1
+    log = VllmLog("MainProcess" if launcher else "APIServer", era=era, decorated=not launcher)
     _model_flag_warning(args, era, log)
     if args.headless and args.api_server_count is not None and args.api_server_count > 0:
         # raised by ServeSubcommand.cmd before anything is logged: Python's own traceback
@@ -320,13 +322,17 @@ def _check_heads(args: argparse.Namespace, model: ModelInfo, era: Era, log: Vllm
 
 
 # where a config class's validation error is raised: (data parallelism, the class)
+# by how many API servers `vllm serve` starts (0: headless) and the config class that refuses
 _CONFIG_TRACEBACKS = {
-    (False, "ModelConfig"): Traceback.SERVE_CONFIG,
-    (False, "ParallelConfig"): Traceback.SERVE_CONFIG_PARALLEL,
-    (False, "VllmConfig"): Traceback.SERVE_CONFIG_VLLM,
-    (True, "ModelConfig"): Traceback.SERVE_MULTI_CONFIG,
-    (True, "ParallelConfig"): Traceback.SERVE_MULTI_CONFIG_PARALLEL,
-    (True, "VllmConfig"): Traceback.SERVE_MULTI_CONFIG_VLLM,
+    (0, "ModelConfig"): Traceback.SERVE_HEADLESS_CONFIG,
+    (0, "ParallelConfig"): Traceback.SERVE_HEADLESS_CONFIG_PARALLEL,
+    (0, "VllmConfig"): Traceback.SERVE_HEADLESS_CONFIG_VLLM,
+    (1, "ModelConfig"): Traceback.SERVE_CONFIG,
+    (1, "ParallelConfig"): Traceback.SERVE_CONFIG_PARALLEL,
+    (1, "VllmConfig"): Traceback.SERVE_CONFIG_VLLM,
+    (2, "ModelConfig"): Traceback.SERVE_MULTI_CONFIG,
+    (2, "ParallelConfig"): Traceback.SERVE_MULTI_CONFIG_PARALLEL,
+    (2, "VllmConfig"): Traceback.SERVE_MULTI_CONFIG_VLLM,
 }
 
 
@@ -339,12 +345,13 @@ def _validation_error(
     args: argparse.Namespace,
 ) -> None:
     """pydantic's error for one config class, after the traceback of the place vLLM builds it
-    (with data parallelism the API servers' launcher, run_multi_api_server, builds it)."""
+    (with several API servers their launcher builds it, run_multi_api_server; on a headless
+    node run_headless)."""
     lines = message.splitlines()
     body = "\n".join([f"  Value error, {lines[0]}", *lines[1:]])
-    multi = api_server_count(args) > 1
+    servers = min(api_server_count(args), 2)
     log.traceback(
-        frames(era, _CONFIG_TRACEBACKS[(multi, cls)]),
+        frames(era, _CONFIG_TRACEBACKS[(servers, cls)]),
         f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}\n{body} "
         f"[type=value_error, input_value={input_value}, input_type=ArgsKwargs]\n"
         "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
@@ -359,17 +366,16 @@ def _run_headless(s: CoreSettings, log: VllmLog) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    try:
-        log.info(
-            where(s.era, Site.HEADLESS_LAUNCH),
-            headless_launch(s.era, s.master_addr, s.master_port),
-        )
-        # the worker's name before the process's: once `ps` shows it, its lines carry it too
-        log.rebind(core.worker_name(s))
-        _set_comm(s.process_name)
-        return core.run_worker(s, log)
-    finally:
-        log.info(where(s.era, Site.HEADLESS_SHUTDOWN), "Shutting down.")
+    log.info(
+        where(s.era, Site.HEADLESS_LAUNCH),
+        headless_launch(s.era, s.master_addr, s.master_port),
+    )
+    # the worker's name before the process's: once `ps` shows it, its lines carry it too. The
+    # multi-node path of run_headless returns from the executor's worker monitor without a
+    # "Shutting down." (that line ends its data-parallel path only)
+    log.rebind(core.worker_name(s))
+    _set_comm(s.process_name)
+    return core.run_worker(s, log)
 
 
 def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, port: int) -> int:

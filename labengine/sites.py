@@ -36,7 +36,6 @@ class Site(enum.StrEnum):
     MAX_MODEL_LEN = "max_model_len"  # "Using max model len N"
     CHUNKED_PREFILL = "chunked_prefill"
     HEADLESS_LAUNCH = "headless_launch"
-    HEADLESS_SHUTDOWN = "headless_shutdown"  # run_headless's `finally`: "Shutting down."
     SUPPORTED_TASKS = "supported_tasks"
     SERVER_START = "server_start"  # "Starting vLLM server on ..."
     ROUTES_HEAD = "routes_head"  # "Available routes are:"
@@ -101,7 +100,6 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.MAX_MODEL_LEN: _L("config/model.py", 1678),
         Site.CHUNKED_PREFILL: _L("config/scheduler.py", 238),
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 193),
-        Site.HEADLESS_SHUTDOWN: _L("entrypoints/cli/serve.py", 235),
         Site.SUPPORTED_TASKS: _L("entrypoints/openai/api_server.py", 592),
         Site.SERVER_START: _L("entrypoints/openai/api_server.py", 596),
         Site.ROUTES_HEAD: _L("entrypoints/launcher.py", 37),
@@ -144,7 +142,6 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.MAX_MODEL_LEN: _L("config/model.py", 2170),
         Site.CHUNKED_PREFILL: _L("config/scheduler.py", 310),
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 224),
-        Site.HEADLESS_SHUTDOWN: _L("entrypoints/cli/serve.py", 266),
         Site.SUPPORTED_TASKS: _L("entrypoints/launchers/api_server/entry.py", 135),
         Site.SERVER_START: _L("entrypoints/launchers/api_server/entry.py", 139),
         Site.ROUTES_HEAD: _L("entrypoints/launchers/launcher.py", 188),

@@ -36,6 +36,10 @@ class Traceback(enum.StrEnum):
     SERVE_MULTI_CONFIG = "serve_multi_config"
     SERVE_MULTI_CONFIG_PARALLEL = "serve_multi_config_parallel"
     SERVE_MULTI_CONFIG_VLLM = "serve_multi_config_vllm"
+    # ... and on a headless node (run_headless builds it)
+    SERVE_HEADLESS_CONFIG = "serve_headless_config"
+    SERVE_HEADLESS_CONFIG_PARALLEL = "serve_headless_config_parallel"
+    SERVE_HEADLESS_CONFIG_VLLM = "serve_headless_config_vllm"
     SERVE_TERMINATED = "serve_terminated"  # SIGTERM while the API server initialises
     SERVE_ENGINE_STARTUP = "serve_engine_startup"  # the engine core failed to start
     ENGINE_DEAD = "engine_dead"  # the API server's output handler, after the engine core died
