@@ -64,14 +64,14 @@ def serve(args: argparse.Namespace, defaults: dict[str, Any], env: dict[str, str
     _model_flag_warning(args, era, log)
     if args.headless and args.api_server_count is not None and args.api_server_count > 0:
         # raised by ServeSubcommand.cmd before anything is logged: Python's own traceback
-        VllmLog("MainProcess", log.stream, era, decorated=False).traceback(
+        log.traceback(
             frames(era, Traceback.SERVE_HEADLESS_API_SERVERS),
             f"ValueError: --api-server-count={args.api_server_count} cannot be used with "
             "--headless (no API servers are started in headless mode).",
         )
         return 1
-    if args.api_server_count is None and servers > 1:
-        VllmLog("MainProcess", log.stream, era, decorated=False).info(
+    if args.api_server_count is None and multi:
+        log.info(
             where(era, Site.API_SERVER_COUNT),
             f"Defaulting api_server_count to data_parallel_size ({servers}).",
         )
@@ -321,8 +321,8 @@ def _check_heads(args: argparse.Namespace, model: ModelInfo, era: Era, log: Vllm
         raise _Failed
 
 
-# where a config class's validation error is raised: (data parallelism, the class)
-# by how many API servers `vllm serve` starts (0: headless) and the config class that refuses
+# where a config class's validation error is raised: by how many API servers `vllm serve`
+# starts (0: headless, 2: several) and the config class that refuses
 _CONFIG_TRACEBACKS = {
     (0, "ModelConfig"): Traceback.SERVE_HEADLESS_CONFIG,
     (0, "ParallelConfig"): Traceback.SERVE_HEADLESS_CONFIG_PARALLEL,

@@ -36,6 +36,17 @@ def client(state: Path) -> httpx.Client:
     )
 
 
+def answers(state: Path) -> bool:
+    if not (state / "supervisor.sock").exists():
+        return False
+    try:
+        with client(state) as c:
+            c.get("/status").raise_for_status()
+    except httpx.HTTPError:
+        return False
+    return True
+
+
 @pytest.fixture
 def supervisor(tmp_path: Path) -> Iterator[Any]:
     """Starts `python -m runner.labs.local.supervisor` on a state directory (created 0755, as
@@ -54,10 +65,12 @@ def supervisor(tmp_path: Path) -> Iterator[Any]:
             stderr=subprocess.DEVNULL,
         )
         procs.append(proc)
+        # answering, as the driver's is_up() waits: the socket file exists from bind(), and a
+        # connect() is refused until the server listens
         deadline = time.monotonic() + 20
-        while not (state / "supervisor.sock").exists():
+        while not answers(state):
             assert proc.poll() is None, "the supervisor exited"
-            assert time.monotonic() < deadline, "no supervisor socket after 20 s"
+            assert time.monotonic() < deadline, "no answer on the supervisor's socket after 20 s"
             time.sleep(0.02)
         return state
 
