@@ -31,6 +31,7 @@ from runner.cli_lab import lab
 from runner.cli_list import list_, schema
 from runner.cli_options import (
     COMMON_EXITS,
+    TOP_EXITS,
     VERDICT_EXITS,
     check_writable,
     chosen,
@@ -65,7 +66,7 @@ MAX_LOG_BYTES = 256 * 1024 * 1024
 EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=COMMON_EXITS)
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=TOP_EXITS)
 @click.version_option(__version__, prog_name="gameday")
 @click.option(
     "-q",
@@ -120,7 +121,8 @@ main.add_command(alerts)
     metavar="[PATH.json]",
     help="Alone: print result.json to stdout instead of the table. With PATH.json: write a "
     "copy of result.json there (parent folders made) and print the table as usual. With "
-    "--dry-run (no PATH): the plans as JSON.",
+    "--dry-run (no PATH): the plans as JSON. A scenario written right after it is run, "
+    "not taken for a PATH.",
 )
 @output_path("junit", "junit.xml")
 @output_path("html", "report.html")
@@ -147,6 +149,7 @@ def run(
     from runner.rundirs import copy_reports
     from runner.suite import run_suite
 
+    scenarios, json_to = _json_or_scenario(scenarios, json_to)
     json_file = _json_path(json_to)
     copies = {"junit.xml": junit_to, "result.json": json_file, "report.html": html_to}
     if dry_run:
@@ -182,15 +185,31 @@ def _refuse_copies_in_dry_run(copies: dict[str, Path | None]) -> None:
         )
 
 
+def _json_or_scenario(
+    scenarios: tuple[str, ...], json_to: str | None
+) -> tuple[tuple[str, ...], str | None]:
+    """`run --json tp-mismatch`: click hands the scenario to --json as its PATH. A value that
+    does not end in .json but names a scenario (an id, a scenario file, a folder) is taken
+    back as the first scenario, and --json prints to stdout."""
+    if json_to is None or json_to == "-" or json_to.endswith(".json"):
+        return scenarios, json_to
+    if not Path(json_to).exists():  # a file or folder is a scenario: its own errors apply
+        try:
+            load_all((json_to,))
+        except GamedayError:
+            return scenarios, json_to  # _json_path says what is wrong with it
+    return (json_to, *scenarios), "-"
+
+
 def _json_path(value: str | None) -> Path | None:
-    """`--json PATH.json`'s file (`--json` alone prints to stdout). A value not ending in .json
-    is refused: it is most likely a scenario written after --json."""
+    """`--json PATH.json`'s file (`--json` alone prints to stdout). Any other value is refused:
+    it is neither a file to write nor a scenario."""
     if value is None or value == "-":
         return None
     if not value.endswith(".json"):
         raise InputError(
-            f"--json {value}: a file to write must end in .json",
-            hint="put scenarios before --json, or name a .json file",
+            f"--json {value}: neither a .json file to write nor a scenario",
+            hint="name a .json file to keep a copy of result.json, or a scenario to run",
         )
     return Path(value)
 

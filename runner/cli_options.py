@@ -179,6 +179,16 @@ EXIT_INPUT = (2, "invalid input: scenario, inventory, arguments, a path that can
 EXIT_LAB = (3, "lab or infrastructure error (lab not up, port in use, ...)")
 EXIT_INTERRUPTED = (130, "interrupted (Ctrl-C or SIGTERM)")
 COMMON_EXITS = exit_codes((0, "done"), EXIT_INPUT, EXIT_LAB, EXIT_INTERRUPTED)
+TOP_EXITS = (
+    exit_codes(
+        (0, "done: every scenario passed, triage recognised a failure, a check held"),
+        (1, "an assertion failed, triage found no known failure, a check did not hold"),
+        EXIT_INPUT,
+        EXIT_LAB,
+        EXIT_INTERRUPTED,
+    )
+    + "\n\nEach command's --help says what its own codes mean."
+)
 VERDICT_EXITS = exit_codes(
     (0, "every scenario passed (or was skipped)"),
     (1, "an assertion failed"),

@@ -36,6 +36,7 @@ class Point(_Frozen):
     run_id: str
     started_at: datetime
     lab: str
+    time_scale: float = 1.0  # the lab's; its own seconds are shown in brackets where not 1
     verdict: Verdict
     time_to_fail_s: float | None
     time_to_detect_s: float | None
@@ -75,6 +76,7 @@ def load_history(root: Path, scenario: str | None = None) -> History:
                     run_id=result.run_id,
                     started_at=result.started_at,
                     lab=result.lab.name,
+                    time_scale=result.lab.time_scale,
                     verdict=s.verdict,
                     time_to_fail_s=s.time_to_fail_s,
                     time_to_detect_s=s.time_to_detect_s,

@@ -81,6 +81,22 @@ class _Console(Console):
         return super().render_str(printable(text), **kwargs)
 
 
+def _to_devnull(stream: Any) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+class _OutConsole(_Console):
+    def on_broken_pipe(self) -> None:
+        """`gameday triage x.log | head -1`: the reader has what it wanted. Rich would exit 1,
+        which triage documents as "no known failure" and run as "an assertion failed"; the
+        command goes on quietly and exits with its own code (a run still cleans up and writes
+        its reports)."""
+        self.quiet = True
+        _to_devnull(sys.stdout)
+
+
 class _ErrConsole(_Console):
     def on_broken_pipe(self) -> None:
         """`gameday run ... 2>&1 | head`: whoever read the progress has gone. Rich would exit;
@@ -88,12 +104,10 @@ class _ErrConsole(_Console):
         reports, so stderr goes quiet instead (and to /dev/null, for what writes to it
         directly)."""
         self.quiet = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stderr.fileno())
-        os.close(devnull)
+        _to_devnull(sys.stderr)
 
 
-out = _Console(highlight=False, soft_wrap=True)
+out = _OutConsole(highlight=False, soft_wrap=True)
 err = _ErrConsole(stderr=True, highlight=False, soft_wrap=True)
 
 _STYLE = {
@@ -157,7 +171,12 @@ def debug(text: str) -> None:
 
 
 def json_out(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    try:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # as _OutConsole.on_broken_pipe: the command keeps its exit code
+        out.quiet = True
+        _to_devnull(sys.stdout)
 
 
 def run_summary(result: RunResult, report_dir: str) -> None:
@@ -214,7 +233,7 @@ def history_table(h: History) -> None:
             cells = []
             for m in Measure:
                 value = getattr(p, m.value)
-                text = "-" if value is None else f"{value:.1f} s"
+                text = real_s(value, p.time_scale)
                 if change := _change(p.change_s.get(m)):
                     text += f" ({change})"
                 if m is Measure.RECOVER and p.recover_regressed:

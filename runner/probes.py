@@ -19,7 +19,7 @@ from runner import correctness, prometheus
 from runner.errors import GamedayError
 from runner.labs.base import LabDriver
 from runner.patterns import compile_user
-from runner.results import Verdict
+from runner.results import Verdict, truncate
 from runner.scenario import (
     AnyProbe,
     CorrectnessProbe,
@@ -34,6 +34,10 @@ from runner.scenario import (
 from runner.signature import COMPARE
 
 Probe = AnyProbe
+# Characters of an answer or an error body kept as a probe's observation: the report folds a
+# long value with a way to expand it, so this bounds a hostile body, not what a person reads.
+PROBE_TEXT = 1000
+
 # HTTP's own fixed costs do not scale with the lab: a probe waits at least this long for an
 # answer. The lab engine answers an inference probe on loopback in 10-60 ms (its decode time
 # scaled), so half a second is ten times that, and a hang costs half a second to show.
@@ -176,7 +180,10 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
         return ProbeResult(name, verdict, expected, _err(exc))
     if p.expect == "hangs":
         return ProbeResult(
-            name, Verdict.FAILED, expected, f"answered HTTP {r.status_code}: {r.text[:120]}"
+            name,
+            Verdict.FAILED,
+            expected,
+            f"answered HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}",
         )
     if p.expect == "unavailable":
         ok = r.status_code >= 400
@@ -184,7 +191,7 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             name,
             Verdict.PASSED if ok else Verdict.FAILED,
             expected,
-            f"HTTP {r.status_code}: {r.text[:200]}",
+            f"HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}",
         )
     if p.expect == "refused":
         refused = r.status_code == p.expect_status if p.expect_status else r.status_code >= 400
@@ -192,19 +199,26 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             name,
             Verdict.PASSED if refused else Verdict.FAILED,
             expected,
-            f"HTTP {r.status_code}: {r.text[:200]}",
+            f"HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}",
         )
     if r.status_code != 200:
-        return ProbeResult(name, Verdict.FAILED, expected, f"HTTP {r.status_code}: {r.text[:200]}")
+        return ProbeResult(
+            name, Verdict.FAILED, expected, f"HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}"
+        )
     try:
         choice = r.json()["choices"][0]
         text = choice["message"]["content"] if p.api == "chat" else choice["text"]
         reason = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError, json.JSONDecodeError):
         return ProbeResult(
-            name, Verdict.FAILED, expected, f"not an OpenAI completion: {r.text[:200]}"
+            name,
+            Verdict.FAILED,
+            expected,
+            f"not an OpenAI completion: {truncate(r.text, PROBE_TEXT)}",
         )
-    observed = f"HTTP 200, {len(text)} chars, finish_reason {reason}: {text[:80]!r}"
+    observed = (
+        f"HTTP 200, {len(text)} chars, finish_reason {reason}: {truncate(text, PROBE_TEXT)!r}"
+    )
     ok = bool(text.strip()) and (
         p.expect_finish_reason is None or reason == p.expect_finish_reason.value
     )
@@ -251,7 +265,8 @@ def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:
         return ProbeResult(name, Verdict.ERROR, expected, "this lab has no Prometheus")
     got = prometheus.targets(env.http, url, p.job)
     observed = "; ".join(
-        f"{n} {t['health']}" + (f" ({t['lastError'][:60]})" if t["lastError"] else "")
+        f"{n} {t['health']}"
+        + (f" ({truncate(t['lastError'], PROBE_TEXT)})" if t["lastError"] else "")
         for n, t in sorted(got.items())
     )
     ok = all(got.get(n, {}).get("health") == "up" for n in p.up) and all(

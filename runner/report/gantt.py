@@ -313,12 +313,12 @@ def _draw_brackets(c: _Canvas, y: float) -> float:
         )
         w = text_px(text)
         if x1 + 6 + w <= WIDTH:
-            tx = x1 + 6
+            _text(bg, x1 + 6, y, text, class_="bracket-label")
         elif x0 - 6 - w >= 0:
-            tx = x0 - 6 - w
+            # anchored at its end, so it meets the bracket whatever the font's real widths
+            _text(bg, x0 - 6, y, text, class_="bracket-label", text_anchor="end")
         else:
-            tx = place((x0 + x1) / 2, text, 0, WIDTH)
-        _text(bg, tx, y, text, class_="bracket-label")
+            _text(bg, place((x0 + x1) / 2, text, 0, WIDTH), y, text, class_="bracket-label")
     return y + 6
 
 

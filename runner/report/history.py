@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runner.durations import real_s
 from runner.history import History, Measure, Trend
 from runner.report.templating import ENV
 
@@ -47,7 +48,7 @@ def chart(trend: Trend) -> Chart:
     series = []
     for m in Measure:
         coords = [
-            (*xy(i, v), f"{p.run_id}: {LABELS[m]} {v:.1f} s")
+            (*xy(i, v), f"{p.run_id}: {LABELS[m]} {real_s(v, p.time_scale)}")
             for i, p in enumerate(pts)
             if (v := getattr(p, m.value)) is not None
         ]
@@ -64,6 +65,7 @@ def html(history: History) -> str:
     return ENV.get_template("history.html.j2").render(
         h=history,
         charts={t.scenario: chart(t) for t in history.trends},
+        real_s=real_s,
         measures=list(Measure),
         labels=LABELS,
         width=WIDTH,

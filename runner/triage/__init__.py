@@ -105,6 +105,11 @@ def phase_of(
     return (_ORDER[best], "log") if best >= 0 else (None, "none")
 
 
+def _flat(text: str | None) -> str:
+    """A scenario's folded YAML text as one line (a `>` block ends in a newline)."""
+    return " ".join((text or "").split())
+
+
 def _finding(ls: LoadedScenario, sightings: list[Sighting], lines: Sequence[Line]) -> Finding:
     sc = ls.scenario
     last = max(s.evidence[-1].lines[-1].number for s in sightings)
@@ -118,8 +123,8 @@ def _finding(ls: LoadedScenario, sightings: list[Sighting], lines: Sequence[Line
         advice=tuple(advise(evidence, lines)),
         fixes=tuple(s.name for s in sc.recover if s.outcome is Outcome.RESTORES),
         shortcuts=tuple(
-            f"{s.name}: {s.why or 'does not restore service'}"
-            + (f" [FORBIDDEN: {s.forbidden}]" if s.forbidden else "")
+            f"{s.name}: {_flat(s.why) or 'does not restore service'}"
+            + (f" [FORBIDDEN: {_flat(s.forbidden)}]" if s.forbidden else "")
             for s in sc.recover
             if s.outcome is Outcome.DOES_NOT_RESTORE
         ),

@@ -149,7 +149,7 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
         raise Unusable(f"the log's {needed:g} GiB needed is not more than its {available:g} GiB")
     era = Era.V0_33 if "model's max seq len" in text or "which also controls" in text else Era.V0_19
     info = _model(lines)
-    how = "by proportion from the message's own figures (the log names no model gameday knows)"
+    how = "by proportion from the message's own figures; the log names no model gameday knows"
     fit = int(available / needed * max_len) // memory.BLOCK_SIZE * memory.BLOCK_SIZE
     if info is not None:
         by_model, model_needed = _fit_len_by_model(info, lines, era, int(max_len), available)

@@ -34,6 +34,34 @@ _MASK = re.compile(
 )
 
 
+# What a blog, a wiki, a word processor or a chat client does to pasted text: typographic
+# quotes and apostrophes, no-break and thin spaces, invisible joiners and byte-order marks, an
+# ellipsis for three dots, dashes for hyphens. An en or em dash before a word where a flag stood
+# ("\u2013max-model-len": a smart-punctuation filter made "--" one dash) reads as "--"; any
+# other as "-".
+_TYPOGRAPHY = str.maketrans(
+    {
+        **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\u00b4\uff07", "'"),
+        **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\uff02", '"'),
+        **dict.fromkeys(
+            "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+            "\u2009\u200a\u202f\u205f\u3000",
+            " ",
+        ),
+        **dict.fromkeys("\u200b\u200c\u200d\u2060\ufeff\u00ad", None),
+        **dict.fromkeys("\u2010\u2011\u2012\u2212\ufe63\uff0d", "-"),
+        "\u2026": "...",
+    }
+)
+_FLAG_DASH = re.compile(r"(?:(?<=\s)|^)[\u2013\u2014](?=[a-z])")
+_DASH = re.compile(r"[\u2013\u2014]")
+
+
+def fold_typography(text: str) -> str:
+    """`text` with the characters typesetting put in place of a log's ASCII put back."""
+    return _DASH.sub("-", _FLAG_DASH.sub("--", text.translate(_TYPOGRAPHY)))
+
+
 @dataclass(frozen=True)
 class Line:
     """One pasted line: `number` is 1-based as an editor shows it; `text` is what signatures
@@ -73,6 +101,6 @@ def _strip_prefixes(text: str) -> tuple[str, str | None]:
 def normalise(text: str) -> list[Line]:
     lines = []
     for number, original in enumerate(text.splitlines(), start=1):
-        body, node = _strip_prefixes(original.replace("\t", " "))
+        body, node = _strip_prefixes(fold_typography(original).replace("\t", " "))
         lines.append(Line(number=number, original=original, text=unmask(body), node=node))
     return lines

@@ -9,6 +9,9 @@ from typing import Any
 from runner import output
 from runner.triage import Finding, Sighting
 
+# A pasted line longer than this (a Python repr, a config dump) is folded on a terminal.
+LINE_LIMIT = 1000
+
 _PHASE_SOURCE = {
     "log": "the furthest the log's own lines show",
     "scenario": "where this failure happens, by its scenario; the log shows no later phase",
@@ -35,7 +38,12 @@ def as_dict(name: str, findings: Sequence[Finding]) -> dict[str, Any]:
                         "node": s.node,
                         "pod": s.pod,
                         "evidence": [
-                            {"line": e.number, "text": e.quote, "description": e.description}
+                            {
+                                "line": e.number,
+                                "text": e.quote,
+                                "description": e.description,
+                                "captures": dict(e.captures),
+                            }
                             for e in s.evidence
                         ],
                     }
@@ -70,8 +78,23 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
                 head = f"  matched line {e.number}: "
                 for i, ln in enumerate(e.lines):
                     lead = head if i == 0 else " " * len(head)
-                    out.append(f"{lead}{esc(ln.original[:240])}")
+                    out.append(f"{lead}{esc(fold(ln.original))}")
+                if e.captures:
+                    values = " ".join(f"{k}={v}" for k, v in e.captures.items())
+                    out.append(f"{' ' * len(head)}read: {esc(values)}")
         out += [f"  advice: {esc(a)}" for a in f.advice]
         out += [f"  recovery: {esc(fix)}" for fix in f.fixes]
-        out += [f"  does not work: {esc(s)}" for s in f.shortcuts]
+        if f.shortcuts:
+            out.append("  shortcuts that did not restore service in the scenario's lab:")
+            out += [f"    {esc(s)}" for s in f.shortcuts]
     return out
+
+
+def fold(line: str, limit: int = LINE_LIMIT) -> str:
+    """`line` whole, or, past `limit` characters, up to the last word that fits and a note of
+    what is left out (`--json` carries every line whole)."""
+    if len(line) <= limit:
+        return line
+    cut = line.rfind(" ", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return f"{line[:cut]} \u2026 (+{len(line) - cut} characters; --json has the whole line)"

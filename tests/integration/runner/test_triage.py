@@ -29,3 +29,21 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         text=True,
     )
     assert none.returncode == 1 and "no known failure" in none.stdout
+
+
+def test_a_reader_that_stops_early_does_not_change_the_exit_code(tmp_path: Path) -> None:
+    """`gameday triage x.log | head -1`: the pipe closes before triage writes; its exit code is
+    still triage's own (0: recognised), for the text and for --json."""
+    log = tmp_path / "prev.log"
+    log.write_text(SEED_019["context-window-overflow"])
+    for extra in ([], ["--json"]):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", "triage", *extra, str(log)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before the first line
+        stderr = proc.stderr.read()
+        assert (proc.wait(timeout=60), stderr) == (0, b""), extra

@@ -80,8 +80,8 @@ def test_history_command_table(reports: Path, monkeypatch: pytest.MonkeyPatch) -
     assert got.exit_code == 0, got.output
     rows = [line for line in got.stdout.splitlines() if "Z-" in line]
     assert [r.split("│")[1].strip() for r in rows] == [r[0] for r in RUNS]
-    assert "400.0 s (+90.0 s) REGRESSED" in rows[2]
-    assert "310.0 s (+10.0 s)" in rows[1] and "REGRESSED" not in rows[1]
+    assert "400.0 s [4.000 s lab] (+90.0 s) REGRESSED" in rows[2]
+    assert "310.0 s [3.100 s lab] (+10.0 s)" in rows[1] and "REGRESSED" not in rows[1]
     assert "not read: " in got.stderr
 
 
@@ -100,7 +100,7 @@ def test_history_html_has_a_chart_per_scenario(reports: Path, tmp_path: Path) ->
     html = page.read_text()
     assert html.count("<svg ") == 2
     assert html.count('class="regression"') == 1
-    assert "<title>20260103T000000Z-cccccc: time to recover 400.0 s</title>" in html
+    assert "<title>20260103T000000Z-cccccc: time to recover 400.0 s [4.000 s lab]</title>" in html
     assert html.count('<tr class="regressed">') == 1
 
 
@@ -138,6 +138,7 @@ def test_history_html_when_every_time_is_zero(tmp_path: Path) -> None:
     got = CliRunner().invoke(main, ["history", "--reports", str(tmp_path), "--html", "-"])
     assert got.exit_code == 0, got.output
     assert got.stdout.count("<svg ") == 1
-    assert "<title>20260101T000000Z-aaaaaa: time to recover 0.0 s</title>" in got.stdout
+    title = "<title>20260101T000000Z-aaaaaa: time to recover 0.0 s [0.000 s lab]</title>"
+    assert title in got.stdout
     (trend,) = load_history(tmp_path).trends
     assert chart(trend).y_max == 1.0

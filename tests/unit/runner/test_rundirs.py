@@ -124,10 +124,24 @@ def test_bare_json_still_prints_result_json(
     assert json.loads(got.stdout)["scenarios"][0]["id"] == "tp-mismatch"
 
 
+def test_a_scenario_after_bare_json_is_run_not_written_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gameday run --json kv-cache-shortage`: click gives the id to --json as its PATH."""
+    got = idle_run(monkeypatch, tmp_path, "--json", "kv-cache-shortage")
+    assert got.exit_code == 0, got.output
+    ids = [s["id"] for s in json.loads(got.stdout)["scenarios"]]
+    assert sorted(ids) == ["kv-cache-shortage", "tp-mismatch"]
+    assert not (tmp_path / "kv-cache-shortage").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--json", "tp-mismatch"], "--json tp-mismatch: a file to write must end in .json"),
+        (
+            ["--json", "no-such-scenario"],
+            "--json no-such-scenario: neither a .json file to write nor a scenario",
+        ),
         (
             ["--junit", "{tmp}/afile/junit.xml"],
             "{tmp}/afile/junit.xml: {tmp}/afile is not a folder",

@@ -67,8 +67,8 @@ def test_forbidden_shortcut_is_marked() -> None:
     assert f.shortcuts == (
         "Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to get past the check: the bypass only moves the "
         "failure to the second wall: 131072 tokens need 24 GiB of KV cache that one A10G does not "
-        "have\n [FORBIDDEN: positions beyond max_position_embeddings were never trained with RoPE "
-        "and give NaN: silently garbage output even where memory would allow it\n]",
+        "have [FORBIDDEN: positions beyond max_position_embeddings were never trained with RoPE "
+        "and give NaN: silently garbage output even where memory would allow it]",
     )
 
 

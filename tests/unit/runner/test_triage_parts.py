@@ -12,6 +12,7 @@ from runner.cli import main
 from runner.scenario import StartupPhase, discover, load_scenario
 from runner.triage import normalise, phase_of, triage
 from runner.triage.match import find
+from runner.triage.report import fold
 
 ROOT = Path(__file__).resolve().parents[3]
 SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
@@ -46,6 +47,16 @@ def test_prefixes_quotes_and_masks_are_taken_off() -> None:
         (7, "quoted and numbered", None),
     ]
     assert normalise("\n".join(pasted))[0].original == pasted[0]
+
+
+def test_typesetting_is_undone_before_matching() -> None:
+    pasted = (
+        "\ufeff> the model\u2019s max seq len\u00a0(16384)\u202f\u2013max-model-len"
+        " 3\u20134 GiB \u201cq\u201d wa\u200bit\u2026"
+    )
+    [line] = normalise(pasted)
+    assert line.text == 'the model\'s max seq len (16384) --max-model-len 3-4 GiB "q" wait...'
+    assert line.original == pasted
 
 
 def test_a_wrapped_message_is_matched_across_its_lines() -> None:
@@ -95,7 +106,7 @@ def test_kv_advice_by_proportion() -> None:
     [f] = triage(KV033.format(n=32768, need="6.0", avail="2.1"), [KV])
     assert f.advice == (
         "--max-model-len 11456 fits the 2.1 GiB of KV cache available (by proportion from the "
-        "message's own figures (the log names no model gameday knows))",
+        "message's own figures; the log names no model gameday knows)",
         "--max-model-len 32768 needs 6.00 GiB: 3.90 GiB more KV budget",
         "--gpu-memory-utilization: raise it by 3.90 GiB / the GPU's memory (the log names "
         "neither the GPU nor its total memory)",
@@ -108,7 +119,7 @@ def test_kv_advice_by_proportion() -> None:
     [g] = triage(log, [KV])
     assert g.advice == (
         "--max-model-len 2048 fits the 1 GiB of KV cache available (by proportion from the "
-        "message's own figures (the log names no model gameday knows))",
+        "message's own figures; the log names no model gameday knows)",
         "--max-model-len 8192 needs 4.00 GiB: 3.00 GiB more KV budget",
         "--gpu-memory-utilization 0.88 fits --max-model-len 8192 (now 0.80; GPU from the log's "
         "total GPU memory)",
@@ -170,6 +181,7 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
                     "line": 1,
                     "text": log.read_text().rstrip("\n"),
                     "description": "only PyTorch's heartbeat monitor speaks on the worker",
+                    "captures": {},
                 }
             ],
         }
@@ -197,7 +209,7 @@ def test_figures_no_vllm_could_show_give_no_numbers_and_say_why() -> None:
     qwen14 = "Starting to load model Qwen/Qwen2.5-14B-Instruct-AWQ..."
     assert _kv("8192", "4.0", "1.0", "total_gpu_memory (0 GiB) gpu_memory_utilization=0.9") == (
         "--max-model-len 2048 fits the 1 GiB of KV cache available (by proportion from the "
-        "message's own figures (the log names no model gameday knows))",
+        "message's own figures; the log names no model gameday knows)",
         "--max-model-len 8192 needs 4.00 GiB: 3.00 GiB more KV budget",
         "--gpu-memory-utilization: no figure (the log's total GPU memory reads 0 GiB)",
     )
@@ -242,3 +254,32 @@ def test_a_model_whose_settings_differ_from_the_log_gives_way_to_the_message() -
         "arithmetic for Qwen/Qwen2.5-14B-Instruct-AWQ)",
         "--max-model-len 8192 needs 1.50 GiB: 0.50 GiB more KV budget",
     )
+
+
+def test_the_cli_shows_the_figures_it_read_and_folds_only_very_long_lines(tmp_path: Path) -> None:
+    log = tmp_path / "kv.log"
+    log.write_text(KV033.format(n=32768, need="6.0", avail="2.1") + "\n" + "x " * 700 + "\n")
+    res = CliRunner().invoke(main, ["triage", str(log)])
+    assert res.exit_code == 0, res.output
+    read = [ln.strip() for ln in res.output.splitlines() if ln.strip().startswith("read: ")]
+    assert "read: available=2.1 estimate=11456 max_len=32768 needed=6.0" in read, res.output
+    # the whole message, however long, as pasted: nothing cut mid-word
+    assert KV033.format(n=32768, need="6.0", avail="2.1").splitlines()[-1] in res.output
+    assert fold("word " * 300, 1000).endswith(
+        "word \u2026 (+501 characters; --json has the whole line)"
+    )
+    assert (
+        fold("a" * 1200, 1000)
+        == "a" * 1000 + " \u2026 (+200 characters; --json has the whole line)"
+    )
+    assert "shortcuts that did not restore service in the scenario's lab:" in res.output
+    res = CliRunner().invoke(main, ["triage", "--json", str(log)])
+    [entry] = json.loads(res.output)
+    [finding] = entry["findings"]
+    captures = [e["captures"] for v in finding["views"] for e in v["evidence"]]
+    assert {
+        "max_len": "32768",
+        "needed": "6.0",
+        "available": "2.1",
+        "estimate": "11456",
+    } in captures
