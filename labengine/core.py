@@ -501,7 +501,7 @@ def _serve(
     (exit 1), as EngineCore's."""
     per_token = SECONDS_PER_OUTPUT_TOKEN / s.time_scale
     shapes: set[int] = set()
-    steps = _Steps(conn, _state_pool(s))
+    steps = _Steps(conn, _state_pool(s), s.max_num_batched_tokens)
     while True:
         try:
             msg = steps.next()
@@ -559,11 +559,13 @@ def _state_pool(s: CoreSettings) -> mamba.StatePool | None:
 
 class _Steps:
     """The scheduler's steps over the pipe: every request already waiting when the engine core
-    takes the next one is admitted in the same step (their state slots assigned together)."""
+    takes the next one is scheduled together, within the step's token budget
+    (max_num_batched_tokens), and gets its state slot then (labengine.mamba.admit)."""
 
-    def __init__(self, conn: Connection, pool: mamba.StatePool | None) -> None:
+    def __init__(self, conn: Connection, pool: mamba.StatePool | None, budget: int) -> None:
         self.conn = conn
         self.pool = pool
+        self.budget = budget
         self.waiting: deque[tuple[Any, ...]] = deque()
         self.admitted: dict[str, tuple[int, str | None]] = {}
 
@@ -573,8 +575,9 @@ class _Steps:
             while self.conn.poll():
                 self.waiting.append(self.conn.recv())
             if self.pool is not None:
-                new = [m[1] for m in self.waiting if m[0] == "gen"]
-                self.admitted.update(zip(new, mamba.admit(self.pool, len(new)), strict=True))
+                new = [m for m in self.waiting if m[0] == "gen"]
+                slots = mamba.admit(self.pool, [int(m[3]) for m in new], self.budget)
+                self.admitted.update(zip((m[1] for m in new), slots, strict=True))
         return self.waiting.popleft()
 
 

@@ -1,11 +1,15 @@
 """The Mamba state of a hybrid (Jamba-style) model, and the two bugs of seeds/003 that corrupt it
 silently: fluent wrong text, HTTP 200, normal metrics, no log line.
 
-- `decode-before-prefill`: the scheduler marks only the first of the new requests it admits in one
-  step as prefill; the others run their first step as decode. A Mamba layer reads its state before
-  writing it, so such a request continues from whatever its state slot last held (attention
-  writes its KV before reading it and is immune). Which requests are hit follows from how many
-  arrive together: one at a time, none is.
+- `decode-before-prefill` (vLLM PR #32118, "Fix stale SSM state for new Mamba requests scheduled
+  as decode"): when the step's token budget (`--max-num-batched-tokens`) is nearly spent, the
+  scheduler gives a new request only the one token left, and a request scheduled with one token
+  is classified as decode. A Mamba layer
+  reads its state before writing it, so the request continues from whatever its state slot last
+  held (attention writes its KV before reading it and is immune). It takes load to spend the
+  budget to its last token, and a slot that was used before (the free queue sweeps the whole
+  buffer first): a small buffer (`--gpu-memory-utilization 0.2`) reuses slots sooner and makes
+  it reproducible.
 - `uint32-state-index`: the kernels compute a slot's element offset in a 32-bit unsigned integer.
   Slots are handed out in the order they were freed (vLLM's free-block queue: allocate from the
   head, free to the tail), so the cursor sweeps the whole pool as requests come and go; once a
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,20 +113,51 @@ class StatePool:
         self.free.append(slot)
 
 
-def admit(pool: StatePool, new: int) -> list[tuple[int, str | None]]:
-    """The slot of each of the `new` requests one scheduling step admits, in arrival order, and
-    the stale state it computes on (whose prompt that state was), or None when it is correct."""
-    out: list[tuple[int, str | None]] = []
-    for i in range(new):
-        slot = pool.take()
-        addressed = pool.kernel_slot(slot)
-        stale: str | None = None
-        if addressed != slot:
-            stale = pool.held_by.get(addressed, f"\x00slot {addressed}")
-        elif i > 0 and Bug.DECODE_BEFORE_PREFILL in pool.bugs and slot in pool.held_by:
-            stale = pool.held_by[slot]
-        out.append((slot, stale))
+def admit(pool: StatePool, prompts: Sequence[int], budget: int) -> list[tuple[int, str | None]]:
+    """The slot of each new request (`prompts`: their prompt tokens, in arrival order) and the
+    stale state it computes on (whose prompt that state was), or None when it is correct.
+
+    vLLM v1's scheduler, step by step: requests already running come first (one decode token
+    each, or the next chunk of a prompt they are still prefilling), then waiting requests in
+    arrival order, each given min(prompt tokens left, budget left); a request gets its state
+    slot when it is first scheduled. A request whose first chunk is one token is run as a
+    decode. Requests that finished their prompt keep decoding through the steps that follow."""
+    n = len(prompts)
+    out: list[tuple[int, str | None]] = [(0, None)] * n
+    left = [max(1, int(p)) for p in prompts]  # prompt tokens not yet computed
+    waiting = deque(range(n))
+    chunked: list[int] = []  # scheduled, their prompt not yet done
+    decoding = 0
+    while waiting or chunked:
+        room = budget - decoding
+        if room <= 0:  # the running requests end before anything new fits
+            decoding, room = 0, budget
+        scheduled: list[int] = []
+        for i in chunked:
+            take = min(left[i], room)
+            left[i] -= take
+            room -= take
+            scheduled.append(i)
+        while waiting and room > 0:
+            i = waiting.popleft()
+            take = min(left[i], room)
+            out[i] = _first_step(pool, one_token=take == 1)
+            left[i] -= take
+            room -= take
+            scheduled.append(i)
+        chunked = [i for i in scheduled if left[i] > 0]
+        decoding += sum(1 for i in scheduled if left[i] == 0)
     return out
+
+
+def _first_step(pool: StatePool, one_token: bool) -> tuple[int, str | None]:
+    slot = pool.take()
+    addressed = pool.kernel_slot(slot)
+    if addressed != slot:
+        return slot, pool.held_by.get(addressed, f"\x00slot {addressed}")
+    if one_token and Bug.DECODE_BEFORE_PREFILL in pool.bugs and slot in pool.held_by:
+        return slot, pool.held_by[slot]
+    return slot, None
 
 
 def stale_prompt(prompt: str, stale: str | None) -> str:

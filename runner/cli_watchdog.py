@@ -19,9 +19,11 @@ import click
 from runner import output
 from runner.cli_options import handled, lab_option
 from runner.errors import InputError, LabError, LabNotUp
-from runner.inventory import load_inventory
+from runner.inventory import Inventory, load_inventory
 from runner.lab_edits import node_names
 from runner.labs import open_lab
+from runner.labs.alertmanager import alertmanager_listen
+from runner.scenario import LabKind
 from runner.watchdog.loop import Watchdog
 from runner.watchdog.machine import Policy
 from runner.watchdog.metrics import WatchMetrics
@@ -101,7 +103,13 @@ class JsonLines(logging.Formatter):
     default=None,
     metavar="URL",
     help="On giving up, POST the alert here (an Alertmanager's /api/v2/alerts, or any "
-    "webhook taking JSON).",
+    "webhook taking JSON). Default: the lab's own Alertmanager, on a local or compose lab with "
+    "monitoring; none elsewhere.",
+)
+@click.option(
+    "--no-alert",
+    is_flag=True,
+    help="Send no alert on giving up (the error line and the metric remain).",
 )
 @handled
 def watchdog(
@@ -115,19 +123,25 @@ def watchdog(
     metrics_addr: str,
     metrics_port: int,
     alert_url: str | None,
+    no_alert: bool,
 ) -> None:
     """Watch a group of the lab and restart it whole when it stops serving.
 
     States: booting (ends when an inference request completes; fails only when the boot stops
     making progress), serving, suspect (failed looks), restarting (all of the group's nodes
     together, through the lab's driver), gave_up (the restart budget is spent: an error line,
-    the metric, the alert if --alert-url is set; no more restarts until the group serves
+    the metric, and the alert: to --alert-url, else to the lab's Alertmanager, which routes
+    it like any other alert); no more restarts until the group serves
     again). Every decision is one JSON line on stdout. Durations are real-world seconds: on a lab
     with a time_scale they pass that many times faster. Runs until Ctrl-C or SIGTERM (exit 0).
     """
     if alert_url is not None and not alert_url.startswith(("http://", "https://")):
         raise InputError(f"--alert-url {alert_url!r} is not an http(s) URL")
+    if alert_url is not None and no_alert:
+        raise InputError("--alert-url and --no-alert exclude each other")
     inventory = load_inventory(lab_path)
+    if alert_url is None and not no_alert:
+        alert_url = lab_alertmanager(inventory)
     nodes = node_names(inventory, [group], groups=True)
     driver = open_lab(inventory)
     if not driver.is_up():
@@ -157,7 +171,8 @@ def watchdog(
         ) from None
     output.message(
         f"watching {group} ({', '.join(nodes)}) of lab {inventory.lab.name!r}; "
-        f"metrics on http://{metrics_addr}:{port}/metrics"
+        f"metrics on http://{metrics_addr}:{port}/metrics; "
+        + (f"on giving up, the alert goes to {alert_url}" if alert_url else "no alert on giving up")
     )
     dog = Watchdog(driver, str(lab_path), group, nodes, policy, metrics, alert_url)
     stop = threading.Event()
@@ -165,3 +180,12 @@ def watchdog(
         dog.run(stop)
     except KeyboardInterrupt:
         output.message("watchdog stopped")
+
+
+def lab_alertmanager(inventory: Inventory) -> str | None:
+    """The alerts API of the lab's own Alertmanager, where the runner can reach it: the local
+    and compose labs publish it on the host; a Kubernetes lab's is inside the cluster."""
+    mon = inventory.lab.monitoring
+    if mon is None or inventory.lab.kind is LabKind.KUBERNETES:
+        return None
+    return f"http://{alertmanager_listen(mon)}/api/v2/alerts"

@@ -3,7 +3,9 @@
 A reference pass sends each known-answer prompt alone (temperature 0, logprobs); the load pass then
 sends `requests` of them, `concurrency` at a time, each with its own X-Request-Id, and compares
 every answer and its per-token logprobs with the reference. The evidence names the request ids
-that diverged, how far, and after how many requests the first one did.
+that diverged, how far, and after how many requests the first one did: counted over every
+request the run's correctness probes sent to that engine (the same process: a restart starts
+the count again), since a fault may need more than one pass to show.
 
 The reference is recorded at baseline where the scenario has a correctness probe there: the run
 keeps it (`References`, keyed by node, prompts and max_tokens) and later probes compare with it
@@ -83,12 +85,31 @@ class Reference:
         return ids[0] if len(ids) == 1 else f"{ids[0]} .. {ids[-1]}"
 
 
+@dataclass(frozen=True)
+class Engine:
+    """One engine process: a node's configuration generation and its start within it. A restart
+    is a new engine, with its state buffer empty again."""
+
+    node: str
+    generation: int
+    incarnation: int
+
+
 @dataclass
 class References:
-    """A run's recorded references. Probes of one set run in threads, hence the lock."""
+    """A run's recorded references, and how many requests the correctness probes have sent to
+    each engine. Probes of one set run in threads, hence the lock."""
 
     _kept: dict[RefKey, Reference] = field(default_factory=dict)
+    _sent: dict[Engine, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def tally(self, engine: Engine, sent: int) -> int:
+        """Count `sent` more requests to `engine`; the number it had before them."""
+        with self._lock:
+            before = self._sent.get(engine, 0)
+            self._sent[engine] = before + sent
+        return before
 
     def put(self, key: RefKey, ref: Reference, at: datetime | None = None) -> Reference:
         kept = Reference(ref.answers, at or datetime.now(UTC))
@@ -106,6 +127,12 @@ class Checked:
     sent: int  # requests under load
     divergent: list[Divergence]  # in request order
     reference: Reference  # what they were compared with
+    serial: int = 0  # requests of the serial pass made first (0: a recorded reference)
+
+    @property
+    def total(self) -> int:
+        """Every request this probe sent to the engine."""
+        return self.serial + self.sent
 
 
 class _Shape(BaseModel):
@@ -179,8 +206,10 @@ def check(
     """The load pass, compared with `reference` (None: a serial pass made first); `timeout` is
     each request's, in the lab's seconds."""
     tag = uuid.uuid4().hex[:8]
+    serial = 0
     if reference is None:
         reference = serial_pass(client, url, p, timeout, tag)
+        serial = len(reference.answers)
     jobs = [(i + 1, p.prompts[i % len(p.prompts)]) for i in range(p.requests)]
 
     def one(job: tuple[int, str]) -> tuple[int, str, Answer]:
@@ -197,12 +226,14 @@ def check(
                         index, got.request_id, prompt, got.text, want.text, g, want.request_id
                     )
                 )
-    return Checked(len(jobs), out, reference)
+    return Checked(len(jobs), out, reference, serial)
 
 
-def describe(checked: Checked, source: str) -> str:
+def describe(checked: Checked, source: str, before: int | None = None) -> str:
     """The evidence: what diverged, by request id on both sides, and what it was compared
-    with (`source`: how the probe names its reference)."""
+    with (`source`: how the probe names its reference). `before`: the requests earlier
+    correctness probes sent to the same engine (None: not counted), so that "after how many
+    requests" counts every request this engine had from the run, not this pass's alone."""
     sent, bad = checked.sent, checked.divergent
     against = f"{source} ({checked.reference.request_ids})"
     if not bad:
@@ -213,7 +244,11 @@ def describe(checked: Checked, source: str) -> str:
         + (f", logprob gap {d.logprob_gap:g})" if d.logprob_gap is not None else ")")
         for d in bad[:3]
     )
-    return (
-        f"{len(bad)} of {sent} requests diverged; the first after {first.index} requests; "
-        f"{shown}; compared with {against}"
-    )
+    after = f"the first after {first.index} requests"
+    if before is not None and before + checked.serial:
+        after += (
+            f" of this pass, {before + checked.serial + first.index} of the run's correctness "
+            f"requests to this engine ({before} from earlier probes, {checked.serial} from this "
+            "one's serial pass)"
+        )
+    return f"{len(bad)} of {sent} requests diverged; {after}; {shown}; compared with {against}"

@@ -249,13 +249,23 @@ def _correct(env: ProbeEnv, p: CorrectnessProbe, name: str) -> ProbeResult:
         # only a reference the engine itself reproduced under load is one to keep
         store.put(key, checked.reference)
         source = f"{correctness.OWN_PASS}, kept as this run's reference"
+    before = None
+    if store is not None:
+        before = store.tally(_engine(env, node), checked.total)
     ok = not checked.divergent if p.expect == "matches" else bool(checked.divergent)
     return ProbeResult(
         name,
         Verdict.PASSED if ok else Verdict.FAILED,
         expected,
-        correctness.describe(checked, source),
+        correctness.describe(checked, source, before),
     )
+
+
+def _engine(env: ProbeEnv, node: str) -> correctness.Engine:
+    state = env.lab.states().get(node)
+    if state is None:
+        return correctness.Engine(node, -1, -1)
+    return correctness.Engine(node, state.generation, state.incarnation)
 
 
 def _targets(env: ProbeEnv, p: TargetsProbe, name: str) -> ProbeResult:

@@ -12,11 +12,10 @@ import yaml
 
 from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
-from tests.support.cli import ROOT, gameday, ok
+from tests.support.cli import gameday, inventory, ok
 
 pytestmark = pytest.mark.e2e
 
-LOCAL = ROOT / "inventories" / "local.yaml"
 AM = "http://127.0.79.1:9093"
 
 
@@ -29,14 +28,17 @@ def _point_webhook_at(adir: Path, url: str) -> None:
 
 
 def test_alerts_test_passes_on_a_healthy_lab_and_names_an_unreachable_receiver(
-    lab_down_after: list[Path],
+    tmp_path: Path, lab_down_after: list[Path]
 ) -> None:
-    lab_down_after.append(LOCAL)
-    ok(gameday("lab", "up", "--lab", str(LOCAL), timeout=120))
-    rules = LocalLab(load_inventory(LOCAL)).state_dir / "prometheus" / "rules.yml"
+    # its own lab (name, state folder, serving address), not the shared inventories/local.yaml
+    named = f"name: alerts\n      state_dir: {tmp_path / 'lab-state'}"
+    inv = inventory(tmp_path, "127.0.78.73", **{"name: local": named})
+    lab_down_after.append(inv)
+    ok(gameday("lab", "up", "--lab", str(inv), timeout=120))
+    rules = LocalLab(load_inventory(inv)).state_dir / "prometheus" / "rules.yml"
     before = rules.read_text()
 
-    p = ok(gameday("alerts", "test", "--lab", str(LOCAL), timeout=120))
+    p = ok(gameday("alerts", "test", "--lab", str(inv), timeout=120))
     assert "alert path works" in p.stdout + p.stderr
     assert "GamedayAlertsTest firing received" in p.stdout + p.stderr
     assert rules.read_text() == before  # the test rule is gone again
@@ -45,7 +47,7 @@ def test_alerts_test_passes_on_a_healthy_lab_and_names_an_unreachable_receiver(
     good = yaml.safe_load((adir / "alertmanager.yml").read_text())
     _point_webhook_at(adir, "http://127.0.79.1:9/alerts")  # a closed port
     try:
-        p = gameday("alerts", "test", "--lab", str(LOCAL), "--timeout", "5", timeout=120)
+        p = gameday("alerts", "test", "--lab", str(inv), "--timeout", "5", timeout=120)
     finally:
         _point_webhook_at(adir, good["receivers"][0]["webhook_configs"][0]["url"])
     assert p.returncode == 7, p.stderr

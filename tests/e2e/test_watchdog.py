@@ -13,14 +13,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import pytest
 
+from runner.alerts import WebhookReceiver
 from runner.inventory import load_inventory
+from runner.labs.alertmanager import receiver_listen
 from runner.labs.local.driver import LocalLab
 from runner.labs.planning import plan_change
 from runner.scenario import Program, StartProcess, StopProcess
@@ -95,19 +96,6 @@ class Dog:
         return self.proc.wait(timeout=30)
 
 
-class Receiver(BaseHTTPRequestHandler):
-    received: ClassVar[list[Any]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        Receiver.received.append((self.path, json.loads(body)))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, LocalLab]]:
     tmp = tmp_path_factory.mktemp("watchdog")
@@ -160,18 +148,21 @@ def test_head_only_restart_is_recovered_by_a_group_restart(lab: tuple[Path, Loca
 def test_a_request_shape_crash_loop_spends_the_budget_and_gives_up(
     lab: tuple[Path, LocalLab],
 ) -> None:
+    """The give-up alert goes to the lab's own Alertmanager (no --alert-url), which routes it
+    to the runner's webhook receiver as it routes the seeds' rules."""
     inv, driver = lab
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/api/v2/alerts"
+    receiver = WebhookReceiver(*receiver_listen(load_inventory(inv))).start()
     stray = StartProcess(
         kind="start_process", node="node1", name="omniparser", program=Program.STRAY_GPU_PROCESS
     )
-    driver.apply(plan_change(driver, stray))  # stray-gpu-process's inject, kept in place
-    budget = ["--restart-budget", "2", "--alert-url", url]
-    dog = Dog(inv, "--group", "tp_group", *budget)
+    dog = Dog(inv, "--group", "tp_group", "--restart-budget", "2")
     try:
-        dog.wait_for("serving", 30)
+        dog.wait_for("serving", 30)  # its probe's shape served before the stray arrives
+        driver.apply(plan_change(driver, stray))  # stray-gpu-process's inject, kept in place
+        deadline = time.monotonic() + 30
+        while not any("omniparser" in p.name for p in driver.gpu_processes("node1")):
+            assert time.monotonic() < deadline, "the stray never took GPU memory"
+            time.sleep(0.05)
         before = incarnations(driver)
         body = {"messages": [{"role": "user", "content": NEW_SHAPE}], "max_tokens": 16}
         with contextlib.suppress(httpx.HTTPError):  # the engine dies serving it: the fault
@@ -188,15 +179,17 @@ def test_a_request_shape_crash_loop_spends_the_budget_and_gives_up(
         time.sleep(3)  # 300 s real more: no restart, only holds
         assert set(dog.decisions()[n:]) == {"hold"}
         assert incarnations(driver) == after_give_up
-        (path, alerts), *more = Receiver.received
-        assert (path, more) == ("/api/v2/alerts", [])
-        assert alerts[0]["labels"] == {
+        assert any("the alert goes to http://" in ln for ln in dog.err), dog.err
+        delivered = receiver.wait_for(lambda r: r.alertname == "GamedayWatchdogGaveUp", 30)
+        assert delivered is not None, [r.alertname for r in receiver.received()]
+        assert delivered.status == "firing"
+        assert delivered.labels == {
             "alertname": "GamedayWatchdogGaveUp",
             "severity": "critical",
             "lab": "watchdog",
             "group": "tp_group",
         }
-        assert alerts[0]["annotations"]["procedure"].endswith(
+        assert delivered.annotations["procedure"].endswith(
             f"restart all 4 nodes together: gameday lab restart tp_group --lab {inv}"
         )
         text = dog.metrics()
@@ -207,7 +200,7 @@ def test_a_request_shape_crash_loop_spends_the_budget_and_gives_up(
         assert 'gameday_watchdog_decisions_total{decision="give_up",group="tp_group"} 1.0' in text
     finally:
         assert dog.stop() == 0
-        server.shutdown()
+        receiver.stop()
         stop = StopProcess(kind="stop_process", node="node1", name="omniparser")
         driver.apply(plan_change(driver, stop))
         driver.restart(TP)

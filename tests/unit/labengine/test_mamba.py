@@ -45,48 +45,70 @@ def test_wrapped_request_computes_on_the_stale_state_of_slot_zero() -> None:
         slots=1119, slot_elems=3_842_048, bugs=frozenset({mamba.Bug.UINT32_STATE_INDEX})
     )
     for _ in range(1118):
-        [(slot, stale)] = mamba.admit(pool, 1)
+        [(slot, stale)] = mamba.admit(pool, [20], 2048)
         assert stale is None
         pool.release(slot, f"prompt {slot}")
-    [(slot, stale)] = mamba.admit(pool, 1)
+    [(slot, stale)] = mamba.admit(pool, [20], 2048)
     assert (slot, stale) == (1118, "prompt 0")
 
 
-def test_decode_before_prefill_hits_the_second_of_a_step_on_a_used_slot() -> None:
+def _used(slots: int) -> mamba.StatePool:
+    """A buggy pool whose every slot has held a request's state (slot k held prompt "p<k>")."""
     pool = mamba.StatePool(
-        slots=2, slot_elems=10, bugs=frozenset({mamba.Bug.DECODE_BEFORE_PREFILL})
+        slots=slots, slot_elems=10, bugs=frozenset({mamba.Bug.DECODE_BEFORE_PREFILL})
     )
-    assert mamba.admit(pool, 2) == [(0, None), (1, None)]  # fresh slots hold no state
-    pool.release(0, "a")
-    pool.release(1, "b")
-    assert mamba.admit(pool, 2) == [(0, None), (1, "b")]
+    for k in range(slots):
+        pool.release(pool.take(), f"p{k}")
+    return pool
+
+
+def test_decode_before_prefill_needs_the_budget_spent_to_its_last_token() -> None:
+    # 63 + 1 of a 64-token budget: the second new request is scheduled with one token, run as a
+    # decode, and continues from what its slot held
+    assert mamba.admit(_used(4), [63, 30], 64) == [(0, None), (1, "p1")]
+    # room to spare, or the budget spent exactly: each starts with a real prefill
+    assert mamba.admit(_used(4), [30, 30], 64) == [(0, None), (1, None)]
+    assert mamba.admit(_used(4), [64, 30], 64) == [(0, None), (1, None)]
+    # a prompt chunked over steps is its own state's continuation, never stale
+    assert mamba.admit(_used(4), [100, 50], 64) == [(0, None), (1, None)]
+    # requests still decoding take a token each first: 30 + 34 fill the first step; in the
+    # next, 2 decode, the third takes 61, and the fourth gets the one token left
+    assert mamba.admit(_used(4), [30, 34, 61, 9], 64)[3] == (3, "p3")
+
+
+def test_decode_before_prefill_needs_a_slot_used_before() -> None:
+    pool = mamba.StatePool(
+        slots=4, slot_elems=10, bugs=frozenset({mamba.Bug.DECODE_BEFORE_PREFILL})
+    )
+    assert mamba.admit(pool, [63, 30], 64) == [(0, None), (1, None)]  # fresh: nothing stale
+
+
+def test_one_request_at_a_time_is_never_hit_unless_its_prompt_is_one_token() -> None:
+    pool = _used(4)
+    assert [mamba.admit(pool, [n], 64) for n in (63, 64, 65, 2)] == [[(k, None)] for k in range(4)]
+    assert mamba.admit(_used(4), [1], 64) == [(0, "p0")]  # a one-token prompt is a "decode"
 
 
 def test_fixed_build_is_never_wrong() -> None:
     pool = mamba.StatePool(slots=2217, slot_elems=3_842_048, bugs=frozenset())
     pool.free.rotate(-1117)
     pool.held_by[1] = "x"
-    assert mamba.admit(pool, 2) == [(1117, None), (1118, None)]
+    assert mamba.admit(pool, [63, 30], 64) == [(1117, None), (1118, None)]
 
 
 def test_the_engine_core_admits_what_waits_in_the_pipe_in_one_step() -> None:
     api, core_end = Pipe()
-    pool = mamba.StatePool(
-        slots=4, slot_elems=10, bugs=frozenset({mamba.Bug.DECODE_BEFORE_PREFILL})
-    )
-    for slot, prompt in enumerate(["w", "x", "y", "z"]):
-        pool.take()
-        pool.release(slot, prompt)
-    steps = _Steps(core_end, pool)
-    api.send(("gen", "req-0", "alone", 1, 4, 0))
+    steps = _Steps(core_end, _used(4), budget=8)
+    api.send(("gen", "req-0", "alone", 5, 4, 0))
     assert steps.next()[1] == "req-0"
     assert steps.admitted == {"req-0": (0, None)}
-    for rid in ("req-1", "req-2"):
-        api.send(("gen", rid, "together", 1, 4, 0))
+    for rid, tokens in (("req-1", 7), ("req-2", 5)):
+        api.send(("gen", rid, "together", tokens, 4, 0))
     assert core_end.poll(1.0)
     assert steps.next()[1] == "req-1"
     assert steps.next()[1] == "req-2"
-    assert steps.admitted == {"req-0": (0, None), "req-1": (1, None), "req-2": (2, "y")}
+    # 7 of the 8-token budget to req-1, the last token to req-2: run as a decode on slot 2
+    assert steps.admitted == {"req-0": (0, None), "req-1": (1, None), "req-2": (2, "p2")}
 
 
 def test_the_build_variable_is_not_an_unknown_vllm_variable() -> None:

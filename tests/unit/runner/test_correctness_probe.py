@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from runner.correctness import Answer, Reference, References, RefKey
-from runner.labs.base import LabDriver
+from runner.labs.base import LabDriver, NodeState, NodeStatus
 from runner.probes import ProbeEnv, run_probe
 from runner.results import Verdict
 from runner.scenario import CorrectnessProbe
@@ -43,8 +43,25 @@ class Engine:
 
 
 class Lab:
+    """One node whose engine is in `generation` (a set_env or set_args restarts it: the next)."""
+
+    def __init__(self, generation: int = 1) -> None:
+        self.generation = generation
+
     def url(self, node: str) -> str:
         return "http://engine"
+
+    def states(self) -> dict[str, NodeState]:
+        return {
+            "serving": NodeState(
+                name="serving",
+                status=NodeStatus.RUNNING,
+                generation=self.generation,
+                incarnation=1,
+                restarts=0,
+                ready=True,
+            )
+        }
 
 
 def probe_with(engine: Engine, **kw: Any) -> tuple[Verdict, str]:
@@ -175,10 +192,12 @@ class Wrong(Engine):
         return httpx.Response(200, json=body)
 
 
-def env_with(engine: Engine, store: References, *, record: bool = False) -> ProbeEnv:
+def env_with(
+    engine: Engine, store: References, *, record: bool = False, generation: int = 1
+) -> ProbeEnv:
     return ProbeEnv(
         http=httpx.Client(transport=httpx.MockTransport(engine)),
-        lab=cast(LabDriver, Lab()),
+        lab=cast(LabDriver, Lab(generation)),
         scale=100.0,
         target="serving",
         references=store,
@@ -216,7 +235,7 @@ def test_later_probes_compare_with_the_recorded_reference_and_send_no_serial_pas
     assert kept is not None
     store.put(RefKey.of("serving", PROBE), kept, at=AT)
     wrong = Wrong(bad=set())
-    r = run_probe(env_with(wrong, store), PROBE)
+    r = run_probe(env_with(wrong, store, generation=2), PROBE)  # the injected build
     # its own serial pass would agree with the load: only the baseline's answers show the fault
     assert run_probe(env_with(Wrong(bad=set()), References()), PROBE).verdict is Verdict.PASSED
     assert r.verdict is Verdict.FAILED
@@ -253,3 +272,22 @@ def test_a_reference_serves_only_the_same_node_prompts_and_length(other: dict[st
     r = run_probe(env_with(Engine(bad=set()), store), probe)
     assert r.verdict is Verdict.PASSED  # its own serial pass, not the stale store entry
     assert r.expected == "every answer and its logprobs as its own serial pass"
+
+
+def test_how_many_requests_it_took_counts_every_pass_to_the_same_engine() -> None:
+    """A fault that shows only after the engine has served enough requests (a state buffer's
+    cursor reaching the wrapping slot) is caught by a later pass: the count is the engine's."""
+    store = References()
+    key = RefKey.of("serving", PROBE)
+    store.put(key, Reference({q: Answer(f"cmpl-r-{q}", f"ok {q}", (-0.125, -0.25)) for q in "ab"}))
+    first = run_probe(env_with(Engine(bad=set()), store, generation=2), PROBE)
+    assert first.verdict is Verdict.PASSED
+    second = run_probe(env_with(Engine(bad={3}), store, generation=2), PROBE)
+    assert second.verdict is Verdict.FAILED
+    assert (
+        "; the first after 3 requests of this pass, 11 of the run's correctness requests to this "
+        "engine (8 from earlier probes, 0 from this one's serial pass); "
+    ) in second.observed
+    # a restarted engine (a new generation) starts the count again
+    third = run_probe(env_with(Engine(bad={3}), store, generation=3), PROBE)
+    assert "; the first after 3 requests; " in third.observed

@@ -56,3 +56,20 @@ def test_a_metrics_port_in_use_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> Non
         f"error: cannot serve metrics on 127.0.0.1:{port}: Address already in use\n"
         "  hint: choose another --metrics-port (0: any free port)\n"
     )
+
+
+def test_alert_url_and_no_alert_exclude_each_other() -> None:
+    code, out = run("--group", "tp_group", "--alert-url", "http://am:9093", "--no-alert")
+    assert code == 2
+    assert "--alert-url and --no-alert exclude each other" in out
+
+
+def test_the_alert_goes_to_the_labs_own_alertmanager_by_default() -> None:
+    from runner.cli_watchdog import lab_alertmanager
+    from runner.inventory import load_inventory
+
+    assert lab_alertmanager(load_inventory(ROOT / "inventories" / "local.yaml")) == (
+        "http://127.0.79.1:9093/api/v2/alerts"
+    )
+    # inside the cluster: the runner cannot reach it, so only --alert-url sends one
+    assert lab_alertmanager(load_inventory(ROOT / "inventories" / "kind.yaml")) is None

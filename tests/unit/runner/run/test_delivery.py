@@ -1,0 +1,123 @@
+"""The delivery check (detect: alert X delivered) fails when it should: nothing delivered in its
+window, the annotation text missing, or another alert's delivery."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any, cast
+
+import httpx
+
+from runner.alerts import WebhookReceiver, parse_notification
+from runner.journal import Journal
+from runner.labs.base import LabDriver
+from runner.results import Verdict
+from runner.run.context import Context
+from runner.run.phases.detect import check_delivered
+from runner.run.record import Recorder
+from runner.scenario import AlertExpectation
+from runner.timing import TimeScale
+
+WANT = AlertExpectation(
+    name="ServingDown",
+    within_s=600,
+    delivered=True,
+    delivered_within_s=60,
+    annotations={"procedure": "restart all four together"},
+)
+
+
+def context() -> Context:
+    lab = SimpleNamespace(inventory=SimpleNamespace(lab=SimpleNamespace(monitoring=None)))
+    return Context(
+        lab=cast(LabDriver, lab),
+        scale=TimeScale(scale=100.0, allowance_s=0.0),
+        journal=cast(Journal, None),
+        scenario_id="delivery",
+        target="serving",
+        progress=lambda _s: None,
+        rec=Recorder(),
+        http=cast(httpx.Client, None),
+    )
+
+
+def delivered(receiver: WebhookReceiver, name: str, at: datetime, **annotations: str) -> None:
+    """What Alertmanager's webhook would post, as the receiver parses it."""
+    body: dict[str, Any] = {
+        "version": "4",
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": name},
+                "annotations": annotations,
+                "startsAt": at.isoformat().replace("+00:00", "Z"),
+            }
+        ],
+    }
+    receiver._add(parse_notification(body, at))  # the receiver's own path from a POST
+
+
+def check(receiver: WebhookReceiver | str | None, since: datetime) -> tuple[Verdict, str]:
+    ctx = context()
+    check_delivered(ctx, WANT, since, receiver)
+    [a] = ctx.rec.assertions
+    assert a.name == "detect: alert ServingDown delivered"
+    return a.verdict, a.observed
+
+
+def test_a_delivery_with_the_procedure_passes() -> None:
+    since = datetime.now(UTC)
+    receiver = WebhookReceiver("127.0.0.1", 0)
+    delivered(
+        receiver,
+        "ServingDown",
+        since + timedelta(seconds=0.1),
+        procedure="restart all four together now",
+    )
+    verdict, observed = check(receiver, since)
+    assert verdict is Verdict.PASSED, observed
+
+
+def test_a_delivery_without_the_procedure_fails_naming_it() -> None:
+    since = datetime.now(UTC)
+    receiver = WebhookReceiver("127.0.0.1", 0)
+    delivered(receiver, "ServingDown", since + timedelta(seconds=0.1), summary="serving is down")
+    verdict, observed = check(receiver, since)
+    assert verdict is Verdict.FAILED
+    assert observed.endswith("; missing annotation text: procedure")
+
+
+def test_nothing_delivered_in_the_window_fails_and_says_what_came_instead() -> None:
+    since = datetime.now(UTC) - timedelta(seconds=0.7)  # 60 s real at x100: 0.6 s lab, gone
+    receiver = WebhookReceiver("127.0.0.1", 0)
+    delivered(receiver, "ExporterTargetDown", since, procedure="restart all four together")
+    verdict, observed = check(receiver, since)
+    assert (verdict, observed) == (
+        Verdict.FAILED,
+        "nothing delivered after 60 s real (received: ExporterTargetDown firing)",
+    )
+
+
+def test_a_late_delivery_fails_its_window() -> None:
+    since = datetime.now(UTC) - timedelta(seconds=2)
+    receiver = WebhookReceiver("127.0.0.1", 0)
+    delivered(
+        receiver,
+        "ServingDown",
+        since + timedelta(seconds=1.5),
+        procedure="restart all four together",
+    )
+    verdict, observed = check(receiver, since)
+    assert verdict is Verdict.FAILED
+    assert observed.startswith("delivered 150.0 s real after the injection: ")
+
+
+def test_no_receiver_is_an_error_not_a_pass() -> None:
+    verdict, observed = check(
+        "this lab has no monitoring (gameday_lab.monitoring)", datetime.now(UTC)
+    )
+    assert (verdict, observed) == (
+        Verdict.ERROR,
+        "probe error: this lab has no monitoring (gameday_lab.monitoring)",
+    )
