@@ -19,6 +19,7 @@ from typing import Any
 
 from rich import markup
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -183,7 +184,8 @@ def run_summary(result: RunResult, report_dir: str) -> None:
     """The run's table (durations in real-world seconds, lab seconds in brackets on a scaled
     lab), its failed assertions, where the reports are and the verdict. No cell is ever cut:
     on a narrow terminal a cell folds onto more lines instead."""
-    table = Table(title=escape(f"gameday run {result.run_id} on lab {result.lab.name}"))
+    title = escape(f"gameday run {result.run_id} on lab {result.lab.name}")
+    table = Table(title=title)
     table.add_column("scenario", overflow="fold")
     table.add_column("verdict", no_wrap=True, min_width=7)
     for col in ("time to fail", "time to detect", "time to recover", "failed"):
@@ -199,7 +201,10 @@ def run_summary(result: RunResult, report_dir: str) -> None:
             real_s(s.time_to_recover_s, scale),
             str(len(bad)) if bad else "",
         )
-    out.print(table)
+    if Measurement.get(out, out.options.update_width(10**5), table).maximum <= out.width:
+        out.print(table)
+    else:
+        _stacked(result, title)
     for s in result.scenarios:
         for a in s.assertions:
             if a.verdict in (Verdict.FAILED, Verdict.ERROR):
@@ -213,6 +218,25 @@ def run_summary(result: RunResult, report_dir: str) -> None:
                     debug("    " + a.detail.rstrip().replace("\n", "\n    "))
     out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
     out.print(f"verdict: [{_STYLE[result.verdict]}]{result.verdict.value}[/]")
+
+
+def _stacked(result: RunResult, title: str) -> None:
+    """The run's table for a terminal too narrow for it: a block per scenario, its id and verdict
+    on one line and each time on its own, so that nothing is folded mid-word."""
+    out.print(title)
+    scale = result.lab.time_scale
+    for s in result.scenarios:
+        out.print(f"{escape(s.id)}  [{_STYLE[s.verdict]}]{s.verdict.value}[/]")
+        for label, value in (
+            ("time to fail", s.time_to_fail_s),
+            ("time to detect", s.time_to_detect_s),
+            ("time to recover", s.time_to_recover_s),
+        ):
+            if value is not None:
+                out.print(f"  {label:<16}{real_s(value, scale)}")
+        bad = [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
+        if bad:
+            out.print(f"  {'failed':<16}{len(bad)}")
 
 
 def _change(value: float | None) -> str:

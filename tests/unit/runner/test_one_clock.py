@@ -44,17 +44,35 @@ def table_at(width: int, monkeypatch: pytest.MonkeyPatch) -> str:
     return buf.getvalue()
 
 
-def test_table_at_60_columns_keeps_every_verdict_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_narrow_terminal_gets_a_block_per_scenario_nothing_folded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     text = table_at(60, monkeypatch)
-    table = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
-    assert max(len(line) for line in table) == 60
-    assert "…" not in text
-    rows = [line for line in table if line.startswith("│")]
+    assert "┃" not in text and "…" not in text
+    lines = text.splitlines()
+    summary = lines[: next(i for i, ln in enumerate(lines) if ln.startswith("FAILED"))]
+    assert max(len(line) for line in summary) <= 60
+    heads = [ln for ln in lines if ln.endswith(("  passed", "  failed", "  skipped"))]
+    assert heads == [
+        "context-window-overflow  passed",
+        "head-only-restart-with-workers  failed",
+        "kv  skipped",
+    ]
+    block = lines[lines.index("head-only-restart-with-workers  failed") + 1 :]
+    assert block[:2] == [
+        "  time to fail    9.0 s [0.090 s lab]",
+        "  time to recover 512.2 s [5.122 s lab]",
+    ]
+
+
+def test_a_wide_terminal_gets_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = table_at(140, monkeypatch)
+    rows = [line for line in text.splitlines() if line.startswith("│")]
     cells = [[c.strip() for c in row.split("│")[1:-1]] for row in rows]
-    assert [c[1] for c in cells if c[1] in ("passed", "failed", "skipped")] == [
-        "passed",
-        "failed",
-        "skipped",
+    assert [(c[0], c[1]) for c in cells] == [
+        ("context-window-overflow", "passed"),
+        ("head-only-restart-with-workers", "failed"),
+        ("kv", "skipped"),
     ]
 
 
