@@ -577,8 +577,16 @@ class _Steps:
             if self.pool is not None:
                 new = [m for m in self.waiting if m[0] == "gen"]
                 slots = mamba.admit(self.pool, [int(m[3]) for m in new], self.budget)
-                self.admitted.update(zip((m[1] for m in new), slots, strict=True))
-        return self.waiting.popleft()
+                self.admitted.update(
+                    (m[1], slot) for m, slot in zip(new, slots, strict=True) if slot is not None
+                )
+        msg = self.waiting.popleft()
+        if self.pool is not None and msg[0] == "gen" and msg[1] not in self.admitted:
+            # it waited for a state slot: the requests before it have released theirs
+            [slot] = mamba.admit(self.pool, [int(msg[3])], self.budget)
+            assert slot is not None  # a request is served only after the one before released
+            self.admitted[msg[1]] = slot
+        return msg
 
 
 # ---- a headless worker node ---------------------------------------------------------------------

@@ -106,24 +106,31 @@ class StatePool:
         return ((slot * self.slot_elems) % INDEX_LIMIT) // self.slot_elems
 
     def take(self) -> int:
-        return self.free.popleft() if self.free else 0
+        if not self.free:
+            raise RuntimeError("no free state slot: admit schedules only while one is free")
+        return self.free.popleft()
 
     def release(self, slot: int, prompt: str) -> None:
         self.held_by[slot] = prompt
         self.free.append(slot)
 
 
-def admit(pool: StatePool, prompts: Sequence[int], budget: int) -> list[tuple[int, str | None]]:
+def admit(
+    pool: StatePool, prompts: Sequence[int], budget: int
+) -> list[tuple[int, str | None] | None]:
     """The slot of each new request (`prompts`: their prompt tokens, in arrival order) and the
-    stale state it computes on (whose prompt that state was), or None when it is correct.
+    stale state it computes on (whose prompt that state was, None when it is correct); None for
+    a request that waits, no state slot being free (vLLM schedules it once one is).
 
     vLLM v1's scheduler, step by step: requests already running come first (one decode token
     each, or the next chunk of a prompt they are still prefilling), then waiting requests in
     arrival order, each given min(prompt tokens left, budget left); a request gets its state
     slot when it is first scheduled. A request whose first chunk is one token is run as a
     decode. Requests that finished their prompt keep decoding through the steps that follow."""
+    if budget < 1:
+        raise ValueError(f"max_num_batched_tokens {budget}: a step schedules at least one token")
     n = len(prompts)
-    out: list[tuple[int, str | None]] = [(0, None)] * n
+    out: list[tuple[int, str | None] | None] = [None] * n
     left = [max(1, int(p)) for p in prompts]  # prompt tokens not yet computed
     waiting = deque(range(n))
     chunked: list[int] = []  # scheduled, their prompt not yet done
@@ -138,7 +145,7 @@ def admit(pool: StatePool, prompts: Sequence[int], budget: int) -> list[tuple[in
             left[i] -= take
             room -= take
             scheduled.append(i)
-        while waiting and room > 0:
+        while waiting and room > 0 and pool.free:
             i = waiting.popleft()
             take = min(left[i], room)
             out[i] = _first_step(pool, one_token=take == 1)
@@ -147,6 +154,8 @@ def admit(pool: StatePool, prompts: Sequence[int], budget: int) -> list[tuple[in
             scheduled.append(i)
         chunked = [i for i in scheduled if left[i] > 0]
         decoding += sum(1 for i in scheduled if left[i] == 0)
+        if not pool.free and not chunked:
+            break  # the rest wait for a slot a finished request frees
     return out
 
 

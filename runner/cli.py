@@ -189,15 +189,21 @@ def _json_or_scenario(
     scenarios: tuple[str, ...], json_to: str | None
 ) -> tuple[tuple[str, ...], str | None]:
     """`run --json tp-mismatch`: click hands the scenario to --json as its PATH. A value that
-    does not end in .json but names a scenario (an id, a scenario file, a folder) is taken
-    back as the first scenario, and --json prints to stdout."""
+    does not end in .json but names a scenario (an id, a .yaml/.yml file, a folder) is taken
+    back as the first scenario to run (click does not tell where among the others it stood),
+    and --json prints to stdout. Anything else (/dev/stdout, a file without .json) is left to
+    _json_path's refusal."""
     if json_to is None or json_to == "-" or json_to.endswith(".json"):
         return scenarios, json_to
-    if not Path(json_to).exists():  # a file or folder is a scenario: its own errors apply
-        try:
-            load_all((json_to,))
-        except GamedayError:
-            return scenarios, json_to  # _json_path says what is wrong with it
+    path = Path(json_to)
+    if path.is_dir() or (path.suffix in (".yaml", ".yml") and path.is_file()):
+        return (json_to, *scenarios), "-"  # a scenario file or folder: its own errors apply
+    if path.exists():
+        return scenarios, json_to
+    try:
+        load_all((json_to,))
+    except GamedayError:
+        return scenarios, json_to
     return (json_to, *scenarios), "-"
 
 
@@ -209,7 +215,7 @@ def _json_path(value: str | None) -> Path | None:
     if not value.endswith(".json"):
         raise InputError(
             f"--json {value}: neither a .json file to write nor a scenario",
-            hint="name a .json file to keep a copy of result.json, or a scenario to run",
+            hint="`--json` alone prints result.json to stdout; `--json PATH.json` keeps a copy",
         )
     return Path(value)
 

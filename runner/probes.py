@@ -241,6 +241,7 @@ def _correct(env: ProbeEnv, p: CorrectnessProbe, name: str) -> ProbeResult:
         if p.expect == "matches"
         else f"some answer diverges from {source}"
     )
+    engine = _engine(env, node) if store is not None else None  # the one the pass will reach
     try:
         checked = correctness.check(env.http, url, p, timeout, recorded)
     except (httpx.HTTPError, ValueError) as exc:  # ValueError: correctness.NotCompletions
@@ -250,8 +251,8 @@ def _correct(env: ProbeEnv, p: CorrectnessProbe, name: str) -> ProbeResult:
         store.put(key, checked.reference)
         source = f"{correctness.OWN_PASS}, kept as this run's reference"
     before = None
-    if store is not None:
-        before = store.tally(_engine(env, node), checked.total)
+    if store is not None and engine is not None:
+        before = store.tally(engine, checked.total)
     ok = not checked.divergent if p.expect == "matches" else bool(checked.divergent)
     return ProbeResult(
         name,
@@ -261,10 +262,15 @@ def _correct(env: ProbeEnv, p: CorrectnessProbe, name: str) -> ProbeResult:
     )
 
 
-def _engine(env: ProbeEnv, node: str) -> correctness.Engine:
-    state = env.lab.states().get(node)
+def _engine(env: ProbeEnv, node: str) -> correctness.Engine | None:
+    """The node's engine process now; None when the lab cannot say (the count is then this
+    pass's alone)."""
+    try:
+        state = env.lab.states().get(node)
+    except GamedayError:
+        return None
     if state is None:
-        return correctness.Engine(node, -1, -1)
+        return None
     return correctness.Engine(node, state.generation, state.incarnation)
 
 

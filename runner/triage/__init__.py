@@ -20,7 +20,7 @@ from runner import startup
 from runner.scenario import LoadedScenario, NodeSignature, Outcome, Pattern, StartupPhase
 from runner.triage.advice import advise
 from runner.triage.match import Evidence, Log, find_in_order
-from runner.triage.normalise import Line, normalise
+from runner.triage.normalise import Line, fold_typography, normalise
 
 __all__ = ["Finding", "Sighting", "identifying", "normalise", "signatures", "triage"]
 
@@ -139,7 +139,8 @@ def triage(text: str, scenarios: Sequence[LoadedScenario]) -> list[Finding]:
     for ls in scenarios:
         sightings = []
         for view, node, pats in signatures(ls):
-            ev = find_in_order(log, [(p.regex, p.description) for p in pats])
+            # a pattern's literal typography is folded as the pasted text is (normalise)
+            ev = find_in_order(log, [(fold_typography(p.regex), p.description) for p in pats])
             if ev is not None:
                 pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
                 sightings.append(Sighting(view, node, pod, tuple(ev)))

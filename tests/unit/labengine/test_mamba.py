@@ -117,3 +117,30 @@ def test_the_build_variable_is_not_an_unknown_vllm_variable() -> None:
 
     env = {"VLLM_LAB_BUILD": "fixed", "VLLM_NOPE": "1"}
     assert unknown_names(Era.V0_33, env) == ["VLLM_NOPE"]
+
+
+def test_requests_beyond_the_free_slots_wait_and_never_share_one() -> None:
+    pool = _used(2)
+    assert mamba.admit(pool, [10, 10, 10], 2048) == [(0, None), (1, None), None]
+    assert not pool.free
+    with pytest.raises(RuntimeError):
+        pool.take()
+
+
+def test_a_budget_below_one_token_is_refused_not_looped_on() -> None:
+    with pytest.raises(ValueError, match="max_num_batched_tokens 0"):
+        mamba.admit(_used(2), [5], 0)
+
+
+def test_a_request_that_waited_for_a_slot_gets_the_one_released_before_it() -> None:
+    api, core_end = Pipe()
+    steps = _Steps(core_end, _used(1), budget=64)
+    for rid in ("req-0", "req-1"):
+        api.send(("gen", rid, "p", 5, 4, 0))
+    assert core_end.poll(1.0)
+    assert steps.next()[1] == "req-0"
+    assert steps.admitted == {"req-0": (0, None)}  # req-1 waits: the only slot is taken
+    assert steps.pool is not None
+    steps.pool.release(steps.admitted.pop("req-0")[0], "p")  # req-0 served and done
+    assert steps.next()[1] == "req-1"
+    assert steps.admitted == {"req-1": (0, None)}

@@ -173,6 +173,15 @@ def test_the_svg_has_a_lane_label_per_node_and_escapes_every_text() -> None:
         "time to fail 0.5 s: +0.5 s to +1.0 s",
         "time to recover 2.0 s: +604.0 s to +606.0 s",
     ]
+    # at the right edge the label goes left of its bracket, anchored at its end: it meets the
+    # bracket whatever widths the reader's font gives its letters
+    recover = root.findall(".//s:g[@class='bracket']", ns)[1]
+    path = recover.find("s:path", ns)
+    label = recover.find("s:text", ns)
+    assert path is not None and label is not None
+    x0 = float(path.attrib["d"].split(",")[0][1:])
+    assert label.attrib["text-anchor"] == "end"
+    assert float(label.attrib["x"]) == pytest.approx(x0 - 6, abs=0.06)
 
 
 @pytest.mark.parametrize(

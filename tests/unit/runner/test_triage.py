@@ -195,3 +195,15 @@ def test_a_033_log_is_recognised_by_its_per_vllm_signature() -> None:
     assert f.scenario.scenario.metadata.id == "kv-cache-shortage"
     assert triage(KV_033, SCEN) == [f]  # and by no other scenario
     assert matched(f) == [(3, KV_033.splitlines()[2])]
+
+
+def test_a_pattern_typeset_like_a_paste_still_matches(tmp_path: Path) -> None:
+    """A team's pattern copied from a typeset page (a curly apostrophe) matches a log with a
+    straight one, as a typeset paste matches a plain pattern."""
+    ls = edited_kv(tmp_path, ("models?'s max seq len", "models?\u2019s max seq len"))
+    log = SEED_019["kv-cache-shortage"]
+    assert [f.scenario.scenario.metadata.id for f in triage(log, [ls])] == ["kv-cache-shortage"]
+    typeset = log.replace("'s max seq len", "\u2019s max seq len")
+    assert [f.scenario.scenario.metadata.id for f in triage(typeset, [ls])] == [
+        "kv-cache-shortage"
+    ]

@@ -258,13 +258,17 @@ def test_a_model_whose_settings_differ_from_the_log_gives_way_to_the_message() -
 
 def test_the_cli_shows_the_figures_it_read_and_folds_only_very_long_lines(tmp_path: Path) -> None:
     log = tmp_path / "kv.log"
-    log.write_text(KV033.format(n=32768, need="6.0", avail="2.1") + "\n" + "x " * 700 + "\n")
+    message = KV033.format(n=32768, need="6.0", avail="2.1")
+    # a collector that glued a config dump to the message: one matched line of 1,454 characters
+    log.write_text(message + " (EngineCore_DP0 pid=90) config:" + " key=value" * 100 + "\n")
     res = CliRunner().invoke(main, ["triage", str(log)])
     assert res.exit_code == 0, res.output
     read = [ln.strip() for ln in res.output.splitlines() if ln.strip().startswith("read: ")]
     assert "read: available=2.1 estimate=11456 max_len=32768 needed=6.0" in read, res.output
-    # the whole message, however long, as pasted: nothing cut mid-word
-    assert KV033.format(n=32768, need="6.0", avail="2.1").splitlines()[-1] in res.output
+    # the message whole, as pasted; the glued dump folded at a word, saying how much is left
+    [shown] = [ln for ln in res.output.splitlines() if "matched line 1: " in ln]
+    assert message in shown
+    assert shown.endswith(" key=value \u2026 (+460 characters; --json has the whole line)")
     assert fold("word " * 300, 1000).endswith(
         "word \u2026 (+501 characters; --json has the whole line)"
     )
