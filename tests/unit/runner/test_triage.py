@@ -204,6 +204,4 @@ def test_a_pattern_typeset_like_a_paste_still_matches(tmp_path: Path) -> None:
     log = SEED_019["kv-cache-shortage"]
     assert [f.scenario.scenario.metadata.id for f in triage(log, [ls])] == ["kv-cache-shortage"]
     typeset = log.replace("'s max seq len", "\u2019s max seq len")
-    assert [f.scenario.scenario.metadata.id for f in triage(typeset, [ls])] == [
-        "kv-cache-shortage"
-    ]
+    assert [f.scenario.scenario.metadata.id for f in triage(typeset, [ls])] == ["kv-cache-shortage"]
