@@ -15,7 +15,7 @@ from runner.cli_options import handled, lab_option
 from runner.errors import LabError, LabNotUp
 from runner.inventory import load_inventory
 from runner.labs import open_lab
-from runner.labs.alertmanager import alertmanager_listen, receiver_listen
+from runner.labs.alertmanager import alertmanager_url, receiver_listen
 from runner.scenario import LabKind
 
 
@@ -65,7 +65,7 @@ def test(lab_path: Path, timeout_s: float) -> None:
         got = check_path(
             lab.state_dir / "prometheus" / "rules.yml",
             prom,
-            f"http://{alertmanager_listen(mon)}",
+            alertmanager_url(mon),
             receiver,
             timeout_s,
         )

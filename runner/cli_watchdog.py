@@ -22,7 +22,7 @@ from runner.errors import InputError, LabError, LabNotUp
 from runner.inventory import Inventory, load_inventory
 from runner.lab_edits import node_names
 from runner.labs import open_lab
-from runner.labs.alertmanager import alertmanager_listen
+from runner.labs.alertmanager import alertmanager_url
 from runner.scenario import LabKind
 from runner.watchdog.loop import Watchdog
 from runner.watchdog.machine import Policy
@@ -188,4 +188,4 @@ def lab_alertmanager(inventory: Inventory) -> str | None:
     mon = inventory.lab.monitoring
     if mon is None or inventory.lab.kind is LabKind.KUBERNETES:
         return None
-    return f"http://{alertmanager_listen(mon)}/api/v2/alerts"
+    return f"{alertmanager_url(mon)}/api/v2/alerts"

@@ -27,7 +27,7 @@ from runner.durations import real_s
 from runner.errors import GamedayError
 from runner.history import History, Measure
 from runner.printable import printable
-from runner.results import RunResult, Verdict
+from runner.results import Assertion, RunResult, ScenarioResult, Verdict
 
 __all__ = [
     "Level",
@@ -175,30 +175,27 @@ def json_out(data: Any) -> None:
     try:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         sys.stdout.flush()
-    except BrokenPipeError:  # as _OutConsole.on_broken_pipe: the command keeps its exit code
-        out.quiet = True
-        _to_devnull(sys.stdout)
+    except BrokenPipeError:
+        out.on_broken_pipe()
 
 
 def run_summary(result: RunResult, report_dir: str) -> None:
     """The run's table (durations in real-world seconds, lab seconds in brackets on a scaled
     lab), its failed assertions, where the reports are and the verdict. No cell is ever cut:
-    on a narrow terminal a cell folds onto more lines instead."""
+    where the table would not fit, a block per scenario instead (_stacked)."""
     title = escape(f"gameday run {result.run_id} on lab {result.lab.name}")
     table = Table(title=title)
     table.add_column("scenario", overflow="fold")
     table.add_column("verdict", no_wrap=True, min_width=7)
-    for col in ("time to fail", "time to detect", "time to recover", "failed"):
+    for col in (*TIMES, "failed"):
         table.add_column(col, overflow="fold")
     scale = result.lab.time_scale
     for s in result.scenarios:
-        bad = [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
+        bad = _failed(s)
         table.add_row(
             escape(s.id),
-            f"[{_STYLE[s.verdict]}]{s.verdict.value}[/]",
-            real_s(s.time_to_fail_s, scale),
-            real_s(s.time_to_detect_s, scale),
-            real_s(s.time_to_recover_s, scale),
+            _verdict(s.verdict),
+            *(real_s(value, scale) for value in _times(s).values()),
             str(len(bad)) if bad else "",
         )
     if Measurement.get(out, out.options.update_width(10**5), table).maximum <= out.width:
@@ -206,36 +203,44 @@ def run_summary(result: RunResult, report_dir: str) -> None:
     else:
         _stacked(result, title)
     for s in result.scenarios:
-        for a in s.assertions:
-            if a.verdict in (Verdict.FAILED, Verdict.ERROR):
-                out.print(
-                    f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/] {escape(s.id)}: "
-                    f"{escape(a.name)}"
-                )
-                out.print(f"    expected: {escape(a.expected)}")
-                out.print(f"    observed: {escape(a.observed)}")
-                if a.detail:
-                    debug("    " + a.detail.rstrip().replace("\n", "\n    "))
+        for a in _failed(s):
+            verdict = f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/]"
+            out.print(f"{verdict} {escape(s.id)}: {escape(a.name)}")
+            out.print(f"    expected: {escape(a.expected)}")
+            out.print(f"    observed: {escape(a.observed)}")
+            if a.detail:
+                debug("    " + a.detail.rstrip().replace("\n", "\n    "))
     out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
-    out.print(f"verdict: [{_STYLE[result.verdict]}]{result.verdict.value}[/]")
+    out.print(f"verdict: {_verdict(result.verdict)}")
+
+
+TIMES = ("time to fail", "time to detect", "time to recover")
+
+
+def _times(s: ScenarioResult) -> dict[str, float | None]:
+    return dict(
+        zip(TIMES, (s.time_to_fail_s, s.time_to_detect_s, s.time_to_recover_s), strict=True)
+    )
+
+
+def _failed(s: ScenarioResult) -> list[Assertion]:
+    return [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
+
+
+def _verdict(v: Verdict) -> str:
+    return f"[{_STYLE[v]}]{v.value}[/]"
 
 
 def _stacked(result: RunResult, title: str) -> None:
     """The run's table for a terminal too narrow for it: a block per scenario, its id and verdict
     on one line and each time on its own, so that nothing is folded mid-word."""
     out.print(title)
-    scale = result.lab.time_scale
     for s in result.scenarios:
-        out.print(f"{escape(s.id)}  [{_STYLE[s.verdict]}]{s.verdict.value}[/]")
-        for label, value in (
-            ("time to fail", s.time_to_fail_s),
-            ("time to detect", s.time_to_detect_s),
-            ("time to recover", s.time_to_recover_s),
-        ):
+        out.print(f"{escape(s.id)}  {_verdict(s.verdict)}")
+        for label, value in _times(s).items():
             if value is not None:
-                out.print(f"  {label:<16}{real_s(value, scale)}")
-        bad = [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
-        if bad:
+                out.print(f"  {label:<16}{real_s(value, result.lab.time_scale)}")
+        if bad := _failed(s):
             out.print(f"  {'failed':<16}{len(bad)}")
 
 

@@ -38,6 +38,11 @@ Probe = AnyProbe
 # long value with a way to expand it, so this bounds a hostile body, not what a person reads.
 PROBE_TEXT = 1000
 
+
+def _body(r: httpx.Response) -> str:
+    return truncate(r.text, PROBE_TEXT)
+
+
 # HTTP's own fixed costs do not scale with the lab: a probe waits at least this long for an
 # answer. The lab engine answers an inference probe on loopback in 10-60 ms (its decode time
 # scaled), so half a second is ten times that, and a hang costs half a second to show.
@@ -183,7 +188,7 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             name,
             Verdict.FAILED,
             expected,
-            f"answered HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}",
+            f"answered HTTP {r.status_code}: {_body(r)}",
         )
     if p.expect == "unavailable":
         ok = r.status_code >= 400
@@ -191,7 +196,7 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             name,
             Verdict.PASSED if ok else Verdict.FAILED,
             expected,
-            f"HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}",
+            f"HTTP {r.status_code}: {_body(r)}",
         )
     if p.expect == "refused":
         refused = r.status_code == p.expect_status if p.expect_status else r.status_code >= 400
@@ -199,12 +204,10 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             name,
             Verdict.PASSED if refused else Verdict.FAILED,
             expected,
-            f"HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}",
+            f"HTTP {r.status_code}: {_body(r)}",
         )
     if r.status_code != 200:
-        return ProbeResult(
-            name, Verdict.FAILED, expected, f"HTTP {r.status_code}: {truncate(r.text, PROBE_TEXT)}"
-        )
+        return ProbeResult(name, Verdict.FAILED, expected, f"HTTP {r.status_code}: {_body(r)}")
     try:
         choice = r.json()["choices"][0]
         text = choice["message"]["content"] if p.api == "chat" else choice["text"]
@@ -214,7 +217,7 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
             name,
             Verdict.FAILED,
             expected,
-            f"not an OpenAI completion: {truncate(r.text, PROBE_TEXT)}",
+            f"not an OpenAI completion: {_body(r)}",
         )
     observed = (
         f"HTTP 200, {len(text)} chars, finish_reason {reason}: {truncate(text, PROBE_TEXT)!r}"

@@ -55,6 +55,11 @@ def alertmanager_listen(mon: Monitoring) -> str:
     return f"{host}:{port + 3}"
 
 
+def alertmanager_url(mon: Monitoring) -> str:
+    """Where the runner reaches Alertmanager on the host (local, compose)."""
+    return f"http://{alertmanager_listen(mon)}"
+
+
 def receiver_listen(inventory: Inventory) -> tuple[str, int]:
     """Where the runner's webhook receiver listens: a loopback address for the local lab, the
     management network's gateway (the host's own address on the lab's bridge) for compose."""
