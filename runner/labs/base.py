@@ -199,6 +199,9 @@ class LabDriver(abc.ABC):
     # Lab seconds a restart policy may take beyond its scaled back-off (the runtime noticing the
     # exit, scheduling the restart).
     restart_slack_s: float = 5.0
+    # Whether states() give a running node's first output as soon as it is written (Kubernetes
+    # learns it only once the pod is ready or has exited).
+    reports_first_output: bool = True
 
     # ---- lifecycle ----
     @property

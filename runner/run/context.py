@@ -19,13 +19,16 @@ from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.probes import Probe, ProbeEnv, ProbeResult, run_probes
 from runner.results import Phase, Verdict
 from runner.run.record import Recorder
-from runner.scenario import Window
+from runner.scenario import NodeStatus, Window
 from runner.timing import TimeScale
 
 Progress = Callable[[str], None]
 Done = Callable[[NodeState, list[LabEvent]], bool]
 POLL_S = 0.05  # how often to look again at what has no events (a log file, the GPU list)
 EVENT_LAG_S = 30.0  # how long a wait goes on for events the runtime recorded but has not sent
+# How much longer than start_cost_s a node's start (container, interpreter, imports: none of it
+# scales with the lab) may take on a loaded machine before a wait timed from it gives up.
+START_OVERRUN_S = 30.0
 
 
 def utcnow() -> datetime:
@@ -105,11 +108,17 @@ class Context:
         *,
         node: str | None = None,
         replay_from: int | None = None,
+        from_output: float | None = None,
     ) -> Waited:
         """Block on the lab's events until `done(state of node, its events)` or timeout.
-        `replay_from`: also count the node's events since that sequence number."""
+        `replay_from`: also count the node's events since that sequence number.
+        `from_output`: the lab seconds what is awaited may take from the node's first output.
+        The timeout allows start_cost_s for the start before it; a start that takes longer (a
+        loaded machine) is waited for, up to START_OVERRUN_S more, so the window is timed from
+        the output as the measurement is, not cut short by the machine's load."""
         node = node or self.target
         deadline = time.monotonic() + lab_timeout
+        overrun_until = deadline + START_OVERRUN_S
         seen: list[LabEvent] = []
         if replay_from is not None and replay_from < self.seq:
             seen = [
@@ -124,6 +133,8 @@ class Context:
                 return Waited(st, seen, True)
             now = time.monotonic()
             remaining = deadline - now
+            if remaining <= 0 and from_output is not None and now < overrun_until:
+                remaining = min(self.starting_for(st, from_output), overrun_until - now)
             if remaining <= 0:
                 # what the runtime has recorded and its feed not yet delivered is awaited, a
                 # bounded while: a busy daemon sends events late, and the node's exit within the
@@ -139,6 +150,31 @@ class Context:
                 for e in evs:
                     self.rec.lab_event(e)
                 seen += [e for e in evs if e.node == node]
+
+    def caught_up(self, node: str | None = None) -> NodeState:
+        """The node's state once the lab's feed has delivered what its runtime has recorded
+        (a bounded while): a busy daemon sends starts and exits seconds late, and a state read
+        meanwhile names an incarnation that has already been followed by another."""
+        node = node or self.target
+        until = time.monotonic() + EVENT_LAG_S
+        while self.lab.events_behind(node) and time.monotonic() < until:
+            evs = self.lab.wait_events(self.seq, POLL_S * 4)
+            if evs:
+                self.seq = evs[-1].seq
+                for e in evs:
+                    self.rec.lab_event(e)
+        return self.lab.states()[node]
+
+    def starting_for(self, st: NodeState, window: float) -> float:
+        """Lab seconds a wait timed from the node's first output has left: a node that has not
+        yet written its first line is still starting (looked at again within a second); one that
+        has is given what remains of `window` since that line. Nothing for a node that is not
+        running, or where the lab cannot tell a start from a hang."""
+        if st.status not in (NodeStatus.PENDING, NodeStatus.RUNNING):
+            return 0.0
+        if st.first_output_at is None:
+            return 1.0 if self.lab.reports_first_output else 0.0
+        return window - (utcnow() - st.first_output_at).total_seconds()
 
     def pause(self, lab_s: float, *, until_event: bool = False) -> None:
         """Let `lab_s` pass, recording the lab's events meanwhile; with `until_event`, the

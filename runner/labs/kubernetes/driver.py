@@ -58,6 +58,7 @@ WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion afte
 class KubernetesLab(PodAccess, LabDriver):
     kind = LabKind.KUBERNETES
     label = "kubernetes lab"
+    reports_first_output = False  # a pod's log is read at ready or exit, not followed
 
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]

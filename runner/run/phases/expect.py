@@ -115,22 +115,28 @@ def expect_exit(ctx: Context, ls: LoadedScenario) -> Expected:
 
 
 def wait_failure(ctx: Context, ls: LoadedScenario) -> ExitInfo:
-    """The first exit of the target since the injection, within the window plus start-up; none
-    is a failed expectation that ends the scenario."""
+    """The first exit of the target since the injection, within the window from its first output
+    (plus start-up); none is a failed expectation that ends the scenario."""
     exp = ls.scenario.expect
-    deadline = ctx.scale.window_deadline_lab(exp.time_to_fail) + ctx.lab.start_cost_s
+    window = ctx.scale.window_deadline_lab(exp.time_to_fail)
+    t0 = time.monotonic()
     w = ctx.wait_for(
-        lambda _s, evs: first_exit(evs) is not None, deadline, replay_from=ctx.inject_seq
+        lambda _s, evs: first_exit(evs) is not None,
+        window + ctx.lab.start_cost_s,
+        replay_from=ctx.inject_seq,
+        from_output=window,
     )
     failure = first_exit(w.events)
     if failure is None:
+        st = w.state
+        output = "no output yet" if st.first_output_at is None else "writing output"
         ctx.rec.check(
             phase=Phase.EXPECT,
             name="expect: failure happens",
             ok=False,
             expected=f"the target fails within {ctx.scale.describe(exp.time_to_fail)}",
-            observed=f"no exit within {deadline:.2f} lab s; node {w.state.status.value}, "
-            f"ready={w.state.ready}",
+            observed=f"no exit within {time.monotonic() - t0:.2f} lab s; node "
+            f"{st.status.value}, ready={st.ready}, {output}",
         )
         raise ScenarioAborted
     return failure

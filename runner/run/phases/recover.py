@@ -32,7 +32,8 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
         label = f"recover {i}: {step.name}"
         if step.forbidden:
             ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
-        since, before = ctx.seq, Before(ctx.lab.states()[ctx.target].incarnation, utcnow())
+        st = ctx.caught_up()
+        since, before = ctx.seq, Before(st.incarnation, utcnow(), serving=st.ready)
         step_failed(ctx, step, label, f"recover {i}")
         applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
@@ -69,12 +70,17 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
     """Service back: the node ready, then every verification probe passing, within the window."""
     v = ls.scenario.verify
     ctx.rec.event(f"phase verify ({label})", kind=EventKind.PHASE)
-    deadline_lab = ctx.scale.window_deadline_lab(v.time_to_recover) + ctx.lab.start_cost_s
+    window = ctx.scale.window_deadline_lab(v.time_to_recover)
+    deadline_lab = window + ctx.lab.start_cost_s
     t_end = time.monotonic() + deadline_lab
     gen0 = ctx.lab.states()[ctx.target].generation
-    w = ctx.wait_for(lambda s, _: s.ready and s.generation >= gen0, deadline_lab)
+    w = ctx.wait_for(
+        lambda s, _: s.ready and s.generation >= gen0, deadline_lab, from_output=window
+    )
     results = []
     if w.done:
+        # a start that outlasted its allowance leaves the probes what the window has left
+        t_end = max(t_end, time.monotonic() + ctx.starting_for(w.state, window))
         # a lab event wakes this at once; what no event announces (an HTTP answer, Prometheus's
         # next scrape) is looked at again after one scaled scrape interval (at most 1 s)
         results = ctx.poll_until(
@@ -118,22 +124,27 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
 
 @dataclass(frozen=True)
 class Before:
-    """The target as a recovery step found it: its incarnation and the time the step began."""
+    """The target as a recovery step found it: its incarnation, whether it was serving, and the
+    time the step began."""
 
     incarnation: int
     at: datetime
+    serving: bool = True
 
     def failed_after(self, events: list[LabEvent]) -> ExitInfo | None:
-        """The first failure the step can be judged by: of an incarnation started since, or an
-        exit after the step began. A crash-looping node's exit that the runner reads only after
-        the step began (events arrive late), or the restart its policy had pending, is the
-        fault's, not the step's."""
+        """The first failure the step can be judged by: of an incarnation started since, or,
+        where the node was serving when the step began, an exit after that. A crash-looping
+        node's exit that the runner reads only after the step began (events arrive late), the
+        restart its policy had pending, or its running incarnation crashing while the step is
+        applied, is the fault's, not the step's."""
         return next(
             (
                 f
                 for e in events
                 if (f := e.failure) is not None
-                and (f.incarnation > self.incarnation or f.finished_at >= self.at)
+                and (
+                    f.incarnation > self.incarnation or (self.serving and f.finished_at >= self.at)
+                )
             ),
             None,
         )

@@ -3,6 +3,7 @@ cleaned up after each."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,10 @@ def test_no_failure_within_the_window_fails_and_cleans_up(tmp_path: Path) -> Non
     result = run.run()
     failed = [a for a in result.assertions if a.verdict is Verdict.FAILED]
     assert [a.name for a in failed] == ["expect: failure happens"]
-    assert failed[0].observed.startswith("no exit within 0.30 lab s; node running, ready=True")
+    assert re.match(
+        r"no exit within 0\.3\d lab s; node running, ready=True, writing output",
+        failed[0].observed,
+    )
     assert result.verdict is Verdict.FAILED
     assert run.lab.leftovers() == [] and run.open_changes() == 0
 
@@ -767,7 +771,7 @@ def test_a_crash_loop_is_seen_in_the_events_when_the_sample_reads_running() -> N
 def test_a_recovery_step_is_judged_by_failures_after_it() -> None:
     """A crash-looping node's exit from before the step, read only after it (events arrive
     late), is the fault's: the step is judged by an incarnation started since, or an exit of the
-    running one after the step began."""
+    running one after the step began where that one was serving."""
     from datetime import UTC, datetime, timedelta
 
     from runner.labs.base import EventType, ExitInfo, LabEvent
@@ -789,3 +793,8 @@ def test_a_recovery_step_is_judged_by_failures_after_it() -> None:
     assert step_failure is not None and step_failure.incarnation == 6
     running = before.failed_after([exited(4, t + timedelta(seconds=1))])  # no restart needed
     assert running is not None and running.incarnation == 4
+    # a crash-looping node's running incarnation that crashes while the step is applied
+    looping = Before(incarnation=4, at=t, serving=False)
+    assert looping.failed_after([exited(4, t + timedelta(seconds=0.01))]) is None
+    step_failure = looping.failed_after([exited(4, t), exited(5, t + timedelta(seconds=8))])
+    assert step_failure is not None and step_failure.incarnation == 5
