@@ -144,12 +144,8 @@ class Context:
                 if now >= lagging_until or not self.lab.events_behind(node):
                     return Waited(st, seen, False)
                 remaining = min(lagging_until - now, POLL_S * 4)
-            evs = self.lab.wait_events(self.seq, min(remaining, 5.0))
-            if evs:
-                self.seq = evs[-1].seq
-                for e in evs:
-                    self.rec.lab_event(e)
-                seen += [e for e in evs if e.node == node]
+            evs = self._take_events(min(remaining, 5.0))
+            seen += [e for e in evs if e.node == node]
 
     def caught_up(self, node: str | None = None) -> NodeState:
         """The node's state once the lab's feed has delivered what its runtime has recorded
@@ -158,12 +154,17 @@ class Context:
         node = node or self.target
         until = time.monotonic() + EVENT_LAG_S
         while self.lab.events_behind(node) and time.monotonic() < until:
-            evs = self.lab.wait_events(self.seq, POLL_S * 4)
-            if evs:
-                self.seq = evs[-1].seq
-                for e in evs:
-                    self.rec.lab_event(e)
+            self._take_events(POLL_S * 4)
         return self.lab.states()[node]
+
+    def _take_events(self, timeout: float) -> list[LabEvent]:
+        """The lab's events since the last taken (waiting up to `timeout` for one), recorded."""
+        evs = self.lab.wait_events(self.seq, timeout)
+        if evs:
+            self.seq = evs[-1].seq
+            for e in evs:
+                self.rec.lab_event(e)
+        return evs
 
     def starting_for(self, st: NodeState, window: float) -> float:
         """Lab seconds a wait timed from the node's first output has left: a node that has not

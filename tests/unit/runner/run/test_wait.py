@@ -39,16 +39,24 @@ class LaggingLab:
     def start(self) -> None:
         def send() -> None:
             time.sleep(self.lag_s)
-            info = ExitInfo(
-                incarnation=2, code=1, started_at=NOW, first_output_at=None, finished_at=NOW
-            )
-            with self.cond:
-                self.events.append(
-                    LabEvent(seq=1, ts=NOW, node="serving", type=EventType.EXITED, exit=info)
-                )
-                self.cond.notify_all()
+            self.exit(first_output_at=None, finished_at=NOW)
 
         threading.Thread(target=send, daemon=True).start()
+
+    def exit(self, first_output_at: datetime | None, finished_at: datetime) -> None:
+        """Send the node's exit (incarnation 2, code 1) on the feed."""
+        info = ExitInfo(
+            incarnation=2,
+            code=1,
+            started_at=NOW,
+            first_output_at=first_output_at,
+            finished_at=finished_at,
+        )
+        with self.cond:
+            self.events.append(
+                LabEvent(seq=1, ts=NOW, node="serving", type=EventType.EXITED, exit=info)
+            )
+            self.cond.notify_all()
 
     def states(self) -> dict[str, NodeState]:
         st = NodeState(
@@ -90,6 +98,16 @@ def wait_exit(ctx: Context, timeout: float) -> Any:
     return ctx.wait_for(lambda _s, evs: first_exit(evs) is not None, timeout)
 
 
+def timed(lab: LaggingLab, timeout: float, window: float | None = None) -> tuple[Any, float]:
+    """Start the lab's node and wait for its exit (timed from its first output, with `window`):
+    what the wait saw, and how long it took."""
+    ctx = context(lab)
+    lab.start()
+    t0 = time.monotonic()
+    w = ctx.wait_for(lambda _s, evs: first_exit(evs) is not None, timeout, from_output=window)
+    return w, time.monotonic() - t0
+
+
 def test_an_exit_sent_late_by_a_feed_that_is_behind_ends_the_wait() -> None:
     lab = LaggingLab(lag_s=0.6, behind=True)
     ctx = context(lab)
@@ -100,11 +118,8 @@ def test_an_exit_sent_late_by_a_feed_that_is_behind_ends_the_wait() -> None:
 
 def test_a_feed_that_is_not_behind_ends_the_wait_at_its_deadline() -> None:
     lab = LaggingLab(lag_s=5.0, behind=False)
-    ctx = context(lab)
-    lab.start()
-    t0 = time.monotonic()
-    w = wait_exit(ctx, 0.2)
-    assert not w.done and time.monotonic() - t0 < 2.0
+    w, took = timed(lab, 0.2)
+    assert not w.done and took < 2.0
     assert lab.behind_asked == 1
 
 
@@ -112,12 +127,8 @@ def test_a_feed_that_stays_behind_ends_the_wait_after_a_bounded_while(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(context_mod, "EVENT_LAG_S", 0.5)
-    lab = LaggingLab(lag_s=60.0, behind=True)
-    ctx = context(lab)
-    lab.start()
-    t0 = time.monotonic()
-    w = wait_exit(ctx, 0.2)
-    assert not w.done and 0.6 <= time.monotonic() - t0 < 3.0
+    w, took = timed(LaggingLab(lag_s=60.0, behind=True), 0.2)
+    assert not w.done and 0.6 <= took < 3.0
 
 
 class SlowStartLab(LaggingLab):
@@ -127,7 +138,6 @@ class SlowStartLab(LaggingLab):
     def __init__(self, output_s: float, exit_after_s: float | None) -> None:
         super().__init__(lag_s=0.0, behind=False)
         self.output_s, self.exit_after_s = output_s, exit_after_s
-        self.t0 = time.monotonic()
         self.first_output: datetime | None = None
 
     def start(self) -> None:
@@ -137,18 +147,7 @@ class SlowStartLab(LaggingLab):
             if self.exit_after_s is None:
                 return
             time.sleep(self.exit_after_s)
-            info = ExitInfo(
-                incarnation=2,
-                code=1,
-                started_at=NOW,
-                first_output_at=self.first_output,
-                finished_at=datetime.now(UTC),
-            )
-            with self.cond:
-                self.events.append(
-                    LabEvent(seq=1, ts=NOW, node="serving", type=EventType.EXITED, exit=info)
-                )
-                self.cond.notify_all()
+            self.exit(first_output_at=self.first_output, finished_at=datetime.now(UTC))
 
         threading.Thread(target=run, daemon=True).start()
 
@@ -157,42 +156,27 @@ class SlowStartLab(LaggingLab):
         return {"serving": st.model_copy(update={"first_output_at": self.first_output})}
 
 
-def wait_exit_from_output(ctx: Context, timeout: float, window: float) -> Any:
-    return ctx.wait_for(lambda _s, evs: first_exit(evs) is not None, timeout, from_output=window)
-
-
 def test_a_start_longer_than_its_allowance_is_waited_for() -> None:
     """The first line comes 1.2 s in, past a 0.5 s timeout; the exit 0.2 s after it is within
     the 0.4 s window from that line."""
-    lab = SlowStartLab(output_s=1.2, exit_after_s=0.2)
-    ctx = context(lab)
-    lab.start()
-    w = wait_exit_from_output(ctx, 0.5, window=0.4)
+    w, _ = timed(SlowStartLab(output_s=1.2, exit_after_s=0.2), 0.5, window=0.4)
     assert w.done and first_exit(w.events) is not None
 
 
 def test_the_window_from_the_first_output_still_ends_the_wait() -> None:
     """A node that writes its first line late and then never exits: the wait ends the window
     after that line, not at the start-up cap."""
-    lab = SlowStartLab(output_s=1.0, exit_after_s=None)
-    ctx = context(lab)
-    lab.start()
-    t0 = time.monotonic()
-    w = wait_exit_from_output(ctx, 0.3, window=0.3)
+    w, took = timed(SlowStartLab(output_s=1.0, exit_after_s=None), 0.3, window=0.3)
     assert not w.done
-    assert 1.25 <= time.monotonic() - t0 < 5.0
+    assert 1.25 <= took < 5.0
 
 
 def test_a_node_that_never_writes_is_waited_for_a_bounded_while(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(context_mod, "START_OVERRUN_S", 1.0)
-    lab = SlowStartLab(output_s=60.0, exit_after_s=None)
-    ctx = context(lab)
-    lab.start()
-    t0 = time.monotonic()
-    w = wait_exit_from_output(ctx, 0.2, window=0.2)
-    assert not w.done and 1.1 <= time.monotonic() - t0 < 4.0
+    w, took = timed(SlowStartLab(output_s=60.0, exit_after_s=None), 0.2, window=0.2)
+    assert not w.done and 1.1 <= took < 4.0
 
 
 def test_a_lab_that_cannot_see_a_start_is_not_waited_for() -> None:
@@ -200,11 +184,8 @@ def test_a_lab_that_cannot_see_a_start_is_not_waited_for() -> None:
     without one may be hung as well as starting: the wait ends at its timeout."""
     lab = SlowStartLab(output_s=60.0, exit_after_s=None)
     lab.reports_first_output = False
-    ctx = context(lab)
-    lab.start()
-    t0 = time.monotonic()
-    w = wait_exit_from_output(ctx, 0.2, window=0.2)
-    assert not w.done and time.monotonic() - t0 < 1.0
+    w, took = timed(lab, 0.2, window=0.2)
+    assert not w.done and took < 1.0
 
 
 class CatchingUpLab(LaggingLab):
