@@ -25,7 +25,8 @@ run: $(VENV)/.installed lab-deps
 test: $(VENV)/.installed lab-deps docker
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy runner labengine
+	$(BIN)/mkdocs build --strict --quiet -d build/site
+	$(BIN)/mypy runner labengine vllmfacts
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed lab-deps docker

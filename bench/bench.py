@@ -39,13 +39,14 @@ from bench_compose import detection_latency as compose_latency  # noqa: E402
 from engine_stamp import LAUNCHER, STAMP_VAR  # noqa: E402
 from overhead import CATEGORIES, split  # noqa: E402
 
-from runner.inventory import Inventory, load_inventory  # noqa: E402
 from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, NodeConfig  # noqa: E402
 from runner.labs.compose.driver import ComposeLab  # noqa: E402
 from runner.labs.local.driver import LocalLab  # noqa: E402
-from runner.scenario import load_scenario  # noqa: E402
-from runner.suite import run_suite  # noqa: E402
+from runner.run.suite import run_suite  # noqa: E402
+from runner.spec.inventory import Inventory  # noqa: E402
+from runner.spec.inventory_load import load_inventory  # noqa: E402
+from runner.spec.scenario import load_scenario  # noqa: E402
 
 SEVEN = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))  # the seven
 ALERT_OF = {

@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner.inventory import load_inventory  # noqa: E402
 from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, NodeConfig  # noqa: E402
 from runner.labs.compose.build import build  # noqa: E402
 from runner.labs.compose.driver import ComposeLab  # noqa: E402
-from runner.scenario import discover, load_scenario  # noqa: E402
-from runner.suite import run_suite  # noqa: E402
+from runner.run.suite import run_suite  # noqa: E402
+from runner.spec.inventory_load import load_inventory  # noqa: E402
+from runner.spec.scenario import discover, load_scenario  # noqa: E402
 
 
 def quiet(_: str) -> None:

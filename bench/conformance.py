@@ -53,11 +53,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from labengine.cli import add_serve_arguments
-from labengine.envs import known
 from labengine.logs import Frame
 from labengine.tracebacks import era_tracebacks
-from labengine.wording import Era
+from vllmfacts.envs import known
+from vllmfacts.serveflags import add_serve_arguments
+from vllmfacts.wording import Era
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gameday" / "vllm"
 LOG_LEVELS = {

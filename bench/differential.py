@@ -42,8 +42,8 @@ from pathlib import Path
 
 import yaml
 
-from runner.labs.planning import edit_args
-from runner.labs.servicelinks import cluster_ip, kubernetes_service_env
+from runner.labs.common.planning import edit_args
+from runner.labs.common.servicelinks import cluster_ip, kubernetes_service_env
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench" / "differential"))

@@ -45,9 +45,10 @@ from runner.drill.model import (  # noqa: E402
 )
 from runner.drill.server import start_server  # noqa: E402
 from runner.drill.session import Drill, DrillOptions  # noqa: E402
-from runner.inventory import load_inventory  # noqa: E402
 from runner.labs import open_lab  # noqa: E402
-from runner.scenario import NodeStatus, load_scenario  # noqa: E402
+from runner.spec.inventory_load import load_inventory  # noqa: E402
+from runner.spec.kinds import NodeStatus  # noqa: E402
+from runner.spec.scenario import load_scenario  # noqa: E402
 from tests.support import browser  # noqa: E402
 
 

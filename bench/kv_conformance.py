@@ -26,9 +26,9 @@ from vllm.v1.core import kv_cache_planning as planning
 from vllm.v1.core import kv_cache_utils as utils
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
 
-from labengine import memory
-from labengine.models import ModelInfo, resolve
-from labengine.wording import Era
+from vllmfacts import memory
+from vllmfacts.models import ModelInfo, resolve
+from vllmfacts.wording import Era
 
 MODELS = [
     "meta-llama/Llama-3.1-8B-Instruct",

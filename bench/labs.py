@@ -27,9 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner.inventory import load_inventory  # noqa: E402
-from runner.scenario import load_scenario  # noqa: E402
-from runner.suite import run_suite  # noqa: E402
+from runner.run.suite import run_suite  # noqa: E402
+from runner.spec.inventory_load import load_inventory  # noqa: E402
+from runner.spec.scenario import load_scenario  # noqa: E402
 
 SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
 INVENTORIES = {

@@ -7,11 +7,11 @@ Each case is a public log that prints vLLM's whole memory split (vLLM 0.6.5 to 0
 weights take W; non_torch_memory takes N; PyTorch activation peak memory takes A; the rest of the
 memory reserved for KV Cache is K"), with the settings the log gives or the defaults of its
 version. Those logs carry every term, so the activation peak can be checked on its own: the lab
-engine's figure (labengine/memory.py: activation_peak_bytes, the larger of one layer's MLP over
+engine's figure (vllmfacts/memory.py: activation_peak_bytes, the larger of one layer's MLP over
 max_num_batched_tokens and the hidden states plus the sampler over max_num_seqs x vocabulary) is
 compared with the logged one, then the KV memory it implies (T x U - W - N - lab A) with the
 logged K. The non-torch term is taken from each log: it is the cuBLAS handles' memory, a
-property of the GPU and its libraries, not of the model (labengine/memory.py:
+property of the GPU and its libraries, not of the model (vllmfacts/memory.py:
 profile_non_torch_bytes).
 
 The seed's two A10G runs (vLLM 0.19.1) print only "Model loading took" and "Available KV cache
@@ -26,10 +26,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labengine import core
-from labengine.gpu import GpuType, NodeGpus, gpu_types
-from labengine.memory import SAMPLER_BYTES_PER_LOGIT, estimate_max_model_len
-from labengine.models import ModelInfo, resolve
-from labengine.wording import Era
+from vllmfacts.gpu import GpuType, NodeGpus, gpu_types
+from vllmfacts.memory import SAMPLER_BYTES_PER_LOGIT, estimate_max_model_len
+from vllmfacts.models import ModelInfo, resolve
+from vllmfacts.wording import Era
 
 GIB = 2**30
 

@@ -1,6 +1,7 @@
 """gameday mutation check: do the unit tests of the pure-logic modules fail when the code is wrong?
 
-    python bench/mutation.py [--module runner/timing.py ...] [--workers 2] [--write FILE] [--list]
+    python bench/mutation.py [--module runner/spec/timing.py ...] [--workers 2] [--write FILE]
+    [--list]
 
 Each mutant changes one thing in one module: a comparison (`<` <-> `<=`, `==` <-> `!=`, `in` <->
 `not in`, `is` <-> `is not`), an arithmetic or bitwise operator (`+` <-> `-`, `*` <-> `/`, `//`
@@ -36,13 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # module -> the unit tests that speak for it
 MODULES: dict[str, list[str]] = {
-    "runner/timing.py": ["tests/unit/runner/test_timing.py"],
-    "runner/journal.py": ["tests/unit/runner/test_journal.py"],
+    "runner/spec/timing.py": ["tests/unit/runner/test_timing.py"],
+    "runner/run/journal.py": ["tests/unit/runner/test_journal.py"],
     "runner/triage.py": ["tests/unit/runner/test_triage.py"],
-    "runner/signature.py": ["tests/unit/runner/test_signature.py"],
-    "labengine/memory.py": ["tests/unit/labengine/test_memory.py"],
-    "runner/redact.py": ["tests/unit/runner/test_redact.py"],
-    "runner/timestamps.py": ["tests/unit/runner/test_timestamps.py"],
+    "runner/spec/signature.py": ["tests/unit/runner/test_signature.py"],
+    "vllmfacts/memory.py": ["tests/unit/labengine/test_memory.py"],
+    "runner/results/redact.py": ["tests/unit/runner/test_redact.py"],
+    "runner/cli/timestamps.py": ["tests/unit/runner/test_timestamps.py"],
 }
 
 
@@ -59,13 +60,13 @@ class Equivalent:
 
 EQUIVALENT: list[Equivalent] = [
     Equivalent(
-        "runner/journal.py",
+        "runner/run/journal.py",
         'torn = f.read(1) != b"\\n"',
         "1 -> 2",
         "the read starts at the file's last byte, so asking for two bytes still returns one",
     ),
     Equivalent(
-        "runner/journal.py",
+        "runner/run/journal.py",
         '"change": change.model_dump(mode="json"),',
         "'json' -> 'XXjsonXX'",
         "pydantic reads any other mode as 'python', and a Change holds only str enums, strings, "

@@ -22,7 +22,8 @@ import re
 from datetime import datetime
 from typing import Any
 
-from runner.scenario import Outcome, Scenario
+from runner.spec.kinds import Outcome
+from runner.spec.scenario import Scenario
 
 Interval = tuple[float, float]
 CATEGORIES = ("scaled", "process start/stop", "Prometheus loads", "runner and lab control")

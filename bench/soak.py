@@ -35,10 +35,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner import journal  # noqa: E402
-from runner.inventory import load_inventory  # noqa: E402
 from runner.labs import LabDriver, open_lab  # noqa: E402
-from runner.results import (  # noqa: E402
+from runner.results.schema import (  # noqa: E402
     Assertion,
     Evidence,
     EvidenceLine,
@@ -48,9 +46,12 @@ from runner.results import (  # noqa: E402
     TimelineEvent,
     Verdict,
 )
-from runner.scenario import LabKind, load_scenario  # noqa: E402
-from runner.suite import run_suite  # noqa: E402
-from runner.undo import cleanup_lab  # noqa: E402
+from runner.run import journal  # noqa: E402
+from runner.run.suite import run_suite  # noqa: E402
+from runner.run.undo import cleanup_lab  # noqa: E402
+from runner.spec.inventory_load import load_inventory  # noqa: E402
+from runner.spec.kinds import LabKind  # noqa: E402
+from runner.spec.scenario import load_scenario  # noqa: E402
 
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 INVENTORY = ROOT / "inventories" / "local.yaml"
@@ -71,7 +72,7 @@ def kills(n: int, rnd: random.Random, lab: LabDriver, name: str) -> tuple[int, l
                 [
                     sys.executable,
                     "-m",
-                    "runner.cli",
+                    "runner.cli.main",
                     "run",
                     str(scenario),
                     "--lab",
@@ -277,7 +278,7 @@ def fuzz(n: int, rnd: random.Random) -> tuple[int, Counter[str], list[str]]:
     recognised; report: a failed run), 2 or 3."""
     from click.testing import CliRunner
 
-    from runner.cli import main
+    from runner.cli.main import main
 
     cli = CliRunner()
     tracebacks: list[str] = []

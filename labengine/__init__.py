@@ -15,6 +15,6 @@ warning:
 - ``GAMEDAY_MODELS_PATH``: extra directories (``:``-separated) searched for model repositories.
 """
 
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 __all__ = ["Era"]

@@ -18,21 +18,15 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
 from typing import Any
 
-from labengine import arch, core, envs, loading, mamba
+from labengine import core, loading, mamba
 from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
-from labengine.gpu import GpuConfigError, NodeGpus, node_gpus
 from labengine.logs import VllmLog
-from labengine.models import (
-    DtypeError,
-    ModelInfo,
-    ModelNotFound,
-    cast_line,
-    resolve,
-    resolve_dtype,
-)
 from labengine.sites import Site, where
 from labengine.tracebacks import Traceback, frames
-from labengine.wording import (
+from vllmfacts import arch, envs
+from vllmfacts.gpu import GpuConfigError, NodeGpus, node_gpus
+from vllmfacts.models import DtypeError, ModelInfo, ModelNotFound, cast_line, resolve, resolve_dtype
+from vllmfacts.wording import (
     Era,
     engine_init_failed,
     era_of,

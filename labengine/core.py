@@ -17,21 +17,15 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from labengine import arch, envs, loading, mamba, memory
-from labengine.gpu import MIB, NodeGpus, SharedGpu
+from labengine import loading, mamba
 from labengine.logs import VllmLog
-from labengine.models import DTYPE_BYTES, ModelInfo
 from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
 from labengine.tracebacks import Traceback, frames, process_died
-from labengine.wording import (
-    Era,
-    capacity_lines,
-    dp_group_leader,
-    gib,
-    kv_shortage,
-    no_kv_memory,
-)
+from vllmfacts import arch, envs, memory
+from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
+from vllmfacts.models import DTYPE_BYTES, ModelInfo
+from vllmfacts.wording import Era, capacity_lines, dp_group_leader, gib, kv_shortage, no_kv_memory
 
 # Real-world durations (seconds) of the phases that do not depend on model size, from the seeds'
 # logs: the API server resolves config ~9 s after start; the engine core hits its distributed
@@ -115,7 +109,7 @@ def cudagraph_estimate(s: CoreSettings) -> int:
 
 
 def memory_plan(s: CoreSettings) -> memory.KvPlan:
-    """This rank's start-up memory arithmetic (see labengine.memory)."""
+    """This rank's start-up memory arithmetic (see vllmfacts.memory)."""
     m = s.model
     dtype = s.dtype or m.dtype
     return memory.plan(

@@ -15,8 +15,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from labengine.gpu import GpuType
-from labengine.models import ModelInfo
+from vllmfacts.gpu import GpuType
+from vllmfacts.models import ModelInfo
 
 STORAGE_ENV = "VLLM_LAB_STORAGE_GIB_S"
 # transformers' save_pretrained(max_shard_size="5GB"), as Hugging Face checkpoints ship

@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import NamedTuple, TextIO
 
-from labengine.wording import Era, era_of
+from vllmfacts.wording import Era, era_of
 
 
 class Frame(NamedTuple):

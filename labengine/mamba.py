@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labengine import arch
+from vllmfacts import arch
 
 BUILD_ENV = "VLLM_LAB_BUILD"
 INDEX_LIMIT = 2**32  # what a uint32 offset can address

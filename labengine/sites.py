@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 
 class Site(enum.StrEnum):

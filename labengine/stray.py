@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from labengine.gpu import MIB, GpuConfigError, SharedGpu, node_gpus
+from vllmfacts.gpu import MIB, GpuConfigError, SharedGpu, node_gpus
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from functools import cache
 from importlib.resources import files
 
 from labengine.logs import Frame
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 
 class Traceback(enum.StrEnum):

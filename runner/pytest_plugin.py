@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from runner import journal
 from runner.errors import GamedayError, LeftoversError
-from runner.inventory import Inventory, load_inventory
 from runner.labs import LabDriver, open_lab
 from runner.labs.capabilities import lacking
-from runner.results import ScenarioResult, Verdict
-from runner.run import run_scenario
-from runner.scenario import LoadedScenario, load_scenario
-from runner.suite import new_run_id
+from runner.results.schema import ScenarioResult, Verdict
+from runner.run import journal, run_scenario
+from runner.run.suite import new_run_id
+from runner.spec.inventory import Inventory
+from runner.spec.inventory_load import load_inventory
+from runner.spec.scenario import LoadedScenario, load_scenario
 
 _LAB_KEY = pytest.StashKey[dict[str, Any]]()
 

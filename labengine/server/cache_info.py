@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labengine.memory import BLOCK_SIZE
-from labengine.wording import Era
+from vllmfacts.memory import BLOCK_SIZE
+from vllmfacts.wording import Era
 
 
 @dataclass(frozen=True)

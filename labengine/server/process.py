@@ -20,7 +20,7 @@ from labengine.server.routes import Api
 from labengine.server.state import ServerState
 from labengine.sites import Site, where
 from labengine.tracebacks import Traceback, frames
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 
 def build_app(st: ServerState) -> Starlette:

@@ -19,7 +19,7 @@ import uvicorn
 
 from labengine.logs import VllmLog
 from labengine.server.metrics import EngineMetrics, RequestTimes
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 
 class EngineDead(Exception):

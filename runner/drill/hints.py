@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runner.drill.model import HintView
-from runner.scenario import Hint
+from runner.results.drill_record import HintView
+from runner.spec.scenario import Hint
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A drill as a command runs it: the lab checked and brought up as for a run (runner.suite), its
+"""A drill as a command runs it: the lab checked and brought up as for a run (runner.run.suite), its
 journal, the drill, and its reports with `mode: drill`."""
 
 from __future__ import annotations
@@ -6,19 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from runner import journal
 from runner.drill.session import Drill, DrillOptions
 from runner.errors import InputError
-from runner.inventory import Inventory
-from runner.journal import Journal
 from runner.labs import wait_all_ready
 from runner.report import write_reports
-from runner.results import RunMode
+from runner.results.rundirs import link_latest
+from runner.results.schema import RunMode
+from runner.run import journal
 from runner.run.context import Progress, utcnow
-from runner.rundirs import link_latest
-from runner.scenario import LoadedScenario
-from runner.suite import SuiteOutcome, _open_labs, _run_result, applies, new_run_id, skipped
-from runner.timing import TimeScale
+from runner.run.journal import Journal
+from runner.run.suite import SuiteOutcome, _open_labs, _run_result, applies, new_run_id, skipped
+from runner.spec.inventory import Inventory
+from runner.spec.scenario import LoadedScenario
+from runner.spec.timing import TimeScale
 
 
 def run_drill(

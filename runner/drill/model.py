@@ -9,13 +9,8 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from runner.scenario import NodeStatus, Outcome
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from runner.results.drill_record import Frozen, HintView, ObservedAction
+from runner.spec.kinds import NodeStatus
 
 
 class DrillPhase(enum.StrEnum):
@@ -31,28 +26,6 @@ class DrillPhase(enum.StrEnum):
     ERROR = "error"  # gameday could not carry the drill (lab error, no failure showed)
 
 
-class ActionKind(enum.StrEnum):
-    """What a person did, as the lab's events show it, whatever tool they used."""
-
-    RESTART = "restart"  # one node restarted
-    GROUP_RESTART = "group_restart"  # several nodes restarted together
-    CONFIG_CHANGE = "config_change"  # a node's args or env re-applied
-    STOP = "stop"  # a node stopped and not restarted
-    START = "start"  # a stopped node started
-    PROCESS_STOPPED = "process_stopped"  # a program beside the engine stopped (a stray)
-
-
-class ObservedAction(Frozen):
-    at_s: float
-    kind: ActionKind
-    nodes: tuple[str, ...]
-    detail: str  # e.g. "args: --max-model-len 16384 -> 4096"
-    step: str | None = None  # the recovery step of the scenario it matches, if any
-    outcome: Outcome | None = None  # that step's outcome
-    shortcut: bool = False  # it matches a does_not_restore or forbidden step
-    why: str = ""  # the step's `why` (or `forbidden`), shown at once for a shortcut
-
-
 class NodeView(Frozen):
     name: str
     status: NodeStatus
@@ -65,13 +38,6 @@ class ProbeView(Frozen):
     name: str
     verdict: str  # passed / failed / error
     observed: str
-
-
-class HintView(Frozen):
-    index: int  # 1-based, in the scenario's order
-    text: str
-    at_s: float
-    requested: bool  # released on request (a person asked), not by its delay
 
 
 class EventKind(enum.StrEnum):

@@ -22,20 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runner.drill.model import ActionKind, ObservedAction
-from runner.inventory import RestartPolicy
 from runner.labs.base import EventType, LabEvent, NodeConfig
-from runner.labs.planning import edit_args
-from runner.redact import MASK, redact, secret_name
-from runner.scenario import (
-    Outcome,
-    RecoveryStep,
-    Restart,
-    Rollback,
-    SetArgs,
-    SetEnv,
-    StopProcess,
-)
+from runner.labs.common.planning import edit_args
+from runner.results.drill_record import ActionKind, ObservedAction
+from runner.results.redact import MASK, redact, secret_name
+from runner.spec.actions import Restart, Rollback, SetArgs, SetEnv, StopProcess
+from runner.spec.expectations import RecoveryStep
+from runner.spec.inventory import RestartPolicy
+from runner.spec.kinds import Outcome
 
 GROUP_WINDOW_S = 2.0  # wall seconds between restarts of several nodes that make one group restart
 

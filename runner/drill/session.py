@@ -22,17 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from runner import prometheus
 from runner.drill.bus import DrillBus, Request
 from runner.drill.hints import Ack, Hints
-from runner.drill.model import (
-    DrillPhase,
-    DrillStatus,
-    EventKind,
-    NodeView,
-    ObservedAction,
-    ProbeView,
-)
+from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView, ProbeView
 from runner.drill.recognise import (
     GROUP_WINDOW_S,
     Configs,
@@ -41,19 +33,21 @@ from runner.drill.recognise import (
     together_groups,
 )
 from runner.errors import GamedayError, LabError
-from runner.journal import Journal
 from runner.labs.base import EventType, LabDriver, LabEvent, NodeConfig
-from runner.results import DrillOutcome, DrillRecord, Phase, ScenarioResult
+from runner.results.drill_record import ObservedAction
+from runner.results.schema import DrillOutcome, DrillRecord, Phase, ScenarioResult
+from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, Progress, ScenarioAborted, all_passed, http_client, utcnow
 from runner.run.interrupt import shielded_from_sigint
+from runner.run.journal import Journal
+from runner.run.orchestration import LAB_CARRIES_OUT, result
 from runner.run.phases.baseline import baseline
 from runner.run.phases.cleanup import cleanup
 from runner.run.phases.expect import expect
 from runner.run.phases.inject import inject
 from runner.run.record import Recorder
-from runner.run.scenario import LAB_CARRIES_OUT, result
-from runner.scenario import LoadedScenario
-from runner.timing import TimeScale
+from runner.spec.scenario import LoadedScenario
+from runner.spec.timing import TimeScale
 
 if TYPE_CHECKING:
     pass

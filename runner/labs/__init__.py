@@ -1,4 +1,5 @@
-"""Lab drivers: one abstract class (runner.labs.base.LabDriver), one implementation per lab kind.
+"""Lab drivers: one abstract class (runner.labs.base.LabDriver), one implementation per lab kind,
+each registered once (runner.labs.registry).
 
 - local: engine nodes as local processes under a supervisor daemon (runner.labs.local)
 - compose: engine nodes as containers, Compose CLI + docker SDK + Ansible (runner.labs.compose)
@@ -8,40 +9,17 @@
 from __future__ import annotations
 
 import time
-from typing import assert_never
 
 from runner.errors import LabError
-from runner.inventory import Inventory
 from runner.labs.base import LabDriver, NodeState
-from runner.scenario import LabKind
+from runner.labs.registry import entry
+from runner.spec.inventory import Inventory
 
 
 def open_lab(inventory: Inventory) -> LabDriver:
-    """The driver of the inventory's lab kind (each imported only when used: the compose and
-    kubernetes drivers pull in their clients)."""
-    match inventory.lab.kind:
-        case LabKind.LOCAL:
-            from runner.labs.local.driver import LocalLab
-
-            return LocalLab(inventory)
-        case LabKind.COMPOSE if inventory.lab.adopt is not None:
-            from runner.labs.compose.adopt import AdoptedComposeLab
-
-            return AdoptedComposeLab(inventory)
-        case LabKind.KUBERNETES if inventory.lab.adopt is not None:
-            from runner.labs.kubernetes.adopt import AdoptedKubernetesLab
-
-            return AdoptedKubernetesLab(inventory)
-        case LabKind.COMPOSE:
-            from runner.labs.compose.driver import ComposeLab
-
-            return ComposeLab(inventory)
-        case LabKind.KUBERNETES:
-            from runner.labs.kubernetes.driver import KubernetesLab
-
-            return KubernetesLab(inventory)
-        case unknown:
-            assert_never(unknown)
+    """The driver of the inventory's lab kind (runner.labs.registry), or its driver of an
+    adopted deployment."""
+    return entry(inventory.lab.kind).open(inventory)
 
 
 def restart_scope(inventory: Inventory, node: str) -> list[str]:

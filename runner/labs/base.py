@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.errors import LabError
-from runner.inventory import Inventory
-from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.spec.inventory import Inventory
+from runner.spec.kinds import LabKind, LogSource, NodeStatus
 
 
 class Frozen(BaseModel):
@@ -66,7 +66,9 @@ class NodeState(Frozen):
     incarnation: int
     restarts: int
     ready: bool
+    # where the node runs now: its process id, or on Kubernetes its pod (None: nothing seen)
     pid: int | None = None
+    pod: str | None = None
     started_at: datetime | None = None
     first_output_at: datetime | None = None
     reason: str = ""
@@ -186,7 +188,7 @@ class Capability(enum.StrEnum):
 class LabDriver(abc.ABC):
     """One lab, whatever it is made of. Reads (`states`, `config`, `current`, logs, events) and
     writes (`apply`, `restart`, `signal`) only: planning a change is plain functions over these
-    (runner.labs.planning), so every lab plans alike."""
+    (runner.labs.common.planning), so every lab plans alike."""
 
     kind: LabKind
     label: str  # how reports name the lab ("local lab")

@@ -9,17 +9,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from runner.labs.base import Capability, LabDriver
-from runner.scenario import (
-    ChangeAddress,
-    GpuProcessesProbe,
-    PromQLProbe,
-    Scenario,
-    ScrapeTargets,
-    Signal,
-    StartProcess,
-    StopProcess,
-    TargetsProbe,
-)
+from runner.spec.actions import ChangeAddress, ScrapeTargets, Signal, StartProcess, StopProcess
+from runner.spec.probes import GpuProcessesProbe, PromQLProbe, TargetsProbe
+from runner.spec.scenario import Scenario
 
 WHAT: dict[Capability, str] = {
     Capability.PROCESSES: "start or stop a program on a node (node access)",

@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx
 
-from runner.inventory import Inventory, RestartPolicy
 from runner.labs.base import (
     AnyState,
     Capability,
@@ -39,7 +38,8 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.scenario import NodeStatus
+from runner.spec.inventory import Inventory, RestartPolicy
+from runner.spec.kinds import NodeStatus
 
 
 @dataclass(frozen=True)

@@ -6,30 +6,26 @@
 - report.html  self-contained: failures first, a summary, a Gantt picture per scenario and the
                evidence (runner.report.html); every value from a lab or a log is escaped
 
-Every string is redacted (runner.redact) and its control characters made visible
-(runner.printable) before any file is written: XML 1.0 has no form for most C0 characters, and
-`cat report.md` must not drive a terminal.
+Every string is redacted (runner.results.redact) and its control characters made visible
+(runner.results.printable) before any file is written: XML 1.0 has no form for most C0 characters,
+and `cat report.md` must not drive a terminal.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import secrets
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pydantic
-
-from runner.durations import real_s
-from runner.errors import InputError, plain_message
-from runner.fsutil import read_bytes
-from runner.printable import printable
-from runner.redact import redact_obj
-from runner.report import drill
+from runner.errors import InputError
+from runner.report import drill_times as drill
 from runner.report import html as html_page
-from runner.results import RunResult, ScenarioResult, Verdict
+from runner.results.durations import real_s
+from runner.results.printable import printable
+from runner.results.redact import redact_obj
+from runner.results.schema import RunResult, ScenarioResult, Verdict
 
 FILES = ("result.json", "junit.xml", "report.md", "report.html")
 
@@ -80,31 +76,6 @@ def _unwritable(path: Path, exc: OSError) -> InputError:
         file=path,
         hint="make the run folder's files writable (a folder in a file's place is not)",
     )
-
-
-MAX_RESULT_BYTES = 256 * 1024 * 1024
-
-
-def load_result(path: Path) -> RunResult:
-    """A result.json, or InputError naming the file (and the field at fault)."""
-    raw = read_bytes(path, MAX_RESULT_BYTES, InputError, "result")
-    hint = "give a run directory or its result.json (reports/<run-id>/)"
-    try:
-        data = json.loads(raw)
-    except RecursionError:
-        raise InputError("not a gameday result: nested too deeply", file=path, hint=hint) from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
-        raise InputError(f"not a gameday result: {exc}", file=path, hint=hint) from None
-    try:
-        return RunResult.model_validate(data)
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        raise InputError(
-            f"not a gameday result: {plain_message(err)}",
-            file=path,
-            field=".".join(map(str, err["loc"])) or None,
-            hint=hint,
-        ) from None
 
 
 def _duration(s: ScenarioResult) -> float:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from runner.durations import real_s
 from runner.report.gantt_layout import (
     BREAK_PX,
     MARKERS,
@@ -17,7 +16,8 @@ from runner.report.gantt_layout import (
     BarState,
     Layout,
 )
-from runner.results import EventKind
+from runner.results.durations import real_s
+from runner.results.schema import EventKind
 
 FONT_PX = 11
 CHAR_PX = 7.0  # a generous width of one character at FONT_PX (labels are placed with it)

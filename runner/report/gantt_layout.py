@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner.results import EventKind, ScenarioResult, TimelineEvent
+from runner.results.schema import EventKind, ScenarioResult, TimelineEvent
 
 RUNNER = "runner"
 PROMETHEUS = "prometheus"

@@ -15,10 +15,11 @@ from datetime import datetime
 
 from markupsafe import Markup, escape
 
-from runner.durations import real_s
-from runner.report import drill, gantt, gantt_layout
+from runner.report import drill_times as drill
+from runner.report import gantt, gantt_layout
 from runner.report.templating import ENV
-from runner.results import Assertion, EventKind, RunResult, ScenarioResult, Verdict
+from runner.results.durations import real_s
+from runner.results.schema import Assertion, EventKind, RunResult, ScenarioResult, Verdict
 
 FOLD_CHARS = 200  # a longer value is folded behind its first words
 ARROW = " -> "  # how the runner writes a change (describe_change: "args A -> B")

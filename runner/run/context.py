@@ -13,14 +13,14 @@ from pathlib import Path
 
 import httpx
 
-from runner.correctness import References
-from runner.journal import Journal, OpenStep
 from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
-from runner.probes import Probe, ProbeEnv, ProbeResult, run_probes
-from runner.results import Phase, Verdict
+from runner.results.schema import Phase, Verdict
+from runner.run.correctness import References
+from runner.run.journal import Journal, OpenStep
+from runner.run.probing import Probe, ProbeEnv, ProbeResult, run_probes
 from runner.run.record import Recorder
-from runner.scenario import NodeStatus, Window
-from runner.timing import TimeScale
+from runner.spec.kinds import NodeStatus, Window
+from runner.spec.timing import TimeScale
 
 Progress = Callable[[str], None]
 Done = Callable[[NodeState, list[LabEvent]], bool]

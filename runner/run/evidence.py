@@ -3,11 +3,12 @@ runtime's events about the target (Kubernetes Events) and Prometheus's target ta
 
 from __future__ import annotations
 
-from runner import prometheus
 from runner.errors import GamedayError
-from runner.results import Evidence, EvidenceLine
+from runner.results.schema import Evidence, EvidenceLine
+from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, utcnow
-from runner.scenario import GpuProcessesProbe, LoadedScenario, TargetsProbe
+from runner.spec.probes import GpuProcessesProbe, TargetsProbe
+from runner.spec.scenario import LoadedScenario
 
 
 def capture_evidence(ctx: Context, ls: LoadedScenario, when: str) -> None:

@@ -14,7 +14,7 @@ CLEANING: set[int] = set()  # threads in cleanup: an interrupt must not reach th
 def shielded_from_sigint() -> Iterator[None]:
     """Signals reach the main thread only, where they are ignored for the duration; a worker
     thread of `--parallel` is marked as cleaning, so that the main thread does not interrupt it
-    (runner.parallel)."""
+    (runner.run.parallel)."""
     if threading.current_thread() is not threading.main_thread():
         CLEANING.add(threading.get_ident())
         try:

@@ -7,10 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from runner import signature as sig
 from runner.labs.base import EventType, LabEvent, LogLine
-from runner.probes import ProbeResult
-from runner.results import (
+from runner.results.schema import (
     Assertion,
     EventKind,
     Evidence,
@@ -20,7 +18,9 @@ from runner.results import (
     Verdict,
     truncate,
 )
-from runner.scenario import Pattern
+from runner.run.probing import ProbeResult
+from runner.spec import signature as sig
+from runner.spec.expectations import Pattern
 
 CONTEXT_LINES = 3  # lines kept on each side of a matched line
 TAIL_LINES = 8  # the log's last lines, always kept

@@ -15,12 +15,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from labengine.wording import Era
-from runner import startup
-from runner.scenario import LoadedScenario, NodeSignature, Outcome, Pattern, StartupPhase
+from runner.spec.expectations import NodeSignature, Pattern
+from runner.spec.kinds import Outcome
+from runner.spec.scenario import LoadedScenario
 from runner.triage.advice import advise
 from runner.triage.match import Evidence, Log, find_in_order
 from runner.triage.normalise import Line, fold_typography, normalise
+from vllmfacts import startup
+from vllmfacts.startup import StartupPhase
+from vllmfacts.wording import Era
 
 __all__ = ["Finding", "Sighting", "identifying", "normalise", "signatures", "triage"]
 

@@ -3,8 +3,8 @@
 A KV-cache shortage (a signature capturing `max_len`, `needed` and `available`, in GiB) gets the
 `--max-model-len` that fits the memory the log reports, and the `--gpu-memory-utilization` that
 would fit the requested length. Where the log names a model the lab engine knows
-(labengine.models), the lab engine's own arithmetic gives the KV cache per token
-(labengine.memory) where it agrees with the message's "needed" figure; else the message's own
+(vllmfacts.models), the lab engine's own arithmetic gives the KV cache per token
+(vllmfacts.memory) where it agrees with the message's "needed" figure; else the message's own
 numbers give it by proportion. The advice says which.
 Figures no vLLM could have run with (not finite, not positive, a tensor-parallel size that does
 not divide the model's heads) give no numbers: the advice says which figure and why.
@@ -16,11 +16,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from labengine import memory
-from labengine.gpu import gpu_types
-from labengine.models import ModelInfo, ModelNotFound, resolve
-from labengine.wording import Era
 from runner.triage.normalise import Line
+from vllmfacts import memory
+from vllmfacts.gpu import gpu_types
+from vllmfacts.models import ModelInfo, ModelNotFound, resolve
+from vllmfacts.wording import Era
 
 GIB = 2**30
 

@@ -13,8 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from runner.patterns import Regex, compile_user
-from runner.signature import MAX_LINE
+from runner.spec.patterns import Regex, compile_user
+from runner.spec.signature import MAX_LINE
 from runner.triage.normalise import Line
 
 MAX_SPAN = 8  # lines one wrapped message may take

@@ -17,11 +17,12 @@ from datetime import datetime
 import httpx
 
 from runner.errors import GamedayError
-from runner.inventory import Role
 from runner.labs.base import LabDriver, NodeState
-from runner.probes import ProbeEnv, run_probe
-from runner.results import Verdict
-from runner.scenario import InferenceProbe, NodeStatus
+from runner.results.schema import Verdict
+from runner.run.probing import ProbeEnv, run_probe
+from runner.spec.inventory import Role
+from runner.spec.kinds import NodeStatus
+from runner.spec.probes import InferenceProbe
 from runner.watchdog.alert import gave_up_alert, post_alert
 from runner.watchdog.machine import (
     Decision,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.inventory import Inventory
+from runner.spec.inventory import Inventory
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A workshop's seats: seat k (1..N) is instance k of the lab (runner.parallel), so the lab as
+"""A workshop's seats: seat k (1..N) is instance k of the lab (runner.run.parallel), so the lab as
 written (instance 0) stays the facilitator's. Everything of a workshop lives in one folder,
 `<state>/workshop/<lab name>/`:
 
@@ -23,12 +23,13 @@ import yaml
 
 from runner.errors import InputError, LabError
 from runner.fsutil import private_dir, write_private
-from runner.inventory import Inventory, load_inventory
 from runner.labs import open_lab, wait_all_ready
-from runner.labs.common import state_dir, state_root
-from runner.parallel import check_parallel, instance
-from runner.scenario import LabKind
-from runner.timing import TimeScale
+from runner.labs.common.helpers import state_dir, state_root
+from runner.run.parallel import check_parallel, instance
+from runner.spec.inventory import Inventory
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LabKind
+from runner.spec.timing import TimeScale
 
 MAX_SEATS = 32
 PAGE_BASE = 8700  # seat k's drill page listens on PAGE_BASE + k; the scoreboard on PAGE_BASE

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import yaml
 
-from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import gameday, inventory, ok
 
 pytestmark = pytest.mark.e2e

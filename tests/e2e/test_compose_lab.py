@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from runner import journal
-from runner.inventory import load_inventory
 from runner.labs.compose.driver import ComposeLab
-from runner.parallel import instance
+from runner.run import journal
+from runner.run.parallel import instance
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, docker_or_skip, gameday, ok, variant
 
 pytestmark = pytest.mark.e2e
@@ -123,7 +123,7 @@ def test_sigkill_then_cleanup(lab: ComposeLab, state: Path, scenario: str, tmp_p
     for delay in sorted(rnd.uniform(1.0, 9.0) for _ in range(2)):
         argv = ["run", f"scenarios/{scenario}.yaml", "--lab", str(INVENTORY)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", *argv, "--reports", str(tmp_path)],
+            [sys.executable, "-m", "runner.cli.main", *argv, "--reports", str(tmp_path)],
             cwd=ROOT,
             env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
             stdout=subprocess.DEVNULL,

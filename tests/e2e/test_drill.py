@@ -19,9 +19,9 @@ import pytest
 
 from runner.drill.bus import read_status
 from runner.drill.model import DrillPhase, DrillStatus
-from runner.inventory import load_inventory
 from runner.labs import open_lab
 from runner.labs.compose.driver import ComposeLab
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, docker_or_skip, gameday, inventory, ok
 
 pytestmark = pytest.mark.e2e
@@ -40,7 +40,7 @@ def start_drill(inv: Path, reports: Path, log: Path, page: bool = False) -> subp
     args += ["--reports", str(reports), "--timeout", "300"]
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", *args],
+            [sys.executable, "-m", "runner.cli.main", *args],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -13,16 +13,10 @@ from typing import Any
 import pytest
 
 from runner.drill.bus import DrillBus, Request
-from runner.drill.model import (
-    DrillPhase,
-    DrillStatus,
-    EventKind,
-    HintView,
-    NodeView,
-    ProbeView,
-)
+from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView, ProbeView
 from runner.drill.server import ServerHandle, start_server
-from runner.scenario import NodeStatus
+from runner.results.drill_record import HintView
+from runner.spec.kinds import NodeStatus
 from tests.support import browser
 
 pytestmark = pytest.mark.e2e

@@ -17,12 +17,13 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from runner.inventory import load_inventory
-from runner.labs import planning
 from runner.labs.base import ChangeKind, NodeConfig
+from runner.labs.common import planning
+from runner.labs.kubernetes import lab_objects
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
-from runner.scenario import LabKind, LogSource, NodeStatus
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LabKind, LogSource, NodeStatus
 from tests.kubeapi.server import Server
 from tests.support import cli as conftest
 from tests.support.cli import ROOT, gameday, ok
@@ -236,7 +237,7 @@ def test_every_shipped_or_generated_manifest_validates() -> None:
     checked = 0
     for p in invs:
         inv = load_inventory(p)
-        docs = mf.all_manifests(inv)
+        docs = lab_objects.all_manifests(inv)
         # and the variants the driver applies: service links on, other args and env
         for n in inv.nodes:
             base = mf.baseline_config(inv, n)
@@ -332,7 +333,7 @@ def test_a_tensor_parallel_group_runs_as_statefulsets(
 ) -> None:
     monkeypatch.setenv("GAMEDAY_STATE_DIR", str(state))
     inv = load_inventory(group_inventory(tmp_path))
-    for doc in mf.all_manifests(inv):
+    for doc in lab_objects.all_manifests(inv):
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     lab = KubernetesLab(inv)
     lab.up()  # all five ready: the group formed over the head's stable DNS name
@@ -373,7 +374,7 @@ def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
     args = ["drill", "tp-mismatch", "--no-page", "--lab", str(INVENTORY), "--reports", str(reports)]
     with (tmp_path / "drill.log").open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", *args, "--timeout", "300"],
+            [sys.executable, "-m", "runner.cli.main", *args, "--timeout", "300"],
             cwd=ROOT,
             env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
             stdout=out,

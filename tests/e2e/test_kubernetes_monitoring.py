@@ -23,12 +23,13 @@ import httpx
 import pytest
 import yaml
 
-from runner.inventory import Inventory, load_inventory
 from runner.labs.kubernetes import alertmanager as kam
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as km
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.programs import resolve_command
+from runner.spec.inventory import Inventory
+from runner.spec.inventory_load import load_inventory
 from tests.e2e.test_kubernetes_lab import GROUP
 from tests.kubeapi.server import Server
 from tests.support import cli, kube_sd

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.kubernetes import stray
 from runner.labs.kubernetes.driver import KubernetesLab
+from runner.spec.inventory_load import load_inventory
 from tests.e2e import test_kubernetes_lab as kube_lab
 from tests.kubeapi.server import Server
 from tests.support.cli import ROOT, gameday, ok
@@ -108,7 +108,7 @@ def test_a_runner_killed_mid_scenario_is_cleaned_up_by_its_journal(
             [
                 sys.executable,
                 "-m",
-                "runner.cli",
+                "runner.cli.main",
                 "run",
                 str(ROOT / "scenarios" / "stray-gpu-process.yaml"),
                 "--lab",

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.base import LabDriver, NodeState
 from runner.labs.compose.driver import ComposeLab
 from runner.labs.local.driver import LocalLab
-from runner.scenario import NodeStatus
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import NodeStatus
 from tests.support.cli import ROOT, docker_or_skip, gameday, inventory, ok
 
 pytestmark = pytest.mark.e2e
@@ -137,7 +137,17 @@ def test_logs_follow_streams_until_ctrl_c(local: tuple[Path, LocalLab]) -> None:
     inv, lab = local
     marker = "Application startup complete"
     follow = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "lab", "logs", "serving", "-f", "--lab", str(inv)],
+        [
+            sys.executable,
+            "-m",
+            "runner.cli.main",
+            "lab",
+            "logs",
+            "serving",
+            "-f",
+            "--lab",
+            str(inv),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

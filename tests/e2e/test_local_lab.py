@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
-from runner.scenario import LogSource, NodeStatus
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LogSource, NodeStatus
 from tests.support.cli import ROOT, gameday, inventory
 
 pytestmark = pytest.mark.e2e
@@ -138,7 +138,7 @@ def run_until_injected(inv: Path, tmp_path: Path) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "runner.cli",
+            "runner.cli.main",
             "run",
             "scenarios/kv-cache-shortage.yaml",
             "--lab",
@@ -188,7 +188,7 @@ def test_interrupt_runs_cleanup(tmp_path: Path, lab_down_after: list[Path], sig:
     assert "Traceback" not in err
     lab = LocalLab(load_inventory(inv))
     assert lab.config("serving") == lab.baseline_config("serving")
-    from runner.journal import open_changes
+    from runner.run.journal import open_changes
 
     assert open_changes(lab.state_dir) == []
     p = gameday(
@@ -204,7 +204,7 @@ def test_reader_of_progress_gone(tmp_path: Path, lab_down_after: list[Path]) -> 
     lab_down_after.append(inv)
     reports = tmp_path / "r"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "run", "scenarios/service-name-collision.yaml",
+        [sys.executable, "-m", "runner.cli.main", "run", "scenarios/service-name-collision.yaml",
          "--lab", str(inv), "--reports", str(reports)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.inventory import load_inventory
-from runner.labs import planning
+from runner.labs.common import planning
 from runner.labs.local.driver import LocalLab
-from runner.probes import ProbeEnv, run_probe
-from runner.results import Verdict
-from runner.scenario import HttpProbe, InferenceProbe
+from runner.results.schema import Verdict
+from runner.run.probing import ProbeEnv, run_probe
+from runner.spec.inventory_load import load_inventory
+from runner.spec.probes import HttpProbe, InferenceProbe
 from tests.support.cli import ROOT, gameday, ok, scenario_variant
 
 pytestmark = pytest.mark.e2e

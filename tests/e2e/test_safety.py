@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import journal
-from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
+from runner.run import journal
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, gameday, ok
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +46,7 @@ def run_until(scenario: str, marker: str, reports: Path) -> subprocess.Popen[str
     (with what it printed) when it ends before."""
     argv = ["run", f"scenarios/{scenario}.yaml", "--reports", str(reports)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *argv],
+        [sys.executable, "-m", "runner.cli.main", *argv],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from runner.errors import LabError
-from runner.inventory import load_inventory
 from runner.labs.compose import project as compose_project
 from runner.labs.compose.driver import ComposeLab
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, docker_or_skip, gameday, variant
 
 pytestmark = pytest.mark.e2e

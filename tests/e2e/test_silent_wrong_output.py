@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, gameday, inventory
 
 pytestmark = pytest.mark.e2e
@@ -95,7 +95,7 @@ def test_a_run_killed_after_its_setup_is_put_back_by_cleanup(
     base = lab.baseline_config("serving")
     argv = ["run", "scenarios/silent-wrong-output.yaml", "--lab", str(inv)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *argv, "--reports", str(tmp_path / "r")],
+        [sys.executable, "-m", "runner.cli.main", *argv, "--reports", str(tmp_path / "r")],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import journal
-from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
+from runner.run import journal
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import gameday, inventory, ok
 
 pytestmark = pytest.mark.e2e
@@ -20,10 +20,10 @@ pytestmark = pytest.mark.e2e
 # team's own tooling would; gameday's driver stands in for their kubectl or docker here.
 BREAK = """
 import os
-from runner.inventory import load_inventory
+from runner.spec.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
-from runner.labs.planning import plan_change
-from runner.scenario import SetArgs
+from runner.labs.common.planning import plan_change
+from runner.spec.scenario import SetArgs
 
 lab = LocalLab(load_inventory(os.environ["GAMEDAY_LAB"]))
 wrong = SetArgs(kind="set_args", node="serving", args={"--max-model-len": 131072})
@@ -32,7 +32,7 @@ print("serving re-applied with --max-model-len 131072")
 """
 FIX = """
 import os
-from runner.inventory import load_inventory
+from runner.spec.inventory import load_inventory
 from runner.labs.base import Change, ChangeKind
 from runner.labs.local.driver import LocalLab
 

@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.alerts import WebhookReceiver
-from runner.inventory import load_inventory
-from runner.labs.alertmanager import receiver_listen
+from runner.labs.common.alertmanager_config import receiver_listen
+from runner.labs.common.planning import plan_change
 from runner.labs.local.driver import LocalLab
-from runner.labs.planning import plan_change
-from runner.scenario import Program, StartProcess, StopProcess
+from runner.run.receiver import WebhookReceiver
+from runner.spec.actions import Program, StartProcess, StopProcess
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, gameday, inventory, ok
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +51,7 @@ class Dog:
     """A `gameday watchdog` child process, its JSON log lines collected as they come."""
 
     def __init__(self, inv: Path, *args: str) -> None:
-        cmd = [sys.executable, "-m", "runner.cli", "watchdog", "--lab", str(inv)]
+        cmd = [sys.executable, "-m", "runner.cli.main", "watchdog", "--lab", str(inv)]
         self.proc = subprocess.Popen(
             [*cmd, "--metrics-port", "0", *args],
             cwd=ROOT,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs import open_lab
-from runner.parallel import instance
+from runner.run.parallel import instance
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, gameday, kube_serving_only, ok
 
 pytestmark = pytest.mark.e2e

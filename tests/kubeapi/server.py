@@ -69,8 +69,8 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import yaml
 
-from runner.labs.common import crash_loop_backoff_s
-from runner.labs.servicelinks import kubernetes_service_env
+from runner.labs.common.helpers import crash_loop_backoff_s
+from runner.labs.common.servicelinks import kubernetes_service_env
 from runner.programs import command_argv
 from tests.kubeapi import exec as kexec
 from tests.kubeapi import httpsd

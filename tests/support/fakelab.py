@@ -10,13 +10,14 @@ from typing import Any
 import httpx
 import yaml
 
-from runner.inventory import Inventory, load_inventory
-from runner.journal import Journal, open_changes
 from runner.labs.base import Capability
 from runner.labs.fake import FakeLab, Script, serves
-from runner.results import ScenarioResult
+from runner.results.schema import ScenarioResult
 from runner.run import run_scenario
-from runner.scenario import LoadedScenario, load_scenario
+from runner.run.journal import Journal, open_changes
+from runner.spec.inventory import Inventory
+from runner.spec.inventory_load import load_inventory
+from runner.spec.scenario import LoadedScenario, load_scenario
 
 SCALE = 1000  # the fake lab runs 1000x faster than real time: 0.1 lab s is 100 s real
 

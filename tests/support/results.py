@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from runner.results import (
+from runner.results.schema import (
     Assertion,
     Evidence,
     EvidenceLine,

@@ -1,2 +1,63 @@
 """The docker-compose lab: images (build), the driver (Compose CLI + docker SDK) and host
 actions (Ansible playbooks via ansible-runner)."""
+
+from __future__ import annotations
+
+from runner.errors import InputError
+from runner.labs.base import LabDriver
+from runner.labs.common.alertmanager_config import alerts_api
+from runner.labs.compose.configs import receiver_listen
+from runner.labs.compose.inventory_rules import check_adoption, check_hosts
+from runner.labs.registry import BuiltImage, LabKindEntry, Progress
+from runner.spec.inventory import Inventory
+from runner.spec.kinds import LabKind
+
+
+def _driver(inventory: Inventory) -> LabDriver:
+    from runner.labs.compose.driver import ComposeLab
+
+    return ComposeLab(inventory)
+
+
+def _adopted(inventory: Inventory) -> LabDriver:
+    from runner.labs.compose.adopt import AdoptedComposeLab
+
+    return AdoptedComposeLab(inventory)
+
+
+def _check_instances(inventory: Inventory, n: int) -> None:
+    from runner.labs.compose import instance
+
+    instance.check_instances(inventory, n)
+
+
+def _instance(inventory: Inventory, k: int) -> Inventory:
+    from runner.labs.compose import instance
+
+    return instance.instance(inventory, k)
+
+
+def _build(inventory: Inventory, progress: Progress, force: bool) -> BuiltImage:
+    from runner.labs.compose.build import build
+
+    if inventory.lab.compose is None:
+        raise InputError(
+            f"lab {inventory.lab.name!r} has no gameday_lab.compose section: it has no images",
+            file=inventory.path,
+            hint="gameday lab build --lab inventories/compose.yaml",
+        )
+    return build(inventory.lab.compose, progress, force=force)
+
+
+ENTRY = LabKindEntry(
+    kind=LabKind.COMPOSE,
+    driver=_driver,
+    adopted=_adopted,
+    check_instances=_check_instances,
+    instance=_instance,
+    receiver_listen=receiver_listen,
+    check_hosts=check_hosts,
+    check_adoption=check_adoption,
+    alertmanager_api=alerts_api,
+    build=_build,
+)

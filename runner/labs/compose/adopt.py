@@ -23,14 +23,14 @@ from typing import Any
 
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import write_private
-from runner.inventory import Inventory
-from runner.labs import common
 from runner.labs.base import Capability, Change, ChangeKind, NodeConfig, ProcessState, Value
+from runner.labs.common import helpers as common
 from runner.labs.compose.configs import config_of
 from runner.labs.compose.driver import STOP_TIMEOUT_S, ComposeLab
 from runner.labs.compose.project import PROJECT_LABEL
 from runner.labs.compose.recreate import PARKED_SUFFIX, recreate
 from runner.labs.compose.watch import DockerWatch
+from runner.spec.inventory import Inventory
 
 ALLOW_LABEL = "gameday.io/allow-faults"
 SERVICE_LABEL = "com.docker.compose.service"

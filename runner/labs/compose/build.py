@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LabError
-from runner.inventory import ComposeSpec
+from runner.spec.inventory import ComposeSpec
 
 OFFLINE_BASE = "gameday/debian:bookworm-mmdebstrap"
 # What the lab engine imports (see labengine/); pinned to the versions installed here, so the
@@ -84,7 +84,7 @@ def inputs_hash(base_id: str) -> str:
     h.update(base_id.encode())
     h.update(" ".join(requirements()).encode())
     h.update((ROOT / "pyproject.toml").read_bytes())
-    for pkg in ("labengine", "runner"):
+    for pkg in ("labengine", "runner", "vllmfacts"):
         for f in sorted((ROOT / pkg).rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts:
                 h.update(str(f.relative_to(ROOT)).encode())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,10 @@ import yaml
 from runner.errors import LabError
 from runner.fsutil import write_private
 from runner.labs.base import NodeConfig
+from runner.labs.common.alertmanager_config import receiver_given
+from runner.spec.inventory import Inventory
+
+RECEIVER_PORT = 9095  # the runner's alert receiver on the management network's gateway
 
 
 class ConfigFiles:
@@ -112,3 +117,15 @@ def config_of(
             continue
         env[k] = v
     return NodeConfig(args=tuple(args), env=env)
+
+
+def receiver_listen(inventory: Inventory) -> tuple[str, int]:
+    """Where the runner's webhook receiver listens for a compose lab: the inventory's address,
+    else the management network's gateway (the host's own address on the lab's bridge)."""
+    given = receiver_given(inventory)
+    if given is not None:
+        return given
+    assert inventory.lab.compose is not None
+    # compose.yaml gives each network the gateway x.x.x.254: the host's address on it
+    subnet = IPv4Network(inventory.lab.compose.subnets["management"])
+    return str(subnet.broadcast_address - 1), RECEIVER_PORT

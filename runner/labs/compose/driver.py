@@ -38,9 +38,6 @@ from typing import Any
 import yaml
 
 from runner.errors import LabError, LabNotUp
-from runner.inventory import ComposeSpec, Inventory
-from runner.labs import common
-from runner.labs.alertmanager import write_alertmanager
 from runner.labs.base import (
     Change,
     ChangeKind,
@@ -53,15 +50,18 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
+from runner.labs.common import helpers as common
+from runner.labs.common.alertmanager_config import webhook_url, write_alertmanager
+from runner.labs.common.network import configured_addresses
+from runner.labs.common.prometheus_config import write_prometheus
 from runner.labs.compose import hostactions, project
 from runner.labs.compose.build import docker_client
-from runner.labs.compose.configs import ConfigFiles, config_of
+from runner.labs.compose.configs import ConfigFiles, config_of, receiver_listen
 from runner.labs.compose.hosts import NodeHosts
 from runner.labs.compose.project import LABEL, compose_command
 from runner.labs.compose.watch import DockerWatch
-from runner.labs.monitoring import write_prometheus
-from runner.labs.network import configured_addresses
-from runner.scenario import LabKind
+from runner.spec.inventory import ComposeSpec, Inventory
+from runner.spec.kinds import LabKind
 
 STOP_TIMEOUT_S = 3
 PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
@@ -398,7 +398,11 @@ class ComposeLab(LabDriver):
             rules_path=f"{PROMETHEUS_DIR_IN_CONTAINER}/rules.yml",
             alertmanager=f"{self._alertmanager_address()}:9093",
         )
-        write_alertmanager(self._state_dir / "alertmanager", self.inventory)
+        write_alertmanager(
+            self._state_dir / "alertmanager",
+            self.inventory,
+            webhook_url(receiver_listen(self.inventory)),
+        )
 
     def _alertmanager_address(self) -> str:
         """The Alertmanager container's address on the management network (compose.yaml: .3)."""

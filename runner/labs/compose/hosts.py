@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LabError, LabNotUp
-from runner.inventory import ComposeSpec, Inventory
 from runner.labs.base import ProcessState
 from runner.labs.compose import hostactions
 from runner.labs.compose.project import exec_in
+from runner.spec.inventory import ComposeSpec, Inventory
 
 
 class NodeHosts:

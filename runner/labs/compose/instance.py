@@ -16,8 +16,9 @@ import yaml
 
 from runner.errors import InputError
 from runner.fsutil import write_private
-from runner.inventory import ComposeSpec, Inventory, load_inventory
-from runner.labs.common import state_root
+from runner.labs.common.helpers import state_root
+from runner.spec.inventory import ComposeSpec, Inventory
+from runner.spec.inventory_load import load_inventory
 
 PORT_STEP = 100  # published ports of instance k are the inventory's + PORT_STEP * k
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LabError
-from runner.inventory import ERA_ENV, ComposeSpec, Inventory
-from runner.labs.alertmanager import alertmanager_listen, resend_delay
-from runner.labs.network import ensure_free
+from runner.labs.common.alertmanager_config import alertmanager_listen, resend_delay
+from runner.labs.common.network import ensure_free
+from runner.spec.inventory import ERA_ENV, ComposeSpec, Inventory
 
 LABEL = "gameday.lab"
 PROJECT_LABEL = "com.docker.compose.project"

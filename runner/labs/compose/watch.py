@@ -1,5 +1,5 @@
 """The compose lab's watch of Docker: a streamed Docker event feed (not polling) turned into the
-lab's events (runner.labs.events.EventFeed), the incarnations it shows, and readiness.
+lab's events (runner.labs.common.events.EventFeed), the incarnations it shows, and readiness.
 
 Each start of a node's engine container is a new incarnation; an exit is the lab's own stop when
 it falls inside a stop the driver announced (`stopping`). A worker is ready at its first output;
@@ -20,13 +20,13 @@ from typing import Any
 import httpx
 
 from runner.errors import LabNotUp
-from runner.inventory import Inventory, Node, Role
-from runner.labs import common
 from runner.labs.base import EventType, NodeState
-from runner.labs.common import utc_time
+from runner.labs.common import helpers as common
+from runner.labs.common.events import EventFeed, Incarnation
+from runner.labs.common.helpers import utc_time
 from runner.labs.compose.project import LABEL
-from runner.labs.events import EventFeed, Incarnation
-from runner.scenario import NodeStatus
+from runner.spec.inventory import Inventory, Node, Role
+from runner.spec.kinds import NodeStatus
 
 PROBE_PERIOD_S = 10.0  # real-world seconds between readiness probes (kubelet's default)
 BACKOFF_FIRST_S = 0.1  # Docker's restart delay starts at 100 ms and doubles

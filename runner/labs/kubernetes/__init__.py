@@ -1,1 +1,66 @@
 """The Kubernetes lab: manifests from the inventory, a driver on the official client."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from runner.labs.base import LabDriver
+from runner.labs.common.alertmanager_config import receiver_listen
+from runner.labs.common.inventory_rules import refuse_services
+from runner.labs.kubernetes.inventory_rules import check_adoption, check_lab
+from runner.labs.registry import HostLines, LabKindEntry
+from runner.spec.inventory import Inventory, LabSpec, Node
+from runner.spec.kinds import LabKind
+from runner.spec.yamlsrc import Source
+
+
+def _driver(inventory: Inventory) -> LabDriver:
+    from runner.labs.kubernetes.driver import KubernetesLab
+
+    return KubernetesLab(inventory)
+
+
+def _adopted(inventory: Inventory) -> LabDriver:
+    from runner.labs.kubernetes.adopt import AdoptedKubernetesLab
+
+    return AdoptedKubernetesLab(inventory)
+
+
+def _check_instances(inventory: Inventory, n: int) -> None:
+    from runner.labs.kubernetes import instance
+
+    instance.check_instances(inventory, n)
+
+
+def _instance(inventory: Inventory, k: int) -> Inventory:
+    from runner.labs.kubernetes import instance
+
+    return instance.instance(inventory, k)
+
+
+def _check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:
+    refuse_services(src, nodes, hosts)
+
+
+def _manifests(inventory: Inventory, scenario_objects: bool) -> str:
+    """What `lab up` applies (a Secret's token masked), or what scenarios create (a stray GPU
+    pod), as YAML documents."""
+    from runner.labs.kubernetes.lab_objects import all_manifests
+    from runner.labs.kubernetes.manifests import dump_all
+    from runner.labs.kubernetes.stray import scenario_manifests
+
+    return dump_all(scenario_manifests(inventory) if scenario_objects else all_manifests(inventory))
+
+
+ENTRY = LabKindEntry(
+    kind=LabKind.KUBERNETES,
+    driver=_driver,
+    adopted=_adopted,
+    check_instances=_check_instances,
+    instance=_instance,
+    receiver_listen=receiver_listen,
+    check_lab=check_lab,
+    check_hosts=_check_hosts,
+    check_adoption=check_adoption,
+    manifests=_manifests,
+)

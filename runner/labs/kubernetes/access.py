@@ -9,10 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner.errors import LabError, LabNotUp
-from runner.inventory import Inventory
-from runner.labs import common
 from runner.labs.base import GpuProcess, ProcessState
-from runner.labs.events import EventFeed
+from runner.labs.common import helpers as common
+from runner.labs.common.events import EventFeed
 from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes import stray
 from runner.labs.kubernetes.api import KubeApi
@@ -25,6 +24,7 @@ from runner.labs.kubernetes.podexec import (
     nvidia_smi_processes,
 )
 from runner.labs.kubernetes.watch import PodWatch
+from runner.spec.inventory import Inventory
 
 
 class PodAccess:

@@ -20,11 +20,11 @@ from typing import Any
 
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import write_private
-from runner.inventory import Inventory
-from runner.labs import common
 from runner.labs.base import Capability, Change, ChangeKind, NodeConfig
+from runner.labs.common import helpers as common
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
+from runner.spec.inventory import Inventory
 
 
 class AdoptedKubernetesLab(KubernetesLab):

@@ -1,7 +1,8 @@
 """The Kubernetes lab's Alertmanager: a Deployment `gameday-alertmanager` and a Service of the
 same name in the lab's namespace, next to Prometheus (monitoring.py), with alertmanager.yml in a
 ConfigMap. Prometheus's `alerting:` section names the Service (`<name>.<namespace>.svc:9093`);
-the route and the receiver are the other labs' (runner/labs/alertmanager.py): every alert to the
+the route and the receiver are the other labs' (runner/labs/common/alertmanager_config.py): every
+alert to the
 runner's webhook at `monitoring.receiver_listen`, which must then be an address the cluster's pods
 reach (the runner's own machine, seen from the cluster).
 
@@ -16,9 +17,13 @@ from typing import Any
 
 import yaml
 
-from runner.inventory import Inventory, Monitoring
-from runner.labs.alertmanager import alertmanager_config
+from runner.labs.common.alertmanager_config import (
+    alertmanager_config,
+    receiver_listen,
+    webhook_url,
+)
 from runner.labs.kubernetes import manifests as mf
+from runner.spec.inventory import Inventory, Monitoring
 
 NAME = "gameday-alertmanager"
 PORT = 9093
@@ -54,7 +59,10 @@ def config_map(inventory: Inventory) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": _meta(inventory),
         "data": {
-            "alertmanager.yml": yaml.safe_dump(alertmanager_config(inventory), sort_keys=False)
+            "alertmanager.yml": yaml.safe_dump(
+                alertmanager_config(inventory, webhook_url(receiver_listen(inventory))),
+                sort_keys=False,
+            )
         },
     }
 

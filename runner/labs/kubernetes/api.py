@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from urllib3.util.retry import Retry
 
 from runner.errors import InventoryError, LabError
-from runner.inventory import Inventory, KubernetesSpec, Node
 from runner.labs.kubernetes import manifests as mf
+from runner.spec.inventory import Inventory, KubernetesSpec, Node
 
 T = TypeVar("T")
 

@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import InventoryError, LabError, LabNotUp
-from runner.inventory import GroupWorkload, Inventory, Node
-from runner.labs import common
 from runner.labs.base import (
     Capability,
     Change,
@@ -42,14 +40,16 @@ from runner.labs.base import (
     RuntimeEvent,
     Value,
 )
-from runner.labs.events import EventFeed
+from runner.labs.common import helpers as common
+from runner.labs.common.events import EventFeed
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes.access import PodAccess
 from runner.labs.kubernetes.api import KubeApi
 from runner.labs.kubernetes.watch import PodWatch, as_utc
-from runner.scenario import LabKind
-from runner.timing import TimeScale
+from runner.spec.inventory import GroupWorkload, Inventory, Node
+from runner.spec.kinds import LabKind
+from runner.spec.timing import TimeScale
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this

@@ -13,8 +13,9 @@ import yaml
 
 from runner.errors import InputError
 from runner.fsutil import write_private
-from runner.inventory import Inventory, KubernetesSpec, load_inventory
-from runner.labs.common import state_root
+from runner.labs.common.helpers import state_root
+from runner.spec.inventory import Inventory, KubernetesSpec
+from runner.spec.inventory_load import load_inventory
 
 MAX_NAMESPACE = 63  # a namespace is a DNS label
 

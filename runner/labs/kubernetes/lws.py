@@ -26,9 +26,9 @@ from importlib import resources
 from typing import Any
 
 from runner.errors import InventoryError, LabError
-from runner.inventory import Inventory, Node, Role
 from runner.labs.kubernetes import manifests as mf
-from runner.yamlsrc import load
+from runner.spec.inventory import Inventory, Node, Role
+from runner.spec.yamlsrc import load
 
 API_GROUP = "leaderworkerset.x-k8s.io"
 API_VERSION = f"{API_GROUP}/v1"

@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from labengine.wording import Era
 from runner.errors import InventoryError
-from runner.inventory import ERA_ENV, GroupWorkload, Inventory, KubernetesSpec, Node, Role
 from runner.labs.base import NodeConfig
+from runner.spec.inventory import ERA_ENV, Inventory, KubernetesSpec, Node, Role
+from vllmfacts.wording import Era
 
 LAB_LABEL = "gameday.io/lab"  # on the namespace: the mark that it is a lab (the blast-radius guard)
 NODE_LABEL = "gameday.io/node"
@@ -298,21 +298,3 @@ _Dumper.add_representer(str, _str)
 def dump_all(docs: list[dict[str, Any]]) -> str:
     """The manifests as a YAML stream, as `gameday lab manifests` prints them."""
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
-
-
-def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
-    """Everything `lab up` creates, in order (a Secret's token masked; with group_workload
-    leaderworkerset, each group is one LeaderWorkerSet: runner.labs.kubernetes.lws)."""
-    from runner.labs.kubernetes import monitoring  # built on this module
-
-    if spec_of(inventory).group_workload is GroupWorkload.LEADERWORKERSET:
-        from runner.labs.kubernetes import lws
-
-        return [*lws.all_manifests(inventory), *monitoring.manifests(inventory)]
-    return [
-        namespace(inventory),
-        service(inventory),
-        *(headless_service(inventory, g) for g in groups(inventory)),
-        *monitoring.manifests(inventory),
-        *(workload(inventory, n) for n in inventory.nodes),
-    ]

@@ -32,13 +32,13 @@ from typing import Any
 import yaml
 
 from runner.errors import InventoryError, LabError
-from runner.inventory import Inventory, Monitoring, Role
-from runner.labs import alertmanager as am_config
-from runner.labs import monitoring as prom
+from runner.labs.common import alertmanager_config as am_config
+from runner.labs.common import prometheus_config as prom
 from runner.labs.kubernetes import alertmanager as am
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.api import KubeApi
-from runner.redact import MASK
+from runner.results.redact import MASK
+from runner.spec.inventory import Inventory, Monitoring, Role
 
 NAME = "gameday-prometheus"
 API_SECRET = "gameday-prometheus-api"

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner.errors import LabError
-from runner.inventory import Inventory
 from runner.labs.kubernetes import manifests as mf
+from runner.spec.inventory import Inventory
 
 STRAY_LABEL = "gameday.io/stray"  # on a stray pod: the program's name in the scenario
 
@@ -98,7 +98,7 @@ def command_for(inventory: Inventory, lab_command: Sequence[str]) -> tuple[str, 
 def scenario_manifests(inventory: Inventory) -> list[dict[str, Any]]:
     """What scenarios create on this lab, one of each program they may start (for reading and
     validation; `nodeName` is filled in when a scenario runs)."""
-    from runner.scenario import PROGRAMS, Program
+    from runner.spec.actions import PROGRAMS, Program
 
     names = {Program.STRAY_GPU_PROCESS: "omniparser"}  # as the catalogue's scenario names it
     return [

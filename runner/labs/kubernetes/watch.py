@@ -1,6 +1,6 @@
 """The Kubernetes lab's watch of its pods: one list of the lab's pods, then a watch from its
 resourceVersion (an informer's cache: the driver's `states()` reads it, no polling), turned into
-the lab's events (runner.labs.events.EventFeed).
+the lab's events (runner.labs.common.events.EventFeed).
 
 Incarnations are containers: each (pod, restartCount) the watch shows running is one. Its exit
 comes from the container status (`lastState.terminated`: exit code, reason, finish time); its
@@ -24,13 +24,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runner.errors import LabError
-from runner.inventory import Inventory, Node
-from runner.labs import common
 from runner.labs.base import EventType, LogLine, NodeState
-from runner.labs.events import EventFeed, Incarnation
+from runner.labs.common import helpers as common
+from runner.labs.common.events import EventFeed, Incarnation
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.api import KubeApi
-from runner.scenario import NodeStatus
+from runner.spec.inventory import Inventory, Node
+from runner.spec.kinds import NodeStatus
 
 
 def as_utc(dt: datetime | None) -> datetime | None:
@@ -389,7 +389,8 @@ class PodWatch:
                     if sched and sched.status == "False"
                     else (pod.status.phase if pod.status else "Pending")
                 )
-            return common.pending(n.name, v.pods_seen, reason or "")
+            name = pod.metadata.name if pod is not None else None
+            return common.pending(n.name, v.pods_seen, reason or "", pod=name)
         state = cs.state
         terminating = pod.metadata.deletion_timestamp is not None
         if state.running is not None:
@@ -410,6 +411,7 @@ class PodWatch:
             reason=reason or "",
             current=self.inc(n.name, pod, cs.restart_count),
             incarnations=v.incs,
+            pod=pod.metadata.name,
         )
 
     def wait_replacing(self, old: dict[str, str], timeout: float = 60) -> None:

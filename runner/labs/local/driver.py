@@ -20,15 +20,6 @@ import pydantic
 
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
-from runner.inventory import ERA_ENV, Inventory, Node, Role
-from runner.labs import common
-from runner.labs.alertmanager import (
-    alertmanager_listen,
-    local_command,
-    local_program,
-    resend_delay,
-    write_alertmanager,
-)
 from runner.labs.base import (
     Change,
     ChangeKind,
@@ -42,10 +33,21 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
-from runner.labs.monitoring import write_prometheus
-from runner.labs.network import configured_addresses, ensure_free
+from runner.labs.common import helpers as common
+from runner.labs.common.alertmanager_config import (
+    alertmanager_listen,
+    local_command,
+    local_program,
+    receiver_listen,
+    resend_delay,
+    webhook_url,
+    write_alertmanager,
+)
+from runner.labs.common.network import configured_addresses, ensure_free
+from runner.labs.common.prometheus_config import write_prometheus
 from runner.programs import command_argv, resolve_command
-from runner.scenario import LabKind
+from runner.spec.inventory import ERA_ENV, Inventory, Node, Role
+from runner.spec.kinds import LabKind
 
 SUPERVISOR = "runner.labs.local.supervisor"  # the daemon's module, run with `python -m`
 
@@ -281,7 +283,7 @@ class LocalLab(LabDriver):
         ]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         adir = self._state_dir / "alertmanager"
-        write_alertmanager(adir, self.inventory)
+        write_alertmanager(adir, self.inventory, webhook_url(receiver_listen(self.inventory)))
         am = local_command(
             self.inventory,
             adir,
@@ -450,7 +452,7 @@ class LocalLab(LabDriver):
     def gpu_processes(self, node: str) -> list[GpuProcess]:
         """What `vllm-lab smi --json` lists on the node, read in-process: the node's GPU is a
         directory of this machine's."""
-        from labengine.gpu import SharedGpu, gpu_types
+        from vllmfacts.gpu import SharedGpu, gpu_types
 
         n = self.inventory.node(node)
         shared = SharedGpu(self.gpu_dir(node), gpu_types()[n.gpu.type])

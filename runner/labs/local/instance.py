@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from runner.errors import InputError
-from runner.inventory import Inventory
+from runner.spec.inventory import Inventory
 
 _IPV4 = re.compile(r"\b127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
 

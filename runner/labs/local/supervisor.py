@@ -39,7 +39,7 @@ from starlette.applications import Starlette
 
 from runner.fsutil import private_dir, write_private
 from runner.labs.base import EventType, ExitInfo, LabEvent
-from runner.labs.common import crash_loop_backoff_s
+from runner.labs.common.helpers import crash_loop_backoff_s
 from runner.labs.local.control import ControlApi
 
 BACKOFF_RESET_S = 600.0

@@ -16,11 +16,12 @@ from typing import NoReturn
 
 from runner.errors import GamedayError, LabError
 from runner.labs.base import ChangeKind
-from runner.plan import describe_action
-from runner.results import EventKind, Phase, Verdict
-from runner.run.actions import SETUP, UserStepFailed, apply_actions
+from runner.results.schema import EventKind, Phase, Verdict
+from runner.run.apply import SETUP, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
-from runner.scenario import Action, LoadedScenario
+from runner.run.plan import describe_action
+from runner.spec.actions import Action
+from runner.spec.scenario import LoadedScenario
 
 PROMETHEUS_READY_S = 60.0  # wall seconds for the lab's Prometheus to scrape every target once
 

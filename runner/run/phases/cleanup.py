@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from runner.errors import GamedayError
 from runner.labs import group_restart_needed, restart_scope
 from runner.labs.base import Change, ChangeKind, NodeState
-from runner.results import EventKind, Phase
-from runner.run.actions import undo_all
+from runner.results.schema import EventKind, Phase
+from runner.run.apply import undo_all
 from runner.run.context import Context
 
 SELF_HEAL_S = 30.0  # real seconds a target gets to come back by itself before its group restarts

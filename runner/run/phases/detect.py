@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from runner import prometheus
-from runner.alerts import ReceivedAlert, WebhookReceiver
 from runner.errors import GamedayError
-from runner.labs.alertmanager import receiver_listen
-from runner.results import EventKind, Phase
+from runner.labs.registry import entry
+from runner.results.schema import EventKind, Phase
+from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, utcnow
-from runner.scenario import AlertExpectation, LoadedScenario, Window
-from runner.timing import elapsed_real
+from runner.run.receiver import ReceivedAlert, WebhookReceiver
+from runner.spec.expectations import AlertExpectation
+from runner.spec.kinds import Window
+from runner.spec.scenario import LoadedScenario
+from runner.spec.timing import elapsed_real
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def start_receiver(ctx: Context) -> WebhookReceiver | str:
     """The runner's webhook receiver, listening; or why it cannot."""
     if ctx.lab.inventory.lab.monitoring is None:
         return "this lab has no monitoring (gameday_lab.monitoring)"
-    host, port = receiver_listen(ctx.lab.inventory)
+    host, port = entry(ctx.lab.inventory.lab.kind).receiver_listen(ctx.lab.inventory)
     try:
         return WebhookReceiver(host, port).start()
     except GamedayError as exc:

@@ -9,11 +9,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner import signature as sig
-from runner import startup
 from runner.labs.base import EventType, ExitInfo, LabEvent, LogLine, NodeState
-from runner.labs.common import crash_loop_backoff_s
-from runner.results import EventKind, Phase
+from runner.labs.common.helpers import crash_loop_backoff_s
+from runner.results.schema import EventKind, Phase
 from runner.run.context import (
     POLL_S,
     Context,
@@ -23,15 +21,12 @@ from runner.run.context import (
     utcnow,
 )
 from runner.run.evidence import capture_evidence
-from runner.scenario import (
-    FailureMode,
-    LoadedScenario,
-    LogSource,
-    NodeSignature,
-    NodeStatus,
-    StateExpectation,
-)
-from runner.timing import elapsed_real
+from runner.spec import signature as sig
+from runner.spec.expectations import FailureMode, NodeSignature, StateExpectation
+from runner.spec.kinds import LogSource, NodeStatus
+from runner.spec.scenario import LoadedScenario
+from runner.spec.timing import elapsed_real
+from vllmfacts import startup
 
 
 @dataclass(frozen=True)

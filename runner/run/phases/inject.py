@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner.results import EventKind, Phase
-from runner.run.actions import INJECT, UserStepFailed, apply_actions
+from runner.results.schema import EventKind, Phase
+from runner.run.apply import INJECT, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
-from runner.scenario import LoadedScenario
+from runner.spec.scenario import LoadedScenario
 
 
 @dataclass(frozen=True)

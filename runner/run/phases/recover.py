@@ -8,14 +8,16 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner import signature as sig
 from runner.labs.base import ExitInfo, LabEvent, NodeState
-from runner.results import EventKind, Phase, Verdict
-from runner.run.actions import UserStepFailed, apply_actions
+from runner.results.schema import EventKind, Phase, Verdict
+from runner.run.apply import UserStepFailed, apply_actions
 from runner.run.context import Context, all_passed, utcnow
 from runner.run.phases.expect import logs_for
-from runner.scenario import LoadedScenario, Outcome, RecoveryStep
-from runner.timing import elapsed_real
+from runner.spec import signature as sig
+from runner.spec.expectations import RecoveryStep
+from runner.spec.kinds import Outcome
+from runner.spec.scenario import LoadedScenario
+from runner.spec.timing import elapsed_real
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from labengine.logs import traceback_lines
 from labengine.tracebacks import Traceback, frames
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 

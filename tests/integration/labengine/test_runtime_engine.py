@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from labengine.core import DEEPGEMM_800, TRITON_800, _jit_load
-from labengine.gpu import MIB, SharedGpu, gpu_types, smi_text
+from vllmfacts.gpu import MIB, SharedGpu, gpu_types, smi_text
 
 
 class Settings:
@@ -28,7 +28,7 @@ def test_kernel_load_refused_only_with_a_stranger_and_thin_headroom(gpu: SharedG
     gpu.allocate("VLLM::Worker_TP0", 21_429 * MIB)  # this process: the engine
     assert _jit_load(Settings({}), gpu, None) is None  # alone on its GPU: fine
     code = (
-        "import sys, time; from pathlib import Path; from labengine.gpu import *; "
+        "import sys, time; from pathlib import Path; from vllmfacts.gpu import *; "
         "g = SharedGpu(Path(sys.argv[1]), gpu_types()['a10g']); "
         "g.allocate('/omniparser/venv/bin/python', 1417 * MIB); print('held', flush=True); "
         "time.sleep(30)"

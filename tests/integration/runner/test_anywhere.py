@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.catalogue import builtin_dir
 from runner.report import write_reports
-from runner.results import Verdict
+from runner.results.schema import Verdict
+from runner.spec.catalogue import builtin_dir
 from tests.support.cli import ROOT, SHIPPED, gameday, scenario_variant, variant
 from tests.support.results import run_result, scenario_result
 from tests.support.seedlogs import SEED_019
@@ -138,7 +138,7 @@ def test_the_wheel_carries_the_catalogue(tmp_path: Path) -> None:
     catalogue's link kept a link."""
     src = tmp_path / "src"
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("runner", "labengine", "scenarios"):
+    for name in ("runner", "labengine", "vllmfacts", "scenarios"):
         shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=skip)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)

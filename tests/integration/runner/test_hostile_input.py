@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.errors import InputError
-from runner.inventory import load_inventory
-from runner.scenario import load_scenario
+from runner.spec.inventory_load import load_inventory
+from runner.spec.scenario import load_scenario
 from tests.support.results import run_result, scenario_result
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,7 +41,7 @@ CWO_TITLE = "title: max-model-len above the model's context window (the first wa
 
 def gameday(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "runner.cli", *argv],
+        [sys.executable, "-m", "runner.cli.main", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -111,7 +111,7 @@ def test_markup_in_titles_and_file_names(tmp_path: Path) -> None:
 
 
 def test_markup_in_a_result(tmp_path: Path) -> None:
-    from runner.results import LabInfo, Verdict
+    from runner.results.schema import LabInfo, Verdict
 
     sc = scenario_result(
         "[/]", id="s[/]1", file="[/]", lab="[/]", verdict=Verdict.PASSED, time_to_fail_s=None,

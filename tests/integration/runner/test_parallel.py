@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.compose.hostactions import ansible_bin
-from runner.parallel import instance
+from runner.run.parallel import instance
+from runner.spec.inventory_load import load_inventory
 
 
 def test_compose_instance_is_a_separate_project(

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from runner.report import load_result, write_reports
-from runner.results import Assertion, Phase, RunResult, TimelineEvent, Verdict
+from runner.report import write_reports
+from runner.results.schema import Assertion, Phase, RunResult, TimelineEvent, Verdict, load_result
 from tests.support import browser
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from runner.errors import LabError
-from runner.inventory import load_inventory
 from runner.labs.compose import hostactions
+from runner.spec.inventory_load import load_inventory
 
 
 def evil(marker: Path) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.local.driver import LocalLab
+from runner.spec.inventory_load import load_inventory
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ def test_cli(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "runner.cli",
+            "runner.cli.main",
             "timeline",
             str(tmp_path / "c.log"),
             f"{tmp_path / 'h.log'}@Asia/Seoul",
@@ -32,7 +32,7 @@ def test_cli(tmp_path: Path) -> None:
     lines = p.stdout.splitlines()
     assert "healthy" in lines[1] and "fatal error" in lines[2]
     bad = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "timeline", f"{tmp_path / 'h.log'}@Mars/Olympus"],
+        [sys.executable, "-m", "runner.cli.main", "timeline", f"{tmp_path / 'h.log'}@Mars/Olympus"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from runner import journal
 from runner.errors import ScenarioError
-from runner.run.usersteps import (
+from runner.run import journal
+from runner.run.stepexec import (
     HEAD_BYTES,
     TAIL_BYTES,
     run_command,
@@ -29,9 +29,9 @@ from runner.run.usersteps import (
     run_playbook,
     step_env,
 )
-from runner.scenario import load_scenario
-from runner.undo import cleanup_lab
-from runner.usersteps import CommandStep, HttpStep, PlaybookStep
+from runner.run.undo import cleanup_lab
+from runner.spec.scenario import load_scenario
+from runner.spec.usersteps import CommandStep, HttpStep, PlaybookStep
 from tests.support.fakelab import fake_run, scenario_doc, wrong_flag
 from tests.unit.runner.run.test_usersteps import set_wrong_flag
 

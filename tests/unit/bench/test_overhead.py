@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from overhead import CATEGORIES, split  # noqa: E402
 
-from runner.scenario import load_scenario  # noqa: E402
+from runner.spec.scenario import load_scenario  # noqa: E402
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

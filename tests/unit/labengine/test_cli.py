@@ -10,9 +10,11 @@ import pytest
 import yaml
 
 from labengine import cli
-from labengine.wording import Era
-from runner.inventory import LabSpec, load_inventory
-from runner.scenario import GPU_PROCESS_NAMES, PROGRAMS, Program
+from runner.spec.actions import GPU_PROCESS_NAMES, PROGRAMS, Program
+from runner.spec.inventory import LabSpec
+from runner.spec.inventory_load import load_inventory
+from vllmfacts import serveflags
+from vllmfacts.wording import Era
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -87,7 +89,7 @@ def test_gpu_memory_utilization_default_by_era(era: Era, default: float) -> None
     ("text", "tokens"), [("4096", 4096), ("16k", 16_000), ("1.5K", 1_500), ("1m", 1_000_000)]
 )
 def test_max_model_len_suffixes(text: str, tokens: int) -> None:
-    assert cli._max_len(text) == tokens
+    assert serveflags._max_len(text) == tokens
 
 
 def test_unknown_flag_is_reported_by_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,7 +125,7 @@ def test_smi_without_a_shared_gpu(
 def test_smi_json(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from labengine.gpu import MIB, SharedGpu, gpu_types
+    from vllmfacts.gpu import MIB, SharedGpu, gpu_types
 
     SharedGpu(tmp_path, gpu_types()["l4"]).allocate("VLLM::EngineCore", 20_000 * MIB)
     monkeypatch.setenv("GAMEDAY_GPU_STATE", str(tmp_path))

@@ -19,7 +19,7 @@ import pytest
 
 from labengine.logs import VllmLog
 from labengine.server import ServerState, build_app
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 LABELS = f'engine="0",model_name="{QWEN}"'

@@ -10,10 +10,10 @@ import pytest
 
 from labengine import apiserver, loading
 from labengine.core import CoreSettings, _load_weights
-from labengine.gpu import gpu_types
 from labengine.logs import VllmLog
-from labengine.models import resolve
-from labengine.wording import Era
+from vllmfacts.gpu import gpu_types
+from vllmfacts.models import resolve
+from vllmfacts.wording import Era
 
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
 
@@ -72,7 +72,7 @@ def test_a_slow_volume_bounds_the_load_not_the_fetch() -> None:
 
 
 def settings(env: dict[str, str]) -> CoreSettings:
-    from labengine.gpu import NodeGpus
+    from vllmfacts.gpu import NodeGpus
 
     return CoreSettings(
         era=Era.V0_33,

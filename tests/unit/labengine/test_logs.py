@@ -9,7 +9,7 @@ import io
 import os
 
 from labengine.logs import Frame, VllmLog
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 FRAME = [Frame("/usr/local/bin/vllm", 10, "<module>", "sys.exit(main())")]
 

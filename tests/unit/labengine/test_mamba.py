@@ -6,8 +6,9 @@ from multiprocessing import Pipe
 
 import pytest
 
-from labengine import mamba, models
+from labengine import mamba
 from labengine.core import _Steps
+from vllmfacts import models
 
 JAMBA = "gameday-lab/jamba-hybrid-1b"
 
@@ -112,8 +113,8 @@ def test_the_engine_core_admits_what_waits_in_the_pipe_in_one_step() -> None:
 
 
 def test_the_build_variable_is_not_an_unknown_vllm_variable() -> None:
-    from labengine.envs import unknown_names
-    from labengine.wording import Era
+    from vllmfacts.envs import unknown_names
+    from vllmfacts.wording import Era
 
     env = {"VLLM_LAB_BUILD": "fixed", "VLLM_NOPE": "1"}
     assert unknown_names(Era.V0_33, env) == ["VLLM_NOPE"]

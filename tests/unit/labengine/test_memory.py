@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labengine import memory
-from labengine.gpu import gpu_types
-from labengine.models import resolve
-from labengine.wording import Era, capacity_lines, gib, kv_shortage
+from vllmfacts import memory
+from vllmfacts.gpu import gpu_types
+from vllmfacts.models import resolve
+from vllmfacts.wording import Era, capacity_lines, gib, kv_shortage
 
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 

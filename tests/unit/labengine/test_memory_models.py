@@ -2,7 +2,7 @@
 groups, MLA, the CUDA-graph estimate of 0.2x+, the A100's defaults, weights too large to load.
 
 Expected figures are worked out by hand from vLLM 0.33.0's / 0.19.1's formulas (cited in
-labengine.memory and labengine.models), not by the code under test."""
+vllmfacts.memory and vllmfacts.models), not by the code under test."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import io
 
 import pytest
 
-from labengine import core, memory
-from labengine.gpu import MIB, NodeGpus, gpu_types
+from labengine import core
 from labengine.logs import VllmLog
-from labengine.models import DtypeError, cast_line, resolve, resolve_dtype
-from labengine.wording import Era
+from vllmfacts import memory
+from vllmfacts.gpu import MIB, NodeGpus, gpu_types
+from vllmfacts.models import DtypeError, cast_line, resolve, resolve_dtype
+from vllmfacts.wording import Era
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"

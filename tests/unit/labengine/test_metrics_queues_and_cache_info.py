@@ -8,7 +8,7 @@ import json
 from labengine.server.cache_info import CacheState, cache_config_info
 from labengine.server.metrics import EngineMetrics, throughput_line
 from labengine.server.routes import sampling_of
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 LV = 'engine="0",model_name="qwen"'
 

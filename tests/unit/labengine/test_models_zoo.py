@@ -1,4 +1,4 @@
-"""The model zoo (labengine/models): each public model's size from its config.json alone, against
+"""The model zoo (vllmfacts/models): each public model's size from its config.json alone, against
 the size its publisher states (the Hugging Face model card's parameter count)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from labengine import arch
-from labengine.models import PACKAGED_MODELS, resolve
+from vllmfacts import arch
+from vllmfacts.models import PACKAGED_MODELS, resolve
 
 # tag -> (published parameters, family)
 PUBLISHED = {

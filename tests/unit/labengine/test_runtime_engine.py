@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from labengine.core import DEEPGEMM_800, TRITON_800, heartbeat_line
-from runner.scenario import load_scenario
+from runner.spec.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -11,7 +11,7 @@ import pytest
 from labengine.logs import Frame, VllmLog
 from labengine.server.metrics import EngineMetrics, throughput_line
 from labengine.tracebacks import Traceback, TracebackDataError, era_tracebacks, frames
-from labengine.wording import Era
+from vllmfacts.wording import Era
 
 
 def test_the_data_file_holds_exactly_the_named_tracebacks() -> None:

@@ -9,12 +9,13 @@ import io
 
 import pytest
 
-from labengine import apiserver, envs, wording
-from labengine.gpu import node_gpus
+from labengine import apiserver
 from labengine.logs import Frame, VllmLog
-from labengine.models import resolve
 from labengine.tracebacks import process_died
-from labengine.wording import Era
+from vllmfacts import envs, wording
+from vllmfacts.gpu import node_gpus
+from vllmfacts.models import resolve
+from vllmfacts.wording import Era
 
 AWQ = "Qwen/Qwen2.5-14B-Instruct-AWQ"  # 40 attention heads
 SUFFIX = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."

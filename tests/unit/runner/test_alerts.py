@@ -11,17 +11,18 @@ import httpx
 import pytest
 import yaml
 
-from runner.alerts import TEST_ALERT, WebhookReceiver, parse_notification, with_test_rule
 from runner.errors import LabError, ScenarioError
-from runner.inventory import load_inventory
-from runner.labs.alertmanager import (
+from runner.labs.common.alertmanager_config import (
     alertmanager_config,
     alertmanager_listen,
     receiver_listen,
     webhook_url,
 )
-from runner.labs.monitoring import rule_groups, write_prometheus
-from runner.scenario import LabKind, load_scenario
+from runner.labs.common.prometheus_config import rule_groups, write_prometheus
+from runner.run.receiver import TEST_ALERT, WebhookReceiver, parse_notification, with_test_rule
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LabKind
+from runner.spec.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 LOCAL = load_inventory(ROOT / "inventories" / "local.yaml")

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.checks import check_engine_names
 from runner.errors import ScenarioError
 from runner.labs.base import Capability
 from runner.labs.capabilities import lacking
 from runner.labs.fake import FakeLab
-from runner.plan import plan_scenario, render
-from runner.scenario import LoadedScenario, SetArgs, load_scenario
+from runner.run.plan import plan_scenario, render
+from runner.spec.actions import SetArgs
+from runner.spec.checks import check_engine_names
+from runner.spec.scenario import LoadedScenario, load_scenario
 from tests.support.fakelab import HEALTH, inventory, scenario_doc
 
 JAMBA = {

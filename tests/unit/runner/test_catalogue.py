@@ -1,4 +1,4 @@
-"""runner.catalogue: the built-in scenarios, the team's first, and ids as arguments."""
+"""runner.spec.catalogue: the built-in scenarios, the team's first, and ids as arguments."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.catalogue import BUILTIN, builtin_dir, resolve, scenario_set
 from runner.errors import ScenarioError
+from runner.spec.catalogue import BUILTIN, builtin_dir, resolve, scenario_set
 from tests.support.cli import ROOT, SHIPPED
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.checks import check_engine_names, check_unique_ids
 from runner.errors import ScenarioError
-from runner.inventory import check_scenario, load_inventory
-from runner.labs.planning import edit_args
-from runner.scenario import load_scenario
+from runner.labs.common.planning import edit_args
+from runner.spec.checks import check_engine_names, check_unique_ids
+from runner.spec.inventory_load import check_scenario, load_inventory
+from runner.spec.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 LOCAL = load_inventory(ROOT / "inventories" / "local.yaml")

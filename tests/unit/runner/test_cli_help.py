@@ -11,10 +11,10 @@ import pydantic
 import pytest
 from click.testing import CliRunner
 
-from runner import output
-from runner.cli import main
+from runner.cli import output
+from runner.cli.main import main
 from runner.errors import ScenarioError, plain_message
-from runner.scenario import load_scenario
+from runner.spec.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 

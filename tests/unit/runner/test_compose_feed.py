@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.base import EventType
 from runner.labs.compose.driver import ComposeLab
 from runner.run.context import first_exit
+from runner.spec.inventory_load import load_inventory
 
 ROOT = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""runner.config: where the configuration file is found, what it says, what overrides it, and
+"""runner.spec.config: where the configuration file is found, what it says, what overrides it, and
 how a mistake in it is reported (file, line, field)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import load_config
 from runner.errors import InputError
+from runner.spec.config import load_config
 
 
 def write(path: Path, text: str) -> Path:

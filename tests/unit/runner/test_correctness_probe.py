@@ -12,11 +12,11 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from runner.correctness import Answer, Reference, References, RefKey
 from runner.labs.base import LabDriver, NodeState, NodeStatus
-from runner.probes import ProbeEnv, run_probe
-from runner.results import Verdict
-from runner.scenario import CorrectnessProbe
+from runner.results.schema import Verdict
+from runner.run.correctness import Answer, Reference, References, RefKey
+from runner.run.probing import ProbeEnv, run_probe
+from runner.spec.probes import CorrectnessProbe
 
 
 class Engine:

@@ -10,10 +10,10 @@ import httpx
 import pytest
 import yaml
 
-from runner import suite
 from runner.labs.fake import FakeLab
-from runner.results import ScenarioResult, Verdict
-from runner.scenario import LoadedScenario, load_scenario
+from runner.results.schema import ScenarioResult, Verdict
+from runner.run import suite
+from runner.spec.scenario import LoadedScenario, load_scenario
 from tests.support.fakelab import inventory, scenario_doc, wrong_flag
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.durations import real_s
 from runner.labs.base import EventType, LabEvent
-from runner.report import gantt, load_result
+from runner.report import gantt
 from runner.report.gantt_layout import (
     Axis,
     Band,
@@ -22,7 +21,8 @@ from runner.report.gantt_layout import (
     layout,
     quiet_breaks,
 )
-from runner.results import EventKind, ScenarioResult, TimelineEvent, Verdict
+from runner.results.durations import real_s
+from runner.results.schema import EventKind, ScenarioResult, TimelineEvent, Verdict, load_result
 from runner.run.record import Recorder
 
 DATA = Path(__file__).parents[2] / "data" / "report"

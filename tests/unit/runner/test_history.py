@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner import output
-from runner.cli import main
-from runner.history import load_history, regressed
+from runner.cli import output
+from runner.cli.main import main
 from runner.report import write_reports
-from runner.report.history import chart
-from runner.results import Verdict
-from runner.rundirs import link_latest
+from runner.report.trends_page import chart
+from runner.results.rundirs import link_latest
+from runner.results.schema import Verdict
+from runner.results.trends import load_history, regressed
 from tests.support.results import NOW, run_result, scenario_result
 
 RUNS = [  # run id, kv's (fail, detect, recover), tp's recover

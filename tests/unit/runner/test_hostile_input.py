@@ -38,17 +38,17 @@ def test_an_error_in_one_scenario_is_its_verdict(
 ) -> None:
     from click.testing import CliRunner
 
-    import runner.suite
-    from runner.cli import main
-    from runner.results import Verdict
+    import runner.run.suite
+    from runner.cli.main import main
+    from runner.results.schema import Verdict
 
     def run_scenario(ls: Any, lab: Any, journal: Any, progress: Any) -> Any:
         if ls.scenario.metadata.id == "context-window-overflow":
             raise KeyError("tp_group")
-        return runner.suite.skipped(ls, lab).model_copy(update={"verdict": Verdict.PASSED})
+        return runner.run.suite.skipped(ls, lab).model_copy(update={"verdict": Verdict.PASSED})
 
-    monkeypatch.setattr(runner.suite, "run_scenario", run_scenario)
-    monkeypatch.setattr(runner.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
+    monkeypatch.setattr(runner.run.suite, "run_scenario", run_scenario)
+    monkeypatch.setattr(runner.run.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
     scenarios = [str(CWO), str(ROOT / "scenarios" / "kv-cache-shortage.yaml")]
     reports = tmp_path / "reports"
     got = CliRunner().invoke(main, ["run", *scenarios, "--reports", str(reports), "--json"])

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from runner.errors import InventoryError, LabError
-from runner.inventory import Role, load_inventory
 from runner.labs import open_lab
 from runner.labs.compose.adopt import AdoptedComposeLab
 from runner.labs.kubernetes.adopt import AdoptedKubernetesLab
+from runner.spec.inventory import Role
+from runner.spec.inventory_load import load_inventory
 
 COMPOSE = """\
 all:

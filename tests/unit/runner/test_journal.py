@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from runner import journal as journal_module
 from runner.errors import LabError
-from runner.journal import Journal, OpenChange, close_journals, mark_undone, open_changes
 from runner.labs.base import Change, ChangeKind, NodeConfig, ProcessState, Value
+from runner.run import journal as journal_module
+from runner.run.journal import Journal, OpenChange, close_journals, mark_undone, open_changes
 
 # a record as the first version wrote it: states without a `type` tag
 OLD = {

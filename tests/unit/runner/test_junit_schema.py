@@ -10,7 +10,7 @@ import pytest
 from lxml import etree
 
 from runner.report import junit, write_reports
-from runner.results import RunResult, Verdict
+from runner.results.schema import RunResult, Verdict
 from tests.support.results import NOW, run_result, scenario_result
 
 SCHEMA = etree.XMLSchema(etree.parse(str(Path(__file__).parents[2] / "data" / "junit-10.xsd")))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from runner.errors import LabError
-from runner.inventory import load_inventory
 from runner.labs.base import Capability, GpuProcess
 from runner.labs.kubernetes import stray
 from runner.labs.kubernetes.adopt import AdoptedKubernetesLab
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.labs.kubernetes.podexec import nvidia_smi_processes
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT
 
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
@@ -82,7 +82,7 @@ def test_lab_manifests_prints_the_scenario_objects_on_request() -> None:
     import yaml
     from click.testing import CliRunner
 
-    from runner.cli import main
+    from runner.cli.main import main
 
     inv = ROOT / "inventories" / "kube-testserver.yaml"
     r = CliRunner().invoke(main, ["lab", "manifests", "--scenario-objects", "--lab", str(inv)])

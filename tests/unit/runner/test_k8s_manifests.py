@@ -14,10 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from runner.inventory import load_inventory
-from runner.labs.kubernetes import lws, stray
-from runner.labs.kubernetes import manifests as mf
-from runner.scenario import LabKind
+from runner.labs.kubernetes import lab_objects, lws, stray
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LabKind
 from tests.support.cli import ROOT
 from tests.unit.runner.test_lws import write
 
@@ -44,7 +43,7 @@ def generated(tmp_path: Path) -> list[dict[str, Any]]:
     (tmp_path / "sts").mkdir()
     invs.append(load_inventory(write(tmp_path, workload="leaderworkerset")))
     invs.append(load_inventory(write(tmp_path / "sts", workload="statefulsets")))
-    docs = [doc for inv in invs for doc in mf.all_manifests(inv)]
+    docs = [doc for inv in invs for doc in lab_objects.all_manifests(inv)]
     # what scenarios apply beside the lab's own objects: a stray GPU pod on the target's node
     docs += [doc for inv in invs for doc in stray.scenario_manifests(inv)]
     return docs

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runner.cli import main
-from runner.cli_options import config
-from runner.inventory import Inventory
+from runner.cli.main import main
+from runner.cli.options import config
 from runner.labs.base import NodeConfig
 from runner.labs.fake import FakeLab
-from runner.scenario import NodeStatus
+from runner.spec.inventory import Inventory
+from runner.spec.kinds import NodeStatus
 from tests.support.fakelab import WRONG_FLAG_LOGS, inventory, wrong_flag
 
 SERVING_ARGS = ("Qwen/Qwen2.5-0.5B-Instruct", "--port", "8000")
@@ -30,7 +30,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeLab:
         opened.append(inv.path)
         return fake
 
-    monkeypatch.setattr("runner.cli_lab_verbs.open_lab", open_lab)
+    monkeypatch.setattr("runner.cli.lab_verbs.open_lab", open_lab)
     config.cache_clear()  # each invocation reads its own environment, as a new process does
     fake.opened = opened  # type: ignore[attr-defined]
     return fake

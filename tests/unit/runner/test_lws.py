@@ -10,12 +10,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.errors import InventoryError, LabError
-from runner.inventory import load_inventory
-from runner.labs.kubernetes import lws
+from runner.labs.kubernetes import lab_objects, lws
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
+from runner.spec.inventory_load import load_inventory
 from tests.kubeapi.server import Server
 from tests.support.cli import ROOT
 
@@ -108,7 +108,7 @@ WORKER_ARGS = [
 
 def test_the_group_is_one_leaderworkerset(tmp_path: Path) -> None:
     inv = load_inventory(write(tmp_path))
-    docs = mf.all_manifests(inv)
+    docs = lab_objects.all_manifests(inv)
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("Namespace", "gameday-lab"),
         ("Service", "vllm"),
@@ -169,7 +169,7 @@ def test_the_leader_and_worker_pods_match_their_statefulsets(tmp_path: Path) -> 
 
 def test_statefulsets_stay_the_default(tmp_path: Path) -> None:
     inv = load_inventory(write(tmp_path, workload="statefulsets"))
-    kinds = [(d["kind"], d["metadata"]["name"]) for d in mf.all_manifests(inv)]
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in lab_objects.all_manifests(inv)]
     assert kinds == [
         ("Namespace", "gameday-lab"),
         ("Service", "vllm"),
@@ -185,7 +185,7 @@ def test_statefulsets_stay_the_default(tmp_path: Path) -> None:
 def test_ranks_that_are_not_leader_0_workers_1_to_3_are_refused(tmp_path: Path) -> None:
     inv = load_inventory(write(tmp_path, ranks=("1", "2", "5")))
     with pytest.raises(InventoryError) as e:
-        mf.all_manifests(inv)
+        lab_objects.all_manifests(inv)
     assert e.value.message == f"{inv.path}:{LINE} [{lws.FIELD}]: " + (
         "group 'tp-group' has --node-rank [0, 1, 2, 5] (head first); LWS numbers the leader 0 "
         "and the workers 1..3"
@@ -196,7 +196,7 @@ def test_ranks_that_are_not_leader_0_workers_1_to_3_are_refused(tmp_path: Path) 
 def test_workers_that_differ_beyond_their_rank_are_refused(tmp_path: Path) -> None:
     inv = load_inventory(write(tmp_path, extra=", --enforce-eager"))
     with pytest.raises(InventoryError) as e:
-        mf.all_manifests(inv)
+        lab_objects.all_manifests(inv)
     assert e.value.message == f"{inv.path}:{LINE} [{lws.FIELD}]: " + (
         "group 'tp-group' workers node2 and node4 differ in more than --node-rank; "
         "a LeaderWorkerSet has one worker template"
@@ -208,7 +208,7 @@ def test_lab_manifests_prints_the_leaderworkerset(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["lab", "manifests", "--lab", str(inv_path)])
     assert r.exit_code == 0, r.output
     docs = list(yaml.safe_load_all(r.stdout))
-    assert docs == mf.all_manifests(load_inventory(inv_path))
+    assert docs == lab_objects.all_manifests(load_inventory(inv_path))
     assert docs[3]["kind"] == "LeaderWorkerSet"
 
 

@@ -7,10 +7,10 @@ import io
 
 import pytest
 
-from runner import output
-from runner.durations import real_s
+from runner.cli import output
 from runner.report import html, markdown
-from runner.results import Verdict
+from runner.results.durations import real_s
+from runner.results.schema import Verdict
 from tests.support.results import run_result, scenario_result
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from runner.output import escape
+from runner.cli.output import escape
 
 CASES = [
     r"^\[rank1\]:\[W\d{4} [\d:.]+ ProcessGroupNCCL\.cpp:\d+\]",

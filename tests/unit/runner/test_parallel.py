@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from runner.errors import InputError
-from runner.inventory import ComposeSpec, load_inventory
+from runner.labs.kubernetes import lab_objects
 from runner.labs.kubernetes import manifests as mf
-from runner.parallel import check_parallel, instance, run_workers
+from runner.run.parallel import check_parallel, instance, run_workers
+from runner.spec.inventory import ComposeSpec
+from runner.spec.inventory_load import load_inventory
 
 ROOT = Path(__file__).resolve().parents[3]
 LOCAL = ROOT / "inventories" / "local.yaml"
@@ -108,7 +110,7 @@ def test_a_kubernetes_instance_is_a_namespace_of_its_own(
         "labels": {"gameday.io/lab": "kube-testserver-p3"},
         "annotations": {mf.CREATED_BY_ANNOTATION: "gameday"},
     }
-    assert {o["metadata"].get("namespace") for o in mf.all_manifests(three)} == {
+    assert {o["metadata"].get("namespace") for o in lab_objects.all_manifests(three)} == {
         None,
         "gameday-lab-s3",
     }

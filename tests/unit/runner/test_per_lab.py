@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ScenarioError
-from runner.inventory import check_scenario, load_inventory
-from runner.scenario import LabKind, Outcome, load_scenario
+from runner.spec.inventory_load import check_scenario, load_inventory
+from runner.spec.kinds import LabKind, Outcome
+from runner.spec.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 GOOD = ROOT / "scenarios" / "context-window-overflow.yaml"

@@ -1,4 +1,4 @@
-"""runner.plan: what a run would do, line by line, with the lab never contacted."""
+"""runner.run.plan: what a run would do, line by line, with the lab never contacted."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import yaml
 
 from runner.labs.base import Capability
 from runner.labs.fake import FakeLab
-from runner.plan import describe_action, plan_scenario, render
-from runner.scenario import LoadedScenario, Restart, SetArgs, SetEnv, load_scenario
+from runner.run.plan import describe_action, plan_scenario, render
+from runner.spec.actions import Restart, SetArgs, SetEnv
+from runner.spec.scenario import LoadedScenario, load_scenario
 from tests.support.fakelab import inventory, scenario_doc
 
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from runner.labs.base import LabDriver
-from runner.probes import MIN_TIMEOUT_S, ProbeEnv, run_probes
-from runner.results import Verdict
-from runner.scenario import HttpProbe, InferenceProbe, LogSilenceProbe
+from runner.results.schema import Verdict
+from runner.run.probing import MIN_TIMEOUT_S, ProbeEnv, run_probes
+from runner.spec.probes import HttpProbe, InferenceProbe, LogSilenceProbe
 
 
 class SilentServer:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.redact import MASK, redact, redact_env, redact_obj, secret_name
 from runner.report import write_reports
-from runner.results import TimelineEvent, Verdict
+from runner.results.redact import MASK, redact, redact_env, redact_obj, secret_name
+from runner.results.schema import TimelineEvent, Verdict
 from tests.support.results import NOW, run_result, scenario_result
 
 SECRET = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.report import html, load_result
+from runner.report import html
 from runner.report.html import arrows, fold, head
-from runner.results import Assertion, Phase, Verdict
+from runner.results.schema import Assertion, Phase, Verdict, load_result
 
 DATA = Path(__file__).parents[2] / "data" / "report"
 

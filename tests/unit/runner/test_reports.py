@@ -5,9 +5,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from runner.report import write_reports
-from runner.results import (
-    RunResult,
-)
+from runner.results.schema import RunResult
 from tests.support.results import run_result, scenario_result
 
 EVIL = "<script>alert('x')</script> & <b>bold</b>"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.errors import InputError
 from runner.report import write_reports
-from runner.rundirs import LATEST, find_run, link_latest, run_dirs
+from runner.results.rundirs import LATEST, find_run, link_latest, run_dirs
 from tests.support.results import run_result, scenario_result
 from tests.unit.runner.test_hostile_input import ROOT, _IdleLab
 
@@ -85,13 +85,13 @@ def test_report_command_takes_a_run_id(tmp_path: Path) -> None:
 
 
 def idle_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> Any:
-    import runner.suite
+    import runner.run.suite
 
     def run_scenario(ls: Any, lab: Any, journal: Any, progress: Any) -> Any:
-        return runner.suite.skipped(ls, lab)
+        return runner.run.suite.skipped(ls, lab)
 
-    monkeypatch.setattr(runner.suite, "run_scenario", run_scenario)
-    monkeypatch.setattr(runner.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
+    monkeypatch.setattr(runner.run.suite, "run_scenario", run_scenario)
+    monkeypatch.setattr(runner.run.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
     sc = str(ROOT / "scenarios" / "tp-mismatch.yaml")
     return CliRunner().invoke(main, ["run", sc, "--reports", str(tmp_path / "reports"), *args])
 

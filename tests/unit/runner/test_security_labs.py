@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import InventoryError, ScenarioError
-from runner.inventory import load_inventory
-from runner.scenario import load_scenario
+from runner.spec.inventory_load import load_inventory
+from runner.spec.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 

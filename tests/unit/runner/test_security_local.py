@@ -13,11 +13,12 @@ import pytest
 
 from runner.errors import LabNotUp
 from runner.fsutil import write_private
-from runner.inventory import Inventory, load_inventory
-from runner.journal import Journal
 from runner.labs.base import Change, ChangeKind, NodeConfig
 from runner.labs.compose.driver import ComposeLab
-from runner.parallel import instance
+from runner.run.journal import Journal
+from runner.run.parallel import instance
+from runner.spec.inventory import Inventory
+from runner.spec.inventory_load import load_inventory
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRET = "hf_s3cr3t"

@@ -14,13 +14,12 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from runner import output
-from runner.cli import main
+from runner.cli import output
+from runner.cli.main import main
 from runner.errors import InventoryError, ScenarioError
-from runner.inventory import load_inventory
-from runner.redact import MASK, redact, redact_env, redact_obj
 from runner.report import write_reports
-from runner.results import (
+from runner.results.redact import MASK, redact, redact_env, redact_obj
+from runner.results.schema import (
     MAX_EVIDENCE_LINE,
     Assertion,
     Evidence,
@@ -29,7 +28,8 @@ from runner.results import (
     RunResult,
     Verdict,
 )
-from runner.scenario import load_scenario
+from runner.spec.inventory_load import load_inventory
+from runner.spec.scenario import load_scenario
 from runner.triage import triage
 from tests.support.results import NOW, run_result, scenario_result
 
@@ -258,8 +258,8 @@ def _regexes(o: object, found: list[str]) -> list[str]:
 
 
 def test_every_shipped_pattern_runs_on_re2() -> None:
-    from runner.patterns import compile_user
-    from runner.scenario import discover
+    from runner.spec.patterns import compile_user
+    from runner.spec.scenario import discover
 
     total = 0
     for f in discover([ROOT / "scenarios"]):

@@ -1,4 +1,4 @@
-"""runner.select: -k expressions (precedence, errors), tags, and the last run's failures."""
+"""runner.run.selection: -k expressions (precedence, errors), tags, and the last run's failures."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import yaml
 
 from runner.errors import InputError
 from runner.report import write_reports
-from runner.results import Verdict
-from runner.scenario import LoadedScenario, load_scenario
-from runner.select import Selection, keyword, last_failed
+from runner.results.schema import Verdict
+from runner.run.selection import Selection, keyword, last_failed
+from runner.spec.scenario import LoadedScenario, load_scenario
 from tests.support.fakelab import scenario_doc
 from tests.support.results import run_result, scenario_result
 

@@ -5,10 +5,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runner import startup
 from runner.labs.base import LogLine
-from runner.scenario import CaptureCheck, Pattern, StartupPhase
-from runner.signature import MAX_LINE, PatternResult, check_captures, match
+from runner.spec.expectations import CaptureCheck, Pattern
+from runner.spec.signature import MAX_LINE, PatternResult, check_captures, match
+from vllmfacts import startup
+from vllmfacts.startup import StartupPhase
 
 NOW = datetime.now(UTC)
 

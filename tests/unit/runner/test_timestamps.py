@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from runner.cli.timestamps import line_time, merge
 from runner.errors import InputError
-from runner.timestamps import line_time, merge
 from tests.support.seedlogs import CONTAINER, HOST
 
 KST = ZoneInfo("Asia/Seoul")

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runner.scenario import Window
-from runner.timing import TimeScale, elapsed_real
+from runner.spec.kinds import Window
+from runner.spec.timing import TimeScale, elapsed_real
 
 SCALE = TimeScale(scale=4.0, allowance_s=0.5)
 WINDOW = Window(min_s=10.0, max_s=20.0)  # with the slack: 8 to 22 real seconds

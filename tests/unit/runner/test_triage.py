@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.scenario import LoadedScenario, StartupPhase, discover, load_scenario
+from runner.spec.scenario import LoadedScenario, discover, load_scenario
 from runner.triage import Finding, normalise, signatures, triage
 from tests.support.seedlogs import HEALTHY, SEED_019
+from vllmfacts.startup import StartupPhase
 
 ROOT = Path(__file__).resolve().parents[3]
 SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]

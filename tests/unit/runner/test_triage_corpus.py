@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.scenario import discover, load_scenario
+from runner.spec.scenario import discover, load_scenario
 from runner.triage import triage
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from runner.cli import main
-from runner.scenario import StartupPhase, discover, load_scenario
+from runner.cli.main import main
+from runner.cli.triage_view import fold
+from runner.spec.scenario import discover, load_scenario
 from runner.triage import normalise, phase_of, triage
 from runner.triage.match import find
-from runner.triage.report import fold
+from vllmfacts.startup import StartupPhase
 
 ROOT = Path(__file__).resolve().parents[3]
 SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]

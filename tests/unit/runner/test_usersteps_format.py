@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from runner.errors import ScenarioError
-from runner.scenario import load_scenario
+from runner.spec.scenario import load_scenario
 from tests.support.fakelab import scenario_doc
 
 

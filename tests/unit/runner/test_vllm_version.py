@@ -11,17 +11,20 @@ from typing import Any
 import pytest
 import yaml
 
-from labengine.wording import Era
 from runner.errors import InventoryError, ScenarioError
-from runner.inventory import ERA_ENV, Inventory, load_inventory
 from runner.labs.compose.project import compose_env
-from runner.labs.kubernetes.manifests import CONTAINER, all_manifests
+from runner.labs.kubernetes.lab_objects import all_manifests
+from runner.labs.kubernetes.manifests import CONTAINER
 from runner.labs.local.driver import LocalLab
-from runner.plan import plan_scenario, render
-from runner.results import Verdict
-from runner.scenario import LabKind, Outcome, load_scenario, variant_notes
+from runner.results.schema import Verdict
+from runner.run.plan import plan_scenario, render
+from runner.spec.inventory import ERA_ENV, Inventory
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LabKind, Outcome
+from runner.spec.scenario import load_scenario, variant_notes
 from tests.support.cli import ROOT
 from tests.support.fakelab import fake_run, scenario_doc, wrong_flag
+from vllmfacts.wording import Era
 
 LOCAL = ROOT / "inventories" / "local.yaml"
 LOCAL_033 = ROOT / "inventories" / "local-vllm033.yaml"
@@ -217,7 +220,7 @@ def test_a_nested_per_lab_for_a_lab_not_in_labs_is_refused(tmp_path: Path) -> No
 
 
 def test_a_nested_node_is_checked_against_the_inventory(tmp_path: Path) -> None:
-    from runner.inventory import check_scenario
+    from runner.spec.inventory_load import check_scenario
 
     p = scenario(tmp_path, ENTRY.replace("node: serving", "node: servng"))
     with pytest.raises(ScenarioError) as e:
@@ -399,7 +402,7 @@ def test_a_vllm_image_of_another_release_is_refused(tmp_path: Path) -> None:
 
 
 def test_validate_checks_the_flags_a_per_vllm_section_sets(tmp_path: Path) -> None:
-    from runner.checks import check_engine_names
+    from runner.spec.checks import check_engine_names
 
     p = scenario(tmp_path, ENTRY.replace("{--max-model-len: 4096}", "{--max-model-lenn: 4096}"))
     with pytest.raises(ScenarioError) as e:

@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from runner.inventory import load_inventory
 from runner.labs.kubernetes import alertmanager as kam
 from runner.labs.kubernetes import monitoring as kmon
+from runner.spec.inventory_load import load_inventory
 from tests.kubeapi import httpsd
 from tests.support.cli import ROOT
 from tests.support.kube_sd import as_http_sd

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.drill.session import DRILL_DIR
 from runner.labs import open_lab
 from tests.support.fakelab import inventory
@@ -44,7 +44,7 @@ def page() -> Iterator[tuple[str, Seen]]:
 
 
 def folder_of(inv_path: Path) -> Path:
-    from runner.inventory import load_inventory
+    from runner.spec.inventory_load import load_inventory
 
     return open_lab(load_inventory(inv_path)).state_dir / DRILL_DIR
 

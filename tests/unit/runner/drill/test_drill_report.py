@@ -7,10 +7,10 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from runner.drill.model import ActionKind, HintView, ObservedAction
-from runner.report import load_result, write_reports
-from runner.results import DrillOutcome, DrillRecord, RunMode, Verdict
-from runner.scenario import Outcome
+from runner.report import write_reports
+from runner.results.drill_record import ActionKind, HintView, ObservedAction
+from runner.results.schema import DrillOutcome, DrillRecord, RunMode, Verdict, load_result
+from runner.spec.kinds import Outcome
 from tests.support.results import NOW, run_result, scenario_result
 
 SHORTCUT = ObservedAction(

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from runner.drill.hints import Ack, Hints
-from runner.drill.model import HintView
 from runner.errors import ScenarioError
-from runner.scenario import Hint, load_scenario
+from runner.results.drill_record import HintView
+from runner.spec.scenario import Hint, load_scenario
 from tests.support.fakelab import scenario_doc
 
 

@@ -9,18 +9,11 @@ from typing import Any
 
 from rich.console import Console
 
+from runner.cli.drill_live import DrillView, clock_text, plain_line
 from runner.drill.bus import DrillBus, Request
-from runner.drill.live import DrillView, clock_text, plain_line
-from runner.drill.model import (
-    ActionKind,
-    DrillEvent,
-    DrillPhase,
-    DrillStatus,
-    EventKind,
-    NodeView,
-    ObservedAction,
-)
-from runner.scenario import NodeStatus, Outcome
+from runner.drill.model import DrillEvent, DrillPhase, DrillStatus, EventKind, NodeView
+from runner.results.drill_record import ActionKind, ObservedAction
+from runner.spec.kinds import NodeStatus, Outcome
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SHORTCUT = ObservedAction(

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from runner.drill.model import ActionKind, ObservedAction
 from runner.drill.recognise import Configs, Recogniser, config_diff, match, together_groups
-from runner.inventory import RestartPolicy
 from runner.labs.base import EventType, LabEvent, NodeConfig
-from runner.scenario import Outcome, RecoveryStep
+from runner.results.drill_record import ActionKind, ObservedAction
+from runner.spec.expectations import RecoveryStep
+from runner.spec.inventory import RestartPolicy
+from runner.spec.kinds import Outcome
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 BASE = NodeConfig(args=("m", "--port", "8000"), env={"HF_TOKEN": "hf_secret", "A": "1"})

@@ -19,7 +19,7 @@ from runner.drill.bus import DrillBus, Request
 from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView
 from runner.drill.server import ServerHandle, sse_frame, start_server
 from runner.errors import LabError
-from runner.scenario import NodeStatus
+from runner.spec.kinds import NodeStatus
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

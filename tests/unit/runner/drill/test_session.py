@@ -12,11 +12,12 @@ from typing import Any
 import httpx
 
 from runner.drill.bus import Request, read_status
-from runner.drill.model import ActionKind, DrillPhase, DrillStatus, EventKind
+from runner.drill.model import DrillPhase, DrillStatus, EventKind
 from runner.drill.session import Drill, DrillOptions, drill_folder
-from runner.journal import Journal
 from runner.labs.base import Change, ChangeKind
-from runner.results import DrillOutcome, ScenarioResult, Verdict
+from runner.results.drill_record import ActionKind
+from runner.results.schema import DrillOutcome, ScenarioResult, Verdict
+from runner.run.journal import Journal
 from tests.support.fakelab import FakeRun, fake_run, scenario_doc, wrong_flag
 
 Person = Callable[[Drill], None]

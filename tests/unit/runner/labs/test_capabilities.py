@@ -6,7 +6,7 @@ from pathlib import Path
 
 from runner.labs.base import Capability
 from runner.labs.capabilities import lacking, needs
-from runner.scenario import load_scenario
+from runner.spec.scenario import load_scenario
 from tests.support.fakelab import fake_run, scenario_doc, wrong_flag
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -56,8 +56,8 @@ def test_alerts_need_monitoring(tmp_path: Path) -> None:
 def test_delivery_on_kubernetes_needs_a_receiver_address_the_pods_reach() -> None:
     """The receiver's default address is on the runner's machine: no pod of a real cluster
     reaches it, so a Kubernetes lab delivers only with monitoring.receiver_listen set."""
-    from runner.inventory import load_inventory
     from runner.labs.kubernetes.driver import KubernetesLab
+    from runner.spec.inventory_load import load_inventory
 
     head = load_scenario(ROOT / "scenarios" / "head-only-restart.yaml").scenario
     eks = KubernetesLab(load_inventory(ROOT / "inventories" / "eks.yaml"))

@@ -1,4 +1,4 @@
-"""The event feed the compose and kubernetes drivers hold (runner.labs.events.EventFeed)."""
+"""The event feed the compose and kubernetes drivers hold (runner.labs.common.events.EventFeed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 
 from runner.labs.base import EventType
-from runner.labs.events import EventFeed
+from runner.labs.common.events import EventFeed
 
 T0 = datetime(2026, 4, 19, 1, 59, 54, tzinfo=UTC)
 

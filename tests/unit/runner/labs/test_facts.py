@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.inventory import load_inventory
 from runner.labs.compose.driver import ComposeLab
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.labs.local.driver import LocalLab
+from runner.spec.inventory_load import load_inventory
 
 ROOT = Path(__file__).resolve().parents[4]
 

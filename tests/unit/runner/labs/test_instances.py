@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.inventory import ComposeSpec
 from runner.labs.compose.instance import _Mover
+from runner.spec.inventory import ComposeSpec
 
 SPEC = ComposeSpec(
     project="gameday-compose",

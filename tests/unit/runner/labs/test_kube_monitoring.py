@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from runner.errors import LabError
-from runner.inventory import load_inventory
 from runner.labs.base import Capability
+from runner.labs.kubernetes import lab_objects
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as km
 from runner.labs.kubernetes.driver import KubernetesLab
+from runner.spec.inventory_load import load_inventory
 
 ROOT = Path(__file__).resolve().parents[4]
 TESTSERVER = ROOT / "inventories" / "kube-testserver.yaml"
@@ -58,7 +59,7 @@ def test_the_test_servers_manifests_in_order_all_valid() -> None:
     assert sd["kubernetes_sd_configs"][0]["api_server"] == "http://127.0.0.1:16443"
     # printed (`gameday lab manifests`): the token masked and the server a placeholder, between
     # the Services and the engines
-    printed = mf.all_manifests(inv)
+    printed = lab_objects.all_manifests(inv)
     kinds = [d["kind"] for d in printed]
     assert kinds == [
         "Namespace",

@@ -1,4 +1,4 @@
-"""The helpers every lab driver shares (runner.labs.common)."""
+"""The helpers every lab driver shares (runner.labs.common.helpers)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from runner.errors import LabError
-from runner.inventory import load_inventory
-from runner.labs import common, open_lab
+from runner.labs import open_lab
 from runner.labs.base import ExitInfo, GpuProcess, LabDriver, LogLine, NodeConfig, NodeState
-from runner.labs.events import Incarnation
-from runner.scenario import LogSource, NodeStatus
-from runner.timing import TimeScale
+from runner.labs.common import helpers as common
+from runner.labs.common.events import Incarnation
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LogSource, NodeStatus
+from runner.spec.timing import TimeScale
 
 ROOT = Path(__file__).resolve().parents[4]
 T0 = datetime(2026, 4, 19, 1, 59, 54, tzinfo=UTC)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from runner.errors import LabError
-from runner.inventory import load_inventory
 from runner.labs.base import EventType
 from runner.labs.local.driver import LocalLab
+from runner.spec.inventory_load import load_inventory
 
 ROOT = Path(__file__).resolve().parents[4]
 

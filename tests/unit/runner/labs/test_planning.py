@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runner.inventory import Node, Role
 from runner.labs.base import Change, ChangeKind, NodeConfig, ProcessState, Value
-from runner.labs.planning import describe_change, dhcp_address, edit_args
+from runner.labs.common.planning import describe_change, dhcp_address, edit_args
+from runner.spec.inventory import Node, Role
 
 
 def test_edit_args() -> None:

@@ -9,15 +9,15 @@ from typing import Any, cast
 
 import httpx
 
-from runner.alerts import WebhookReceiver, parse_notification
-from runner.journal import Journal
 from runner.labs.base import LabDriver
-from runner.results import Verdict
+from runner.results.schema import Verdict
 from runner.run.context import Context
+from runner.run.journal import Journal
 from runner.run.phases.detect import check_delivered
+from runner.run.receiver import WebhookReceiver, parse_notification
 from runner.run.record import Recorder
-from runner.scenario import AlertExpectation
-from runner.timing import TimeScale
+from runner.spec.expectations import AlertExpectation
+from runner.spec.timing import TimeScale
 
 WANT = AlertExpectation(
     name="ServingDown",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.results import Phase, ScenarioResult, Verdict
+from runner.results.schema import Phase, ScenarioResult, Verdict
 from tests.support.fakelab import WRONG_FLAG_LOGS as WRONG_LOGS
 from tests.support.fakelab import fake_run, scenario_doc, wrong_flag
 
@@ -130,8 +130,8 @@ def test_a_target_that_never_serves_is_an_error_not_a_failure(tmp_path: Path) ->
 
 def test_a_node_left_changed_stops_the_run_before_injecting(tmp_path: Path) -> None:
     from runner.labs.base import ChangeKind
-    from runner.labs.planning import plan_change
-    from runner.scenario import SetArgs
+    from runner.labs.common.planning import plan_change
+    from runner.spec.actions import SetArgs
 
     run = fake_run(tmp_path, scenario_doc(), wrong_flag())
     left = plan_change(run.lab, SetArgs(kind="set_args", node="serving", args={"--seed": 1}))
@@ -737,7 +737,8 @@ def test_a_crash_loop_is_seen_in_the_events_when_the_sample_reads_running() -> N
 
     from runner.labs.base import EventType, ExitInfo, LabEvent, NodeState
     from runner.run.phases.expect import in_state
-    from runner.scenario import NodeStatus, StateExpectation
+    from runner.spec.expectations import StateExpectation
+    from runner.spec.kinds import NodeStatus
 
     t = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -11,16 +11,16 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.journal import Journal
 from runner.labs.base import ChangeKind
-from runner.labs.planning import plan_change
-from runner.results import EventKind, ScenarioResult, Verdict
+from runner.labs.common.planning import plan_change
+from runner.results.schema import EventKind, ScenarioResult, Verdict
 from runner.run.context import Context
+from runner.run.journal import Journal
 from runner.run.phases.baseline import baseline
 from runner.run.record import Recorder
-from runner.scenario import SetArgs
-from runner.timing import TimeScale
-from runner.undo import cleanup_lab
+from runner.run.undo import cleanup_lab
+from runner.spec.actions import SetArgs
+from runner.spec.timing import TimeScale
 from tests.support.fakelab import HEALTH, fake_run, scenario_doc
 
 JAMBA = "gameday-lab/jamba-hybrid-1b"

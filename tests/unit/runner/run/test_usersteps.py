@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from runner import journal
 from runner.labs.base import Change, ChangeKind, NodeConfig
 from runner.labs.fake import FakeLab
-from runner.results import Phase, Verdict
-from runner.run import usersteps as runner_side
-from runner.run.usersteps import StepRun
-from runner.usersteps import AnyUserStep, CommandStep, describe_user_step
+from runner.results.schema import Phase, Verdict
+from runner.run import journal
+from runner.run import stepexec as runner_side
+from runner.run.stepexec import StepRun
+from runner.spec.usersteps import AnyUserStep, CommandStep, describe_user_step
 from tests.support.fakelab import FakeRun, fake_run, scenario_doc, wrong_flag
 
 ROLL_BACK = {"name": "Roll back", "outcome": "restores", "actions": [{"kind": "rollback"}]}
@@ -56,7 +56,7 @@ def scripted(
         return (outcomes or {}).get(step.argv[0], StepRun(True, "exit 0"))
 
     monkeypatch.setattr(runner_side, "run_step", fake)
-    monkeypatch.setattr("runner.run.actions.run_step", fake)
+    monkeypatch.setattr("runner.run.apply.run_step", fake)
     return calls
 
 
@@ -197,7 +197,7 @@ def test_a_recovery_step_that_leaves_drift_gets_the_baseline_back(
 
 
 def test_describe_user_step_is_one_line() -> None:
-    from runner.usersteps import Http, Playbook
+    from runner.spec.usersteps import Http, Playbook
 
     assert (
         describe_user_step(CommandStep(kind="command", argv=["./fix.sh", "--node", "serving"]))

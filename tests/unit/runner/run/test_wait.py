@@ -14,13 +14,13 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from runner.journal import Journal
 from runner.labs.base import EventType, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.run import context as context_mod
 from runner.run.context import Context, first_exit
+from runner.run.journal import Journal
 from runner.run.record import Recorder
-from runner.scenario import NodeStatus
-from runner.timing import TimeScale
+from runner.spec.kinds import NodeStatus
+from runner.spec.timing import TimeScale
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ LOCAL = str(ROOT / "inventories" / "local.yaml")
 
 
 def run(*args: str) -> tuple[int, str]:
-    from runner.cli import main
+    from runner.cli.main import main
 
     r = CliRunner().invoke(main, ["watchdog", "--lab", LOCAL, *args])
     return r.exit_code, r.output
@@ -39,13 +39,13 @@ def test_a_zero_probe_interval_is_refused_by_the_option() -> None:
 
 
 def test_a_metrics_port_in_use_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runner.cli_watchdog
+    import runner.cli.watchdog
 
     class UpLab:
         def is_up(self) -> bool:
             return True
 
-    monkeypatch.setattr(runner.cli_watchdog, "open_lab", lambda inventory: UpLab())
+    monkeypatch.setattr(runner.cli.watchdog, "open_lab", lambda inventory: UpLab())
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -65,8 +65,8 @@ def test_alert_url_and_no_alert_exclude_each_other() -> None:
 
 
 def test_the_alert_goes_to_the_labs_own_alertmanager_by_default() -> None:
-    from runner.cli_watchdog import lab_alertmanager
-    from runner.inventory import load_inventory
+    from runner.cli.watchdog import lab_alertmanager
+    from runner.spec.inventory_load import load_inventory
 
     assert lab_alertmanager(load_inventory(ROOT / "inventories" / "local.yaml")) == (
         "http://127.0.79.1:9093/api/v2/alerts"

@@ -15,8 +15,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from runner.labs.fake import FakeLab
-from runner.probes import ProbeEnv
-from runner.scenario import InferenceProbe
+from runner.run.probing import ProbeEnv
+from runner.spec.probes import InferenceProbe
 from runner.watchdog.loop import LabClock, Observer, Watchdog, probe_target
 from runner.watchdog.machine import Decision, Policy, WatchState, start
 from runner.watchdog.metrics import WatchMetrics

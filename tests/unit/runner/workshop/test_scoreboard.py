@@ -14,18 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.drill.model import (
-    ActionKind,
-    DrillPhase,
-    DrillStatus,
-    HintView,
-    ObservedAction,
-)
-from runner.inventory import load_inventory
-from runner.scenario import Outcome
+from runner.drill.model import DrillPhase, DrillStatus
+from runner.results.drill_record import ActionKind, HintView, ObservedAction
+from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import Outcome
+from runner.workshop.board_server import Feed, start_server
 from runner.workshop.scoreboard import SeatRow, scoreboard, seat_row, status_files
 from runner.workshop.seats import create_workshop
-from runner.workshop.server import Feed, start_server
 
 ROOT = Path(__file__).resolve().parents[4]
 LOCAL = ROOT / "inventories" / "local.yaml"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import InputError, LabError
-from runner.inventory import load_inventory
-from runner.parallel import instance
+from runner.run.parallel import instance
+from runner.spec.inventory_load import load_inventory
 from runner.workshop.cards import Seat, restart_group, seat_card
 from runner.workshop.seats import (
     MAX_SEATS,
@@ -143,7 +143,7 @@ def test_seat_card_text(state: Path) -> None:
 def test_start_refuses_before_any_drill(state: Path) -> None:
     from click.testing import CliRunner
 
-    from runner.cli import main
+    from runner.cli.main import main
 
     create_workshop(load_inventory(LOCAL), 2, 8700)
     run = CliRunner()

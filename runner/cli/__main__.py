@@ -1,0 +1,5 @@
+"""`python -m runner.cli`: the `gameday` command."""
+
+from runner.cli.main import main
+
+main()

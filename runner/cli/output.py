@@ -1,0 +1,272 @@
+"""Everything gameday prints goes through here (rich on a terminal, plain lines otherwise).
+Results and JSON go to stdout; progress, messages and errors to stderr. `-q` keeps only the
+results and the errors; `-v` adds every progress line and each failed assertion's detail.
+
+No control character from a log, a lab or a scenario reaches the terminal raw: every string
+rich renders passes through runner.results.printable first (ESC becomes `\x1b`), and `escape` does
+the same for text that takes another path (the live status line)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any
+
+from rich import markup
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from runner.errors import GamedayError
+from runner.results.durations import real_s
+from runner.results.printable import printable
+from runner.results.schema import Assertion, RunResult, ScenarioResult, Verdict
+from runner.results.trends import History, Measure
+
+__all__ = [
+    "Level",
+    "debug",
+    "err",
+    "error",
+    "escape",
+    "history_table",
+    "json_out",
+    "message",
+    "out",
+    "run_summary",
+    "set_level",
+]
+
+
+class Level(enum.IntEnum):
+    """How much goes to stderr besides errors (`gameday -q` / `-v`)."""
+
+    QUIET = 0  # results and errors only
+    NORMAL = 1
+    VERBOSE = 2  # every progress line, each failed assertion's detail
+
+
+_level = Level.NORMAL
+
+
+def set_level(level: Level) -> None:
+    global _level
+    _level = level
+
+
+def level() -> Level:
+    return _level
+
+
+# A backslash before a `[` that rich's escape leaves alone (not tag-like: `\[W`, a regex's
+# escaped bracket) is still taken by rich's parser as an escape and dropped: one more keeps it.
+_BARE_ESCAPE = re.compile(r"(\\+)(\[(?![a-z#/@]))")
+
+
+def escape(text: str) -> str:
+    """`text` as literal rich markup, its control characters made visible."""
+    return _BARE_ESCAPE.sub(
+        lambda m: m.group(1) + "\\" + m.group(2), markup.escape(printable(text))
+    )
+
+
+class _Console(Console):
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Every string rich prints (print's arguments, table cells) comes through here."""
+        return super().render_str(printable(text), **kwargs)
+
+
+def _to_devnull(stream: Any) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+class _OutConsole(_Console):
+    def on_broken_pipe(self) -> None:
+        """`gameday triage x.log | head -1`: the reader has what it wanted. Rich would exit 1,
+        which triage documents as "no known failure" and run as "an assertion failed"; the
+        command goes on quietly and exits with its own code (a run still cleans up and writes
+        its reports)."""
+        self.quiet = True
+        _to_devnull(sys.stdout)
+
+
+class _ErrConsole(_Console):
+    def on_broken_pipe(self) -> None:
+        """`gameday run ... 2>&1 | head`: whoever read the progress has gone. Rich would exit;
+        a run must go on without its reader, clean up, take its lab down and write its
+        reports, so stderr goes quiet instead (and to /dev/null, for what writes to it
+        directly)."""
+        self.quiet = True
+        _to_devnull(sys.stderr)
+
+
+out = _OutConsole(highlight=False, soft_wrap=True)
+err = _ErrConsole(stderr=True, highlight=False, soft_wrap=True)
+
+_STYLE = {
+    Verdict.PASSED: "green",
+    Verdict.FAILED: "bold red",
+    Verdict.ERROR: "yellow",
+    Verdict.SKIPPED: "dim",
+}
+
+
+class ProgressLine:
+    """Progress while a run waits: a live status line on a terminal, timestamped lines in CI."""
+
+    def __init__(self) -> None:
+        self._status: Any = None
+        self._t0 = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> ProgressLine:
+        if err.is_terminal and _level is Level.NORMAL:
+            self._status = err.status("starting")
+            self._status.__enter__()
+        return self
+
+    def __call__(self, message: str) -> None:
+        if _level is Level.QUIET:
+            return
+        with self._lock:  # `--parallel` workers report from their threads
+            self._show(message)
+
+    def _show(self, message: str) -> None:
+        stamp = f"{time.monotonic() - self._t0:7.2f}s"
+        if self._status is not None:
+            self._status.update(f"{stamp} {escape(message)}")
+            if message.endswith(("passed", "failed", "error", "skipped")):
+                err.print(f"{stamp} {escape(message)}")
+        else:
+            err.print(f"{stamp} {escape(message)}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+
+def error(exc: GamedayError) -> None:
+    err.print(f"[bold red]error:[/] {escape(exc.message)}")
+    if exc.hint:
+        err.print(f"  [dim]hint:[/] {escape(exc.hint)}")
+
+
+def message(text: str) -> None:
+    """A diagnostic on stderr (not with -q)."""
+    if _level >= Level.NORMAL:
+        err.print(escape(text))
+
+
+def debug(text: str) -> None:
+    """A diagnostic on stderr with -v only."""
+    if _level >= Level.VERBOSE:
+        err.print(f"[dim]{escape(text)}[/]")
+
+
+def json_out(data: Any) -> None:
+    try:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        out.on_broken_pipe()
+
+
+def run_summary(result: RunResult, report_dir: str) -> None:
+    """The run's table (durations in real-world seconds, lab seconds in brackets on a scaled
+    lab), its failed assertions, where the reports are and the verdict. No cell is ever cut:
+    where the table would not fit, a block per scenario instead (_stacked)."""
+    title = escape(f"gameday run {result.run_id} on lab {result.lab.name}")
+    table = Table(title=title)
+    table.add_column("scenario", overflow="fold")
+    table.add_column("verdict", no_wrap=True, min_width=7)
+    for col in (*TIMES, "failed"):
+        table.add_column(col, overflow="fold")
+    scale = result.lab.time_scale
+    for s in result.scenarios:
+        bad = _failed(s)
+        table.add_row(
+            escape(s.id),
+            _verdict(s.verdict),
+            *(real_s(value, scale) for value in _times(s).values()),
+            str(len(bad)) if bad else "",
+        )
+    if Measurement.get(out, out.options.update_width(10**5), table).maximum <= out.width:
+        out.print(table)
+    else:
+        _stacked(result, title)
+    for s in result.scenarios:
+        for a in _failed(s):
+            verdict = f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/]"
+            out.print(f"{verdict} {escape(s.id)}: {escape(a.name)}")
+            out.print(f"    expected: {escape(a.expected)}")
+            out.print(f"    observed: {escape(a.observed)}")
+            if a.detail:
+                debug("    " + a.detail.rstrip().replace("\n", "\n    "))
+    out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
+    out.print(f"verdict: {_verdict(result.verdict)}")
+
+
+TIMES = ("time to fail", "time to detect", "time to recover")
+
+
+def _times(s: ScenarioResult) -> dict[str, float | None]:
+    return dict(
+        zip(TIMES, (s.time_to_fail_s, s.time_to_detect_s, s.time_to_recover_s), strict=True)
+    )
+
+
+def _failed(s: ScenarioResult) -> list[Assertion]:
+    return [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
+
+
+def _verdict(v: Verdict) -> str:
+    return f"[{_STYLE[v]}]{v.value}[/]"
+
+
+def _stacked(result: RunResult, title: str) -> None:
+    """The run's table for a terminal too narrow for it: a block per scenario, its id and verdict
+    on one line and each time on its own, so that nothing is folded mid-word."""
+    out.print(title)
+    for s in result.scenarios:
+        out.print(f"{escape(s.id)}  {_verdict(s.verdict)}")
+        for label, value in _times(s).items():
+            if value is not None:
+                out.print(f"  {label:<16}{real_s(value, result.lab.time_scale)}")
+        if bad := _failed(s):
+            out.print(f"  {'failed':<16}{len(bad)}")
+
+
+def _change(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f} s"
+
+
+def history_table(h: History) -> None:
+    """One table per scenario: its runs oldest first, each time with its change against the run
+    before, a regression in time to recover flagged."""
+    for t in h.trends:
+        table = Table(title=escape(f"{t.scenario}: {len(t.points)} run(s)"), title_justify="left")
+        ids = max(len(p.run_id) for p in t.points)
+        table.add_column("run", overflow="fold", min_width=min(ids, 30))
+        table.add_column("verdict", no_wrap=True, min_width=7)
+        for col in ("time to fail", "time to detect", "time to recover"):
+            table.add_column(col, overflow="fold")
+        for p in t.points:
+            cells = []
+            for m in Measure:
+                value = getattr(p, m.value)
+                text = real_s(value, p.time_scale)
+                if change := _change(p.change_s.get(m)):
+                    text += f" ({change})"
+                if m is Measure.RECOVER and p.recover_regressed:
+                    text += " [bold red]REGRESSED[/]"
+                cells.append(text)
+            table.add_row(escape(p.run_id), f"[{_STYLE[p.verdict]}]{p.verdict.value}[/]", *cells)
+        out.print(table)

@@ -1,0 +1,181 @@
+"""`gameday workshop`: one lab per attendee (a seat), a drill on each, and a scoreboard. A thin
+layer over runner.workshop, like the rest of runner.cli.main."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from runner.cli import output
+from runner.cli.options import handled, lab_option, load_all
+from runner.errors import InputError, LabError
+from runner.spec.inventory_load import check_scenario, load_inventory
+
+if TYPE_CHECKING:
+    from runner.workshop.seats import Workshop
+
+JOBS_HELP = "Seats brought up (or down) at once [default: all of them]."
+
+
+@click.group()
+def workshop() -> None:
+    """One isolated lab per attendee (seat k is instance k of the lab, as `run --parallel`
+    makes them; on Kubernetes a namespace per seat), a drill on each, and a scoreboard.
+    Everything of a workshop lives under $GAMEDAY_STATE_DIR/workshop/<lab name>/."""
+
+
+@workshop.command("up")
+@click.option("--seats", "n", type=int, required=True, help="How many seats (1..32).")
+@lab_option
+@click.option("--jobs", type=click.IntRange(1, 32), default=None, help=JOBS_HELP)
+@click.option(
+    "--page-base",
+    type=click.IntRange(1024, 65000),
+    default=8700,
+    show_default=True,
+    help="Seat k's drill page listens on this port + k; the scoreboard on this port.",
+)
+@handled
+def workshop_up(n: int, lab_path: Path, jobs: int | None, page_base: int) -> None:
+    """Bring up N seats at once and write a seat card per seat (seat-<k>.md, also printed).
+    Exit 2 for N out of 1..32 or a workshop of this lab already up; exit 3 when a seat cannot
+    come up (then every seat is taken down again)."""
+    from runner.workshop.cards import Seat, seat_card
+    from runner.workshop.seats import bring_up, create_workshop
+
+    inventory = load_inventory(lab_path)
+    ws = create_workshop(inventory, n, page_base)
+    seconds, urls = bring_up(ws, jobs or n)
+    for k in ws.seats:
+        seat = Seat(
+            k=k,
+            inventory=ws.seat(k),
+            inventory_file=str(ws.seat_path(k)),
+            urls=urls[k],
+            page_url=ws.page_url(k),
+        )
+        card = seat_card(seat)
+        (ws.folder / f"seat-{k}.md").write_text(card)
+        output.out.print(card, markup=False, highlight=False)
+    output.message(
+        f"workshop of lab {inventory.lab.name!r}: {n} seat(s) up in {seconds:.1f} s; cards in "
+        f"{ws.folder}"
+    )
+
+
+@workshop.command("start")
+@click.argument("scenario")
+@lab_option
+@click.option("--seats", "chosen", default="all", show_default=True, help="all, or e.g. 1,3")
+@handled
+def workshop_start(scenario: str, lab_path: Path, chosen: str) -> None:
+    """Start a drill of SCENARIO (a file or an id) on the chosen seats, each a detached `gameday
+    drill` whose output goes to the workshop folder. Exit 2 when a chosen seat is already
+    drilling (then no drill starts) or the scenario does not apply to the lab."""
+    from runner.workshop.drills import start_drills
+    from runner.workshop.seats import load_workshop, parse_seats
+
+    inventory = load_inventory(lab_path)
+    ws = load_workshop(inventory)
+    seats = parse_seats(chosen, ws.manifest.seats)
+    entries = load_all((scenario,))
+    if len(entries) != 1:
+        raise InputError(
+            f"a workshop drills one scenario; {scenario!r} names {len(entries)}",
+            field="SCENARIO",
+            hint="name one scenario file or id",
+        )
+    check_scenario(entries[0].loaded, inventory)
+    arg = str(Path(scenario).resolve()) if os.path.exists(scenario) else scenario
+    for k, rec in start_drills(ws, seats, arg).items():
+        output.message(f"seat {k}: drill {scenario} started (pid {rec.pid}); {ws.page_url(k)}")
+
+
+@workshop.command("status")
+@lab_option
+@click.option("--json", "as_json", is_flag=True, help="The scoreboard as JSON.")
+@click.option("--serve", is_flag=True, help="Serve the facilitator's live page (Ctrl-C ends).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="The page's port [default: the workshop's --page-base].")  # fmt: skip
+@handled
+def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None) -> None:
+    """The scoreboard: per seat, the drill's state (or idle / down), the time since the fault,
+    hints used, shortcuts tried, acknowledged and recovered at. Exit 3 without a workshop."""
+    from runner.workshop.scoreboard import scoreboard, status_files, table
+    from runner.workshop.seats import load_workshop
+
+    ws = load_workshop(load_inventory(lab_path))
+    if serve:
+        from runner.workshop.board_server import Feed, start_server
+
+        handle = start_server(
+            Feed(lambda: scoreboard(ws), lambda: status_files(ws)),
+            ws.manifest.page_base if port is None else port,
+        )
+        output.message(f"scoreboard of lab {ws.manifest.lab!r} on {handle.url} (Ctrl-C ends)")
+        try:
+            handle.wait()
+        except KeyboardInterrupt:  # how a facilitator ends the page: nothing to clean up
+            output.message("scoreboard stopped")
+        finally:
+            handle.stop()
+        return
+    board = scoreboard(ws)
+    if as_json:
+        output.json_out(board.model_dump(mode="json"))
+    else:
+        output.out.print(table(board))
+
+
+@workshop.command("down")
+@lab_option
+@click.option("--grace", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
+              help="Seconds a drill has to clean up after SIGINT before it is killed.")  # fmt: skip
+@click.option("--jobs", type=click.IntRange(1, 32), default=None, help=JOBS_HELP)
+@handled
+def workshop_down(lab_path: Path, grace: float, jobs: int | None) -> None:
+    """Stop every seat's drill (SIGINT: it cleans up; killed after --grace, then `gameday
+    cleanup` for that seat), take every seat down and remove the workshop folder, then check
+    that nothing of it is left. Exit 3, folder kept, when something is."""
+    from runner.workshop.seats import load_workshop, take_down
+
+    ws = load_workshop(load_inventory(lab_path))
+    for line in stop_all(ws, grace, jobs or ws.manifest.seats):
+        output.message(line)
+    left = take_down(ws, jobs or ws.manifest.seats)
+    if left:
+        raise LabError(
+            "workshop down left: " + "; ".join(left),
+            hint=f"gameday workshop down --lab {lab_path} again",
+        )
+    output.message(f"workshop of lab {ws.manifest.lab!r} is down: nothing of it is left")
+
+
+def stop_all(ws: Workshop, grace: float, jobs: int) -> list[str]:
+    """Every seat's drill stopped; a killed one's lab cleaned up as `gameday cleanup` does."""
+    from runner.labs import open_lab
+    from runner.run.undo import cleanup_lab
+    from runner.workshop.drills import drilling, stop_drill
+    from runner.workshop.seats import for_each_seat
+
+    lines: list[str] = []
+
+    def stop(k: int) -> None:
+        rec = drilling(ws, k)
+        if rec is None:
+            return
+        if stop_drill(rec, grace):
+            cleanup_lab(open_lab(ws.seat(k)))
+            lines.append(f"seat {k}: drill killed after {grace:.0f} s; cleaned up")
+        else:
+            lines.append(f"seat {k}: drill stopped (it cleaned up)")
+
+    errors = for_each_seat(ws.seats, stop, jobs)
+    if errors:
+        raise LabError(
+            "; ".join(f"seat {k}: {str(e).splitlines()[0]}" for k, e in sorted(errors.items()))
+        )
+    return sorted(lines)

@@ -1,0 +1,36 @@
+"""What the kinds' inventory rules share: the adoption section's place in the file, its hint,
+and the rule that `gameday_service` belongs to an adopted Compose project only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from runner.errors import InventoryError
+from runner.spec.inventory import Node
+from runner.spec.yamlsrc import Source
+
+ADOPT_HINT = "see README.md 'Adopting a deployment you already run'"
+ADOPT_LOC = ("all", "vars", "gameday_lab", "adopt")
+
+
+def fail(src: Source, loc: tuple[Any, ...], field: str, msg: str, hint: str) -> NoReturn:
+    raise InventoryError(
+        msg, file=src.path, line=src.line_of(loc), field=field, hint=f"{hint}; {ADOPT_HINT}"
+    )
+
+
+def refuse_services(
+    src: Source, nodes: Sequence[Node], host_lines: Mapping[str, tuple[Any, ...]]
+) -> None:
+    """InventoryError for any host's gameday_service: this lab adopts no Compose project."""
+    for n in nodes:
+        if n.service is not None:
+            fail(
+                src,
+                (*host_lines[n.name], "gameday_service"),
+                f"{n.name}.gameday_service",
+                "gameday_service maps a host onto a service of an adopted Compose project; "
+                "this lab adopts none",
+                "add gameday_lab.adopt: {project: NAME} to a compose lab, or remove it",
+            )

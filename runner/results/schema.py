@@ -1,0 +1,263 @@
+"""What a run found, as data. Documented in README.md ("result.json").
+
+A verdict is one of passed / failed / error / skipped. `error` means gameday could not tell (the
+lab misbehaved, a probe could not be made, the baseline was not steady): it is never reported
+as a pass or a fail of the scenario's assertions.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from runner.errors import InputError, plain_message
+from runner.fsutil import read_bytes
+from runner.results.drill_record import HintView, ObservedAction
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Verdict(enum.StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+def combine(verdicts: list[Verdict]) -> Verdict:
+    vs = [v for v in verdicts if v is not Verdict.SKIPPED]
+    if not vs:
+        return Verdict.SKIPPED
+    if Verdict.ERROR in vs:
+        return Verdict.ERROR
+    if Verdict.FAILED in vs:
+        return Verdict.FAILED
+    return Verdict.PASSED
+
+
+class Phase(enum.StrEnum):
+    """The phase of a run an assertion belongs to (`run`: the run as a whole)."""
+
+    RUN = "run"
+    BASELINE = "baseline"
+    INJECT = "inject"
+    EXPECT = "expect"
+    DETECT = "detect"
+    RECOVER = "recover"
+    VERIFY = "verify"
+    CLEANUP = "cleanup"
+
+
+class Assertion(Frozen):
+    name: str
+    phase: Phase
+    verdict: Verdict
+    expected: str
+    observed: str
+    detail: str = ""
+
+    @field_validator("phase", mode="before")
+    @classmethod
+    def _labelled(cls, v: object) -> object:
+        """Results written before phases were a closed set name a step's label as its phase
+        ("recover 2: restart the head", "expect on worker1"): its first word is the phase."""
+        if isinstance(v, str) and v not in Phase.__members__.values():
+            return v.split(" ", 1)[0].rstrip(":")
+        return v
+
+
+class EventKind(enum.StrEnum):
+    """What a timeline event is, for the report's picture (its text says it to a person)."""
+
+    PHASE = "phase"  # a phase of the run began
+    SETUP = "setup"  # the baseline's setup changed the lab (before the baseline probes)
+    INJECT = "inject"  # the fault, or part of it, was put in place
+    FAIL = "fail"  # the failure was observed
+    ALERT = "alert"  # an expected alert fired
+    RESTORED = "restored"  # the service was verified again
+    STARTED = "started"  # a node's engine started (an incarnation)
+    EXITED = "exited"  # a node's engine exited (crashed, or stopped by the lab)
+    FIRST_OUTPUT = "first_output"
+    READY = "ready"
+    UNREADY = "unready"
+    BACKOFF = "backoff"  # the runtime waits before the next start
+    APPLIED = "applied"  # a node's configuration was applied
+    PROCESS = "process"  # a process beside the engine started or stopped
+    STEP = "step"  # a recovery or cleanup step did something
+    LOG = "log"  # a log line a signature matched
+    NOTE = "note"
+
+
+_TEXT_KINDS: tuple[tuple[str, EventKind], ...] = (
+    (r"phase \w", EventKind.PHASE),
+    (r"setup: ", EventKind.SETUP),
+    (r"inject: ", EventKind.INJECT),
+    (r"failure observed", EventKind.FAIL),
+    (r"alert \S+ firing", EventKind.ALERT),
+    (r"service verified", EventKind.RESTORED),
+    (r"started incarnation", EventKind.STARTED),
+    (r"exited with code|stopped by the lab", EventKind.EXITED),
+    (r"first_output$", EventKind.FIRST_OUTPUT),
+    (r"ready$", EventKind.READY),
+    (r"unready$", EventKind.UNREADY),
+    (r"back-off ", EventKind.BACKOFF),
+    (r"applied$", EventKind.APPLIED),
+    (r"aux_(started|stopped)$", EventKind.PROCESS),
+    (r"log: ", EventKind.LOG),
+    (r"(recover \d+|cleanup|drill): ", EventKind.STEP),
+)
+
+
+class TimelineEvent(Frozen):
+    ts: datetime  # UTC
+    source: str  # runner | lab:<node> | log:<node> | prometheus | ansible
+    clock: str  # whose clock stamped it
+    event: str
+    # results written before these were recorded derive them from `event` and `source`
+    kind: EventKind | None = None
+    node: str | None = None  # the node it happened to, where known
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        text, source = str(data.get("event", "")), str(data.get("source", ""))
+        if data.get("kind") is None:
+            kind = next((k for rx, k in _TEXT_KINDS if re.match(rx, text)), EventKind.NOTE)
+            data = {**data, "kind": kind}
+        if data.get("node") is None and source.startswith(("lab:", "log:")):
+            data = {**data, "node": source.split(":", 1)[1]}
+        return data
+
+
+MAX_EVIDENCE_LINE = 4000  # characters of one log line kept as evidence
+
+
+def truncate(text: str, limit: int = MAX_EVIDENCE_LINE) -> str:
+    """`text` in at most `limit` characters, saying how much was cut (the result is short
+    enough to pass through again unchanged)."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 40  # room for the marker
+    return f"{text[:keep]}… [truncated {len(text) - keep} chars]"
+
+
+class EvidenceLine(Frozen):
+    ts: datetime | None
+    text: str
+    highlight: bool = False
+
+    @field_validator("text")
+    @classmethod
+    def _bounded(cls, v: str) -> str:
+        return truncate(v)
+
+
+class Evidence(Frozen):
+    title: str
+    lines: list[EvidenceLine]
+
+
+class DrillOutcome(enum.StrEnum):
+    RECOVERED = "recovered"  # the verify probes passed
+    TIMED_OUT = "timed_out"  # --timeout passed first
+    GAVE_UP = "gave_up"  # Ctrl-C, `gameday drill stop`, the page's give-up
+    ERROR = "error"  # gameday could not carry the drill (no hand-over, a lab error)
+
+
+class DrillRecord(Frozen):
+    """What a drill measured of the people (`gameday drill`). Every time is wall-clock seconds
+    since the fault was in place: people act in wall time, whatever the lab's time scale."""
+
+    handed_over_at: datetime | None
+    time_to_detect_s: float | None = None  # the first expected alert firing
+    time_to_acknowledge_s: float | None = None
+    time_to_recover_s: float | None = None
+    hints: list[HintView] = []
+    actions: list[ObservedAction] = []
+    shortcuts: list[ObservedAction] = []
+    outcome: DrillOutcome
+    # the scenario's windows, real-world seconds: the first expected alert's, time to recover's
+    detect_within_s: float | None = None
+    recover_within_s: float | None = None
+
+
+class RunMode(enum.StrEnum):
+    RUN = "run"  # gameday runs the recovery
+    DRILL = "drill"  # people recover the lab; gameday watches
+
+
+class ScenarioResult(Frozen):
+    id: str
+    title: str
+    file: str
+    lab: str
+    verdict: Verdict
+    time_to_fail_s: float | None
+    time_to_recover_s: float | None
+    time_to_detect_s: float | None = None
+    started_at: datetime
+    finished_at: datetime
+    assertions: list[Assertion]
+    timeline: list[TimelineEvent]
+    evidence: list[Evidence]
+    notes: list[str]
+    # a recovery step's `runbook:` (a path relative to the scenario, or a URL), by the step's
+    # label ("recover 2: scale the KV cache")
+    runbooks: dict[str, str] = {}
+    drill: DrillRecord | None = None  # in a drill: what the people did, and when
+
+
+class LabInfo(Frozen):
+    name: str
+    kind: str
+    inventory: str
+    time_scale: float
+    timing_allowance_s: float
+    instances: int = 1  # `--parallel N`: isolated instances of the lab the scenarios ran on
+
+
+class RunResult(Frozen):
+    schema_version: int = 1
+    run_id: str
+    gameday_version: str
+    started_at: datetime
+    finished_at: datetime
+    lab: LabInfo
+    verdict: Verdict
+    scenarios: list[ScenarioResult]
+    mode: RunMode = RunMode.RUN
+
+
+MAX_RESULT_BYTES = 256 * 1024 * 1024
+
+
+def load_result(path: Path) -> RunResult:
+    """A result.json, or InputError naming the file (and the field at fault)."""
+    raw = read_bytes(path, MAX_RESULT_BYTES, InputError, "result")
+    hint = "give a run directory or its result.json (reports/<run-id>/)"
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise InputError("not a gameday result: nested too deeply", file=path, hint=hint) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
+        raise InputError(f"not a gameday result: {exc}", file=path, hint=hint) from None
+    try:
+        return RunResult.model_validate(data)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(
+            f"not a gameday result: {plain_message(err)}",
+            file=path,
+            field=".".join(map(str, err["loc"])) or None,
+            hint=hint,
+        ) from None

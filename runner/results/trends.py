@@ -1,0 +1,130 @@
+"""Each scenario's times over past runs, read from the result.json of every run in the reports
+folder (oldest first). A regression in time to recover (slower by more than REGRESSION_RATIO, or
+not recovered where the previous run was) is flagged: it is what a runbook's CI most wants to
+see."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.errors import InputError
+from runner.results.rundirs import run_dirs
+from runner.results.schema import Verdict, load_result
+
+REGRESSION_RATIO = 1.10  # slower than this times the previous run's time to recover
+
+
+class Measure(enum.StrEnum):
+    FAIL = "time_to_fail_s"
+    DETECT = "time_to_detect_s"
+    RECOVER = "time_to_recover_s"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Point(_Frozen):
+    """One scenario in one run; times in real-world seconds, changes against the run before."""
+
+    run_id: str
+    started_at: datetime
+    lab: str
+    time_scale: float = 1.0  # the lab's; its own seconds are shown in brackets where not 1
+    verdict: Verdict
+    time_to_fail_s: float | None
+    time_to_detect_s: float | None
+    time_to_recover_s: float | None
+    change_s: dict[Measure, float | None] = {}
+    recover_regressed: bool = False
+
+
+class Trend(_Frozen):
+    scenario: str
+    points: list[Point]
+
+
+class History(_Frozen):
+    reports: str
+    trends: list[Trend]
+    unreadable: list[str]  # run folders whose result.json could not be read, with why
+
+
+def load_history(root: Path, scenario: str | None = None) -> History:
+    """Every scenario's trend (or only `scenario`'s), from the runs in `root`; InputError when
+    there is no run, none that can be read, or none of `scenario`."""
+    by_id: dict[str, list[Point]] = {}
+    unreadable: list[str] = []
+    runs = run_dirs(root)
+    for run_dir in runs:
+        try:
+            result = load_result(run_dir / "result.json")
+        except InputError as exc:
+            unreadable.append(exc.message)
+            continue
+        for s in result.scenarios:
+            if s.verdict is Verdict.SKIPPED or (scenario is not None and s.id != scenario):
+                continue
+            by_id.setdefault(s.id, []).append(
+                Point(
+                    run_id=result.run_id,
+                    started_at=result.started_at,
+                    lab=result.lab.name,
+                    time_scale=result.lab.time_scale,
+                    verdict=s.verdict,
+                    time_to_fail_s=s.time_to_fail_s,
+                    time_to_detect_s=s.time_to_detect_s,
+                    time_to_recover_s=s.time_to_recover_s,
+                )
+            )
+    if not runs:
+        raise InputError("no runs found", file=root, hint="gameday run first")
+    readable = len(runs) - len(unreadable)
+    if not readable:
+        raise InputError(
+            f"no run could be read ({len(runs)} run folder(s)); the first: {unreadable[0]}",
+            file=root,
+            hint="gameday run first, or remove the broken run folders",
+        )
+    if scenario is not None and scenario not in by_id:
+        raise InputError(
+            f"no run of scenario {scenario!r} in {readable} readable run(s)",
+            file=root,
+            hint="`gameday history` with no scenario lists those that ran",
+        )
+    trends = [Trend(scenario=sid, points=_compared(pts)) for sid, pts in sorted(by_id.items())]
+    return History(reports=str(root), trends=trends, unreadable=unreadable)
+
+
+def _compared(points: list[Point]) -> list[Point]:
+    """The points, oldest first, each with its change against the one before."""
+    points = sorted(points, key=lambda p: (p.started_at, p.run_id))
+    out = [points[0]] if points else []
+    for prev, cur in itertools.pairwise(points):
+        change = {m: _change(getattr(prev, m.value), getattr(cur, m.value)) for m in Measure}
+        out.append(
+            cur.model_copy(
+                update={
+                    "change_s": change,
+                    "recover_regressed": regressed(prev.time_to_recover_s, cur.time_to_recover_s),
+                }
+            )
+        )
+    return out
+
+
+def _change(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+def regressed(before: float | None, after: float | None) -> bool:
+    """Time to recover got worse: slower than REGRESSION_RATIO times before, or not recovered
+    where it was."""
+    if before is None:
+        return False
+    return after is None or after > before * REGRESSION_RATIO

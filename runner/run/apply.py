@@ -1,0 +1,234 @@
+"""Carrying out a scenario's actions (inject, or a recovery step) on the lab: every change is
+journalled before it is applied and undone by `undo_all`."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import httpx
+
+from runner.errors import LabError
+from runner.labs.base import Change, ChangeKind
+from runner.labs.common.planning import describe_change, plan_change
+from runner.results.schema import Evidence, EvidenceLine, Phase
+from runner.run.context import POLL_S, Context, utcnow
+from runner.run.journal import OpenStep
+from runner.run.stepexec import OnEvent, StepRun, run_step, run_undo, step_env
+from runner.run.undo import baseline_notes, reapply_baseline, unwind
+from runner.spec.actions import (
+    GPU_PROCESS_NAMES,
+    Action,
+    Restart,
+    Rollback,
+    Signal,
+    StartProcess,
+    Traffic,
+    Wait,
+)
+from runner.spec.usersteps import Command, Http, HttpStep, Playbook, UserStep, describe_user_step
+
+GPU_HOLD_TIMEOUT_S = 30.0  # wall seconds a started program has to take its GPU memory
+
+
+SETUP = "setup"  # the baseline's setup: the scenario's starting configuration
+INJECT = "inject"
+# Actions applied as these keep a user-written step's own undo (journalled, run at cleanup):
+# both put the lab in a state the scenario chose. Recovery steps are undone by the baseline.
+KEEP_UNDO = (SETUP, INJECT)
+
+
+def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
+    for action in actions:
+        if isinstance(action, Rollback):
+            undo_all(ctx, reason=why)
+        elif isinstance(action, Restart):
+            restart(ctx, action, why)
+        elif isinstance(action, Signal):
+            ctx.rec.event(
+                f"{why}: SIG{action.signal.value} to {action.node}'s "
+                f"{action.process.replace('_', ' ')}"
+            )
+            ctx.lab.signal(action.node, action.process, action.signal.value)
+        elif isinstance(action, Traffic):
+            send_traffic(ctx, action, why)
+        elif isinstance(action, Wait):
+            ctx.rec.event(f"{why}: wait, nothing done ({action.why})")
+        elif isinstance(action, Command | Playbook | Http):
+            user_step(ctx, action, why)
+        else:
+            record_and_apply(ctx, plan_change(ctx.lab, action), why)
+            if isinstance(action, StartProcess):
+                wait_holds_gpu(ctx, action)
+        if why == INJECT and not isinstance(action, Traffic | Wait):
+            ctx.fault_at = utcnow()
+            ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
+
+
+def restart(ctx: Context, action: Restart, why: str) -> None:
+    nodes = [n.name for name in action.nodes for n in ctx.lab.inventory.resolve(name)]
+    ctx.rec.event(
+        f"{why}: restart {', '.join(nodes)} ({'together' if action.together else 'one by one'})"
+    )
+    if action.together:
+        ctx.lab.restart(nodes)
+    else:
+        for n in nodes:
+            ctx.lab.restart([n])
+
+
+def wait_holds_gpu(ctx: Context, action: StartProcess) -> None:
+    """A program counts as started once it holds what it exists to hold: for a GPU program,
+    its memory on the node's GPU (nvidia-smi lists it under its process name)."""
+    name = GPU_PROCESS_NAMES[action.program]
+    deadline = time.monotonic() + GPU_HOLD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if any(name in p.name for p in ctx.lab.gpu_processes(action.node)):
+            ctx.rec.event(f"{action.node}: {action.name} holds GPU memory")
+            return
+        time.sleep(POLL_S)  # the GPU list has no events
+    raise LabError(
+        f"{action.name} on {action.node} did not take GPU memory within {GPU_HOLD_TIMEOUT_S:g} s"
+    )
+
+
+def record_and_apply(ctx: Context, change: Change, why: str) -> None:
+    seq = ctx.journal.record(ctx.scenario_id, change)  # on disk before it is applied
+    ctx.open_changes.append((seq, change))
+    ctx.rec.event(f"{why}: {describe_change(change)}")
+    if change.note and change.kind is ChangeKind.NODE_CONFIG:
+        ctx.rec.notes.append(change.note)
+    t0 = time.monotonic()
+    ctx.lab.apply(change)
+    if change.kind is ChangeKind.SCRAPE_TARGETS:
+        note_prometheus_load(ctx, time.monotonic() - t0)
+
+
+def note_prometheus_load(ctx: Context, seconds: float) -> None:
+    """A new scrape configuration costs Prometheus's discovery up to 5 s of wall time, whatever
+    the time scale: say so in the timeline, where it would otherwise look like the runner's."""
+    ctx.rec.event(
+        f"configuration reloaded, every target scraped {seconds:.2f} s later", source="prometheus"
+    )
+
+
+def send_traffic(ctx: Context, action: Traffic, why: str) -> None:
+    """Requests as users send them; a failure is the point, so outcomes are only recorded."""
+    node = action.node or ctx.target
+    ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab, node=node)
+    url = ctx.lab.url(node)
+    for req in action.requests:
+        body = {"messages": [{"role": "user", "content": req.prompt}], "max_tokens": req.max_tokens}
+        try:
+            r = ctx.http.post(
+                url + "/v1/chat/completions", json=body, timeout=max(30 / ctx.scale.scale, 1.0)
+            )
+            outcome = f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            outcome = type(exc).__name__
+        ctx.rec.event(f"{why}: traffic ({len(req.prompt)} chars) -> {outcome}")
+
+
+def ansible_event(ctx: Context) -> OnEvent:
+    """A playbook's task result, as a timeline entry of its own source."""
+
+    def event(text: str, ts: datetime | None) -> None:
+        ctx.rec.event(text, ts=ts, source="ansible", clock="ansible (UTC)")
+
+    return event
+
+
+class UserStepFailed(LabError):
+    """A user-written step did not do what it was to do (exit, output, status, time)."""
+
+    def __init__(self, label: str, run: StepRun) -> None:
+        super().__init__(f"{label}: {run.observed}")
+        self.label = label
+        self.run = run
+
+
+def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
+    """Journal it (its undo, or a baseline re-apply at cleanup), then run it; UserStepFailed
+    when it fails. Its output is evidence; a playbook's task results go on the timeline."""
+    what = describe_user_step(step)
+    undo = step.undo if why in KEEP_UNDO else None
+    if isinstance(undo, HttpStep) and undo.node is None:
+        undo = undo.model_copy(update={"node": ctx.target})  # `gameday cleanup` has no target
+    reason = (
+        f"an injected {step.kind} has no undo"
+        if why == INJECT
+        else f"a setup {step.kind} has no undo"
+        if why == SETUP
+        else f"{why} ran a {step.kind}, which may change the lab behind the journal's back"
+    )
+    seq = ctx.journal.record_step(ctx.scenario_id, ctx.folder, what, undo, reason)
+    folder = ctx.folder.resolve()
+    ctx.open_steps.append(
+        OpenStep(ctx.journal.path, seq, ctx.scenario_id, folder, what, undo, reason)
+    )
+    ctx.rec.event(f"{why}: {what}")
+
+    run = run_step(
+        step,
+        folder=folder,
+        env=step_env(ctx.lab.facts(), ctx.scenario_id, {}),
+        inventory=ctx.lab.inventory.path,
+        url_of=ctx.lab.url,
+        target=ctx.target,
+        client=ctx.http,
+        on_event=ansible_event(ctx),
+    )
+    ctx.rec.event(f"{why}: {step.name or step.kind}: {run.observed}")
+    if run.output:
+        lines = [EvidenceLine(ts=None, text=ln) for ln in run.output.splitlines()]
+        ctx.rec.evidence.append(Evidence(title=f"{why}: {what}: output", lines=lines))
+    if not run.ok:
+        raise UserStepFailed(f"{why}: {what}", run)
+    return run
+
+
+def undo_all(ctx: Context, reason: str) -> list[Change]:
+    """Put every node this run changed back to how it was before its first change, newest
+    first, running the undos of its user-written steps in their place among the changes
+    (runner.run.undo.unwind); then, if a user step ran without an undo, re-apply the baseline where
+    a node differs from it. Returns the undos applied."""
+
+    def applied(undo: Change, seconds: float) -> None:
+        ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
+        if undo.kind is ChangeKind.SCRAPE_TARGETS:
+            note_prometheus_load(ctx, seconds)
+
+    failed: dict[int, str] = {}  # journal sequence number -> what the report says
+
+    def undo_step(step: OpenStep) -> None:
+        if isinstance(step.undo, HttpStep) and step.undo.node:
+            # an admin endpoint answers once its node serves again after the undos so far
+            ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab, node=step.undo.node)
+        ok, line = run_undo(ctx.lab, step, ctx.http, ansible_event(ctx), reason)
+        ctx.rec.event(f"{reason}: {line}")
+        ctx.rec.notes.append(line)
+        if not ok:
+            failed[step.seq] = line
+
+    done = unwind(ctx.lab, ctx.open_changes, ctx.open_steps, undo_step, f"undo ({reason})", applied)
+    reasons = list(dict.fromkeys(s.reason for s in ctx.open_steps if s.undo is None))
+    if reasons:
+        again = reapply_baseline(ctx.lab, applied)
+        done += again
+        ctx.rec.notes += baseline_notes(again, reasons, reason)
+    for seq, _ in reversed(ctx.open_changes):
+        ctx.journal.undone(seq)
+    for s in ctx.open_steps:
+        if s.seq not in failed:
+            ctx.journal.undone(s.seq)
+    ctx.open_changes.clear()
+    ctx.open_steps.clear()
+    if failed:
+        ctx.rec.error(
+            phase=Phase.CLEANUP,
+            name=f"{reason}: undo of user-written steps",
+            expected="every undo step succeeds",
+            observed="; ".join(failed.values()),
+            detail="the failed undos stay journalled: `gameday cleanup` runs them again",
+        )
+    return done

@@ -1,0 +1,355 @@
+"""The runner's alert webhook receiver (what Alertmanager delivers, kept with the time it
+came), and `gameday alerts test`'s check of the whole path: rule -> Prometheus -> Alertmanager
+-> receiver.
+
+Stdlib http.server in a thread: the runner is synchronous (no event loop to serve from), the
+receiver takes a handful of small POSTs per run, and it needs no dependency. It binds only the
+address it is given (loopback, or the compose lab's own bridge address)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from runner.errors import LabError
+from runner.labs.common import prometheus_config as monitoring
+from runner.labs.common.alertmanager_config import RECEIVER_PATH
+from runner.run import prometheus_api as prometheus
+
+
+class ReceivedAlert(BaseModel):
+    """One alert of one webhook notification, as Alertmanager sent it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    alertname: str
+    status: str  # firing | resolved
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: str  # Alertmanager's startsAt (RFC 3339)
+    received_at: datetime  # the runner's clock, when the POST arrived
+
+    def started(self) -> datetime | None:
+        """startsAt as a time; None when Alertmanager sent none readable."""
+        try:
+            return datetime.fromisoformat(self.starts_at.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+
+    def evidence(self) -> str:
+        notes = "; ".join(f"{k}={v!r}" for k, v in sorted(self.annotations.items()))
+        return (
+            f"{self.alertname} {self.status} received {self.received_at.isoformat()} "
+            f"(startsAt {self.starts_at}); annotations: {notes}"
+        )
+
+
+def parse_notification(body: Any, at: datetime) -> list[ReceivedAlert]:
+    """The alerts of one Alertmanager webhook payload (version 4); [] when it is not one."""
+    if not isinstance(body, dict) or not isinstance(body.get("alerts"), list):
+        return []
+    out = []
+    for a in body["alerts"]:
+        if not isinstance(a, dict):
+            continue
+        labels = {str(k): str(v) for k, v in (a.get("labels") or {}).items()}
+        out.append(
+            ReceivedAlert(
+                alertname=labels.get("alertname", ""),
+                status=str(a.get("status", "")),
+                labels=labels,
+                annotations={str(k): str(v) for k, v in (a.get("annotations") or {}).items()},
+                starts_at=str(a.get("startsAt", "")),
+                received_at=at,
+            )
+        )
+    return out
+
+
+class WebhookReceiver:
+    """Serves Alertmanager's webhook on host:port until stopped; `received()` is every alert
+    delivered so far, `wait_for` blocks until one matches."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._alerts: list[ReceivedAlert] = []
+        self._cond = threading.Condition()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}{RECEIVER_PATH}"
+
+    def start(self) -> WebhookReceiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                ok = self.path.split("?")[0] == RECEIVER_PATH
+                if ok:
+                    try:
+                        body = json.loads(raw)
+                    except ValueError:
+                        body = None
+                    receiver._add(parse_notification(body, datetime.now(UTC)))
+                self.send_response(200 if ok else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # the library never prints
+
+        try:
+            self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        except OSError as exc:
+            raise LabError(
+                f"the alert receiver cannot listen on {self.host}:{self.port}: {exc.strerror}",
+                hint="another gameday run may hold it; set gameday_lab.monitoring.receiver_listen",
+            ) from exc
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> WebhookReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _add(self, alerts: list[ReceivedAlert]) -> None:
+        with self._cond:
+            self._alerts.extend(alerts)
+            self._cond.notify_all()
+
+    def received(self) -> list[ReceivedAlert]:
+        with self._cond:
+            return list(self._alerts)
+
+    def wait_for(
+        self, match: Callable[[ReceivedAlert], bool], timeout: float
+    ) -> ReceivedAlert | None:
+        """The first alert received (so far or within `timeout` s) that `match`es; None."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                hit = next((a for a in self._alerts if match(a)), None)
+                left = deadline - time.monotonic()
+                if hit is not None or left <= 0:
+                    return hit
+                self._cond.wait(left)
+
+
+# ---- `gameday alerts test`: the seed's own check of the whole path -------------------------
+
+TEST_ALERT = "GamedayAlertsTest"
+
+
+class Hop(enum.IntEnum):
+    """Where the path broke, as the exit code of `gameday alerts test`."""
+
+    RULE_NOT_LOADED = 4
+    NOT_FIRING = 5
+    ALERTMANAGER_UNREACHABLE = 6
+    RECEIVER_NOT_REACHED = 7
+
+
+class PathBroken(LabError):
+    def __init__(self, hop: Hop, message: str, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.hop = hop
+        self.exit_code = int(hop)
+
+
+class PathChecked(BaseModel):
+    """What `gameday alerts test` saw, hop by hop (seconds from the rule's load)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rule_loaded_s: float
+    firing_s: float
+    in_alertmanager_s: float
+    delivered_s: float
+    delivered: ReceivedAlert
+    removed: bool
+
+
+def with_test_rule(original: str, token: str) -> str:
+    """`original` rules.yml with one more group: an alert that fires at its first evaluation."""
+    data = yaml.safe_load(original) or {}
+    groups = list(data.get("groups") or [])
+    groups.append(
+        {
+            "name": "gameday-alerts-test",
+            "rules": [
+                {
+                    "alert": TEST_ALERT,
+                    "expr": "vector(1) > 0",
+                    "labels": {"severity": "test", "gameday_test": token},
+                    "annotations": {
+                        "summary": "gameday alerts test: rule -> route -> receiver",
+                        "procedure": "none: `gameday alerts test` removes this rule itself",
+                    },
+                }
+            ],
+        }
+    )
+    return yaml.safe_dump({**data, "groups": groups}, sort_keys=False)
+
+
+def _until(what: Callable[[], bool], timeout: float) -> bool:
+    """Look every 50 ms (Prometheus and Alertmanager have no push API) until `what()`."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _rule_loaded(http: httpx.Client, prom: str) -> bool:
+    try:
+        groups = http.get(prom + "/api/v1/rules", timeout=2).json()["data"]["groups"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return False
+    return any(r.get("name") == TEST_ALERT for g in groups for r in g.get("rules", []))
+
+
+def _firing(http: httpx.Client, prom: str, token: str) -> bool:
+    try:
+        alerts = prometheus.alerts(http, prom)
+    except LabError:
+        return False
+    return any(
+        a["labels"].get("gameday_test") == token and a.get("state") == "firing" for a in alerts
+    )
+
+
+def _in_alertmanager(http: httpx.Client, am: str, token: str) -> bool:
+    """Alertmanager holds the alert (raises httpx.HTTPError when it does not answer)."""
+    r = http.get(am + "/api/v2/alerts", params={"filter": f'gameday_test="{token}"'}, timeout=2)
+    r.raise_for_status()
+    return bool(r.json())
+
+
+def _am_reachable(http: httpx.Client, am: str) -> str:
+    """ "" when Alertmanager answers /-/ready; otherwise why not."""
+    try:
+        http.get(am + "/-/ready", timeout=2).raise_for_status()
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def check_path(
+    rules: Path, prom: str, am: str, receiver: WebhookReceiver, timeout: float
+) -> PathChecked:
+    """Load a `vector(1) > 0` rule into the Prometheus at `prom` (its rule file `rules`
+    rewritten, then /-/reload), see it fire, reach the Alertmanager at `am` and be delivered to
+    `receiver`; then put the rule file back and see the rule gone. Each hop waits up to
+    `timeout` s; PathBroken names the first that fails."""
+    original = rules.read_text()
+    token = uuid.uuid4().hex[:12]
+    http = httpx.Client()
+    began = time.monotonic()
+    try:
+        tmp = rules.with_suffix(".test.tmp")
+        tmp.write_text(with_test_rule(original, token))
+        tmp.replace(rules)
+        monitoring.reload(prom)
+        result = _hops(http, prom, am, receiver, token, timeout, began)
+    finally:
+        tmp = rules.with_suffix(".restore.tmp")
+        tmp.write_text(original)
+        tmp.replace(rules)
+        monitoring.reload(prom)
+    removed = _until(lambda: not _rule_loaded(http, prom), timeout)
+    http.close()
+    if not removed:
+        raise LabError(
+            f"the test rule {TEST_ALERT} is still loaded in {prom} after {rules} was put back",
+            hint=f"check {rules} and POST {prom}/-/reload",
+        )
+    return result.model_copy(update={"removed": True})
+
+
+def _hops(
+    http: httpx.Client,
+    prom: str,
+    am: str,
+    receiver: WebhookReceiver,
+    token: str,
+    timeout: float,
+    began: float,
+) -> PathChecked:
+    def since() -> float:
+        return round(time.monotonic() - began, 3)
+
+    if not _until(lambda: _rule_loaded(http, prom), timeout):
+        raise PathBroken(
+            Hop.RULE_NOT_LOADED,
+            f"rule not loaded: Prometheus at {prom} does not list {TEST_ALERT} {timeout:g} s "
+            "after the rule file was rewritten and reloaded",
+            hint="is prometheus.yml's rule_files the file gameday wrote?",
+        )
+    loaded = since()
+    if not _until(lambda: _firing(http, prom, token), timeout):
+        raise PathBroken(
+            Hop.NOT_FIRING, f"not firing: {TEST_ALERT} is loaded but not firing in {prom}"
+        )
+    firing = since()
+    why = _am_reachable(http, am)
+    try:
+        arrived = not why and _until(lambda: _in_alertmanager(http, am, token), timeout)
+    except httpx.HTTPError as exc:
+        why, arrived = f"{type(exc).__name__}: {exc}", False
+    if not arrived:
+        raise PathBroken(
+            Hop.ALERTMANAGER_UNREACHABLE,
+            f"Alertmanager unreachable: {why}"
+            if why
+            else f"Alertmanager at {am} never got {TEST_ALERT} from Prometheus",
+            hint="check prometheus.yml's alerting section and Alertmanager's log",
+        )
+    in_am = since()
+    got = receiver.wait_for(lambda r: r.labels.get("gameday_test") == token, timeout)
+    if got is None:
+        raise PathBroken(
+            Hop.RECEIVER_NOT_REACHED,
+            f"receiver not reached: Alertmanager at {am} holds {TEST_ALERT}, but nothing "
+            f"reached the receiver at {receiver.url} within {timeout:g} s",
+            hint="check the webhook url in alertmanager.yml and Alertmanager's log (notify errors)",
+        )
+    return PathChecked(
+        rule_loaded_s=loaded,
+        firing_s=firing,
+        in_alertmanager_s=in_am,
+        delivered_s=since(),
+        delivered=got,
+        removed=False,
+    )

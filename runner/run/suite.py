@@ -1,0 +1,265 @@
+"""A run of several scenarios on one lab: pick what applies, make sure the lab is up and clean,
+run each scenario, write the reports."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner import __version__
+from runner.errors import LeftoversError
+from runner.labs import LabDriver, open_lab, wait_all_ready
+from runner.labs.capabilities import lacking
+from runner.report import write_reports
+from runner.results.rundirs import link_latest
+from runner.results.schema import (
+    Assertion,
+    LabInfo,
+    Phase,
+    RunResult,
+    ScenarioResult,
+    Verdict,
+    combine,
+)
+from runner.run import Progress, journal, run_scenario
+from runner.run.parallel import check_parallel, instance, run_workers
+from runner.spec.checks import check_engine_names
+from runner.spec.inventory import Inventory
+from runner.spec.inventory_load import check_scenario
+from runner.spec.scenario import LoadedScenario
+from runner.spec.timing import TimeScale
+
+FAIL_FAST_NOTE = "not run: --fail-fast"
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    result: RunResult
+    report_dir: Path
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def _unrun(
+    ls: LoadedScenario,
+    lab: LabDriver,
+    verdict: Verdict,
+    started_at: datetime,
+    assertions: list[Assertion],
+    notes: list[str],
+) -> ScenarioResult:
+    """The result of a scenario that has no run of its own to report."""
+    return ScenarioResult(
+        id=ls.scenario.metadata.id,
+        title=ls.scenario.metadata.title,
+        file=str(ls.path),
+        lab=lab.inventory.lab.name,
+        verdict=verdict,
+        time_to_fail_s=None,
+        time_to_recover_s=None,
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        assertions=assertions,
+        timeline=[],
+        evidence=[],
+        notes=notes,
+    )
+
+
+def applies(ls: LoadedScenario, lab: LabDriver) -> bool:
+    return lab.kind in ls.scenario.labs and not lacking(ls.scenario, lab)
+
+
+def skipped(ls: LoadedScenario, lab: LabDriver) -> ScenarioResult:
+    if lab.kind in ls.scenario.labs:
+        notes = lacking(ls.scenario, lab)
+    else:
+        kinds = ", ".join(k.value for k in ls.scenario.labs)
+        notes = [f"applies to {kinds}, not to a {lab.kind.value} lab"]
+    if why := ls.scenario.lab_notes.get(lab.kind):
+        notes.append(f"why: {why}")
+    return _unrun(ls, lab, Verdict.SKIPPED, datetime.now(UTC), [], notes)
+
+
+def errored(
+    ls: LoadedScenario, lab: LabDriver, started_at: datetime, exc: Exception
+) -> ScenarioResult:
+    """The result of a scenario whose run raised: verdict `error`, with the exception's message
+    and where it came from."""
+    failed = Assertion(
+        name="lab",
+        phase=Phase.RUN,
+        verdict=Verdict.ERROR,
+        expected="the lab carries out the scenario",
+        observed=f"{type(exc).__name__}: {exc}",
+        detail="".join(traceback.format_exception(exc)),
+    )
+    return _unrun(ls, lab, Verdict.ERROR, started_at, [failed], [])
+
+
+def run_suite(
+    scenarios: list[LoadedScenario],
+    inventory: Inventory,
+    reports_root: Path,
+    progress: Progress,
+    *,
+    parallel: int = 1,
+    fail_fast: bool = False,
+) -> SuiteOutcome:
+    """Run the scenarios that apply to the lab, on `parallel` isolated instances of it (one:
+    in this thread, in order), and write one report. With `fail_fast`, the first scenario that
+    fails or errs stops the run: those not started yet are skipped ("not run: --fail-fast")."""
+    labs = _open_labs(scenarios, inventory, parallel)
+    run_id = new_run_id()
+    report_dir = reports_root / run_id
+    started = datetime.now(UTC)
+    todo = [ls for ls in scenarios if applies(ls, labs[0])]
+    workers = max(1, min(parallel, len(todo)))  # no lab instance without a scenario for it
+    suite = _Suite(labs, run_id, report_dir, progress, tagged=parallel > 1, fail_fast=fail_fast)
+    ran = suite.run(todo, workers)
+    by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
+    results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
+    result = _run_result(run_id, inventory, started, workers, results)
+    write_reports(result, report_dir)
+    link_latest(reports_root, report_dir)
+    return SuiteOutcome(result, report_dir)
+
+
+def _open_labs(
+    scenarios: list[LoadedScenario], inventory: Inventory, parallel: int
+) -> list[LabDriver]:
+    """The lab's `parallel` instances, once the scenarios fit the lab and no instance has
+    changes an interrupted run left."""
+    check_parallel(inventory, parallel)
+    for ls in scenarios:
+        if inventory.lab.kind in ls.scenario.labs:
+            check_scenario(ls, inventory)
+            check_engine_names(ls, inventory)
+    labs = [open_lab(instance(inventory, k)) for k in range(parallel)]
+    for lab in labs:
+        # a user-written step's undo (or baseline re-apply) left open counts as a change
+        leftovers: list[journal.OpenChange | journal.OpenStep] = [
+            *journal.open_changes(lab.state_dir),
+            *journal.open_steps(lab.state_dir),
+        ]
+        if leftovers:
+            raise LeftoversError(
+                f"lab {lab.inventory.lab.name!r} has {len(leftovers)} change(s) left by an "
+                f"interrupted run (journal {leftovers[0].journal})",
+                hint=f"gameday cleanup --lab {inventory.path}"
+                + (f" --parallel {parallel}" if parallel > 1 else ""),
+            )
+    return labs
+
+
+class _Suite:
+    """One suite run's lab instances (k: which), each with its journal; `tagged`: progress
+    messages name the instance."""
+
+    def __init__(
+        self,
+        labs: list[LabDriver],
+        run_id: str,
+        report_dir: Path,
+        progress: Progress,
+        *,
+        tagged: bool,
+        fail_fast: bool = False,
+    ) -> None:
+        self.labs = labs
+        self.run_id = run_id
+        self.report_dir = report_dir
+        self.progress = progress
+        self.tagged = tagged
+        self.fail_fast = fail_fast
+        self.stopped = threading.Event()  # set by the first failure under fail_fast
+        self.journals: dict[int, journal.Journal] = {}
+        self.started_here: set[int] = set()
+
+    def run(self, todo: list[LoadedScenario], workers: int) -> list[ScenarioResult]:
+        """The scenarios' results, in order."""
+        if workers == 1:
+            try:
+                self.setup(0)
+                return [self.work(0, ls) for ls in todo]
+            finally:
+                self.teardown(0)
+        ran, errors = run_workers(todo, workers, self.work, self.setup, self.teardown)
+        if errors:
+            raise errors[0]
+        return ran
+
+    def setup(self, k: int) -> None:
+        lab = self.labs[k]
+        if not lab.is_up():
+            self.progress(f"bringing up lab {lab.inventory.lab.name!r}")
+            lab.up()
+            self.started_here.add(k)
+            # every node serving; Prometheus's first scrape is waited for only by the scenarios
+            # that use it (its discovery takes 5 s of wall time whatever the scale)
+            spec = lab.inventory.lab
+            wait_all_ready(lab, TimeScale.of(spec).boot_timeout_lab(spec))
+        lab.artifacts_dir = self.report_dir / "ansible"  # host actions' Ansible events
+        self.journals[k] = journal.Journal(lab.state_dir, self.run_id)
+
+    def work(self, k: int, ls: LoadedScenario) -> ScenarioResult:
+        sid = ls.scenario.metadata.id
+        if self.stopped.is_set():
+            return _unrun(
+                ls, self.labs[k], Verdict.SKIPPED, datetime.now(UTC), [], [FAIL_FAST_NOTE]
+            )
+        tag = f"{sid}@{self.labs[k].inventory.lab.name}" if self.tagged else sid
+
+        def scoped(message: str) -> None:
+            self.progress(f"[{tag}] {message}")
+
+        scoped("starting")
+        started_at = datetime.now(UTC)
+        try:
+            result = run_scenario(ls, self.labs[k], self.journals[k], scoped)
+        except Exception as exc:  # an error in one scenario is its verdict, not the suite's end
+            result = errored(ls, self.labs[k], started_at, exc)
+        scoped(result.verdict.value)
+        if self.fail_fast and result.verdict in (Verdict.FAILED, Verdict.ERROR):
+            self.stopped.set()
+        return result
+
+    def teardown(self, k: int) -> None:
+        lab = self.labs[k]
+        if k in self.journals and not journal.open_changes(lab.state_dir):
+            self.journals[k].close()
+        if k in self.started_here:
+            self.progress(f"taking lab {lab.inventory.lab.name!r} down")
+            lab.down()
+
+
+def _run_result(
+    run_id: str,
+    inventory: Inventory,
+    started: datetime,
+    workers: int,
+    results: list[ScenarioResult],
+) -> RunResult:
+    spec = inventory.lab
+    return RunResult(
+        run_id=run_id,
+        gameday_version=__version__,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        lab=LabInfo(
+            name=spec.name,
+            kind=spec.kind.value,
+            inventory=str(inventory.path),
+            time_scale=spec.time_scale,
+            timing_allowance_s=spec.timing_allowance_s,
+            instances=workers,
+        ),
+        verdict=combine([r.verdict for r in results]),
+        scenarios=results,
+    )

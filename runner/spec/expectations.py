@@ -1,0 +1,229 @@
+"""Expectations in the scenario format: the failure signature (ordered patterns with checked
+captures, absent patterns), exit code, state, phase and time to fail; the alerts that must
+fire; the recovery steps and what each must show.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from runner.spec.actions import Action
+from runner.spec.kinds import (
+    MAX_PATTERN,
+    MAX_WINDOW_S,
+    LogSource,
+    Model,
+    NodeStatus,
+    Outcome,
+    Window,
+)
+from runner.spec.patterns import compile_user
+from runner.spec.probes import Probe, safe_regex
+from runner.spec.usersteps import Command, Http, Playbook
+from vllmfacts.startup import StartupPhase
+
+# ---- expectations ------------------------------------------------------------------------------
+
+Comparable = float | int | str
+
+
+class CaptureCheck(Model):
+    """Checks on a captured value. A string value `{name}` refers to another capture."""
+
+    eq: Comparable | None = None
+    ne: Comparable | None = None
+    lt: Comparable | None = None
+    le: Comparable | None = None
+    gt: Comparable | None = None
+    ge: Comparable | None = None
+    in_: list[Comparable] | None = Field(default=None, alias="in")
+
+    @model_validator(mode="after")
+    def _some(self) -> CaptureCheck:
+        if all(v is None for v in self.model_dump().values()):
+            raise ValueError("a capture check needs at least one of eq, ne, lt, le, gt, ge, in")
+        return self
+
+
+class Pattern(Model):
+    regex: Annotated[str, Field(min_length=1, max_length=MAX_PATTERN)]
+    description: str = ""
+    captures: dict[str, CaptureCheck] = {}
+    identifies: bool = Field(
+        default=False,
+        description="This pattern alone names the failure: `gameday triage` recognises the "
+        "scenario in a captured log when all its identifying patterns match.",
+    )
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        return safe_regex(v)
+
+    @model_validator(mode="after")
+    def _groups_exist(self) -> Pattern:
+        groups = set(compile_user(self.regex).groupindex)
+        for name, check in self.captures.items():
+            if name not in groups:
+                raise ValueError(
+                    f"capture {name!r} is not a named group (?P<{name}>...) of the "
+                    f"regex; its groups are {sorted(groups) or 'none'}"
+                )
+            for v in check.model_dump(by_alias=True).values():
+                refs = [v] if not isinstance(v, list) else v
+                for r in refs:
+                    if (
+                        isinstance(r, str)
+                        and r.startswith("{")
+                        and r.endswith("}")
+                        and r[1:-1] not in groups
+                    ):
+                        raise ValueError(
+                            f"check on {name!r} refers to {r} which is not a named group"
+                        )
+        return self
+
+
+class Signature(Model):
+    """Patterns that must appear in this order in the failed incarnation's log, and patterns
+    that must not appear at all (e.g. no EngineCore line: it died before the engine started)."""
+
+    source: LogSource = LogSource.PREVIOUS
+    in_order: Annotated[list[Pattern], Field(min_length=1)]
+    absent: list[Pattern] = []
+
+
+class StateExpectation(Model):
+    status: NodeStatus
+    min_restarts: Annotated[int, Field(ge=0, le=20)] = 0
+    max_restarts: Annotated[int | None, Field(ge=0)] = Field(
+        default=None, description="e.g. 0: the restart policy did NOT restart it."
+    )
+
+
+class FailureMode(enum.StrEnum):
+    EXIT = "exit"  # the target's process exits (with any code)
+    SILENT = "silent"  # nothing exits or logs: only the expectation's probes show it
+
+
+class NodeSignature(Model):
+    """Lines another node must log after the failure, within `within_s` real-world seconds."""
+
+    node: str
+    source: LogSource = LogSource.CURRENT
+    in_order: Annotated[list[Pattern], Field(min_length=1)]
+    within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
+
+
+class Expectation(Model):
+    failure: FailureMode = FailureMode.EXIT
+    signature: Signature | None = None
+    exit_code: int | None = None
+    state: StateExpectation | None = None
+    phase: StartupPhase | None = None
+    probes: list[Probe] = Field(
+        default=[],
+        description="Checked once the failure shows (for `silent`: they are how it "
+        "shows, polled until they all pass within time_to_fail).",
+    )
+    elsewhere: list[NodeSignature] = []
+    time_to_fail: Window
+
+    @model_validator(mode="after")
+    def _mode(self) -> Expectation:
+        if self.failure is FailureMode.EXIT and self.signature is None:
+            raise ValueError("an `exit` failure needs a signature")
+        if self.failure is FailureMode.SILENT and not self.probes:
+            raise ValueError("a `silent` failure needs probes that show it")
+        return self
+
+
+class AlertExpectation(Model):
+    name: str
+    within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
+    labels: dict[str, str] = {}
+    delivered: bool = Field(
+        default=False,
+        description="The alert also reaches the runner's webhook receiver through the lab's "
+        "Alertmanager, firing, within delivered_within_s of the injection.",
+    )
+    delivered_within_s: Annotated[float | None, Field(gt=0, le=MAX_WINDOW_S)] = Field(
+        default=None, description="Real-world seconds from the injection; default within_s."
+    )
+    annotations: dict[str, str] = Field(
+        default={},
+        description="Text each delivered annotation must contain (annotation name -> text).",
+    )
+
+    @model_validator(mode="after")
+    def _delivery(self) -> AlertExpectation:
+        if not self.delivered and (self.annotations or self.delivered_within_s is not None):
+            raise ValueError("annotations and delivered_within_s need delivered: true")
+        return self
+
+    @property
+    def delivery_window_s(self) -> float:
+        return self.delivered_within_s if self.delivered_within_s is not None else self.within_s
+
+
+class Detection(Model):
+    alerts: list[AlertExpectation] = []
+
+
+class StepSignature(Model):
+    """What a failing step must show (e.g. a shortcut that fails further along)."""
+
+    source: LogSource = LogSource.PREVIOUS
+    in_order: Annotated[list[Pattern], Field(min_length=1)]
+
+
+class RecoveryStep(Model):
+    name: str
+    outcome: Outcome
+    why: str = ""
+    forbidden: str | None = Field(
+        default=None,
+        description="Why this step must never be used in production even where it seems to work.",
+    )
+    actions: Annotated[list[Action], Field(min_length=1)]
+    expect: StepSignature | None = None
+    settle_s: Annotated[float | None, Field(gt=0, le=MAX_WINDOW_S)] = Field(
+        default=None,
+        description="Real-world seconds to let a does_not_restore step play out before probing "
+        "(default: verify.time_to_recover.max_s). Bounds the wait when the step "
+        "hangs instead of failing.",
+    )
+    runbook: str | None = Field(
+        default=None,
+        description="The runbook section this step exercises: a path relative to the scenario's "
+        "folder, or an http(s) URL. Shown in the reports.",
+    )
+
+    reveal: list[Action] = Field(
+        default=[],
+        description="For a step that `masks`: the actions that put the original setting back, "
+        "after which the expectation's probes must show the fault again.",
+    )
+
+    @model_validator(mode="after")
+    def _masks_reveal(self) -> RecoveryStep:
+        if (self.outcome is Outcome.MASKS) != bool(self.reveal):
+            raise ValueError("reveal: is what a step that `masks` needs, and only such a step")
+        return self
+
+    @model_validator(mode="after")
+    def _no_undo(self) -> RecoveryStep:
+        for a in self.actions:
+            if isinstance(a, Command | Playbook | Http) and a.undo is not None:
+                raise ValueError(
+                    "undo: belongs on an injected step; cleanup undoes a recovery step's changes "
+                    "and re-applies the baseline after a user step"
+                )
+        return self

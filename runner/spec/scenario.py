@@ -1,0 +1,388 @@
+"""The scenario format (`apiVersion: gameday/v1`, `kind: Scenario`).
+
+A scenario says: on these labs, with service at baseline (after an optional setup), inject this;
+expect this failure signature, exit code, state and phase within this time; expect these alerts;
+then walk these recovery steps (each expected to restore service, or expected NOT to: the tempting
+shortcut) and verify service is back, health *and* a real inference, within this time.
+
+Windows are in real-world seconds: what the failure takes on real GPUs. A lab that runs faster
+converts them with its time scale (see runner.spec.timing).
+
+`gameday schema` exports these models as JSON Schema for editors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import pydantic
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from runner.errors import ScenarioError
+from runner.spec.actions import Action, Rollback, ScrapeTargets
+from runner.spec.expectations import Detection, Expectation, RecoveryStep
+from runner.spec.kinds import API_VERSION, MAX_WINDOW_S, LabKind, Metadata, Model, Outcome, Window
+from runner.spec.probes import Probe, PromQLProbe, TargetsProbe
+from runner.spec.usersteps import check_files
+from runner.spec.yamlsrc import load
+from vllmfacts.wording import Era
+
+
+def _setup_action(action: Any) -> Any:
+    if isinstance(action, Rollback):
+        raise ValueError(
+            "rollback in baseline.setup has nothing to roll back: setup brings the target from "
+            "the lab's baseline to the scenario's starting configuration"
+        )
+    return action
+
+
+SetupAction = Annotated[Action, AfterValidator(_setup_action)]
+
+
+class Baseline(Model):
+    """The steady state before the injection. `setup` brings the target from the lab's own
+    baseline to the scenario's starting configuration (another model, another build) first:
+    its changes are journalled and undone at cleanup like the injection's, and the probes then
+    judge that configuration, so a reference recorded here (the correctness probe's) is the
+    healthy answer of what the scenario breaks."""
+
+    setup: list[SetupAction] = Field(
+        default=[],
+        description="Actions (the kinds inject takes, rollback excepted) applied before the "
+        "baseline probes; journalled and undone at cleanup like the injection.",
+    )
+    probes: Annotated[list[Probe], Field(min_length=1)]
+
+
+class Verification(Model):
+    probes: Annotated[list[Probe], Field(min_length=1)]
+    time_to_recover: Window
+
+
+class Hint(Model):
+    """A hint a drill gives the people recovering the lab (`gameday drill`)."""
+
+    text: Annotated[str, Field(min_length=1, max_length=2000)]
+    after_s: Annotated[float | None, Field(ge=0, le=MAX_WINDOW_S)] = Field(
+        default=None,
+        description="Wall-clock seconds after the hand-over when the drill releases it; "
+        "null: only when someone asks for a hint.",
+    )
+
+
+# the sections a variant (per_lab, per_vllm) may replace, whole
+SECTIONS = frozenset(
+    ("target", "baseline", "inject", "expect", "detect", "recover", "verify", "hints")
+)
+
+
+class LabVariant(Model):
+    """What differs on one kind of lab, in the same file (`per_lab: {kubernetes: {...}}`): each
+    section given here replaces the scenario's own section of that name, whole, on that lab kind;
+    the sections not given are shared. Whole sections, never a deep merge: what a lab runs is
+    always readable in one place."""
+
+    EMPTY: ClassVar[str] = (
+        "a per_lab entry replaces at least one section: target, baseline, inject, expect, "
+        "detect, recover, verify or hints"
+    )
+
+    target: str | None = None
+    baseline: Baseline | None = None
+    inject: Annotated[list[Action] | None, Field(min_length=1)] = None
+    expect: Expectation | None = None
+    detect: Detection | None = None
+    recover: Annotated[list[RecoveryStep] | None, Field(min_length=1)] = None
+    verify: Verification | None = None
+    hints: list[Hint] | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> LabVariant:
+        if self._replaces_nothing():
+            raise ValueError(self.EMPTY)
+        if self.recover is not None and not any(
+            s.outcome is Outcome.RESTORES for s in self.recover
+        ):
+            raise ValueError("recover needs at least one step with outcome: restores")
+        return self
+
+    def _replaces_nothing(self) -> bool:
+        return not self.sections()
+
+    def sections(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in sorted(self.model_fields_set) if k in SECTIONS}
+
+
+class VllmVariant(LabVariant):
+    """What differs on a lab whose engine is another vLLM version (`per_vllm: {"0.33": {...}}`,
+    the inventory's `gameday_lab.vllm_version`): the same whole-section rules as per_lab, plus a
+    `note` that says what that vLLM really prints and where in its source, since an expectation
+    changed for one version is a claim about vLLM that a reader must be able to check."""
+
+    EMPTY: ClassVar[str] = (
+        "a per_vllm entry replaces at least one section (target, baseline, inject, expect, "
+        "detect, recover, verify or hints) or has a per_lab"
+    )
+
+    note: Annotated[str, Field(min_length=1, max_length=4000)] = Field(
+        description="What this vLLM version prints instead, and why (its source file and "
+        "function): shown in the plan and the report."
+    )
+    per_lab: dict[LabKind, LabVariant] = Field(
+        default={},
+        description="Sections that differ on one kind of lab running this vLLM version: the "
+        "most specific replacement, over this entry's own sections and the scenario's per_lab.",
+    )
+
+    def _replaces_nothing(self) -> bool:
+        return not self.sections() and not self.per_lab
+
+
+class Resolved(Model):
+    """Where each replaced section of a scenario came from, for one lab kind and vLLM version:
+    section -> `per_lab.<kind>` or `per_vllm.<version>`."""
+
+    origins: dict[str, str] = {}
+    note: str | None = None  # the per_vllm entry's note, when one applies
+
+
+def version_text(v: Any) -> Any:
+    """A vLLM version as YAML reads it unquoted (0.33 is a float) -> its text, "0.33"."""
+    return repr(v) if isinstance(v, float) else v
+
+
+class Scenario(Model):
+    api_version: Literal["gameday/v1"] = Field(alias="apiVersion")
+    kind: Literal["Scenario"]
+    metadata: Metadata
+    labs: Annotated[list[LabKind], Field(min_length=1)]
+    lab_notes: dict[LabKind, str] = {}
+    target: str = "serving"
+    baseline: Baseline
+    inject: Annotated[list[Action], Field(min_length=1)]
+    expect: Expectation
+    detect: Detection = Detection()
+    recover: Annotated[list[RecoveryStep], Field(min_length=1)]
+    verify: Verification
+    hints: list[Hint] = Field(
+        default=[], description="Hints for a drill, in the order they are given (gameday drill)."
+    )
+    per_lab: dict[LabKind, LabVariant] = Field(
+        default={},
+        description="Sections that differ on one kind of lab (e.g. a restart policy that "
+        "behaves otherwise on Kubernetes), each replacing the shared section whole.",
+    )
+
+    per_vllm: dict[Era, VllmVariant] = Field(
+        default={},
+        description="Sections that differ on a lab whose engine is another vLLM version (the "
+        "inventory's gameday_lab.vllm_version), each replacing the shared section whole, with a "
+        "note on what that vLLM prints. Over per_lab where both replace a section.",
+    )
+
+    @field_validator("per_vllm", mode="before")
+    @classmethod
+    def _yaml_number_keys(cls, v: Any) -> Any:
+        return {version_text(k): e for k, e in v.items()} if isinstance(v, dict) else v
+
+    def for_lab(self, kind: LabKind, vllm: Era = Era.V0_19) -> Scenario:
+        """The scenario as it runs on a lab of this kind whose engine is this vLLM version: its
+        per_lab sections for the kind, then its per_vllm sections for the version, in place of
+        the shared ones, then the version's own per_lab sections for the kind. The more specific
+        wins a section several replace: per_vllm over per_lab, since it is written against the
+        words the engine prints, which a per_lab section written for another version would
+        assert wrongly; a section that must differ on both axes goes in
+        per_vllm.<version>.per_lab.<kind>."""
+        update = self._variant_sections(kind, vllm)
+        return self.model_copy(update=update) if update else self
+
+    def _variants(self, kind: LabKind, vllm: Era) -> list[tuple[str, LabVariant]]:
+        """The variants that apply, least specific first: per_lab.<kind>, per_vllm.<version>,
+        per_vllm.<version>.per_lab.<kind>."""
+        out: list[tuple[str, LabVariant]] = []
+        if (lab_variant := self.per_lab.get(kind)) is not None:
+            out.append((f"per_lab.{kind.value}", lab_variant))
+        if (vllm_variant := self.per_vllm.get(vllm)) is not None:
+            out.append((f"per_vllm.{vllm.value}", vllm_variant))
+            if (both := vllm_variant.per_lab.get(kind)) is not None:
+                out.append((f"per_vllm.{vllm.value}.per_lab.{kind.value}", both))
+        return out
+
+    def _variant_sections(self, kind: LabKind, vllm: Era) -> dict[str, Any]:
+        update: dict[str, Any] = {}
+        for _, variant in self._variants(kind, vllm):
+            update |= variant.sections()
+        return update
+
+    def resolved(self, kind: LabKind, vllm: Era = Era.V0_19) -> Resolved:
+        """Which sections a lab of this kind running this vLLM takes from which variant."""
+        origins: dict[str, str] = {}
+        for origin, variant in self._variants(kind, vllm):
+            origins |= dict.fromkeys(variant.sections(), origin)
+        vllm_variant = self.per_vllm.get(vllm)
+        return Resolved(
+            origins=dict(sorted(origins.items())),
+            note=" ".join(vllm_variant.note.split()) if vllm_variant is not None else None,
+        )
+
+    @model_validator(mode="after")
+    def _masks_needs_probes(self) -> Scenario:
+        if any(s.outcome is Outcome.MASKS for s in self.recover) and not self.expect.probes:
+            raise ValueError(
+                "a step that `masks` shows the fault back with the expectation's probes: "
+                "expect.probes must not be empty"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _rollback_keeps_setup(self) -> Scenario:
+        """A `rollback` puts back every change of the run, the baseline's setup included: the
+        target would leave the scenario's starting configuration (another model, another build)
+        and every later probe would judge that instead."""
+        for kind in self.labs:
+            for vllm in Era:
+                sc = self.for_lab(kind, vllm)
+                if not sc.baseline.setup:
+                    continue
+                for i, step in enumerate(sc.recover):
+                    if any(isinstance(a, Rollback) for a in (*step.actions, *step.reveal)):
+                        where = "".join(sc_origin(self, kind, vllm, "recover"))
+                        raise ValueError(
+                            f"recover[{i}] ({step.name!r}{where}) rolls back, which also undoes "
+                            "baseline.setup: put back what inject changed with set_args / "
+                            "set_env (or a restart) instead"
+                        )
+        return self
+
+    def replaced_on(self, kind: LabKind, vllm: Era = Era.V0_19) -> list[str]:
+        """The sections a lab of this kind running this vLLM takes from per_lab or per_vllm."""
+        return list(self.resolved(kind, vllm).origins)
+
+    @property
+    def uses_monitoring(self) -> bool:
+        """Whether the scenario reads or changes Prometheus (alerts, PromQL or target probes,
+        a scrape-config change): the lab's monitoring must be scraping before its baseline."""
+        probes = [
+            *self.baseline.probes,
+            *self.expect.probes,
+            *self.verify.probes,
+        ]
+        actions = [
+            *self.baseline.setup,
+            *self.inject,
+            *(a for step in self.recover for a in (*step.actions, *step.reveal)),
+        ]
+        return (
+            bool(self.detect.alerts)
+            or any(isinstance(p, TargetsProbe | PromQLProbe) for p in probes)
+            or any(isinstance(a, ScrapeTargets) for a in actions)
+        )
+
+    @model_validator(mode="after")
+    def _recovers(self) -> Scenario:
+        if not any(s.outcome is Outcome.RESTORES for s in self.recover):
+            raise ValueError("recover needs at least one step with outcome: restores")
+        kinds = [("per_lab", kind) for kind in self.per_lab]
+        kinds += [
+            (f"per_vllm.{v.value}.per_lab", kind)
+            for v, variant in self.per_vllm.items()
+            for kind in variant.per_lab
+        ]
+        for where, kind in kinds:
+            if kind not in self.labs:
+                raise ValueError(
+                    f"{where} names {kind.value}, which is not in labs "
+                    f"({', '.join(k.value for k in self.labs)}): add it to labs or remove the "
+                    "entry"
+                )
+        return self
+
+
+def sc_origin(sc: Scenario, kind: LabKind, vllm: Era, section: str) -> list[str]:
+    """The origin of `section` on this lab ("per_lab.<kind>", "per_vllm.<v>"), if a variant."""
+    origin = sc.resolved(kind, vllm).origins.get(section)
+    return [f" from {origin}"] if origin else []
+
+
+def variant_notes(sc: Scenario, kind: LabKind, vllm: Era) -> list[str]:
+    """The report's lines on which sections the lab runs from per_lab and per_vllm, and the
+    per_vllm entry's note on what that vLLM prints."""
+    resolved = sc.resolved(kind, vllm)
+    by_origin: dict[str, list[str]] = {}
+    for section, origin in resolved.origins.items():
+        by_origin.setdefault(origin, []).append(section)
+    notes = []
+    for origin, sections in by_origin.items():
+        who = f"{kind.value} lab" if origin.startswith("per_lab.") else f"vLLM {vllm.value} lab"
+        if origin.count("per_lab.") and origin.startswith("per_vllm."):
+            who = f"{kind.value} lab on vLLM {vllm.value}"
+        notes.append(f"{who}: runs its own {', '.join(sections)} ({origin})")
+    if resolved.note and any(o.startswith("per_vllm.") for o in by_origin):
+        notes.append(f"per_vllm.{vllm.value} note: {resolved.note}")
+    return notes
+
+
+class LoadedScenario(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    path: Path
+    scenario: Scenario
+
+    def for_lab(self, kind: LabKind, vllm: Era = Era.V0_19) -> LoadedScenario:
+        """The scenario as a lab of this kind running this vLLM runs it (Scenario.for_lab)."""
+        sc = self.scenario.for_lab(kind, vllm)
+        return self if sc is self.scenario else self.model_copy(update={"scenario": sc})
+
+
+HINT = "see README.md 'Scenario format' or run `gameday schema` for the full format"
+
+
+def load_scenario(path: Path) -> LoadedScenario:
+    src = load(path, ScenarioError, "scenario")
+    if not isinstance(src.data, dict):
+        raise ScenarioError(
+            "a scenario is a mapping with apiVersion, kind, metadata, ...",
+            file=path,
+            line=1,
+            hint=HINT,
+        )
+    if src.data.get("apiVersion") != API_VERSION:
+        raise ScenarioError(
+            f"apiVersion must be {API_VERSION!r} (got {src.data.get('apiVersion')!r})",
+            file=path,
+            line=src.line_of(("apiVersion",)),
+            field="apiVersion",
+            hint=HINT,
+        )
+    try:
+        sc = Scenario.model_validate(src.data)
+    except pydantic.ValidationError as exc:
+        raise src.validation_error(exc, ScenarioError, HINT) from None
+    check_files(src, path, sc)
+    return LoadedScenario(path=path, scenario=sc)
+
+
+def discover(paths: list[Path]) -> list[Path]:
+    """Scenario files named on the command line; a directory means its *.yaml files."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(q for q in p.glob("*.y*ml") if q.suffix in (".yaml", ".yml"))
+        else:
+            out.append(p)
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Scenario.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://gameday.dev/schema/scenario-v1.json"
+    return schema

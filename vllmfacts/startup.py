@@ -1,0 +1,71 @@
+"""Which of vLLM's start-up phases a log reached, read from the messages real vLLM prints (both
+the 0.19 and the 0.33 wording), so the same reading works on the lab engine and on real vLLM.
+
+The phase where a start broke is the last phase whose marker appears in the failed incarnation's
+log: a config error leaves no `(EngineCore` line at all; a KV-cache shortage comes after
+`Model loading took`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class StartupPhase(enum.StrEnum):
+    """vLLM's start-up phases, in order: the scenario format names them (`expect.phase`),
+    and MARKERS below say how a log reveals them."""
+
+    CONFIG_VALIDATION = "config_validation"
+    ENGINE_CORE_INIT = "engine_core_init"
+    WEIGHTS_LOAD = "weights_load"
+    KV_CACHE_CHECK = "kv_cache_check"
+    CUDA_GRAPHS = "cuda_graphs"
+    SERVING = "serving"
+
+
+class LogLine(Protocol):
+    """A line of a log, whichever lab read it (runner.labs.base.LogLine is one)."""
+
+    @property
+    def text(self) -> str: ...
+
+
+MARKERS: list[tuple[StartupPhase, re.Pattern[str]]] = [
+    (
+        StartupPhase.ENGINE_CORE_INIT,
+        re.compile(r"^\(EngineCore(?:_DP\d+)? pid=\d+\)|Initializing a V1 LLM engine"),
+    ),
+    (
+        StartupPhase.WEIGHTS_LOAD,
+        re.compile(r"Starting to load model|Loading model from scratch|Loading weights took"),
+    ),
+    (
+        StartupPhase.KV_CACHE_CHECK,
+        re.compile(r"Model loading took .* GiB|Available KV cache memory|Memory profiling takes"),
+    ),
+    (
+        StartupPhase.CUDA_GRAPHS,
+        re.compile(r"GPU KV cache size: [\d,]+ tokens|Capturing CUDA graph"),
+    ),
+    (
+        StartupPhase.SERVING,
+        re.compile(
+            r"Starting vLLM (?:API )?server|Application startup complete|Uvicorn running on"
+        ),
+    ),
+]
+
+
+def reached(lines: Sequence[LogLine]) -> StartupPhase:
+    phase = StartupPhase.CONFIG_VALIDATION
+    order = [p for p, _ in MARKERS]
+    for ln in lines:
+        for p, rx in MARKERS:
+            if order.index(p) > (order.index(phase) if phase in order else -1) and rx.search(
+                ln.text
+            ):
+                phase = p
+    return phase
