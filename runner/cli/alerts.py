@@ -22,7 +22,7 @@ from runner.spec.inventory_load import load_inventory
 @click.group()
 def alerts() -> None:
     """Alert delivery: `gameday alerts test` checks that the lab's alerts reach a person.
-    README.md, "Alerts: delivered, not just firing"."""
+    docs/alerts.md 'Alerts: delivered, not just firing'."""
 
 
 @alerts.command("test")
@@ -53,7 +53,7 @@ def test(lab_path: Path, timeout_s: float) -> None:
         raise LabError(
             "gameday alerts test runs on the local and compose labs",
             hint="on Kubernetes the receiver must be reachable from the cluster: "
-            "see README.md, 'Alerts: delivered, not just firing'",
+            "see docs/labs/kubernetes.md 'Which scenarios apply'",
         )
     lab = open_lab(inventory)
     if not lab.is_up():

@@ -46,7 +46,8 @@ class _DrillGroup(click.Group):
 def drill() -> None:
     """Game days: `gameday drill SCENARIO` breaks the lab as a run does, then hands it over to
     people and watches (see `gameday drill start --help`); `gameday drill ack|hint|stop` act on
-    the drill running on a lab. README.md, "Game days: gameday drill"."""
+    the drill running on a lab. docs/drills-and-workshops.md
+    'Game days: gameday drill'."""
 
 
 @drill.command("start", epilog=VERDICT_EXITS)

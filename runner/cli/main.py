@@ -146,8 +146,8 @@ def run(
     then the built-in catalogue), those that apply to the lab.
 
     A scenario's own `command`, `playbook` and `http` steps run in its folder with the lab's
-    facts (GAMEDAY_LAB, GAMEDAY_NODE_<NAME>_URL, ...) in their environment; README.md,
-    "User-written steps"."""
+    facts (GAMEDAY_LAB, GAMEDAY_NODE_<NAME>_URL, ...) in their environment; docs/scenario-format.md
+    'User-written steps'."""
     from runner.results.rundirs import copy_reports
     from runner.run.suite import run_suite
 

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.errors import LabError
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import Inventory
 from runner.spec.kinds import LabKind, LogSource, NodeStatus
 
@@ -308,7 +309,7 @@ class LabDriver(abc.ABC):
         return tuple(command)
 
     # ---- what only some labs can do (see `capabilities`) ----
-    def signal(self, node: str, process: str, signal: str) -> None:
+    def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
         raise self._lacks(Capability.SIGNALS)
 
     def gpu_processes(self, node: str) -> list[GpuProcess]:

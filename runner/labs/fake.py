@@ -38,6 +38,7 @@ from runner.labs.base import (
     ProcessState,
     Value,
 )
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import Inventory, RestartPolicy
 from runner.spec.kinds import NodeStatus
 
@@ -238,7 +239,7 @@ class FakeLab(LabDriver):
         n.restarts = 0
         self._start(node)
 
-    def signal(self, node: str, process: str, signal: str) -> None:
+    def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
         self.on_call("signal")
         if Capability.SIGNALS not in self.capabilities:
             raise self._lacks(Capability.SIGNALS)

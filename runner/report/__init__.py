@@ -1,6 +1,6 @@
 """Reports of a run, all in reports/<run-id>/:
 
-- result.json  the RunResult as JSON (documented in README.md)
+- result.json  the RunResult as JSON (documented in docs/reports.md 'result.json')
 - junit.xml    one testcase per scenario; a failed assertion is a <failure>, an error an <error>
 - report.md    a summary a person reads in a terminal or a PR comment
 - report.html  self-contained: failures first, a summary, a Gantt picture per scenario and the

@@ -1,4 +1,4 @@
-"""What a run found, as data. Documented in README.md ("result.json").
+"""What a run found, as data. Documented in docs/reports.md 'result.json'.
 
 A verdict is one of passed / failed / error / skipped. `error` means gameday could not tell (the
 lab misbehaved, a probe could not be made, the baseline was not steady): it is never reported

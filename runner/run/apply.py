@@ -49,7 +49,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
                 f"{why}: SIG{action.signal.value} to {action.node}'s "
                 f"{action.process.replace('_', ' ')}"
             )
-            ctx.lab.signal(action.node, action.process, action.signal.value)
+            ctx.lab.signal(action.node, action.process, action.signal)
         elif isinstance(action, Traffic):
             send_traffic(ctx, action, why)
         elif isinstance(action, Wait):

@@ -28,7 +28,7 @@ import httpx
 import yaml
 
 from runner.labs.base import LabDriver
-from runner.labs.compose.hostactions import _write_unsafe, ansible_bin
+from runner.labs.common.ansible import ansible_bin, write_unsafe
 from runner.results.redact import redact
 from runner.run.journal import OpenStep
 from runner.spec.patterns import compile_user
@@ -219,9 +219,9 @@ def run_playbook(
         return StepRun(False, f"playbook {playbook} does not exist")
     with tempfile.TemporaryDirectory(prefix="gameday-userstep-") as private:
         # the extra variables and the inventory reach Ansible as data, never as templates
-        _write_unsafe(Path(private) / "env" / "extravars", dict(step.extra_vars))
+        write_unsafe(Path(private) / "env" / "extravars", dict(step.extra_vars))
         hosts = Path(private) / "inventory.yaml"
-        _write_unsafe(hosts, yaml.safe_load(inventory.read_text(encoding="utf-8")))
+        write_unsafe(hosts, yaml.safe_load(inventory.read_text(encoding="utf-8")))
         result = ansible_runner.run(
             private_data_dir=private,
             playbook=str(playbook),

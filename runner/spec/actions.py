@@ -129,12 +129,19 @@ class SignalName(enum.StrEnum):
     INT = "INT"
 
 
+class EngineProcess(enum.StrEnum):
+    """A process of a node's engine that a signal can reach."""
+
+    MAIN = "main"  # the API server, the container's PID 1
+    ENGINE_CORE = "engine_core"  # its engine core, the main process's child
+
+
 class Signal(Model):
     """Send a signal to a node's engine: its main (API-server) process or its engine core."""
 
     kind: Literal["signal"]
     node: str
-    process: Literal["main", "engine_core"] = "main"
+    process: EngineProcess = EngineProcess.MAIN
     signal: SignalName
 
 

@@ -33,7 +33,7 @@ PYPROJECT = "pyproject.toml"
 MAX_BYTES = 1_000_000
 HINT = (
     'keys: scenarios = ["folder", ...], lab = "inventory", reports = "folder" '
-    "(README: 'Using gameday in your repository')"
+    "(docs/commands.md 'Using gameday in your repository')"
 )
 
 # Without a configuration file: the layout of gameday's own checkout.

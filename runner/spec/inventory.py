@@ -31,7 +31,7 @@ from runner.spec.monitoring_defaults import (
 from runner.spec.scenario import version_text
 from vllmfacts.wording import Era
 
-HINT = "see inventories/local.yaml and README.md 'Inventories'"
+HINT = "see inventories/local.yaml and docs/inventories.md 'Inventories'"
 
 
 # the lab engine's variable for its wording; the inventory says it once, in gameday_lab

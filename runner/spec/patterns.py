@@ -80,11 +80,11 @@ def compile_user(pattern: str) -> Regex:
     if construct:
         raise ValueError(
             f"regex uses {construct}, which RE2 does not support: gameday matches patterns "
-            "with RE2, in linear time (no backreferences or lookaround); see README "
-            "'Scenario format'"
+            "with RE2, in linear time (no backreferences or lookaround); see "
+            "docs/scenario-format.md 'Scenario format'"
         )
     raise ValueError(
-        f"regex does not compile as RE2 syntax: {message} (see README 'Scenario format')"
+        f"regex does not compile as RE2 syntax: {message} (see docs/scenario-format.md 'Scenario format')"
     )
 
 

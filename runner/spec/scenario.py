@@ -342,7 +342,7 @@ class LoadedScenario(BaseModel):
         return self if sc is self.scenario else self.model_copy(update={"scenario": sc})
 
 
-HINT = "see README.md 'Scenario format' or run `gameday schema` for the full format"
+HINT = "see docs/scenario-format.md 'Scenario format' or run `gameday schema` for the full format"
 
 
 def load_scenario(path: Path) -> LoadedScenario:

@@ -36,7 +36,7 @@ def gave_up_alert(
                     f"gameday lab restart {group} --lab {inventory}"
                 ),
                 "logs": f"gameday lab logs {head} --previous --lab {inventory}",
-                "runbook": "README.md, section 'Watchdog'; seeds/000 section 8",
+                "runbook": "docs/watchdog.md 'Watchdog: gameday watchdog'; seeds/000 section 8",
             },
             "startsAt": datetime.now(UTC).isoformat(),
         }

@@ -16,6 +16,7 @@ from runner.labs.common import planning
 from runner.labs.local.driver import LocalLab
 from runner.results.schema import Verdict
 from runner.run.probing import ProbeEnv, run_probe
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory_load import load_inventory
 from runner.spec.probes import HttpProbe, InferenceProbe
 from tests.support.cli import ROOT, gameday, ok, scenario_variant
@@ -146,7 +147,7 @@ def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
         env = ProbeEnv(http=http, lab=lab, scale=100, target="node1")
         ok = run_probe(env, InferenceProbe(kind="inference", prompt="hello", max_tokens=64))
         assert ok.verdict is Verdict.PASSED
-        lab.signal("node2", "main", "STOP")
+        lab.signal("node2", EngineProcess.MAIN, SignalName.STOP)
         try:
             health = run_probe(env, HttpProbe(kind="http", path="/health"))
             hang = run_probe(
@@ -160,7 +161,7 @@ def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
                 ),
             )
         finally:
-            lab.signal("node2", "main", "CONT")
+            lab.signal("node2", EngineProcess.MAIN, SignalName.CONT)
         assert health.verdict is Verdict.PASSED, health
         assert hang.verdict is Verdict.PASSED and "a hang" in hang.observed, hang
         # an error is not a hang: a node that refuses connections fails `hangs`

@@ -23,7 +23,7 @@ from runner.labs.common.alertmanager_config import receiver_listen
 from runner.labs.common.planning import plan_change
 from runner.labs.local.driver import LocalLab
 from runner.run.receiver import WebhookReceiver
-from runner.spec.actions import Program, StartProcess, StopProcess
+from runner.spec.actions import EngineProcess, Program, SignalName, StartProcess, StopProcess
 from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, gameday, inventory, ok
 
@@ -124,7 +124,9 @@ def test_head_only_restart_is_recovered_by_a_group_restart(lab: tuple[Path, Loca
         dog.wait_for("serving", 30)
         before = incarnations(driver)
         n = len(dog.lines)
-        driver.signal("node1", "engine_core", "KILL")  # head-only-restart's inject
+        driver.signal(
+            "node1", EngineProcess.ENGINE_CORE, SignalName.KILL
+        )  # head-only-restart's inject
         restart = dog.wait_for("restart", 30, after=n)
         served = dog.wait_for("serving", 60, after=n)
         after = incarnations(driver)

@@ -10,7 +10,7 @@ from runner.errors import InventoryError
 from runner.spec.inventory import Node
 from runner.spec.yamlsrc import Source
 
-ADOPT_HINT = "see README.md 'Adopting a deployment you already run'"
+ADOPT_HINT = "see docs/inventories.md 'Adopting a deployment you already run'"
 ADOPT_LOC = ("all", "vars", "gameday_lab", "adopt")
 
 

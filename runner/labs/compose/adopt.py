@@ -30,6 +30,7 @@ from runner.labs.compose.driver import STOP_TIMEOUT_S, ComposeLab
 from runner.labs.compose.project import PROJECT_LABEL
 from runner.labs.compose.recreate import PARKED_SUFFIX, recreate
 from runner.labs.compose.watch import DockerWatch
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import Inventory
 
 ALLOW_LABEL = "gameday.io/allow-faults"
@@ -244,6 +245,6 @@ class AdoptedComposeLab(ComposeLab):
         self.check_opt_in()
         super().restart(nodes)
 
-    def signal(self, node: str, process: str, signal: str) -> None:
+    def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
         self.check_opt_in()
         super().signal(node, process, signal)

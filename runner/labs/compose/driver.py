@@ -60,6 +60,7 @@ from runner.labs.compose.configs import ConfigFiles, config_of, receiver_listen
 from runner.labs.compose.hosts import NodeHosts
 from runner.labs.compose.project import LABEL, compose_command
 from runner.labs.compose.watch import DockerWatch
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import ComposeSpec, Inventory
 from runner.spec.kinds import LabKind
 
@@ -409,16 +410,16 @@ class ComposeLab(LabDriver):
         spec = self.inventory.lab.compose or ComposeSpec()
         return str(IPv4Network(spec.subnets["management"]).network_address + 3)
 
-    def signal(self, node: str, process: str, signal: str) -> None:
+    def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
         c = self.engine(node)
-        if process == "engine_core":
+        if process is EngineProcess.ENGINE_CORE:
             # the engine is the container's PID 1; its engine core is its child
-            rc, out = self._exec(c, ["pkill", "--signal", signal, "--parent", "1"])
+            rc, out = self._exec(c, ["pkill", "--signal", signal.value, "--parent", "1"])
             if rc != 0:
                 raise LabError(f"{node}: no engine-core process to signal ({out.strip()})")
         else:
             self.watch.signalled.add(c.id)
-            c.kill(signal=f"SIG{signal}")
+            c.kill(signal=f"SIG{signal.value}")
 
     @property
     def _pdir(self) -> Path:

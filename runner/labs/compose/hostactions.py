@@ -22,23 +22,10 @@ from typing import Any
 import yaml
 
 from runner.errors import LabError
-from runner.fsutil import write_private
-from runner.programs import resolve_command
+from runner.labs.common.ansible import ansible_bin, write_unsafe
 
 RUN_DIR = "/run/gameday"  # where playbooks/process.yaml keeps pid files and command lines
 PLAYBOOK_TIMEOUT_S = 300  # a host action is seconds of work; a hung one must not hang the run
-
-
-def ansible_bin() -> str:
-    """The directory holding ansible-playbook: beside this interpreter (Ansible is one of its
-    packages), or on PATH."""
-    found = resolve_command("ansible-playbook")
-    if found:
-        return str(Path(found).parent)
-    raise LabError(
-        "ansible-playbook is not installed (host actions run as Ansible playbooks)",
-        hint="pip install ansible ansible-runner (make test and make run install them)",
-    )
 
 
 MARK = "GAMEDAY_HOST_ACTION"  # in each playbook process's environment: the lab's name
@@ -74,24 +61,6 @@ def wait_in_flight(lab: str, timeout: float) -> list[int]:
     return in_flight(lab)
 
 
-class _Unsafe(dict[str, Any]):
-    """A mapping Ansible must take as data, every string in it included: written as `!unsafe`.
-    The tag goes on the mapping, not on each string: Ansible resolves a tagged scalar's type
-    again as if it were plain, which would turn the string "30" into a number."""
-
-
-class _UnsafeDumper(yaml.SafeDumper):
-    pass
-
-
-_UnsafeDumper.add_representer(_Unsafe, lambda d, v: d.represent_mapping("!unsafe", dict(v)))
-
-
-def _write_unsafe(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_private(path, yaml.dump(_Unsafe(data), Dumper=_UnsafeDumper, sort_keys=False))
-
-
 def run_playbook(
     inventory: Path,
     playbook: Path,
@@ -113,9 +82,9 @@ def run_playbook(
     with tempfile.TemporaryDirectory(prefix="gameday-ansible-") as private:
         # ansible-runner passes env/extravars to ansible-playbook as `-e @file`, which Ansible
         # reads with its own YAML loader: the `!unsafe` tags hold
-        _write_unsafe(Path(private) / "env" / "extravars", extravars)
+        write_unsafe(Path(private) / "env" / "extravars", extravars)
         hosts = Path(private) / "inventory.yaml"
-        _write_unsafe(hosts, yaml.safe_load(inventory.read_text()))
+        write_unsafe(hosts, yaml.safe_load(inventory.read_text()))
         result = ansible_runner.run(
             private_data_dir=private,
             artifact_dir=str(artifacts / "artifacts"),

@@ -1,11 +1,12 @@
 """What the Kubernetes lab does inside and beside its pods: exec into an engine's container
 (signals, the GPU list), stray pods on a node (programs, seeds/001 on a cluster), and its
-Prometheus's pod. A part of runner.labs.kubernetes.driver.KubernetesLab, kept apart for its
-size."""
+Prometheus's pod. KubernetesLab (runner.labs.kubernetes.driver) holds one and answers the seam's
+exec, signal, GPU-list and Prometheus calls through it; what it needs of the driver (its sync,
+its namespace guard, its wait for pods to go) is handed to it as callables."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from runner.errors import LabError, LabNotUp
@@ -24,27 +25,36 @@ from runner.labs.kubernetes.podexec import (
     nvidia_smi_processes,
 )
 from runner.labs.kubernetes.watch import PodWatch
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import Inventory
 
 
 class PodAccess:
-    """Mixed into KubernetesLab, which provides these."""
+    """Exec, stray pods and the Prometheus pod of one Kubernetes lab."""
 
-    inventory: Inventory
-    kube: KubeApi
-    pods: PodWatch
-    feed: EventFeed
-    ns: str
-    _prometheus: str | None
+    def __init__(
+        self,
+        inventory: Inventory,
+        kube: KubeApi,
+        pods: PodWatch,
+        feed: EventFeed,
+        sync: Callable[[], None],
+        require_lab_namespace: Callable[[], None],
+        wait_pods_gone: Callable[[str, int], None],
+    ) -> None:
+        self.inventory = inventory
+        self.kube = kube
+        self.pods = pods
+        self.feed = feed
+        self.ns = kube.ns
+        self._sync = sync
+        self._require_lab_namespace = require_lab_namespace
+        self._wait_pods_gone = wait_pods_gone
+        self._prometheus: str | None = None  # the Prometheus pod's URL, once found
 
-    def _sync(self) -> None:
-        raise NotImplementedError
-
-    def _require_lab_namespace(self) -> None:
-        raise NotImplementedError
-
-    def _wait_pods_gone(self, sel: str, timeout: int) -> None:
-        raise NotImplementedError
+    def forget_prometheus(self) -> None:
+        """The Prometheus pod may be another one after `lab up` or `lab down`."""
+        self._prometheus = None
 
     # ---- exec: signals and the GPU list ------------------------------------------------------
 
@@ -59,18 +69,18 @@ class PodAccess:
         """Run `argv` in the node's engine container (`kubectl exec`)."""
         return exec_in(self.kube, self._pod_of(node), argv, container=self.pods.container)
 
-    def signal(self, node: str, process: str, signal: str) -> None:
+    def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
         """The signal to the engine's engine core (the children of the container's PID 1) or to
         its main process (PID 1), through exec."""
-        if process == "engine_core":
-            r = self.exec(node, ["python3", "-c", SIGNAL_CHILDREN, signal])
+        if process is EngineProcess.ENGINE_CORE:
+            r = self.exec(node, ["python3", "-c", SIGNAL_CHILDREN, signal.value])
             if r.rc != 0:
                 raise LabError(
                     f"{node}: no engine-core process to signal (exit {r.rc}) "
                     f"{(r.stdout + r.stderr).strip()[:200]}"
                 )
             return
-        r = self.exec(node, ["python3", "-c", SIGNAL_PID1, signal])
+        r = self.exec(node, ["python3", "-c", SIGNAL_PID1, signal.value])
         if r.rc != 0:
             raise LabError(f"{node}: the signal to PID 1 failed: {(r.stdout + r.stderr)[:200]}")
 
@@ -89,7 +99,7 @@ class PodAccess:
 
     # ---- stray pods: programs on a node -------------------------------------------------------
 
-    def _strays(self) -> list[Any]:
+    def strays(self) -> list[Any]:
         return list(
             self.kube.call(
                 "list stray pods",
@@ -99,7 +109,7 @@ class PodAccess:
             ).items
         )
 
-    def _stray_state(self, name: str) -> ProcessState:
+    def stray_state(self, name: str) -> ProcessState:
         self._require_lab_namespace()
         status, pod = self.kube.status_of(
             self.kube.core.read_namespaced_pod, stray.pod_name(name), self.ns
@@ -110,7 +120,7 @@ class PodAccess:
         command = tuple(pod.spec.containers[0].command or ())
         return ProcessState(running=phase in (None, "Pending", "Running"), command=command)
 
-    def _apply_stray(self, node: str, name: str, want: ProcessState) -> None:
+    def apply_stray(self, node: str, name: str, want: ProcessState) -> None:
         pod_name = stray.pod_name(name)
         if not want.running:
             self.kube.delete(self.kube.core.delete_namespaced_pod, pod_name)

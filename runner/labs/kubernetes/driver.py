@@ -31,6 +31,7 @@ from runner.labs.base import (
     Capability,
     Change,
     ChangeKind,
+    GpuProcess,
     LabDriver,
     LabEvent,
     LogLine,
@@ -46,7 +47,9 @@ from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes.access import PodAccess
 from runner.labs.kubernetes.api import KubeApi
+from runner.labs.kubernetes.podexec import ExecResult
 from runner.labs.kubernetes.watch import PodWatch, as_utc
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import GroupWorkload, Inventory, Node
 from runner.spec.kinds import LabKind
 from runner.spec.timing import TimeScale
@@ -55,7 +58,7 @@ ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this
 
 
-class KubernetesLab(PodAccess, LabDriver):
+class KubernetesLab(LabDriver):
     kind = LabKind.KUBERNETES
     label = "kubernetes lab"
     reports_first_output = False  # a pod's log is read at ready or exit, not followed
@@ -90,11 +93,37 @@ class KubernetesLab(PodAccess, LabDriver):
         self.feed = EventFeed(sync=self._sync)
         self.pods = PodWatch(inventory, self.kube, self.feed)
         self._guarded = False
-        self._prometheus: str | None = None  # the Prometheus pod's URL, once found
+        self.access = PodAccess(
+            inventory,
+            self.kube,
+            self.pods,
+            self.feed,
+            sync=self._sync,
+            require_lab_namespace=self._require_lab_namespace,
+            wait_pods_gone=self._wait_pods_gone,
+        )
 
     @property
     def state_dir(self) -> Path:
         return self._state_dir
+
+    # ---- inside and beside the pods (runner.labs.kubernetes.access) --------------------------
+
+    def exec(self, node: str, argv: Sequence[str]) -> ExecResult:
+        """Run `argv` in the node's engine container (`kubectl exec`)."""
+        return self.access.exec(node, argv)
+
+    def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
+        self.access.signal(node, process, signal)
+
+    def gpu_processes(self, node: str) -> list[GpuProcess]:
+        return self.access.gpu_processes(node)
+
+    def prometheus_url(self) -> str | None:
+        return self.access.prometheus_url()
+
+    def monitoring_ready(self, timeout_s: float) -> None:
+        self.access.monitoring_ready(timeout_s)
 
     # ---- the blast-radius guard ---------------------------------------------------------------
 
@@ -150,7 +179,7 @@ class KubernetesLab(PodAccess, LabDriver):
             from runner.labs.kubernetes import lws
 
             lws.require_api(self.kube)  # before anything is created
-        self._prometheus = None
+        self.access.forget_prometheus()
         ns = self.kube.namespace()
         if ns is not None:
             self.guard(ns)
@@ -203,7 +232,7 @@ class KubernetesLab(PodAccess, LabDriver):
         """Delete what gameday created: its workloads and Services (by its labels), then its
         namespace if it created that; wait until the lab's pods are gone."""
         self.pods.close()
-        self._prometheus = None
+        self.access.forget_prometheus()
         ns = self.kube.namespace()
         if ns is None:
             return
@@ -229,7 +258,7 @@ class KubernetesLab(PodAccess, LabDriver):
             "list services", self.kube.core.list_namespaced_service, self.ns, label_selector=sel
         ).items:
             self.kube.delete(self.kube.core.delete_namespaced_service, s.metadata.name)
-        for p in self._strays():
+        for p in self.access.strays():
             self.kube.delete(self.kube.core.delete_namespaced_pod, p.metadata.name)
         self._wait_pods_gone(sel, 60)
         if (ns.metadata.annotations or {}).get(mf.CREATED_BY_ANNOTATION) == "gameday":
@@ -402,7 +431,7 @@ class KubernetesLab(PodAccess, LabDriver):
         if change.kind is ChangeKind.NODE_CONFIG:
             return self.config(change.node)
         if change.kind is ChangeKind.PROCESS:
-            return self._stray_state(change.subject)
+            return self.access.stray_state(change.subject)
         raise LabError(
             f"the kubernetes lab has no {change.kind.value} changes "
             "(a node's address or a scrape config is outside the API: Prometheus finds pods "
@@ -427,7 +456,7 @@ class KubernetesLab(PodAccess, LabDriver):
 
     def apply(self, change: Change) -> None:
         if change.kind is ChangeKind.PROCESS and isinstance(change.after, ProcessState):
-            self._apply_stray(change.node, change.subject, change.after)
+            self.access.apply_stray(change.node, change.subject, change.after)
             return
         if change.kind is ChangeKind.NODE_CONFIG and isinstance(change.after, NodeConfig):
             self._sync()
@@ -486,5 +515,5 @@ class KubernetesLab(PodAccess, LabDriver):
         self.kube.call(f"scale {calls.kind} {node}", calls.replace, node, self.ns, obj)
 
     def leftovers(self) -> list[str]:
-        strays = [f"stray pod {p.metadata.name} is running" for p in self._strays()]
+        strays = [f"stray pod {p.metadata.name} is running" for p in self.access.strays()]
         return common.leftovers(self, strays, config="deployment")

@@ -46,6 +46,7 @@ from runner.labs.common.alertmanager_config import (
 from runner.labs.common.network import configured_addresses, ensure_free
 from runner.labs.common.prometheus_config import write_prometheus
 from runner.programs import command_argv, resolve_command
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import ERA_ENV, Inventory, Node, Role
 from runner.spec.kinds import LabKind
 
@@ -446,8 +447,10 @@ class LocalLab(LabDriver):
     def process_command(self, command: Sequence[str]) -> tuple[str, ...]:
         return tuple(command_argv(command) or command)
 
-    def signal(self, node: str, process: str, signal: str) -> None:
-        self._call("POST", f"/nodes/{node}/signal", json={"process": process, "signal": signal})
+    def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
+        self._call(
+            "POST", f"/nodes/{node}/signal", json={"process": process.value, "signal": signal.value}
+        )
 
     def gpu_processes(self, node: str) -> list[GpuProcess]:
         """What `vllm-lab smi --json` lists on the node, read in-process: the node's GPU is a

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.labs.compose.hostactions import ansible_bin
+from runner.labs.common.ansible import ansible_bin
 from runner.run.parallel import instance
 from runner.spec.inventory_load import load_inventory
 

@@ -19,6 +19,7 @@ from runner.labs.common.alertmanager_config import (
     webhook_url,
 )
 from runner.labs.common.prometheus_config import rule_groups, write_prometheus
+from runner.labs.registry import entry
 from runner.run.receiver import TEST_ALERT, WebhookReceiver, parse_notification, with_test_rule
 from runner.spec.inventory_load import load_inventory
 from runner.spec.kinds import LabKind
@@ -52,7 +53,7 @@ def test_alertmanager_routes_every_alert_to_the_runner_with_scaled_timings() -> 
     # local.yaml: time scale 100, Prometheus on 127.0.79.1:9090
     assert alertmanager_listen(LOCAL.lab.monitoring) == "127.0.79.1:9093"  # type: ignore[arg-type]
     assert receiver_listen(LOCAL) == ("127.0.79.1", 9095)
-    assert alertmanager_config(LOCAL) == {
+    assert alertmanager_config(LOCAL, webhook_url(receiver_listen(LOCAL))) == {
         "route": {
             "receiver": "gameday-runner",
             "group_by": ["alertname"],
@@ -72,8 +73,9 @@ def test_alertmanager_routes_every_alert_to_the_runner_with_scaled_timings() -> 
 
 
 def test_compose_receiver_is_on_the_management_gateway_and_alertmanager_published() -> None:
-    assert receiver_listen(COMPOSE) == ("172.30.80.254", 9095)
-    assert webhook_url(COMPOSE) == "http://172.30.80.254:9095/alerts"
+    listen = entry(COMPOSE.lab.kind).receiver_listen(COMPOSE)
+    assert listen == ("172.30.80.254", 9095)
+    assert webhook_url(listen) == "http://172.30.80.254:9095/alerts"
     assert alertmanager_listen(COMPOSE.lab.monitoring) == "127.0.0.1:19093"  # type: ignore[arg-type]
 
 

@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 
 from runner.labs.fake import FakeLab
 from runner.run.probing import ProbeEnv
+from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.probes import InferenceProbe
 from runner.watchdog.loop import LabClock, Observer, Watchdog, probe_target
 from runner.watchdog.machine import Decision, Policy, WatchState, start
@@ -141,6 +142,8 @@ def test_the_observer_sees_progress(lab: FakeLab) -> None:
     observer = Observer(lab, ["node1", "node2"])
     assert observer.look() == (True, True, (), ())  # the first look: everything is new
     assert observer.look() == (False, True, (), ())
-    lab.signal("node2", "engine_core", "KILL")  # the fake lab restarts it at once
+    lab.signal(
+        "node2", EngineProcess.ENGINE_CORE, SignalName.KILL
+    )  # the fake lab restarts it at once
     # a new incarnation, ready at once on the fake lab: progress, not a start to wait for
     assert observer.look() == (True, True, (), ())
