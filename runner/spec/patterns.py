@@ -84,7 +84,8 @@ def compile_user(pattern: str) -> Regex:
             "docs/scenario-format.md 'Scenario format'"
         )
     raise ValueError(
-        f"regex does not compile as RE2 syntax: {message} (see docs/scenario-format.md 'Scenario format')"
+        f"regex does not compile as RE2 syntax: {message} "
+        "(see docs/scenario-format.md 'Scenario format')"
     )
 
 

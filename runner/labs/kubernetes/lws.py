@@ -99,7 +99,8 @@ def _bad(inventory: Inventory, group: str, what: str) -> InventoryError:
         file=inventory.path,
         line=src.line_of(tuple(FIELD.split("."))),
         field=FIELD,
-        hint="group_workload: statefulsets runs any group; see docs/labs/kubernetes.md 'A group as a LeaderWorkerSet (manifests only)'",
+        hint="group_workload: statefulsets runs any group; see docs/labs/kubernetes.md "
+        "'A group as a LeaderWorkerSet (manifests only)'",
     )
 
 
