@@ -25,7 +25,7 @@ run: $(VENV)/.installed lab-deps
 test: $(VENV)/.installed lab-deps docker
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mkdocs build --strict --quiet -d build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d build/site
 	$(BIN)/mypy runner labengine vllmfacts
 	$(BIN)/pytest
 

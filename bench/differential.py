@@ -50,7 +50,8 @@ sys.path.insert(0, str(ROOT / "bench" / "differential"))
 import refvenv  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gameday"
-MODEL = "Qwen/Qwen2.5-14B-Instruct-AWQ"  # the seeds' model, the lab inventory's baseline
+# the EKS start-failure write-up's model, the lab inventory's baseline
+MODEL = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 TIMEOUT_S = 600
 
 PROCESS_PREFIX = re.compile(
@@ -518,7 +519,7 @@ def find_wheel(version: str, wheel_dir: Path | None) -> Path:
 
 def base_python(given: str | None) -> str:
     """The interpreter the reference venv is made from: the given one, else this one. (The CPU
-    torch the venv needs is a cp311 wheel on this machine's disk only; the registry has no CPU
+    torch the venv needs may be at hand only as a local cp311 wheel: the registry has no CPU
     build of torch 2.13 for any Python, so a 3.12 venv, the image's Python, cannot be made.)"""
     return given or sys.executable
 

@@ -14,7 +14,7 @@ page in Chromium, and the serving node restarted every 2 s; each node event's la
 the lab's own stamp of the event (the supervisor's, Docker's, the API server's) to the page's
 receipt, and split at the bus (lab -> drill bus, drill bus -> page).
 
-Goal (issue 16): median under 100 ms. Prints figures; asserts nothing.
+Goal: median under 100 ms. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations

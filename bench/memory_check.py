@@ -14,8 +14,9 @@ logged K. The non-torch term is taken from each log: it is the cuBLAS handles' m
 property of the GPU and its libraries, not of the model (vllmfacts/memory.py:
 profile_non_torch_bytes).
 
-The seed's two A10G runs (vLLM 0.19.1) print only "Model loading took" and "Available KV cache
-memory"; they are the last two rows, as the lab engine computes them end to end.
+The EKS start-failure write-up's two A10G runs (vLLM 0.19.1) print only "Model loading took" and
+"Available KV cache memory"; they are the last two rows, as the lab engine computes them end to
+end.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def implied(m: ModelInfo, c: Case) -> str:
     return f"{per_logit:.1f} ({'sampler' if sampler > forward else 'forward'} peak)"
 
 
-SEED_RUNS = ((0.9, 4096, 9.1), (0.5, 16384, 0.18))  # seeds/004: util, max len, available KV
+# the EKS start-failure write-up's runs: util, max len, available KV
+SEED_RUNS = ((0.9, 4096, 9.1), (0.5, 16384, 0.18))
 # What public logs of 24 GB cards (A10G/L4 class: nvidia-smi 23,028/23,034 MiB) print: total
 # 22.06-22.07 GiB, non_torch_memory 0.05 GiB (the two "24 GB card" rows above).
 PUBLIC_24GB_TOTAL_MIB, PUBLIC_24GB_NON_TORCH_MIB = 22589, 51
@@ -160,9 +162,9 @@ def seed_plan(gpu: GpuType, util: float, length: int) -> core.KvPlan:
 
 
 def seed_rows() -> None:
-    """The seed's runs end to end: weights, the engine's activation and its A10G non-torch
-    figure, against what vLLM 0.19.1 printed; then what the public 24 GB-card figures would
-    give instead, and why the lab keeps the seed's."""
+    """The EKS start-failure write-up's runs end to end: weights, the engine's activation and its
+    A10G non-torch figure, against what vLLM 0.19.1 printed; then what the public 24 GB-card
+    figures would give instead, and why the lab keeps the write-up's."""
     a10g = gpu_types()["a10g"]
     for util, length, public in SEED_RUNS:
         got = seed_plan(a10g, util, length).available / GIB
@@ -195,7 +197,7 @@ def seed_rows() -> None:
     # Both runs have the same weights, activation and non-torch terms (max_num_batched_tokens
     # and max_num_seqs are the same; nothing in 0.19.1's profiling depends on the length or the
     # utilisation), so their available memories differ by (0.9 - 0.5) x total alone. vLLM rounds
-    # each to 0.01 GiB, which bounds the total the seed's GPU reported.
+    # each to 0.01 GiB, which bounds the total the write-up's GPU reported.
     lo = ((SEED_RUNS[0][2] - 0.005) - (SEED_RUNS[1][2] + 0.005)) / 0.4
     hi = ((SEED_RUNS[0][2] + 0.005) - (SEED_RUNS[1][2] - 0.005)) / 0.4
     print(

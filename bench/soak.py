@@ -1,4 +1,5 @@
-"""gameday soak: the safety figures issue 6 asks for. Prints, asserts nothing.
+"""gameday soak: the safety figures (leftovers, tracebacks, verdict changes). Prints, asserts
+nothing.
 
     python bench/soak.py [--kills 50] [--labs local,compose] [--runs 20] [--fuzz 5000] [--seed 1]
 

@@ -4,7 +4,7 @@ machine, and print what happened each round.
     .venv/bin/python bench/under_load.py [--rounds 3] [--busy 1] [PYTEST_ARGS...]
 
 The default selection is the Kubernetes and compose end-to-end tests. `--busy N` starts N
-processes that spin in a tight loop for the whole run (one core each on this 2-core machine);
+processes that spin in a tight loop for the whole run (one core each);
 each prints how many loop iterations it made, so the load is a figure, not an assumption. Exit
 code 0 when every round passed, 1 otherwise.
 """

@@ -11,7 +11,8 @@ warning:
 - ``GAMEDAY_TIME_SCALE``: how much faster than real time the phases run (default 1).
 - ``GAMEDAY_GPU``: simulated GPU type (``a10g``, ``l4``, ``a100-80g``, ``h100``; default ``a10g``).
 - ``GAMEDAY_GPU_COUNT``: GPUs on the node (default 1); ``CUDA_VISIBLE_DEVICES`` narrows them.
-- ``GAMEDAY_VLLM_ERA``: message wording, ``0.19`` (default, the seeds' version) or ``0.33``.
+- ``GAMEDAY_VLLM_ERA``: message wording, ``0.19`` (default, the EKS start-failure write-up's
+  version) or ``0.33``.
 - ``GAMEDAY_MODELS_PATH``: extra directories (``:``-separated) searched for model repositories.
 """
 

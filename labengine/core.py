@@ -27,10 +27,10 @@ from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
 from vllmfacts.models import DTYPE_BYTES, ModelInfo
 from vllmfacts.wording import Era, capacity_lines, dp_group_leader, gib, kv_shortage, no_kv_memory
 
-# Real-world durations (seconds) of the phases that do not depend on model size, from the seeds'
-# logs: the API server resolves config ~9 s after start; the engine core hits its distributed
-# init (where VLLM_PORT is read) ~19 s after start; torch.compile 26 s and profiling take the 40 s
-# between "Model loading took" and "Available KV cache memory".
+# Real-world durations (seconds) of the phases that do not depend on model size, from the EKS
+# start-failure write-up's logs: the API server resolves config ~9 s after start; the engine core
+# hits its distributed init (where VLLM_PORT is read) ~19 s after start; torch.compile 26 s and
+# profiling take the 40 s between "Model loading took" and "Available KV cache memory".
 CONFIG_RESOLVE_S = 9.0
 ENGINE_INIT_S = 9.0
 COMPILE_S = 26.0

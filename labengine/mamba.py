@@ -1,5 +1,5 @@
-"""The Mamba state of a hybrid (Jamba-style) model, and the two bugs of seeds/003 that corrupt it
-silently: fluent wrong text, HTTP 200, normal metrics, no log line.
+"""The Mamba state of a hybrid (Jamba-style) model, and the two bugs of the Jamba write-up that
+corrupt it silently: fluent wrong text, HTTP 200, normal metrics, no log line.
 
 - `decode-before-prefill` (vLLM PR #32118, "Fix stale SSM state for new Mamba requests scheduled
   as decode"): when the step's token budget (`--max-num-batched-tokens`) is nearly spent, the

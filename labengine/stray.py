@@ -1,6 +1,7 @@
-"""A stray GPU program, like the one in seeds/001: an unrelated vision-model server (OmniParser)
-started on a node whose GPU the engine already fills. It takes ~1.4 GiB of GPU context, its
-warm-up fails on a missing import, and it idles holding the memory until it is stopped.
+"""A stray GPU program, like the one in the stray GPU process write-up: an unrelated vision-model
+server (OmniParser) started on a node whose GPU the engine already fills. It takes ~1.4 GiB of GPU
+context, its warm-up fails on a missing import, and it idles holding the memory until it is
+stopped.
 
     vllm-lab stray [--name NAME] [--mib MIB]
 """

@@ -1,6 +1,6 @@
 """vLLM's start-up memory arithmetic (vllm/v1/worker/gpu_worker.py, vllm/v1/core/kv_cache_utils.py).
 
-Pure functions; the numbers in the seeds are unit-tested against them.
+Pure functions; the EKS start-failure write-up's numbers are unit-tested against them.
 
     budget        = ceil(cuda_total * gpu_memory_utilization)
     non_kv        = loaded weights + activation peak of the profiling run + non-torch memory

@@ -1,7 +1,7 @@
-"""`gameday alerts test`: the seed's own check that alerts are delivered, not just firing (a
-temporary `vector(1) > 0` rule through rule -> route -> receiver, then removed). Exit codes: 0
-the whole path works; 2 invalid input; 3 the lab is not up or has no monitoring; 4 rule not
-loaded; 5 not firing; 6 Alertmanager unreachable; 7 receiver not reached."""
+"""`gameday alerts test`: the DeepGEMM crash write-up's own check that alerts are delivered, not
+just firing (a temporary `vector(1) > 0` rule through rule -> route -> receiver, then removed).
+Exit codes: 0 the whole path works; 2 invalid input; 3 the lab is not up or has no monitoring;
+4 rule not loaded; 5 not firing; 6 Alertmanager unreachable; 7 receiver not reached."""
 
 from __future__ import annotations
 

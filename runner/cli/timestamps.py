@@ -1,7 +1,8 @@
 """One clock for timelines. Container runtimes stamp lines in UTC (`docker logs -t`, `kubectl
 logs --timestamps`); vLLM, PyTorch and a host's syslog write the local time of their process with
-no zone. Read naively, the seed's KST host (UTC+9) puts its events 9 hours after the container's
-and causality flips. Every line is converted to UTC, with the zone each source is in stated.
+no zone. Read naively, the DeepGEMM crash write-up's KST host (UTC+9) puts its events 9 hours
+after the container's and causality flips. Every line is converted to UTC, with the zone each
+source is in stated.
 
 Recognised stamps, at the start of a line:
     2026-04-19T01:59:54.123456789Z ...       RFC 3339 with Z or an offset (runtime stamps)

@@ -1,4 +1,4 @@
-"""The correctness probe: silent wrong output (seeds/003).
+"""The correctness probe: silent wrong output (the Jamba write-up).
 
 A reference pass sends each known-answer prompt alone (temperature 0, logprobs); the load pass then
 sends `requests` of them, `concurrency` at a time, each with its own X-Request-Id, and compares

@@ -165,7 +165,7 @@ class WebhookReceiver:
                 self._cond.wait(left)
 
 
-# ---- `gameday alerts test`: the seed's own check of the whole path -------------------------
+# ---- `gameday alerts test`: the DeepGEMM crash write-up's check of the whole path ----------
 
 TEST_ALERT = "GamedayAlertsTest"
 

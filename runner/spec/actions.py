@@ -83,7 +83,8 @@ class Wait(Model):
 class Program(enum.StrEnum):
     """Programs a scenario may start on a node (a closed set: no command lines from scenarios)."""
 
-    STRAY_GPU_PROCESS = "stray_gpu_process"  # seeds/001's OmniParser: ~1.4 GiB GPU, idle
+    # the stray GPU process write-up's OmniParser: ~1.4 GiB of GPU memory, idle
+    STRAY_GPU_PROCESS = "stray_gpu_process"
 
 
 # The process name each program holds GPU memory under (what nvidia-smi lists), given on its

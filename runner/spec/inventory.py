@@ -115,9 +115,10 @@ class Node(Model):
 
 class Monitoring(Model):
     """A real Prometheus scraping each node's node-exporter by its management address and the
-    engines' /metrics, with the seeds' alert rules (`for:` scaled by the lab's time scale). On
-    Kubernetes a Deployment in the lab's namespace that finds the engines' pods through the API
-    (runner.labs.kubernetes.monitoring); the node-exporter fields do not apply there."""
+    engines' /metrics, with the DeepGEMM crash write-up's alert rules (`for:` scaled by the lab's
+    time scale). On Kubernetes a Deployment in the lab's namespace that finds the engines' pods
+    through the API (runner.labs.kubernetes.monitoring); the node-exporter fields do not apply
+    there."""
 
     prometheus_listen: str = "127.0.79.1:9090"
     prometheus_command: str = "prometheus"
@@ -210,9 +211,9 @@ class ProbeSpec(Model):
 
 
 class KubernetesSpec(Model):
-    """The Kubernetes lab (seeds/004's EKS workshop): where it runs and what its manifests say.
-    Each inventory host is a workload of that name (the single-node server a Deployment with
-    `strategy: Recreate`); `gameday lab manifests` prints them."""
+    """The Kubernetes lab (the EKS start-failure write-up's workshop cluster): where it runs and
+    what its manifests say. Each inventory host is a workload of that name (the single-node
+    server a Deployment with `strategy: Recreate`); `gameday lab manifests` prints them."""
 
     kubeconfig: str | None = Field(
         default=None,

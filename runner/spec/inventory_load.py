@@ -16,7 +16,7 @@ import pydantic
 from pydantic import BaseModel
 
 from runner.errors import InventoryError, ScenarioError, plain_message
-from runner.labs.common.inventory_rules import fail
+from runner.labs.common.adoption_rules import fail
 from runner.labs.registry import entry
 from runner.spec.actions import Restart
 from runner.spec.inventory import ERA_ENV, HINT, Inventory, LabSpec, Loc, Node, Role

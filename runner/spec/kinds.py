@@ -67,8 +67,8 @@ class Metadata(Model):
 
 
 # The longest window a scenario may state, in real-world seconds: a day. The slowest failure in
-# the seeds (a worker's heartbeat noticing a dead head) takes about 2.5 h; a larger figure is a
-# typo, and a run would wait it out.
+# the write-ups (the DeepGEMM crash write-up's worker heartbeat noticing a dead head) takes
+# about 2.5 h; a larger figure is a typo, and a run would wait it out.
 MAX_WINDOW_S = 86_400.0
 
 

@@ -1,5 +1,5 @@
-"""An alert rule, and the lab's monitoring when an inventory says nothing more: the seeds'
-alert rules, and the Prometheus and Alertmanager images a container lab runs."""
+"""An alert rule, and the lab's monitoring when an inventory says nothing more: the DeepGEMM
+crash write-up's alert rules, and the Prometheus and Alertmanager images a container lab runs."""
 
 from __future__ import annotations
 

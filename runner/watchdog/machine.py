@@ -1,10 +1,10 @@
 """The watchdog's state machine: a pure function from what was observed to what to do.
 
-Why it is not "restart on crash" (seeds/000 section 8): the engine exits 0 (no restart policy
-sees a crash), only a whole-group restart brings a tensor-parallel group back, a cold boot can
-take over an hour (a fixed boot grace kills a booting server), /health answers 200 while NCCL
-hangs (serving is proven by an inference request), and a crash that follows the request's shape
-turns restarts into a loop (a restart budget matters more than detection).
+Why it is not "restart on crash" (the DeepGEMM crash write-up, section 8): the engine exits 0
+(no restart policy sees a crash), only a whole-group restart brings a tensor-parallel group back,
+a cold boot can take over an hour (a fixed boot grace kills a booting server), /health answers
+200 while NCCL hangs (serving is proven by an inference request), and a crash that follows the
+request's shape turns restarts into a loop (a restart budget matters more than detection).
 
 All times are real-world seconds: the loop converts the lab's clock (its time_scale).
 """

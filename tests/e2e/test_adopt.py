@@ -1,4 +1,4 @@
-"""Adopting a deployment the team already runs (issue 15, item 3): a Compose project the test
+"""Adopting a deployment the team already runs: a Compose project the test
 creates with the Compose CLI (not gameday), with the opt-in label, adopted, faulted, recovered
 and left as found; the same project without the label refused with exit 3 and nothing touched;
 a Deployment the test creates through the Kubernetes API (tests/kubeapi) adopted, faulted with

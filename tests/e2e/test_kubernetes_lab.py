@@ -76,7 +76,8 @@ def test_four_startup_scenarios_pass_unchanged(
         # the signature was read from the previous container's log, as `kubectl logs --previous`
         assert any(t.startswith("expect: previous logs") for t in titles), (sid, titles)
         assert s["time_to_fail_s"] is not None
-    # the kubelet's probe Events are kept as evidence: the seed's misleading second signal
+    # the kubelet's probe Events are kept as evidence: the EKS start-failure write-up's
+    # misleading second signal
     events = [
         ln["text"]
         for s in by_id.values()
@@ -274,8 +275,8 @@ def test_the_shipped_baseline_is_what_lab_manifests_prints() -> None:
 
 
 def test_the_cli_exits_cleanly_with_the_watch_open(server: Server, state: Path) -> None:
-    # the watch thread is stopped before the interpreter exits (it used to abort, exit 134,
-    # now and then, when a read was in flight during finalisation)
+    # the watch thread is stopped before the interpreter exits (a read still in flight during
+    # finalisation aborts the process, exit 134)
     assert gd(state, "lab", "up", "--lab", str(INVENTORY)).returncode == 0
     try:
         for _ in range(8):

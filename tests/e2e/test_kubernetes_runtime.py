@@ -67,7 +67,7 @@ def test_the_runtime_scenarios_on_kubernetes(
     assert [x["verdict"] for x in recover] == ["passed", "passed"]
     assert "does NOT restore" in recover[0]["name"]
     # fired, and delivered: Prometheus -> the Alertmanager pod behind its Service -> the runner's
-    # receiver, with the seed's annotations
+    # receiver, with the DeepGEMM crash write-up's annotations
     alerts = [x for x in head["assertions"] if x["phase"] == "detect"]
     assert [x["name"] for x in alerts] == [
         "detect: alert ServingDown fires",

@@ -78,8 +78,9 @@ def wait(lab: LocalLab, node: str, cond, timeout: float = 20):  # type: ignore[n
 
 
 def test_restart_policies_and_exit_codes(tmp_path: Path) -> None:
-    """on-failure restarts a crash but not an exit 0 (the seed's trap); `no` never restarts;
-    `always` backs off like CrashLoopBackOff. Previous logs hold the failed incarnation."""
+    """on-failure restarts a crash but not an exit 0 (the DeepGEMM crash write-up's trap); `no`
+    never restarts; `always` backs off like CrashLoopBackOff. Previous logs hold the failed
+    incarnation."""
     text = (ROOT / "inventories" / "local.yaml").read_text()
     body = text.split("    serving:\n      hosts:\n")[0]
     host = """        {name}:

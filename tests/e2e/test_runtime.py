@@ -52,7 +52,8 @@ def test_the_three_pass(tmp_path: Path) -> None:
     names = {a["name"]: a for a in head["assertions"]}
     assert names["expect: exit code"]["observed"] == "exit code 0"
     assert any(n.startswith("expect on node2: within") for n in names)
-    # delivered through Alertmanager to the runner's receiver, with the seed's annotations
+    # delivered through Alertmanager to the runner's receiver, with the DeepGEMM crash
+    # write-up's annotations
     for s, alert, text in (
         (head, "ServingDown", "restart all four together"),
         (dhcp, "ExporterTargetDown", "stable overlay addresses"),
@@ -65,7 +66,7 @@ def test_the_three_pass(tmp_path: Path) -> None:
 
 def test_shortcuts_and_expectations_fail_on_purpose(tmp_path: Path) -> None:
     files = [
-        # the seed's shortcut claimed to work: restarting the head alone
+        # the DeepGEMM crash write-up's shortcut claimed to work: restarting the head alone
         scenario_variant(
             tmp_path,
             THREE[0],

@@ -1,7 +1,7 @@
-"""`gameday watchdog` on the local lab (x100), against the seeds' faults injected through the
-lab driver as a scenario's inject phase does: an exit-0 head crash it must recover with a
-whole-group restart, a request-shape crash loop it must give up on, and a cold boot it must not
-kill."""
+"""`gameday watchdog` on the local lab (x100), against the DeepGEMM crash write-up's faults
+injected through the lab driver as a scenario's inject phase does: an exit-0 head crash it must
+recover with a whole-group restart, a request-shape crash loop it must give up on, and a cold
+boot it must not kill."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_a_request_shape_crash_loop_spends_the_budget_and_gives_up(
     lab: tuple[Path, LocalLab],
 ) -> None:
     """The give-up alert goes to the lab's own Alertmanager (no --alert-url), which routes it
-    to the runner's webhook receiver as it routes the seeds' rules."""
+    to the runner's webhook receiver as it routes the DeepGEMM crash write-up's rules."""
     inv, driver = lab
     receiver = WebhookReceiver(*receiver_listen(load_inventory(inv))).start()
     stray = StartProcess(
@@ -211,10 +211,11 @@ def test_a_request_shape_crash_loop_spends_the_budget_and_gives_up(
 def test_a_cold_boot_longer_than_a_fixed_grace_is_not_killed(lab: tuple[Path, LocalLab]) -> None:
     """Llama-3.1-70B (131 GiB in bf16) on two H100s, its 65.7 GiB per rank read from a volume at
     0.015 GiB/s: a cold boot of over an hour real (the fetch, then 29 shards of about 150 s
-    each). A watchdog with the seed's fixed boot grace of 15 minutes kills it; this one, with the
-    same figure as its stall window, waits while the boot moves."""
+    each). A watchdog with the DeepGEMM crash write-up's fixed boot grace of 15 minutes kills it;
+    this one, with the same figure as its stall window, waits while the boot moves."""
     inv, driver = lab
-    grace = 900.0  # seeds/000 section 8: "부팅 유예 15분" (a boot grace of 15 minutes)
+    # the DeepGEMM crash write-up, section 8: "부팅 유예 15분" (a boot grace of 15 minutes)
+    grace = 900.0
     dog = Dog(inv, "--group", "serving", "--boot-stall-s", str(grace))
     try:
         dog.wait_for("serving", 30)

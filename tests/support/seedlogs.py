@@ -1,6 +1,8 @@
-"""Log excerpts from the seeds and from runtimes, shared by the tests that read them."""
+"""Log excerpts from the operations write-ups (the EKS start-failure and DeepGEMM crash
+write-ups) and from runtimes, shared by the tests that read them."""
 
-# kubectl logs --previous excerpts as the seed shows them (vLLM 0.19.1), one line per record
+# kubectl logs --previous excerpts as the EKS start-failure write-up shows them (vLLM 0.19.1), one
+# line per record
 SEED_019 = {
     "kv-cache-shortage": """\
 (EngineCore pid=81) INFO 04-19 10:59:54 [gpu_worker.py:436] Available KV cache memory: 0.18 GiB

@@ -1,6 +1,7 @@
 """The lab's Prometheus configuration, the same for every lab kind: scrape every engine's
 /metrics (job `vllm`) and every node's node-exporter by its address on one network (job
-`node-exporter`), with the seeds' alert rules; intervals and `for:` scaled by the time scale."""
+`node-exporter`), with the DeepGEMM crash write-up's alert rules; intervals and `for:` scaled by
+the time scale."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def scrape_interval(mon: Monitoring, scale: float) -> str:
 
 
 def rule_groups(mon: Monitoring, scale: float) -> dict[str, Any]:
-    """The seeds' alert rules, their `for:` in lab time."""
+    """The DeepGEMM crash write-up's alert rules, their `for:` in lab time."""
     return {
         "groups": [
             {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runner.labs.common.inventory_rules import ADOPT_LOC, fail, refuse_services
+from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_services
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
 from runner.spec.yamlsrc import Source

@@ -122,7 +122,7 @@ class DockerWatch:
 
     def close(self) -> None:
         """Close the event feed and wait for its thread: one still reading a socket when the
-        interpreter finalises can take the process down (a CLI verb exited -11 now and then)."""
+        interpreter finalises can take the process down (a CLI verb then exits -11, SIGSEGV)."""
         if self._events is not None:
             with contextlib.suppress(Exception):
                 self._events.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runner.labs.base import LabDriver
+from runner.labs.common.adoption_rules import refuse_services
 from runner.labs.common.alertmanager_config import receiver_listen
-from runner.labs.common.inventory_rules import refuse_services
 from runner.labs.kubernetes.inventory_rules import check_adoption, check_lab
 from runner.labs.registry import HostLines, LabKindEntry
 from runner.spec.inventory import Inventory, LabSpec, Node

@@ -1,8 +1,8 @@
 """What the Kubernetes lab does inside and beside its pods: exec into an engine's container
-(signals, the GPU list), stray pods on a node (programs, seeds/001 on a cluster), and its
-Prometheus's pod. KubernetesLab (runner.labs.kubernetes.driver) holds one and answers the seam's
-exec, signal, GPU-list and Prometheus calls through it; what it needs of the driver (its sync,
-its namespace guard, its wait for pods to go) is handed to it as callables."""
+(signals, the GPU list), stray pods on a node (programs: the stray GPU process write-up on a
+cluster), and its Prometheus's pod. KubernetesLab (runner.labs.kubernetes.driver) holds one and
+answers the seam's exec, signal, GPU-list and Prometheus calls through it; what it needs of the
+driver (its sync, its namespace guard, its wait for pods to go) is handed to it as callables."""
 
 from __future__ import annotations
 

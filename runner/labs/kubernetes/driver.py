@@ -366,7 +366,8 @@ class KubernetesLab(LabDriver):
 
     def runtime_events(self, node: str) -> tuple[str, list[RuntimeEvent]]:
         """The Events of the node's current pod, as `kubectl describe pod` lists them (the
-        kubelet's probe failures among them: seeds/004's misleading second signal)."""
+        kubelet's probe failures among them: the EKS start-failure write-up's misleading second
+        signal)."""
         pod = self.pods.views[node].pod
         if pod is None:
             return "", []
@@ -441,7 +442,8 @@ class KubernetesLab(LabDriver):
 
     def check_service(self, service: str, port: int) -> None:
         """The scenario's mechanism is the variables the kubelet injects for a Service: it must
-        exist in the namespace, with that port (the seed's baseline Service `vllm`)."""
+        exist in the namespace, with that port (the EKS start-failure write-up's baseline Service
+        `vllm`)."""
         self._require_lab_namespace()
         status, svc = self.kube.status_of(self.kube.core.read_namespaced_service, service, self.ns)
         if status != 200:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from runner.errors import InventoryError
-from runner.labs.common.inventory_rules import ADOPT_LOC, fail
+from runner.labs.common.adoption_rules import ADOPT_LOC, fail
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
 from runner.spec.yamlsrc import Source

@@ -1,8 +1,8 @@
-"""The Kubernetes lab's manifests, modelled on seeds/004's baseline (vllm-baseline.yaml):
-Namespace, Service `vllm`, and a Deployment per single-node server with `strategy: Recreate`
-(one GPU cannot be held by two pods at once), the GPU toleration and node selector,
-`nvidia.com/gpu: 1`, startup and readiness probes on /health, a memory-backed /dev/shm, an HF
-cache volume and `enableServiceLinks` stated explicitly.
+"""The Kubernetes lab's manifests, modelled on the EKS start-failure write-up's baseline
+(vllm-baseline.yaml): Namespace, Service `vllm`, and a Deployment per single-node server with
+`strategy: Recreate` (one GPU cannot be held by two pods at once), the GPU toleration and node
+selector, `nvidia.com/gpu: 1`, startup and readiness probes on /health, a memory-backed /dev/shm,
+an HF cache volume and `enableServiceLinks` stated explicitly.
 
 A tensor-parallel group (head and workers) is a StatefulSet per node (a stable pod name
 `<node>-0`, each rank with its own args) under one headless Service named after the group, so the
@@ -112,7 +112,8 @@ def _flag(args: list[str], flag: str, default: str) -> str:
 
 
 def service(inventory: Inventory) -> dict[str, Any]:
-    """The seed's Service: named `vllm`, selecting the serving pods, port `http`."""
+    """The EKS start-failure write-up's Service: named `vllm`, selecting the serving pods,
+    port `http`."""
     spec = spec_of(inventory)
     serving = [n for n in inventory.nodes if n.role is Role.SERVING]
     port = serving[0].port if serving else 8000
@@ -172,7 +173,7 @@ def _pod_spec(inventory: Inventory, node: Node, config: NodeConfig | None) -> di
         requests[spec.gpu.resource] = str(gpus)
         limits[spec.gpu.resource] = str(gpus)
     pod: dict[str, Any] = {
-        # stated, never left to the default (true): seeds/004 scenario 0
+        # stated, never left to the default (true): the EKS start-failure write-up's scenario 0
         "enableServiceLinks": bool(cfg.service_links),
         "terminationGracePeriodSeconds": spec.termination_grace_s,
         "containers": [

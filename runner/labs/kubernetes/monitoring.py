@@ -1,7 +1,7 @@
 """The Kubernetes lab's Prometheus: a Deployment `gameday-prometheus` in the lab's namespace,
-its configuration and the seeds' alert rules in a ConfigMap, and the service account, Role and
-RoleBinding that let it list and watch the namespace's pods. Its alerts go to the lab's
-Alertmanager (alertmanager.py: a Deployment and Service beside it).
+its configuration and the DeepGEMM crash write-up's alert rules in a ConfigMap, and the service
+account, Role and RoleBinding that let it list and watch the namespace's pods. Its alerts go to
+the lab's Alertmanager (alertmanager.py: a Deployment and Service beside it).
 
 Prometheus finds the engines through the API (`kubernetes_sd_configs`, role pod, the lab's
 namespace named, never `own_namespace`) and keeps only the lab's serving and head pods on the

@@ -1,7 +1,8 @@
 """A stray GPU program on Kubernetes: a bare pod pinned to a node that requests no
 `nvidia.com/gpu` but sets `NVIDIA_VISIBLE_DEVICES=all`. The device plugin never sees it (nothing
 was requested), and the NVIDIA container runtime hands it every GPU of the node anyway: the
-classic way a stranger lands on a serving GPU in a cluster (seeds/001's OmniParser, on EKS).
+classic way a stranger lands on a serving GPU in a cluster (the stray GPU process write-up's
+OmniParser, on EKS).
 
 It is a ChangeKind.PROCESS subject like a program on the other labs: started by creating the
 pod, stopped by deleting it, journalled and undone the same way."""
@@ -74,7 +75,8 @@ def stray_pod(
 TARGET_NODE = "<the node of the target's pod>"
 
 # On a real GPU, in vLLM's image (torch, no vllm-lab): a process that holds `argv[1]` MiB of the
-# node's GPU and idles, as seeds/001's OmniParser did. gameday's own text, never a scenario's.
+# node's GPU and idles, as the stray GPU process write-up's OmniParser did. gameday's own text,
+# never a scenario's.
 TORCH_HOLDER = """\
 import sys, time, torch
 held = torch.empty(int(sys.argv[1]) * 2**20, dtype=torch.uint8, device="cuda")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runner.labs.base import LabDriver
+from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_services
 from runner.labs.common.alertmanager_config import alerts_api, receiver_listen
-from runner.labs.common.inventory_rules import ADOPT_LOC, fail, refuse_services
 from runner.labs.registry import HostLines, LabKindEntry
 from runner.spec.inventory import Inventory, LabSpec, Node
 from runner.spec.kinds import LabKind

@@ -144,7 +144,7 @@ def expect_state(ctx: Context, ls: LoadedScenario, want: StateExpectation) -> No
     # restarts happen after back-off: allow for the back-off schedule, scaled
     backoff_real = sum(crash_loop_backoff_s(i) for i in range(want.min_restarts + 1))
     budget = ctx.scale.to_lab(backoff_real + ttf_max * (want.min_restarts + 1))
-    # the state is awaited as before; the events are read only if it was never sampled, so a
+    # the state is awaited; the events are read only if it was never sampled, so a
     # crash loop seen in them does not end the wait while the policy's next restart is pending
     # (a recovery step applied then would meet that restart's incarnation)
     w = ctx.wait_for(

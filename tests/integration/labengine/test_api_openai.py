@@ -193,7 +193,8 @@ def test_cache_config_info_scrape(url: str) -> None:
     families = {f.name: f for f in text_string_to_metric_families(httpx.get(url + "/metrics").text)}
     (sample,) = families["vllm:cache_config_info"].samples
     assert sample.value == 1.0
-    # the seed's baseline: 49,696 tokens in 3,106 blocks of 16, at utilisation 0.9
+    # the EKS start-failure write-up's baseline: 49,696 tokens in 3,106 blocks of 16, at
+    # utilisation 0.9
     assert {k: sample.labels[k] for k in ("num_gpu_blocks", "gpu_memory_utilization",
                                           "block_size", "cache_dtype", "engine")} == {
         "num_gpu_blocks": "3106", "gpu_memory_utilization": "0.9", "block_size": "16",

@@ -115,7 +115,8 @@ def test_bypass_variable_turns_the_error_into_a_warning() -> None:
     ) in lines
     # ... and the second wall stops it: Qwen2.5-14B keeps 48 layers x 8 KV heads x 128 x (K, V)
     # x 2 bytes = 192 KiB per token, so 131072 tokens need 24.0 GiB; the A10G at 0.9 leaves
-    # 9.1 GiB (seeds/004), about 49,700 tokens, 49,696 in whole 16-token blocks.
+    # 9.1 GiB (the EKS start-failure write-up), about 49,700 tokens, 49,696 in whole 16-token
+    # blocks.
     assert (
         "(EngineCore) ValueError: To serve at least one request with the models's max seq len "
         "(131072), (24.0 GiB KV cache is needed, which is larger than the available KV cache "
@@ -260,13 +261,15 @@ def test_era_033_wording() -> None:
         "--port",
         str(free_port()),
         # from v0.21 the CUDA-graph estimate (0.79 GiB here) is taken from the budget first,
-        # which leaves nothing: "No available memory"; without it, the seed's shortage
+        # which leaves nothing: "No available memory"; without it, the shortage of the EKS
+        # start-failure write-up
         env={"GAMEDAY_VLLM_ERA": "0.33", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"},
     )
     assert p.returncode == 1
     lines = logged(p.stdout)
-    # 16384 tokens x 192 KiB = 3.0 GiB; 0.5 of the A10G leaves 0.18 GiB in 0.19 (seeds/004);
-    # 0.33 no longer counts the 181 MiB of cuBLAS handles (created before its memory snapshot):
+    # 16384 tokens x 192 KiB = 3.0 GiB; 0.5 of the A10G leaves 0.18 GiB in 0.19 (the EKS
+    # start-failure write-up); 0.33 does not count the 181 MiB of cuBLAS handles (it creates
+    # them before its memory snapshot):
     # 382,975,040 bytes, less the pool's null block (3 MiB) = 379,829,312 bytes = 0.35 GiB,
     # 120 whole blocks of 16 tokens = 1920
     # 0.33 names the process in its log format only: the record of the failure carries the

@@ -1,6 +1,6 @@
-"""Issue 13, section 2, items 2, 10, 11 and 13: the local lab's control socket and the state files
-that hold environment values are owner-only; a node's very long log line kills nothing; a stale
-pid file never gets another process signalled; state files are replaced whole, never torn."""
+"""The local lab's control socket and the state files that hold environment values are
+owner-only; a node's very long log line kills nothing; a stale pid file never gets another
+process signalled; state files are replaced whole, never torn."""
 
 from __future__ import annotations
 

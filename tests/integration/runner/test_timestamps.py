@@ -1,5 +1,6 @@
-"""The seed's trap: container logs in UTC, the host in KST (UTC+9). Read naively the host's
-memory errors land 9 hours after the crash; on one UTC clock they are 18 hours before it."""
+"""The DeepGEMM crash write-up's trap: container logs in UTC, the host in KST (UTC+9). Read
+naively the host's memory errors land 9 hours after the crash; on one UTC clock they are 18 hours
+before it."""
 
 from __future__ import annotations
 

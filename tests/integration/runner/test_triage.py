@@ -1,4 +1,5 @@
-"""Triage recognises the seed's 0.19 logs and the 0.33 wording, and says so when it does not."""
+"""Triage recognises the EKS start-failure write-up's 0.19 logs and the 0.33 wording, and says so
+when it does not."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Jamba-style model's size and the two Mamba-state bugs of seeds/003."""
+"""The Jamba-style model's size and the two Mamba-state bugs of the Jamba write-up."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The engine's memory arithmetic against the seed's measured numbers (seeds/004)."""
+"""The engine's memory arithmetic against the EKS start-failure write-up's measured numbers."""
 
 from __future__ import annotations
 

@@ -212,13 +212,13 @@ def test_hybrid_estimate_counts_the_window() -> None:
 
 
 def test_cudagraph_estimate_is_taken_from_the_budget_in_033_only() -> None:
-    graphs = 848_256_041  # the seed's measured capture (gameday-lab.json)
+    graphs = 848_256_041  # the EKS start-failure write-up's capture (gameday-lab.json)
     s19 = settings(QWEN)
     s33 = settings(QWEN, era=Era.V0_33)
     assert core.cudagraph_estimate(s19) == 0
     assert core.cudagraph_estimate(s33) == graphs
-    # 0.33 takes the estimate from the budget, and no longer counts the A10G's 181 MiB of
-    # cuBLAS handles (created before the init snapshot)
+    # 0.33 takes the estimate from the budget, and does not count the A10G's 181 MiB of
+    # cuBLAS handles (it creates them before the init snapshot)
     assert core.memory_plan(s19).available - core.memory_plan(s33).available == (
         graphs - 181 * 2**20
     )
@@ -292,8 +292,8 @@ def test_cudagraph_estimate_disabled_warns_as_vllm_does() -> None:
 
 
 def test_seed_shortage_in_033_has_no_memory_left_after_the_graph_estimate() -> None:
-    # 0.18 GiB available in 0.19 (seeds/004), plus the 181 MiB of cuBLAS handles 0.33 no
-    # longer counts, less the 0.79 GiB estimate: below zero
+    # 0.18 GiB available in 0.19 (the EKS start-failure write-up), plus the 181 MiB of cuBLAS
+    # handles 0.33 does not count, less the 0.79 GiB estimate: below zero
     p = core.memory_plan(settings(QWEN, era=Era.V0_33, utilization=0.5, max_model_len=16384))
     assert round(p.available / 2**30, 2) == -0.43
     assert p.fits is False

@@ -29,7 +29,8 @@ PUBLISHED = {
     "TheBloke/Llama-2-7B-Chat-GPTQ": (6.74e9, "GPTQ 4-bit"),
     "ai21labs/Jamba-v0.1": (51.57e9, "hybrid Mamba-attention MoE"),
 }
-# made for the lab (seeds/003's scenario: a Jamba-style hybrid that fits one A10G), no publisher
+# made for the lab (the Jamba write-up's scenario: a Jamba-style hybrid that fits one A10G), no
+# publisher
 LAB_MADE = {"gameday-lab/jamba-hybrid-1b"}
 
 

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-# ---- issue 13, item 7: input that made the CLI print a traceback --------------------------------
+# ---- input the CLI must answer without a traceback ----------------------------------------------
 
 CWO = ROOT / "scenarios" / "context-window-overflow.yaml"
 

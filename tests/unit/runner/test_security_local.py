@@ -1,6 +1,6 @@
-"""Issue 13, section 2, items 2, 10, 11 and 13: the local lab's control socket and the state files
-that hold environment values are owner-only; a node's very long log line kills nothing; a stale
-pid file never gets another process signalled; state files are replaced whole, never torn."""
+"""The local lab's control socket and the state files that hold environment values are
+owner-only; a node's very long log line kills nothing; a stale pid file never gets another
+process signalled; state files are replaced whole, never torn."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-# ---- item 2: owner-only socket, directory and files ----------------------------------------
+# ---- owner-only socket, directory and files ------------------------------------------------
 
 
 def compose_inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Inventory:
@@ -65,13 +65,13 @@ def test_parallel_instance_inventory_is_owner_only(
     assert mode(one.path) == 0o600
 
 
-# ---- item 10: a log line longer than the stream reader's buffer ----------------------------
+# ---- a log line longer than the stream reader's buffer -------------------------------------
 
 
-# ---- item 11: a stale pid file -------------------------------------------------------------
+# ---- a stale pid file ----------------------------------------------------------------------
 
 
-# ---- item 13: torn files -------------------------------------------------------------------
+# ---- torn files ----------------------------------------------------------------------------
 
 
 def test_write_private_goes_through_a_rename(

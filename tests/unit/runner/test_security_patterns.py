@@ -53,7 +53,7 @@ def line_of(path: Path, needle: str) -> int:
     return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln)
 
 
-# ---- item 5: redaction ---------------------------------------------------------------------
+# ---- redaction -----------------------------------------------------------------------------
 
 LEAKS = [
     ("OPENAI_KEY=k-openai-1 FOO=bar", "k-openai-1"),
@@ -165,7 +165,7 @@ def test_redaction_is_linear(unit: str) -> None:
     line = unit * (1_000_000 // len(unit))
     t0 = time.monotonic()
     redact(line)
-    assert time.monotonic() - t0 < 10  # about 0.3 s; quadratic took minutes
+    assert time.monotonic() - t0 < 10  # about 0.3 s; a quadratic redaction takes minutes
 
 
 def test_evidence_lines_are_capped(tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_evidence_lines_are_capped(tmp_path: Path) -> None:
         assert f.stat().st_size < 100_000, f.name
 
 
-# ---- item 6: RE2 for user patterns ---------------------------------------------------------
+# ---- RE2 for user patterns -----------------------------------------------------------------
 
 REDOS = ["((a+))+$", "(a|a)*$", "(a|aa)+b", "a*a*a*a*a*a*b"]
 
@@ -281,7 +281,7 @@ def test_timeline_match_runs_on_re2(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 5
 
 
-# ---- item 8: finite numbers only -----------------------------------------------------------
+# ---- finite numbers only -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -317,7 +317,7 @@ def test_non_finite_numbers_are_refused_in_inventories(tmp_path: Path) -> None:
     assert e.value.line == line_of(p, "boot_timeout_s: .inf")
 
 
-# ---- item 9: control characters ------------------------------------------------------------
+# ---- control characters --------------------------------------------------------------------
 
 HOSTILE = "evil\x1b[2J\x1b]8;;http://x.example/\x1b\\click\x1b]8;;\x1b\\\x00\x07\x9b\ud800\udfff"
 

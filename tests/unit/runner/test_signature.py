@@ -183,7 +183,8 @@ def test_phase_reached() -> None:
             startup.reached(lines("(EngineCore_DP0 pid=2) INFO [x.py:1] " + start))
             is StartupPhase.WEIGHTS_LOAD
         )
-    # vLLM 0.19.1's and 0.33.0's own words (the seed's build said "API server 0")
+    # vLLM 0.19.1's and 0.33.0's own words (the EKS start-failure write-up's build prints
+    # "API server 0")
     assert (
         startup.reached(lines("Starting vLLM server on http://0.0.0.0:8000"))
         is StartupPhase.SERVING

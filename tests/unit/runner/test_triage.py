@@ -1,5 +1,5 @@
-"""Triage recognises the seed's 0.19 logs and the 0.33 wording, and says so when it does not; its
-normaliser, its matcher across wrapped lines, its phase and its advice."""
+"""Triage recognises the EKS start-failure write-up's 0.19 logs and the 0.33 wording, and says so
+when it does not; its normaliser, its matcher across wrapped lines, its phase and its advice."""
 
 from __future__ import annotations
 
@@ -182,7 +182,8 @@ def test_an_empty_line_can_be_the_match(tmp_path: Path) -> None:
         f.fixes = ()  # type: ignore[misc]
 
 
-# vLLM 0.33's words for the seed's KV setting, as the lab engine prints them (per_vllm."0.33")
+# vLLM 0.33's words for the EKS start-failure write-up's KV setting, as the lab engine prints
+# them (per_vllm."0.33")
 KV_033 = """\
 (EngineCore_DP0 pid=81) INFO 12-01 10:31:45 [gpu_worker.py:436] Available KV cache memory: -0.43 GiB
 (EngineCore_DP0 pid=81) ERROR 12-01 10:31:45 [core.py:1584] EngineCore failed to start.

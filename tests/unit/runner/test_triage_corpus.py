@@ -1,5 +1,5 @@
-"""Triage on a corpus of pasted excerpts (tests/data/triage): the seed write-ups' own, both vLLM
-wordings, wrapped, masked, quoted, stamped and prefixed, and healthy or unrelated logs."""
+"""Triage on a corpus of pasted excerpts (tests/data/triage): the operations write-ups' own, both
+vLLM wordings, wrapped, masked, quoted, stamped and prefixed, and healthy or unrelated logs."""
 
 from __future__ import annotations
 

@@ -97,13 +97,13 @@ def test_phase_from_the_evidence() -> None:
         StartupPhase.KV_CACHE_CHECK,
         "scenario",
     )
-    # the 18-hour CUDA 800 crash of the issue: serving, not config validation
+    # the DeepGEMM crash write-up's CUDA 800 crash after 18 hours: serving, not config validation
     [f] = [f for f in triage(served[0].original + "\n" + served[1].original, SCEN)]
     assert (f.scenario.scenario.metadata.id, f.phase) == ("stray-gpu-process", StartupPhase.SERVING)
 
 
 def test_kv_advice_by_proportion() -> None:
-    # the issue's case: 32768 tokens, 6.0 GiB needed, 2.1 GiB available; no model, no GPU named
+    # 32768 tokens, 6.0 GiB needed, 2.1 GiB available; no model, no GPU named
     [f] = triage(KV033.format(n=32768, need="6.0", avail="2.1"), [KV])
     assert f.advice == (
         "--max-model-len 11456 fits the 2.1 GiB of KV cache available (by proportion from the "

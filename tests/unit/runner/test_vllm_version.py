@@ -142,7 +142,8 @@ def pod_envs(inv: Inventory) -> list[dict[str, str]]:
 def test_kubernetes_manifests_carry_the_version_when_it_is_not_the_default() -> None:
     inv = load_inventory(ROOT / "inventories" / "eks.yaml")
     envs = pod_envs(inv)
-    assert envs and all(ERA_ENV not in e for e in envs)  # the seed's manifests, unchanged
+    # the EKS start-failure write-up's manifests, unchanged
+    assert envs and all(ERA_ENV not in e for e in envs)
     envs = pod_envs(with_version(inv, Era.V0_33))
     assert envs and all(e[ERA_ENV] == "0.33" for e in envs)
 
@@ -300,7 +301,7 @@ def test_the_shipped_scenarios_differ_on_033_only_where_they_say() -> None:
         "stray-gpu-process": [Era.V0_33],
     }
     for sc in by_id.values():
-        for kind in sc.labs:  # the 0.19 lab runs every scenario as before
+        for kind in sc.labs:  # the 0.19 lab runs every scenario's shared sections
             assert sc.for_lab(kind, Era.V0_19) == sc.for_lab(kind)
     kv = by_id["kv-cache-shortage"].for_lab(LabKind.LOCAL, Era.V0_33).expect
     assert kv.signature is not None and kv.phase is not None
@@ -374,7 +375,7 @@ SAYS_033 = ("      kind: kubernetes\n", '      kind: kubernetes\n      vllm_vers
 def test_a_vllm_image_of_another_release_is_refused(tmp_path: Path) -> None:
     eks = ROOT / "inventories" / "eks.yaml"
     cases = [
-        # the seed's v0.19.1 image, given, on a lab that says 0.33
+        # the EKS start-failure write-up's v0.19.1 image, given, on a lab that says 0.33
         (edited(tmp_path, eks, *SAYS_033, name="a.yaml"), "kubernetes.image", EKS_IMAGE.strip()),
         # vLLM's 0.33.0 image on a lab that says nothing (0.19)
         (

@@ -35,7 +35,7 @@ for _query in (
 from vllm.platforms.cuda import NonNvmlCudaPlatform  # noqa: E402
 from vllm.platforms.interface import DeviceCapability  # noqa: E402
 
-A10G_MIB = 23028  # as nvidia-smi reports an A10G (the seeds' g5.xlarge)
+A10G_MIB = 23028  # as nvidia-smi reports an A10G (the EKS start-failure write-up's g5.xlarge)
 
 
 def _visible() -> int:
