@@ -29,7 +29,7 @@ GOAL_SEATS, GOAL_S = 12, 30.0
 
 def gameday(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     p = subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", *args],
+        [sys.executable, "-m", "runner.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -73,7 +73,7 @@ def kills(n: int, rnd: random.Random, lab: LabDriver, name: str) -> tuple[int, l
                 [
                     sys.executable,
                     "-m",
-                    "runner.cli.main",
+                    "runner.cli",
                     "run",
                     str(scenario),
                     "--lab",

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 # console script -> the module that `python -m` runs for it (pyproject's [project.scripts])
-PROJECT_PROGRAMS: dict[str, str] = {"vllm-lab": "labengine", "gameday": "runner.cli.main"}
+PROJECT_PROGRAMS: dict[str, str] = {"vllm-lab": "labengine", "gameday": "runner.cli"}
 
 
 def interpreter_bin() -> Path:

@@ -1,5 +1,5 @@
 """`gameday lab`: bring a lab up or down, build its image, print its manifests, show its
-state. A thin layer over runner.labs, like the rest of runner.cli.main."""
+state. A thin layer over runner.labs, like the rest of runner.cli."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`gameday workshop`: one lab per attendee (a seat), a drill on each, and a scoreboard. A thin
-layer over runner.workshop, like the rest of runner.cli.main."""
+layer over runner.workshop, like the rest of runner.cli."""
 
 from __future__ import annotations
 

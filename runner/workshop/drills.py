@@ -1,6 +1,6 @@
 """The drills a workshop runs on its seats: each a detached `gameday drill` (its own session, so
 a facilitator's Ctrl-C or closed terminal does not reach it), started with this interpreter
-(`python -m runner.cli.main`, never a `gameday` found on PATH), its pid kept in the workshop
+(`python -m runner.cli`, never a `gameday` found on PATH), its pid kept in the workshop
 folder."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def drill_argv(ws: Workshop, k: int, scenario: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "runner.cli.main",
+        "runner.cli",
         "drill",
         scenario,
         "--lab",

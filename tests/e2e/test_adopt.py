@@ -155,7 +155,7 @@ def test_after_a_crash_cleanup_returns_the_containers_to_the_saved_baseline(
     argv = ["run", SCENARIO, "--lab", str(opted_in), "--reports", str(tmp_path)]
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner.cli.main", *argv],
+            [sys.executable, "-m", "runner.cli", *argv],
             cwd=ROOT,
             env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
             stdout=subprocess.DEVNULL,

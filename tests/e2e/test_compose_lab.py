@@ -123,7 +123,7 @@ def test_sigkill_then_cleanup(lab: ComposeLab, state: Path, scenario: str, tmp_p
     for delay in sorted(rnd.uniform(1.0, 9.0) for _ in range(2)):
         argv = ["run", f"scenarios/{scenario}.yaml", "--lab", str(INVENTORY)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner.cli.main", *argv, "--reports", str(tmp_path)],
+            [sys.executable, "-m", "runner.cli", *argv, "--reports", str(tmp_path)],
             cwd=ROOT,
             env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
             stdout=subprocess.DEVNULL,

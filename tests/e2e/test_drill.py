@@ -40,7 +40,7 @@ def start_drill(inv: Path, reports: Path, log: Path, page: bool = False) -> subp
     args += ["--reports", str(reports), "--timeout", "300"]
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "runner.cli.main", *args],
+            [sys.executable, "-m", "runner.cli", *args],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -375,7 +375,7 @@ def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
     args = ["drill", "tp-mismatch", "--no-page", "--lab", str(INVENTORY), "--reports", str(reports)]
     with (tmp_path / "drill.log").open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner.cli.main", *args, "--timeout", "300"],
+            [sys.executable, "-m", "runner.cli", *args, "--timeout", "300"],
             cwd=ROOT,
             env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
             stdout=out,

@@ -108,7 +108,7 @@ def test_a_runner_killed_mid_scenario_is_cleaned_up_by_its_journal(
             [
                 sys.executable,
                 "-m",
-                "runner.cli.main",
+                "runner.cli",
                 "run",
                 str(ROOT / "scenarios" / "stray-gpu-process.yaml"),
                 "--lab",

@@ -140,7 +140,7 @@ def test_logs_follow_streams_until_ctrl_c(local: tuple[Path, LocalLab]) -> None:
         [
             sys.executable,
             "-m",
-            "runner.cli.main",
+            "runner.cli",
             "lab",
             "logs",
             "serving",

@@ -139,7 +139,7 @@ def run_until_injected(inv: Path, tmp_path: Path) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "runner.cli.main",
+            "runner.cli",
             "run",
             "scenarios/kv-cache-shortage.yaml",
             "--lab",
@@ -205,7 +205,7 @@ def test_reader_of_progress_gone(tmp_path: Path, lab_down_after: list[Path]) -> 
     lab_down_after.append(inv)
     reports = tmp_path / "r"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli.main", "run", "scenarios/service-name-collision.yaml",
+        [sys.executable, "-m", "runner.cli", "run", "scenarios/service-name-collision.yaml",
          "--lab", str(inv), "--reports", str(reports)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

@@ -46,7 +46,7 @@ def run_until(scenario: str, marker: str, reports: Path) -> subprocess.Popen[str
     (with what it printed) when it ends before."""
     argv = ["run", f"scenarios/{scenario}.yaml", "--reports", str(reports)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli.main", *argv],
+        [sys.executable, "-m", "runner.cli", *argv],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

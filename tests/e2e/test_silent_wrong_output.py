@@ -95,7 +95,7 @@ def test_a_run_killed_after_its_setup_is_put_back_by_cleanup(
     base = lab.baseline_config("serving")
     argv = ["run", "scenarios/silent-wrong-output.yaml", "--lab", str(inv)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli.main", *argv, "--reports", str(tmp_path / "r")],
+        [sys.executable, "-m", "runner.cli", *argv, "--reports", str(tmp_path / "r")],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

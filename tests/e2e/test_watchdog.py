@@ -51,7 +51,7 @@ class Dog:
     """A `gameday watchdog` child process, its JSON log lines collected as they come."""
 
     def __init__(self, inv: Path, *args: str) -> None:
-        cmd = [sys.executable, "-m", "runner.cli.main", "watchdog", "--lab", str(inv)]
+        cmd = [sys.executable, "-m", "runner.cli", "watchdog", "--lab", str(inv)]
         self.proc = subprocess.Popen(
             [*cmd, "--metrics-port", "0", *args],
             cwd=ROOT,

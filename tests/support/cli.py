@@ -29,7 +29,7 @@ def gameday(
 ) -> subprocess.CompletedProcess[str]:
     """The CLI in a child process; `env` adds to (or overrides) this process's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", *args],
+        [sys.executable, "-m", "runner.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

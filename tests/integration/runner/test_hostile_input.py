@@ -41,7 +41,7 @@ CWO_TITLE = "title: max-model-len above the model's context window (the first wa
 
 def gameday(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", *argv],
+        [sys.executable, "-m", "runner.cli", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -20,7 +20,7 @@ def test_cli(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "runner.cli.main",
+            "runner.cli",
             "timeline",
             str(tmp_path / "c.log"),
             f"{tmp_path / 'h.log'}@Asia/Seoul",
@@ -33,7 +33,7 @@ def test_cli(tmp_path: Path) -> None:
     lines = p.stdout.splitlines()
     assert "healthy" in lines[1] and "fatal error" in lines[2]
     bad = subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", "timeline", f"{tmp_path / 'h.log'}@Mars/Olympus"],
+        [sys.executable, "-m", "runner.cli", "timeline", f"{tmp_path / 'h.log'}@Mars/Olympus"],
         capture_output=True,
         text=True,
         cwd=ROOT,

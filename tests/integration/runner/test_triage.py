@@ -16,14 +16,14 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     log = tmp_path / "prev.log"
     log.write_text(SEED_019["context-window-overflow"])
     ok = subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", "triage", str(log)],
+        [sys.executable, "-m", "runner.cli", "triage", str(log)],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert ok.returncode == 0 and "context-window-overflow" in ok.stdout
     none = subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", "triage", "-"],
+        [sys.executable, "-m", "runner.cli", "triage", "-"],
         cwd=ROOT,
         input=HEALTHY,
         capture_output=True,
@@ -39,7 +39,7 @@ def test_a_reader_that_stops_early_does_not_change_the_exit_code(tmp_path: Path)
     log.write_text(SEED_019["context-window-overflow"])
     for extra in ([], ["--json"]):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner.cli.main", "triage", *extra, str(log)],
+            [sys.executable, "-m", "runner.cli", "triage", *extra, str(log)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

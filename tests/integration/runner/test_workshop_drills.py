@@ -92,7 +92,7 @@ def test_a_drill_is_started_detached_with_this_interpreter(ws: Workshop) -> None
     rec = started[2]
     assert rec.argv == tuple(drill_argv(ws, 2, "head-only-restart"))
     assert list(rec.argv) == [
-        sys.executable, "-m", "runner.cli.main", "drill", "head-only-restart",
+        sys.executable, "-m", "runner.cli", "drill", "head-only-restart",
         "--lab", str(ws.folder / "seat-2.yaml"), "--seat", "2", "--page-port", "8702",
     ]  # fmt: skip
     assert read_record(ws, 2) == rec
