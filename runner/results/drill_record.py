@@ -1,5 +1,5 @@
 """What a drill records of the people, as result types: the actions the lab's events showed
-(whatever tool was used) and the hints given. The result schema (runner.results.schema.schema)
+(whatever tool was used) and the hints given. The result schema (runner.results.schema)
 keeps them, so it imports no feature package.
 """
 

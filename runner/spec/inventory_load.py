@@ -1,6 +1,7 @@
 """Loading an inventory: Ansible's YAML inventory format walked (groups, group vars, host
-vars), every `gameday_*` variable validated with the line it came from, and the checks of
-`gameday_lab.adopt:` (a deployment the team already runs), each naming the field to fix.
+vars), every `gameday_*` variable validated with the line it came from, then the lab kind's own
+rules (runner.labs.registry) on gameday_lab, on the hosts and on `gameday_lab.adopt:` (a
+deployment the team already runs), each naming the field to fix.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The scenario format's base model and closed sets: lab kinds, node states, start-up
-phases, log sources, outcomes, and the time window every section shares.
+"""The scenario format's base model and closed sets: lab kinds, node states, log sources,
+finish reasons, outcomes, and the time window every section shares (vLLM's start-up phases are
+vLLM's: vllmfacts.startup).
 """
 
 from __future__ import annotations
