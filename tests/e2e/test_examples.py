@@ -94,6 +94,33 @@ def test_the_team_repository_on_the_local_lab(team: Path, lab_down_after: list[P
     assert [f["scenario"] for f in found[0]["findings"]] == ["team-model-path-typo"]
 
 
+def test_a_command_step_acts_on_its_own_instance_under_parallel(
+    team: Path, lab_down_after: list[Path]
+) -> None:
+    """Three copies of the typo scenario on three instances of the team's lab: each one's
+    set-model script (`gameday lab config`, the lab named by GAMEDAY_LAB) must correct its own
+    instance. A script handed instance 0's inventory corrects instance 0 and leaves its own
+    broken, so its scenario fails."""
+    lab_down_after.append(team / "gameday" / "labs" / "local.yaml")
+    here = team / "gameday" / "scenarios"
+    source = (here / "model-path-typo.yaml").read_text()
+    ids = ["team-model-path-typo", "team-typo-again", "team-typo-thrice"]
+    for sid in ids[1:]:
+        (here / f"{sid}.yaml").write_text(
+            source.replace("id: team-model-path-typo\n", f"id: {sid}\n", 1)
+        )
+    r = gameday("run", *ids, "--parallel", "3", "--json", cwd=here, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(r.stdout)
+    assert result["lab"]["instances"] == 3
+    by_id = {s["id"]: s for s in result["scenarios"]}
+    assert {i: s["verdict"] for i, s in by_id.items()} == dict.fromkeys(ids, "passed")
+    assert {s["lab"] for s in by_id.values()} == {"team-local", "team-local-p1", "team-local-p2"}
+    for s in by_id.values():
+        step = "recover 2: Correct the model name with our script: restores service"
+        assert assertions(s)[step] == "passed", (s["lab"], assertions(s))
+
+
 def stack_containers() -> list[dict[str, Any]]:
     found = docker_client().containers.list(
         all=True, filters={"label": f"com.docker.compose.project={STACK}"}

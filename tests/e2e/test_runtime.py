@@ -16,7 +16,6 @@ from runner.labs.common import planning
 from runner.labs.local.driver import LocalLab
 from runner.results.schema import Verdict
 from runner.run.probing import ProbeEnv, run_probe
-from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory_load import load_inventory
 from runner.spec.probes import HttpProbe, InferenceProbe
 from tests.support.cli import ROOT, gameday, ok, scenario_variant
@@ -148,7 +147,11 @@ def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
         env = ProbeEnv(http=http, lab=lab, scale=100, target="node1")
         ok = run_probe(env, InferenceProbe(kind="inference", prompt="hello", max_tokens=64))
         assert ok.verdict is Verdict.PASSED
-        lab.signal("node2", EngineProcess.MAIN, SignalName.STOP)
+        # a hang is SIGSTOP, which the scenario format's signals leave out: sent to the engine's
+        # main process, the one the lab's state names
+        pid = lab.states()["node2"].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
         try:
             health = run_probe(env, HttpProbe(kind="http", path="/health"))
             hang = run_probe(
@@ -162,7 +165,7 @@ def test_worker_hang_keeps_health_200(lab: LocalLab) -> None:
                 ),
             )
         finally:
-            lab.signal("node2", EngineProcess.MAIN, SignalName.CONT)
+            os.kill(pid, signal.SIGCONT)
         assert health.verdict is Verdict.PASSED, health
         assert hang.verdict is Verdict.PASSED and "a hang" in hang.observed, hang
         # an error is not a hang: a node that refuses connections fails `hangs`

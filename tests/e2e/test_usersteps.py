@@ -20,10 +20,10 @@ pytestmark = pytest.mark.e2e
 # team's own tooling would; gameday's driver stands in for their kubectl or docker here.
 BREAK = """
 import os
-from runner.spec.inventory import load_inventory
+from runner.spec.inventory_load import load_inventory
 from runner.labs.local.driver import LocalLab
 from runner.labs.common.planning import plan_change
-from runner.spec.scenario import SetArgs
+from runner.spec.actions import SetArgs
 
 lab = LocalLab(load_inventory(os.environ["GAMEDAY_LAB"]))
 wrong = SetArgs(kind="set_args", node="serving", args={"--max-model-len": 131072})
@@ -32,7 +32,7 @@ print("serving re-applied with --max-model-len 131072")
 """
 FIX = """
 import os
-from runner.spec.inventory import load_inventory
+from runner.spec.inventory_load import load_inventory
 from runner.labs.base import Change, ChangeKind
 from runner.labs.local.driver import LocalLab
 

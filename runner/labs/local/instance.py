@@ -1,16 +1,24 @@
 """Instances of a local lab for `gameday run --parallel`: instance k (1..N-1; 0 is the inventory as
 written) has every loopback address 127.0.x.y as 127.k.x.y (all of 127/8 is the loopback
 interface), so its nodes, exporters and Prometheus listen on the same ports without meeting; its
-name (hence its state directory and journal) is `<name>-p<k>`."""
+name (hence its state directory and journal) is `<name>-p<k>`. Each instance is an inventory file
+of its own (in its state directory), so that what a run hands a team's steps (`GAMEDAY_LAB`) and
+`gameday lab --lab` name that instance, never instance 0."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from runner.errors import InputError
+from runner.fsutil import private_dir, write_private
+from runner.labs.common.helpers import state_root
 from runner.spec.inventory import Inventory
+from runner.spec.inventory_load import load_inventory
 
 _IPV4 = re.compile(r"\b127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
 
@@ -40,10 +48,18 @@ def _move(value: Any, k: int) -> Any:
 
 
 def instance(inventory: Inventory, k: int) -> Inventory:
-    """Instance k >= 1 of the local lab."""
-    data = inventory.model_dump()
-    moved = _move({"lab": data["lab"], "nodes": data["nodes"]}, k)
-    moved["lab"]["name"] = f"{inventory.lab.name}-p{k}"
+    """Instance k >= 1 of the local lab, written to `<its state dir>/inventory.yaml`: the
+    inventory's file with every loopback address moved (host variables Ansible reads included)."""
+    data = _move(yaml.safe_load(inventory.path.read_text(encoding="utf-8")), k)
+    lab = data["all"]["vars"]["gameday_lab"]
+    lab["name"] = f"{inventory.lab.name}-p{k}"
     if inventory.lab.state_dir:
-        moved["lab"]["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
-    return Inventory.model_validate({"path": inventory.path, **moved})
+        lab["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
+    state = private_dir(Path(lab.get("state_dir") or state_root() / lab["name"]))
+    path = state / "inventory.yaml"
+    write_private(  # the nodes' environments are in it: owner-only
+        path,
+        f"# instance {k} of {inventory.path} for `gameday run --parallel` (written by gameday)\n"
+        + yaml.safe_dump(data, sort_keys=False),
+    )
+    return load_inventory(path)

@@ -39,6 +39,19 @@ def test_instance_k_moves_every_loopback_address_and_renames_the_lab() -> None:
     assert "127.0." not in two.model_dump_json()
 
 
+def test_instance_k_is_an_inventory_file_of_its_own() -> None:
+    """What a team's step is handed (GAMEDAY_LAB) names instance k, never instance 0."""
+    inv = load_inventory(LOCAL)
+    two = instance(inv, 2)
+    assert two.path != inv.path
+    assert two.path.parent.name == "local-p2"  # in its own state directory
+    again = load_inventory(two.path)
+    assert again.lab.name == "local-p2"
+    assert [n.address for n in again.nodes] == [n.address for n in two.nodes]
+    assert two.path.stat().st_mode & 0o077 == 0  # the nodes' environments are in it
+    assert "127.0." not in two.path.read_text().split("\n", 1)[1]
+
+
 def test_parallel_is_refused_where_it_cannot_isolate() -> None:
     kube = load_inventory(ROOT / "inventories" / "kube-testserver.yaml")
     check_parallel(kube, 64)  # a namespace per instance
