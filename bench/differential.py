@@ -400,7 +400,7 @@ def model_folder(tmp: Path, tag: str) -> Path:
     """A folder holding only the model's config.json, as the lab engine ships it."""
     folder = tmp / "models" / tag
     folder.mkdir(parents=True)
-    shutil.copy(ROOT / "labengine" / "models" / tag / "config.json", folder / "config.json")
+    shutil.copy(ROOT / "vllmfacts" / "models" / tag / "config.json", folder / "config.json")
     return folder
 
 

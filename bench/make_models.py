@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "labengine" / "models"
+ROOT = Path(__file__).resolve().parent.parent / "vllmfacts" / "models"
 
 CONFIGS: dict[str, dict[str, object]] = {
     "Qwen/Qwen2.5-14B-Instruct-AWQ": {

@@ -41,7 +41,7 @@ MODULES: dict[str, list[str]] = {
     "runner/run/journal.py": ["tests/unit/runner/test_journal.py"],
     "runner/triage.py": ["tests/unit/runner/test_triage.py"],
     "runner/spec/signature.py": ["tests/unit/runner/test_signature.py"],
-    "vllmfacts/memory.py": ["tests/unit/labengine/test_memory.py"],
+    "vllmfacts/memory.py": ["tests/unit/vllmfacts/test_memory.py"],
     "runner/results/redact.py": ["tests/unit/runner/test_redact.py"],
     "runner/cli/timestamps.py": ["tests/unit/runner/test_timestamps.py"],
 }

@@ -15,8 +15,7 @@ from typing import Protocol
 
 
 class StartupPhase(enum.StrEnum):
-    """vLLM's start-up phases, in order: the scenario format names them (`expect.phase`),
-    and MARKERS below say how a log reveals them."""
+    """vLLM's start-up phases, in order (MARKERS says how a log reveals them)."""
 
     CONFIG_VALIDATION = "config_validation"
     ENGINE_CORE_INIT = "engine_core_init"

@@ -2,11 +2,10 @@
 is made of (the local lab has no docker or kubectl to do it with).
 
 These verbs take the lab as every command does (`--lab`, else $GAMEDAY_LAB, which a runbook's
-`command` step gets, else the configuration's, see runner.spec.config). They run beside a `gameday
-run`
-and write no journal: what they change is the lab's own state, which the run reads back from the
-lab, and a run's cleanup restores the baseline. The argument checks and the change building are
-in runner.cli.lab_edits; this module is the thin CLI layer over them.
+`command` step gets, else the configuration's, see runner.spec.config). They run beside a
+`gameday run` and write no journal: what they change is the lab's own state, which the run reads
+back from the lab, and a run's cleanup restores the baseline. The argument checks and the change
+building are in runner.cli.lab_edits; this module is the thin CLI layer over them.
 """
 
 from __future__ import annotations

@@ -85,13 +85,7 @@ def parse_seats(text: str, seats: int) -> list[int]:
 def write_seat_inventory(inventory: Inventory, k: int, folder: Path) -> Inventory:
     """Seat k's inventory, written to `seat-<k>.yaml` and loaded from there."""
     inst = instance(inventory, k)
-    if inst.path != inventory.path:  # the lab wrote the instance's own file: it is the seat's
-        data = yaml.safe_load(inst.path.read_text())
-    else:  # a local instance is moved in memory only: move the file the same way
-        from runner.labs.local.instance import _move  # the local lab's own address mover
-
-        data = _move(yaml.safe_load(inventory.path.read_text()), k)
-        data["all"]["vars"]["gameday_lab"]["name"] = inst.lab.name
+    data = yaml.safe_load(inst.path.read_text())  # every kind writes its instance's own file
     # the seat's state directory, absolute: an attendee's shell has not the facilitator's
     # GAMEDAY_STATE_DIR, and the seat's commands must reach the same lab
     data["all"]["vars"]["gameday_lab"]["state_dir"] = str(state_dir(inst.lab).resolve())

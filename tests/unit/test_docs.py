@@ -72,10 +72,14 @@ def _code_text(path: Path) -> str:
 
 
 def _code_files() -> list[Path]:
+    """The code, and the shipped files a user reads beside it (inventories, data notes)."""
     files: list[Path] = []
     for folder in CODE_FOLDERS:
         if (ROOT / folder).is_dir():
             files.extend(sorted((ROOT / folder).rglob("*.py")))
+            files.extend(sorted((ROOT / folder).rglob("*.source.md")))
+    files.extend(sorted((ROOT / "inventories").glob("*.yaml")))
+    files.extend(sorted((ROOT / "scenarios").glob("*.yaml")))
     return files
 
 

@@ -42,8 +42,7 @@ def _build(inventory: Inventory, progress: Progress, force: bool) -> BuiltImage:
 
     if inventory.lab.compose is None:
         raise InputError(
-            f"lab {inventory.lab.name!r} is a compose lab without gameday_lab.compose: it has "
-            "no images",
+            f"lab {inventory.lab.name!r} is a compose lab: it has no images",
             file=inventory.path,
             hint="gameday lab build --lab inventories/compose.yaml",
         )

@@ -16,6 +16,7 @@ from runner.errors import LabError
 from runner.fsutil import write_private
 from runner.labs.base import NodeConfig
 from runner.labs.common.alertmanager_config import receiver_given
+from runner.labs.common.alertmanager_config import receiver_listen as common_receiver_listen
 from runner.spec.inventory import Inventory
 
 RECEIVER_PORT = 9095  # the runner's alert receiver on the management network's gateway
@@ -121,11 +122,13 @@ def config_of(
 
 def receiver_listen(inventory: Inventory) -> tuple[str, int]:
     """Where the runner's webhook receiver listens for a compose lab: the inventory's address,
-    else the management network's gateway (the host's own address on the lab's bridge)."""
+    else the management network's gateway (the host's own address on the lab's bridge); without
+    a compose section, beside its Prometheus as on the other kinds."""
+    if inventory.lab.compose is None:
+        return common_receiver_listen(inventory)
     given = receiver_given(inventory)
     if given is not None:
         return given
-    assert inventory.lab.compose is not None
     # compose.yaml gives each network the gateway x.x.x.254: the host's address on it
     subnet = IPv4Network(inventory.lab.compose.subnets["management"])
     return str(subnet.broadcast_address - 1), RECEIVER_PORT

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from runner.labs.base import LabDriver
-from runner.labs.common.adoption_rules import refuse_services
 from runner.labs.common.alertmanager_config import receiver_listen
-from runner.labs.kubernetes.inventory_rules import check_adoption, check_lab
-from runner.labs.registry import HostLines, LabKindEntry
-from runner.spec.inventory import Inventory, LabSpec, Node
+from runner.labs.kubernetes.inventory_rules import check_adoption, check_hosts, check_lab
+from runner.labs.registry import LabKindEntry
+from runner.spec.inventory import Inventory
 from runner.spec.kinds import LabKind
-from runner.spec.yamlsrc import Source
 
 
 def _driver(inventory: Inventory) -> LabDriver:
@@ -38,10 +34,6 @@ def _instance(inventory: Inventory, k: int) -> Inventory:
     return instance.instance(inventory, k)
 
 
-def _check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:
-    refuse_services(src, nodes, hosts)
-
-
 def _manifests(inventory: Inventory, scenario_objects: bool) -> str:
     """What `lab up` applies (a Secret's token masked), or what scenarios create (a stray GPU
     pod), as YAML documents."""
@@ -60,7 +52,7 @@ ENTRY = LabKindEntry(
     instance=_instance,
     receiver_listen=receiver_listen,
     check_lab=check_lab,
-    check_hosts=_check_hosts,
+    check_hosts=check_hosts,
     check_adoption=check_adoption,
     manifests=_manifests,
 )

@@ -1,10 +1,9 @@
 """The Kubernetes lab's Alertmanager: a Deployment `gameday-alertmanager` and a Service of the
 same name in the lab's namespace, next to Prometheus (monitoring.py), with alertmanager.yml in a
 ConfigMap. Prometheus's `alerting:` section names the Service (`<name>.<namespace>.svc:9093`);
-the route and the receiver are the other labs' (runner/labs/common/alertmanager_config.py): every
-alert to the
-runner's webhook at `monitoring.receiver_listen`, which must then be an address the cluster's pods
-reach (the runner's own machine, seen from the cluster).
+the route and the receiver are the other labs' (runner/labs/common/alertmanager_config.py):
+every alert to the runner's webhook at `monitoring.receiver_listen`, which must then be an address
+the cluster's pods reach (the runner's own machine, seen from the cluster).
 
 The container runs `monitoring.alertmanager_command` (default `alertmanager`, the binary of the
 `prom/alertmanager` image; Debian names it `prometheus-alertmanager`) with no cluster port: one

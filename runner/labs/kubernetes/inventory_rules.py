@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from runner.errors import InventoryError
-from runner.labs.common.adoption_rules import ADOPT_LOC, fail
+from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_services
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
 from runner.spec.yamlsrc import Source
@@ -56,6 +56,10 @@ def _image_matches_version(src: Source, lab: LabSpec) -> None:
         hint=f"set gameday_lab.kubernetes.image to vllm/vllm-openai:v{lab.vllm_version.version} "
         + other,
     )
+
+
+def check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:
+    refuse_services(src, nodes, hosts)
 
 
 def check_adoption(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:

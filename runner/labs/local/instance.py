@@ -53,6 +53,11 @@ def instance(inventory: Inventory, k: int) -> Inventory:
     data = _move(yaml.safe_load(inventory.path.read_text(encoding="utf-8")), k)
     lab = data["all"]["vars"]["gameday_lab"]
     lab["name"] = f"{inventory.lab.name}-p{k}"
+    mon = lab.get("monitoring")
+    if isinstance(mon, dict) and inventory.lab.monitoring is not None:
+        # a default the file leaves out is an address too (Alertmanager's and the receiver's
+        # follow it)
+        mon.setdefault("prometheus_listen", _move(inventory.lab.monitoring.prometheus_listen, k))
     if inventory.lab.state_dir:
         lab["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
     state = private_dir(Path(lab.get("state_dir") or state_root() / lab["name"]))

@@ -79,6 +79,13 @@ def test_compose_receiver_is_on_the_management_gateway_and_alertmanager_publishe
     assert alertmanager_listen(COMPOSE.lab.monitoring) == "127.0.0.1:19093"  # type: ignore[arg-type]
 
 
+def test_a_compose_lab_without_its_section_has_the_receiver_beside_prometheus() -> None:
+    bare = COMPOSE.model_copy(update={"lab": COMPOSE.lab.model_copy(update={"compose": None})})
+    assert bare.lab.monitoring is not None
+    host, port = bare.lab.monitoring.prometheus_listen.rsplit(":", 1)
+    assert entry(bare.lab.kind).receiver_listen(bare) == (host, int(port) + 5)
+
+
 def test_prometheus_sends_its_alerts_to_alertmanager(tmp_path: Path) -> None:
     write_prometheus(tmp_path, LOCAL, "management", {}, alertmanager="127.0.79.1:9093")
     config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())

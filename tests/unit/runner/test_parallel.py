@@ -52,6 +52,18 @@ def test_instance_k_is_an_inventory_file_of_its_own() -> None:
     assert "127.0." not in two.path.read_text().split("\n", 1)[1]
 
 
+def test_instance_k_moves_a_prometheus_address_left_at_its_default(tmp_path: Path) -> None:
+    text = LOCAL.read_text().replace("        prometheus_listen: 127.0.79.1:9090\n", "", 1)
+    assert "prometheus_listen" not in text
+    (tmp_path / "local.yaml").write_text(text)
+    inv = load_inventory(tmp_path / "local.yaml")
+    assert inv.lab.monitoring is not None
+    assert inv.lab.monitoring.prometheus_listen == "127.0.79.1:9090"  # the default
+    two = instance(inv, 2)
+    assert two.lab.monitoring is not None
+    assert two.lab.monitoring.prometheus_listen == "127.2.79.1:9090"
+
+
 def test_parallel_is_refused_where_it_cannot_isolate() -> None:
     kube = load_inventory(ROOT / "inventories" / "kube-testserver.yaml")
     check_parallel(kube, 64)  # a namespace per instance
