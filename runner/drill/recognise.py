@@ -63,6 +63,9 @@ class Recogniser:
     # the hand-over: a start the lab stamped before it (reported late: a Kubernetes watch, whose
     # stamps have whole seconds) is not a person's
     since: datetime | None = None
+    # nodes their restart policy is restarting at the hand-over (crash-looping: the failure that
+    # started it came before anyone watched), so their next start is the policy's
+    restarting: frozenset[str] = frozenset()
     _nodes: dict[str, _Node] = field(default_factory=dict)
     _restarts: dict[str, float] = field(default_factory=dict)  # node -> started at (pending)
 
@@ -72,6 +75,7 @@ class Recogniser:
                 config=c,
                 generation=self.generations.get(n, 0),
                 incarnation=self.incarnations.get(n, 0),
+                policy_restarts=n in self.restarting,
             )
             for n, c in self.configs.items()
         }
@@ -91,12 +95,7 @@ class Recogniser:
             n.backoff = False
             policy = self.policies.get(e.node)
             n.policy_restarts = (
-                not e.stopped
-                and e.exit is not None
-                and (
-                    policy is RestartPolicy.ALWAYS
-                    or (policy is RestartPolicy.ON_FAILURE and e.exit.code != 0)
-                )
+                not e.stopped and e.exit is not None and restarts_after(policy, e.exit.code)
             )
             # the stop of an incarnation older than the newest started (Kubernetes starts the
             # replacement of a deleted pod before the old one's container has exited) is part
@@ -191,6 +190,11 @@ class Recogniser:
                 detail=f"{len(nodes)} nodes restarted together",
             )
         ]
+
+
+def restarts_after(policy: RestartPolicy | None, code: int) -> bool:
+    """Whether a restart policy restarts a process that exited by itself with `code`."""
+    return policy is RestartPolicy.ALWAYS or (policy is RestartPolicy.ON_FAILURE and code != 0)
 
 
 def _shown(name: str, value: str | None) -> str:

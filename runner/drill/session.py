@@ -30,6 +30,7 @@ from runner.drill.recognise import (
     Configs,
     Recogniser,
     match,
+    restarts_after,
     together_groups,
 )
 from runner.errors import GamedayError, LabError
@@ -46,6 +47,7 @@ from runner.run.phases.cleanup import cleanup
 from runner.run.phases.expect import expect
 from runner.run.phases.inject import inject
 from runner.run.record import Recorder
+from runner.spec.kinds import NodeStatus
 from runner.spec.scenario import LoadedScenario
 from runner.spec.timing import TimeScale
 
@@ -251,6 +253,16 @@ class Drill:
             window_s=opts.window_s,
             policies={n.name: n.restart for n in lab.inventory.nodes if n.name in names},
             since=self.handed_over_at,
+            restarting=frozenset(
+                n.name
+                for n in lab.inventory.nodes
+                if (st := states[n.name]).status is NodeStatus.CRASH_LOOPING
+                or (
+                    st.status is NodeStatus.EXITED
+                    and st.last_exit is not None
+                    and restarts_after(n.restart, st.last_exit.code)
+                )
+            ),
         )
 
     def _watch(self) -> None:

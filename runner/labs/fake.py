@@ -222,6 +222,9 @@ class FakeLab(LabDriver):
         for n in nodes:
             self._stop(n)
         for n in nodes:
+            # a new generation, as every lab's restart is (a pod replaced, a container
+            # restarted by the runtime's API): what tells a person's restart from the policy's
+            self._nodes[n].generation += 1
             self._start(n)
 
     def stop(self, node: str) -> None:
@@ -302,7 +305,14 @@ class FakeLab(LabDriver):
         n.incarnation += 1
         n.started_at, n.first_output_at = at, at + timedelta(seconds=FIRST_OUTPUT_S)
         n.status, n.ready = NodeStatus.RUNNING, False
-        self._emit(name, EventType.STARTED, at, incarnation=n.incarnation, pid=None)
+        self._emit(
+            name,
+            EventType.STARTED,
+            at,
+            incarnation=n.incarnation,
+            pid=None,
+            generation=n.generation,
+        )
         step = timedelta(microseconds=100)
         n.logs[n.incarnation] = [
             LogLine(ts=n.first_output_at + i * step, text=text)

@@ -286,6 +286,28 @@ def test_a_start_after_a_failure_its_policy_restarts_is_not_a_persons(
     assert [(a.kind, a.nodes) for a in got] == actions
 
 
+@pytest.mark.parametrize(("restarting", "actions"), [(True, []), (False, [ActionKind.RESTART])])
+def test_a_crash_loop_under_way_at_the_hand_over_restarts_by_its_policy(
+    restarting: bool, actions: list[ActionKind]
+) -> None:
+    """The failure that started the loop came before anyone watched: its next start is the
+    policy's, not a person's restart (the shortcut a drill would score)."""
+    r = Recogniser(
+        configs=dict.fromkeys(NODES, BASE),
+        generations=dict.fromkeys(NODES, 1),
+        incarnations=dict.fromkeys(NODES, 3),
+        policies=dict.fromkeys(NODES, RestartPolicy.ALWAYS),
+        restarting=frozenset({"node1"}) if restarting else frozenset(),
+        window_s=2.0,
+    )
+    assert r.feed(ev(1, "node1", EventType.STARTED, incarnation=4), 1.0, BASE) == []
+    assert [a.kind for a in r.tick(5.0)] == actions
+    # after it, the loop is seen whole: the next crash and start are the policy's too
+    assert r.feed(failed(2, "node1", 1), 6.0, None) == []
+    assert r.feed(ev(3, "node1", EventType.STARTED, incarnation=5), 6.5, BASE) == []
+    assert r.tick(10.0) == []
+
+
 def test_a_start_stamped_before_the_hand_over_is_not_a_persons_unless_it_changes_the_config() -> (
     None
 ):
