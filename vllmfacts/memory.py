@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from vllmfacts.wording import Era
 
 BLOCK_SIZE = 16
+# vLLM's CPU platform's default block size (vllm/platforms/cpu.py, check_and_update_config:
+# `cache_config.block_size = 128` when none is given)
+CPU_BLOCK_SIZE = 128
 
 # Bytes the sampler's profiling run holds at its peak per (request x vocabulary) logit: the logits
 # in the model's dtype, their fp32 copy, the top-k/top-p pass over them (sorted fp32 values and
@@ -78,10 +81,11 @@ class KvLayout:
     sliding_layers: int = 0
     sliding_window: int = 0
     max_in_flight_tokens: int = 0  # VllmConfig.max_in_flight_tokens: max_num_batched_tokens
+    block_size: int = BLOCK_SIZE
 
     @property
     def layer_page(self) -> int:
-        return BLOCK_SIZE * self.per_token_per_layer
+        return self.block_size * self.per_token_per_layer
 
     def groups(self) -> list[bool]:
         """One entry per KV cache group, True for a sliding-window group
@@ -112,9 +116,9 @@ class KvLayout:
         in pages: a sliding layer holds the window plus the tokens in flight, and one block
         more for a window that starts mid-block."""
         if not sliding:
-            return math.ceil(max_model_len / BLOCK_SIZE)
+            return math.ceil(max_model_len / self.block_size)
         tokens = min(self.sliding_window - 1 + self.max_in_flight_tokens, max_model_len)
-        return math.ceil(tokens / BLOCK_SIZE) + 1
+        return math.ceil(tokens / self.block_size) + 1
 
     def needed(self, max_model_len: int) -> int:
         """kv_cache_planning.py: max_memory_usage_bytes summed over every layer."""
@@ -159,7 +163,7 @@ class KvPlan:
         (get_kv_cache_capacity)."""
         if self.era is Era.V0_33:
             return int(self.concurrency * self.max_model_len)
-        return self.num_blocks // max(1, len(self.layout.groups())) * BLOCK_SIZE
+        return self.num_blocks // max(1, len(self.layout.groups())) * self.layout.block_size
 
     @property
     def needed(self) -> int:
@@ -228,3 +232,17 @@ def estimate_max_model_len(
         else:
             hi = mid - 1
     return best
+
+
+def cpu_plan(
+    *, kv_cache_bytes: int, layers: int, per_token_per_layer: int, max_model_len: int, era: Era
+) -> KvPlan:
+    """The KV cache on vLLM's CPU platform: the budget is what VLLM_CPU_KVCACHE_SPACE (or
+    --kv-cache-memory-bytes) sets, whole (vllm/v1/worker/cpu_worker.py,
+    determine_available_memory: "Explicitly set (A/T) GiB for KV cache"), nothing taken off
+    for weights or activations; blocks of CPU_BLOCK_SIZE tokens."""
+    layout = KvLayout(
+        full_layers=layers, per_token_per_layer=per_token_per_layer, block_size=CPU_BLOCK_SIZE
+    )
+    blocks = max(0, kv_cache_bytes // layout.page_bytes)
+    return KvPlan(kv_cache_bytes, 0, kv_cache_bytes, layout, blocks, max_model_len, era)

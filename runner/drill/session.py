@@ -99,7 +99,7 @@ class Drill:
         http: httpx.Client | None = None,
         options: DrillOptions = DrillOptions(),
     ) -> None:
-        ls = ls.for_lab(lab.kind, lab.inventory.lab.vllm_version)
+        ls = ls.for_lab(lab.kind, lab.inventory.lab.vllm_version, lab.inventory.lab.platform)
         self.ls, self.lab, self.options = ls, lab, options
         sc = ls.scenario
         self.bus = DrillBus(

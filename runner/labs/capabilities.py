@@ -70,9 +70,19 @@ def needs(sc: Scenario) -> list[Need]:
 def lacking(sc: Scenario, lab: LabDriver) -> list[str]:
     """Why the scenario cannot run on this lab (empty: it can), one reason per capability of
     the scenario as this lab runs it (its per_lab and per_vllm sections included)."""
-    sc = sc.for_lab(lab.kind, lab.inventory.lab.vllm_version)
-    return [
+    sc = sc.for_lab(lab.kind, lab.inventory.lab.vllm_version, lab.inventory.lab.platform)
+    reasons = [
         f"not on this lab: the {lab.label} cannot {WHAT[n.capability]}, which {n.where} needs"
         for n in needs(sc)
         if n.capability not in lab.capabilities
     ]
+    targets = lab.inventory.resolve(sc.target)
+    if sc.target_restart and targets:
+        wrong = sorted({n.restart.value for n in targets} - {p.value for p in sc.target_restart})
+        if wrong:
+            reasons.append(
+                f"not on this lab: {sc.target} restarts by policy {', '.join(wrong)}, and the "
+                f"scenario is about a node whose policy is {' or '.join(sc.target_restart)} "
+                "(target_restart)"
+            )
+    return reasons

@@ -39,8 +39,8 @@ from runner.labs.base import (
     Value,
 )
 from runner.spec.actions import EngineProcess, SignalName
-from runner.spec.inventory import Inventory, RestartPolicy
-from runner.spec.kinds import NodeStatus
+from runner.spec.inventory import Inventory
+from runner.spec.kinds import NodeStatus, RestartPolicy
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,9 @@ class LabKindEntry:
     # the inventory rules only this kind has, each an InventoryError naming the line and field:
     # on gameday_lab (right after it validates), on the hosts, and on `adopt:` when it is given
     check_lab: Callable[[Source, LabSpec], None] = _no_lab_rule
+    # whether the engine runs on this machine: a relative path in engine_command then names a
+    # program beside the inventory file (in a container or a pod it is the image's)
+    engine_on_host: bool = False
     check_hosts: Callable[[Source, LabSpec, Sequence[Node], HostLines], None] = _no_host_rule
     check_adoption: Callable[[Source, LabSpec, Sequence[Node], HostLines], None] = _no_host_rule
     # the alerts API of the lab's own Alertmanager where the host reaches it (None: it is not

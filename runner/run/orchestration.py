@@ -38,7 +38,8 @@ def run_scenario(
     process's own)."""
     started = utcnow()
     vllm = lab.inventory.lab.vllm_version
-    ls = ls.for_lab(lab.kind, vllm)
+    platform = lab.inventory.lab.platform
+    ls = ls.for_lab(lab.kind, vllm, platform)
     ctx = Context(
         lab=lab,
         scale=TimeScale.of(lab.inventory.lab),
@@ -53,7 +54,7 @@ def run_scenario(
     )
     if note := ls.scenario.lab_notes.get(lab.kind):
         ctx.rec.notes.append(f"{lab.kind.value} lab: {note}")
-    ctx.rec.notes += variant_notes(ls.scenario, lab.kind, vllm)
+    ctx.rec.notes += variant_notes(ls.scenario, lab.kind, vllm, platform)
     try:
         phases(ctx, ls)
     except ScenarioAborted:

@@ -226,7 +226,7 @@ def _step(i: int, step: Any, configs: _Configs, scale: TimeScale) -> StepPlan:
 
 def plan_scenario(ls: LoadedScenario, lab: LabDriver) -> ScenarioPlan:
     """What a run of `ls` on `lab` would do (the lab is not contacted)."""
-    ls = ls.for_lab(lab.kind, lab.inventory.lab.vllm_version)
+    ls = ls.for_lab(lab.kind, lab.inventory.lab.vllm_version, lab.inventory.lab.platform)
     sc, spec = ls.scenario, lab.inventory.lab
     scale = TimeScale.of(spec)
     if lab.kind in sc.labs:
@@ -256,7 +256,7 @@ def plan_scenario(ls: LoadedScenario, lab: LabDriver) -> ScenarioPlan:
         recover=[_step(i, s, configs, scale) for i, s in enumerate(sc.recover, 1)],
         verify=[f"probe: {_probe(p)}" for p in sc.verify.probes]
         + [f"time to recover: {scale.describe(sc.verify.time_to_recover)}"],
-        variants=variant_notes(sc, lab.kind, spec.vllm_version),
+        variants=variant_notes(sc, lab.kind, spec.vllm_version, spec.platform),
     )
 
 

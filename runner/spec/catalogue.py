@@ -1,5 +1,5 @@
 """The scenarios a command works on: the team's own folders first, then the built-in catalogue
-(the eight scenarios that ship inside the package), and scenario ids wherever paths are accepted.
+(the scenarios that ship inside the package), and scenario ids wherever paths are accepted.
 
 A team scenario with a catalogue scenario's id overrides it; two team files with one id are an
 error (exit 2), as they are in `validate`.

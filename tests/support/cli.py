@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [
     "context-window-overflow",
     "dhcp-address-change",
+    "engine-core-death",
     "head-only-restart",
     "kv-cache-shortage",
     "service-name-collision",
@@ -107,6 +108,20 @@ def docker_or_skip() -> Any:
         pytest.skip(f"no Docker engine: {exc}")
     client.ping()
     return client
+
+
+REALVLLM_ENV = ROOT / ".venv-vllm"
+
+
+def realvllm_or_skip() -> Path:
+    """The real-vLLM environment (`make realvllm-env`); a skip when it is not set up (outside
+    CI), a failure where it must be (GAMEDAY_REQUIRE_REALVLLM=1)."""
+    if not (REALVLLM_ENV / ".gameday-complete").is_file():
+        why = f"no real-vLLM environment at {REALVLLM_ENV} (make realvllm-env)"
+        if os.environ.get("GAMEDAY_REQUIRE_REALVLLM") == "1":
+            pytest.fail(f"real vLLM is required here (GAMEDAY_REQUIRE_REALVLLM=1) but: {why}")
+        pytest.skip(why)
+    return REALVLLM_ENV
 
 
 def scenario_variant(tmp_path: Path, src: str, new_id: str, *edits: tuple[str, str]) -> Path:

@@ -38,4 +38,5 @@ ENTRY = LabKindEntry(
     receiver_listen=receiver_listen,
     check_hosts=check_hosts,
     alertmanager_api=alerts_api,
+    engine_on_host=True,
 )

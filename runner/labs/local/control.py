@@ -138,10 +138,10 @@ class ControlApi:
             return JSONResponse({"error": "node not running"}, status_code=409)
         pid = proc.pid
         if body.get("process") == "engine_core":
-            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            if not kids:
+            core = _engine_core(pid)
+            if core is None:
                 return JSONResponse({"error": "no engine-core process"}, status_code=409)
-            pid = int(kids[0])
+            pid = core
         os.kill(pid, getattr(signal, "SIG" + body["signal"]))
         return JSONResponse({"pid": pid})
 
@@ -171,3 +171,22 @@ class ControlApi:
         if sup.server is not None:
             sup.server.should_exit = True
         return JSONResponse({"stopped": list(sup.nodes)})
+
+
+def _engine_core(pid: int) -> int | None:
+    """The engine core among the engine's children: the one vLLM titles `VLLM::EngineCore`
+    (setproctitle, vllm/utils/system_utils.py; `comm` holds its first 15 characters), else the
+    first that is not multiprocessing's resource tracker (real vLLM starts one beside it)."""
+    kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    others = []
+    for k in kids:
+        try:
+            comm = Path(f"/proc/{k}/comm").read_text().strip()
+            argv = Path(f"/proc/{k}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if comm.startswith("VLLM::EngineCor"):
+            return k
+        if b"multiprocessing.resource_tracker" not in argv:
+            others.append(k)
+    return others[0] if others else None

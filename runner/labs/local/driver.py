@@ -133,7 +133,9 @@ class LocalLab(LabDriver):
             raise LabError(
                 f"{self.inventory.path}: engine command {cmd[0]!r} (gameday_lab.engine_command) "
                 "is not installed",
-                hint="install the project (pip install -e .) so that `vllm-lab` exists, or fix "
+                hint=f"set it up: {self.inventory.lab.engine_setup}"
+                if self.inventory.lab.engine_setup
+                else "install the project (pip install -e .) so that `vllm-lab` exists, or fix "
                 "engine_command",
             )
         mon = self.inventory.lab.monitoring

@@ -58,6 +58,8 @@ def instance(inventory: Inventory, k: int) -> Inventory:
         # a default the file leaves out is an address too (Alertmanager's and the receiver's
         # follow it)
         mon.setdefault("prometheus_listen", _move(inventory.lab.monitoring.prometheus_listen, k))
+    if "engine_command" in lab:  # as loaded: a relative program is the original file's
+        lab["engine_command"] = list(inventory.lab.engine_command)
     if inventory.lab.state_dir:
         lab["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
     state = private_dir(Path(lab.get("state_dir") or state_root() / lab["name"]))

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from runner.errors import InventoryError, ScenarioError
-from runner.spec.inventory import RestartPolicy, Role
+from runner.spec.inventory import Role
 from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import RestartPolicy
 from runner.spec.scenario import discover, json_schema, load_scenario
 
 GOOD = Path(__file__).resolve().parents[3] / "scenarios" / "context-window-overflow.yaml"

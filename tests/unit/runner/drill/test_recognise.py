@@ -11,8 +11,7 @@ from runner.drill.recognise import Configs, Recogniser, config_diff, match, toge
 from runner.labs.base import EventType, LabEvent, NodeConfig
 from runner.results.drill_record import ActionKind, ObservedAction
 from runner.spec.expectations import RecoveryStep
-from runner.spec.inventory import RestartPolicy
-from runner.spec.kinds import Outcome
+from runner.spec.kinds import Outcome, RestartPolicy
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 BASE = NodeConfig(args=("m", "--port", "8000"), env={"HF_TOKEN": "hf_secret", "A": "1"})

@@ -20,6 +20,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
     assert got == {
         "context-window-overflow": [],
         "dhcp-address-change": ["addresses", "alert_delivery", "monitoring"],
+        "engine-core-death": ["signals"],
         "head-only-restart": ["alert_delivery", "monitoring", "signals"],
         "kv-cache-shortage": [],
         "service-name-collision": [],
@@ -67,3 +68,22 @@ def test_delivery_on_kubernetes_needs_a_receiver_address_the_pods_reach() -> Non
     test = KubernetesLab(load_inventory(ROOT / "inventories" / "kube-testserver.yaml"))
     assert Capability.ALERT_DELIVERY in test.capabilities
     assert not [r for r in lacking(head, test) if "deliver" in r]
+
+
+def test_a_scenario_about_a_restart_policy_is_not_run_on_a_target_that_restarts_otherwise(
+    tmp_path: Path,
+) -> None:
+    from runner.labs.local.driver import LocalLab
+    from runner.spec.inventory_load import load_inventory
+
+    death = load_scenario(ROOT / "scenarios" / "engine-core-death.yaml").scenario
+    always = LocalLab(load_inventory(ROOT / "inventories" / "local.yaml"))
+    assert lacking(death, always) == [
+        "not on this lab: serving restarts by policy always, and the scenario is about a node "
+        "whose policy is on-failure (target_restart)"
+    ]
+    on_failure = LocalLab(load_inventory(ROOT / "inventories" / "local-realvllm.yaml"))
+    assert lacking(death, on_failure) == []
+    # a scenario that names no policy runs on either
+    kv = load_scenario(ROOT / "scenarios" / "kv-cache-shortage.yaml").scenario
+    assert lacking(kv, always) == lacking(kv, on_failure) == []
