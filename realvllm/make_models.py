@@ -12,11 +12,10 @@ it is. tiny-qwen2.5-14b-shape keeps the *attention geometry* of the model the se
 (Qwen2.5-14B-Instruct: 48 layers, 40 query heads, 8 KV heads of 128, a 32,768-token window,
 2-byte KV entries: 192 KiB of KV per token) with a residual width of 80, so every figure vLLM
 derives from that geometry (the context window, what N tokens of KV need) is the real model's,
-while the weights are 92 MiB. The
-weights are set, not trained: attention and MLP write nothing into the residual stream, so the
-logits depend only on the current token, and the embedding and LM head form a chain that answers
-every prompt with one short sentence and then the end token (a random model never stops, and the
-baseline probe refuses an answer cut at max_tokens).
+while the weights are 92 MiB. The weights are set, not trained: attention and MLP write nothing
+into the residual stream, so the logits depend only on the current token, and the embedding and
+LM head form a chain that answers every prompt with one short sentence and then the end token (a
+random model never stops, and the baseline probe refuses an answer cut at max_tokens).
 
 Everything is deterministic: the same code writes the same bytes (the revision is their hash).
 """

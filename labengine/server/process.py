@@ -66,8 +66,13 @@ def _engine_died(st: ServerState) -> None:
             where(st.era, Site.ENGINE_PROC_DIED),
             "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
         )
-    st.log.error(where(st.era, Site.OUTPUT_HANDLER_FAILED), "AsyncLLM output_handler failed.")
-    st.log.traceback(
+    # vllm/v1/engine/async_llm.py, output_handler: `logger.exception("AsyncLLM output_handler
+    # failed.")`, so the traceback is the record's and every line carries its head (real
+    # vLLM 0.32 on the CPU logs it so: "ERROR ... [async_llm.py:906] vllm.v1.engine.exceptions.
+    # EngineDeadError: ...")
+    st.log.logged_exception(
+        where(st.era, Site.OUTPUT_HANDLER_FAILED),
+        "AsyncLLM output_handler failed.",
         frames(st.era, Traceback.ENGINE_DEAD),
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
         "trace (above) for the root cause.",
@@ -79,7 +84,9 @@ def _engine_died(st: ServerState) -> None:
 
 
 class _UvicornFormatter(logging.Formatter):
-    """uvicorn's own lines (`INFO:     Started server process [1]`) behind vLLM's prefix."""
+    """uvicorn's own lines (`INFO:     Started server process [1]`), in uvicorn's default
+    format: behind vLLM's prefix where vLLM decorates stdout itself (0.19), bare where only its
+    own log records carry the prefix (0.33; real vLLM 0.32.0 prints them so)."""
 
     def __init__(self, log: VllmLog) -> None:
         super().__init__()
@@ -87,9 +94,8 @@ class _UvicornFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         level = (record.levelname + ":").ljust(9)
-        return "\n".join(
-            self.log.prefix + level + " " + line for line in record.getMessage().splitlines()
-        )
+        prefix = self.log.prefix if self.log.era is Era.V0_19 else ""
+        return "\n".join(prefix + level + " " + line for line in record.getMessage().splitlines())
 
 
 def serve(st: ServerState, sock: socket.socket, host: str, port: int) -> None:

@@ -29,7 +29,8 @@ def engine_flags() -> set[str]:
 
 
 def _edits(ls: LoadedScenario) -> Iterator[tuple[tuple[Any, ...], SetArgs | SetEnv]]:
-    """Every set_args and set_env of the scenario, its per_lab and per_vllm sections included."""
+    """Every set_args and set_env of the scenario, its per_lab, per_vllm and per_platform sections
+    included."""
     sc = ls.scenario
     yield from _edits_in((), sc.baseline.setup, sc.inject, sc.recover)
     variants: list[tuple[tuple[Any, ...], LabVariant]] = [
@@ -40,6 +41,7 @@ def _edits(ls: LoadedScenario) -> Iterator[tuple[tuple[Any, ...], SetArgs | SetE
         variants += [
             (("per_vllm", version.value, "per_lab", k.value), v) for k, v in entry.per_lab.items()
         ]
+    variants += [(("per_platform", p.value), v) for p, v in sc.per_platform.items()]
     for at, variant in variants:
         setup = variant.baseline.setup if variant.baseline else []
         yield from _edits_in(at, setup, variant.inject or [], variant.recover or [])

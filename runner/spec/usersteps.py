@@ -161,6 +161,8 @@ def check_files(src: Source, path: Path, data: Any) -> None:
         refs += _section_refs(("per_vllm", era.value), vllm_variant)
         for kind, both in vllm_variant.per_lab.items():
             refs += _section_refs(("per_vllm", era.value, "per_lab", kind.value), both)
+    for platform, on_platform in data.per_platform.items():
+        refs += _section_refs(("per_platform", platform.value), on_platform)
     for loc, ref, what in refs:
         file = folder / ref.split("#", 1)[0]  # a runbook's section: runbooks/kv.md#raise
         if not file.exists():

@@ -59,7 +59,7 @@ def instance(inventory: Inventory, k: int) -> Inventory:
         # follow it)
         mon.setdefault("prometheus_listen", _move(inventory.lab.monitoring.prometheus_listen, k))
     if "engine_command" in lab:  # as loaded: a relative program is the original file's
-        lab["engine_command"] = list(inventory.lab.engine_command)
+        lab["engine_command"] = _move(list(inventory.lab.engine_command), k)
     if inventory.lab.state_dir:
         lab["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
     state = private_dir(Path(lab.get("state_dir") or state_root() / lab["name"]))

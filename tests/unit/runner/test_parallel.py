@@ -139,3 +139,13 @@ def test_a_kubernetes_instance_is_a_namespace_of_its_own(
         None,
         "gameday-lab-s3",
     }
+
+
+def test_instance_k_keeps_a_relative_engine_program_where_the_inventory_is() -> None:
+    """The real-vLLM inventory names its engine beside itself; instance k's copy lives in its
+    state directory and must still start the same program."""
+    real = load_inventory(LOCAL.parent / "local-realvllm.yaml")
+    two = instance(real, 2)
+    assert two.lab.engine_command == real.lab.engine_command
+    assert two.lab.engine_command[0] == str(LOCAL.parent.parent / ".venv-vllm" / "bin" / "vllm")
+    assert [n.address for n in two.nodes] == ["127.2.76.10"]

@@ -91,3 +91,32 @@ def test_the_plan_on_a_cpu_lab_shows_the_sections_and_the_note(tmp_path: Path) -
     assert "vLLM on CPU: runs its own expect, hints, inject, recover (per_platform.cpu)" in text
     assert "per_platform.cpu note: On vLLM's CPU platform" in text
     assert "Explicitly set" in text and "Available KV cache memory: (?P" not in text
+
+
+def test_validate_checks_the_flags_and_files_a_per_platform_section_names(tmp_path: Path) -> None:
+    from runner.spec.checks import check_engine_names
+
+    bad_flag = "per_platform:\n  cpu:\n    note: n\n    inject:\n      - kind: set_args\n"
+    bad_flag += "        node: serving\n        args: {--max-model-lenn: 4096}\n"
+    p = scenario(tmp_path, bad_flag)
+    with pytest.raises(ScenarioError) as e:
+        check_engine_names(load_scenario(p))
+    assert e.value.field == "per_platform.cpu.inject.0.args.--max-model-lenn"
+    assert "did you mean '--max-model-len'?" in str(e.value)
+    missing = "per_platform:\n  cpu:\n    note: n\n    inject:\n      - kind: playbook\n"
+    missing += "        playbook: playbooks/nowhere.yaml\n"
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(scenario(tmp_path, missing))
+    assert "does not exist" in str(e.value)
+    assert e.value.field is not None and e.value.field.startswith("per_platform.cpu.inject.0")
+
+
+def test_a_cpu_lab_must_say_the_033_era(tmp_path: Path) -> None:
+    from runner.errors import InventoryError
+
+    p = tmp_path / "inv.yaml"
+    p.write_text(REAL.read_text().replace('vllm_version: "0.33"', 'vllm_version: "0.19"'))
+    with pytest.raises(InventoryError) as e:
+        load_inventory(p)
+    assert e.value.field == "all.vars.gameday_lab"
+    assert 'set vllm_version: "0.33" with it' in str(e.value)
