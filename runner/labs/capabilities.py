@@ -68,8 +68,9 @@ def needs(sc: Scenario) -> list[Need]:
 
 
 def lacking(sc: Scenario, lab: LabDriver) -> list[str]:
-    """Why the scenario cannot run on this lab (empty: it can), one reason per capability of
-    the scenario as this lab runs it (its per_lab and per_vllm sections included)."""
+    """Why the scenario cannot run on this lab (empty: it can): one reason per capability of
+    the scenario as this lab runs it (its per_lab, per_vllm and per_platform sections included),
+    and one where its target restarts by a policy the scenario is not about (target_restart)."""
     sc = sc.for_lab(lab.kind, lab.inventory.lab.vllm_version, lab.inventory.lab.platform)
     reasons = [
         f"not on this lab: the {lab.label} cannot {WHAT[n.capability]}, which {n.where} needs"

@@ -2,10 +2,11 @@
 
 A KV-cache shortage (a signature capturing `max_len`, `needed` and `available`, in GiB) gets the
 `--max-model-len` that fits the memory the log reports, and the `--gpu-memory-utilization` that
-would fit the requested length. Where the log names a model the lab engine knows
-(vllmfacts.models), the lab engine's own arithmetic gives the KV cache per token
-(vllmfacts.memory) where it agrees with the message's "needed" figure; else the message's own
-numbers give it by proportion. The advice says which.
+would fit the requested length (on vLLM's CPU platform, whose budget is `VLLM_CPU_KVCACHE_SPACE`
+and whose blocks are 128 tokens, the whole GiB of that variable). Where the log names a model
+the lab engine knows (vllmfacts.models), the lab engine's own arithmetic gives the KV cache per
+token (vllmfacts.memory) where it agrees with the message's "needed" figure; else the message's
+own numbers give it by proportion. The advice says which.
 Figures no vLLM could have run with (not finite, not positive, a tensor-parallel size that does
 not divide the model's heads) give no numbers: the advice says which figure and why.
 """
@@ -33,6 +34,11 @@ _TP = re.compile(r"tensor_parallel_size'?[=:]\s*(?P<v>\d+)")
 _BATCHED = re.compile(r"max_num_batched_tokens'?[=:]\s*(?P<v>\d+)")
 _TOTAL = re.compile(
     r"total_gpu_memory \((?P<v>\d+(?:\.\d+)?) ?GiB\)|total capacity of (?P<w>\d+(?:\.\d+)?) GiB"
+)
+# vLLM's CPU platform: the KV budget it was given (vllm/v1/worker/cpu_worker.py,
+# CPUWorker.determine_available_memory)
+_CPU_BUDGET = re.compile(
+    r"(?:Explicitly|Auto) set \((?P<v>\d+(?:\.\d+)?)/\d+(?:\.\d+)?\) GiB for KV cache on node"
 )
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
 AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the message's
@@ -123,11 +129,17 @@ def _utilization(lines: Sequence[Line], short: float, max_len: int) -> str:
 
 
 def _fit_len_by_model(
-    info: ModelInfo, lines: Sequence[Line], era: Era, max_len: int, available: float
+    info: ModelInfo,
+    lines: Sequence[Line],
+    era: Era,
+    max_len: int,
+    available: float,
+    block: int = memory.BLOCK_SIZE,
 ) -> tuple[int, float]:
     """(the longest fitting length, GiB one request of max_len needs) from the lab engine."""
     batched = _first(_BATCHED, lines)
     layout = memory.KvLayout(
+        block_size=block,
         full_layers=info.num_layers - info.sliding_layers(),
         per_token_per_layer=info.kv_bytes_per_token_per_layer(_tp(info, lines)),
         sliding_layers=info.sliding_layers(),
@@ -137,6 +149,19 @@ def _fit_len_by_model(
     avail = int(available * GIB)
     fit = memory.estimate_max_model_len(era, avail, layout.page_bytes, max_len, layout)
     return fit, layout.needed(max_len) / GIB
+
+
+def _cpu_budget(budget: float, needed: float, available: float, max_len: int) -> str:
+    """The VLLM_CPU_KVCACHE_SPACE line: whole GiB (vLLM reads it with int()) that hold one
+    request of max_len and the block the check holds back (budget less the message's
+    available)."""
+    held = max(0.0, budget - available)
+    new = math.ceil(needed + held - 1e-9)
+    return (
+        f"VLLM_CPU_KVCACHE_SPACE={new} (whole GiB; now {budget:g}) fits --max-model-len "
+        f"{max_len}: on vLLM's CPU platform the KV budget is that variable, not "
+        "--gpu-memory-utilization"
+    )
 
 
 def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> list[str]:
@@ -149,10 +174,17 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
         raise Unusable(f"the log's {needed:g} GiB needed is not more than its {available:g} GiB")
     era = Era.V0_33 if "model's max seq len" in text or "which also controls" in text else Era.V0_19
     info = _model(lines)
+    cpu = _first(_CPU_BUDGET, lines)
+    block = memory.CPU_BLOCK_SIZE if cpu else memory.BLOCK_SIZE
     how = "by proportion from the message's own figures; the log names no model gameday knows"
-    fit = int(available / needed * max_len) // memory.BLOCK_SIZE * memory.BLOCK_SIZE
+    fit = int(available / needed * max_len) // block * block
     if info is not None:
-        by_model, model_needed = _fit_len_by_model(info, lines, era, int(max_len), available)
+        # on the CPU the message's available is what the check compares with, already net of
+        # the null block, and vLLM's estimate searches it as it is
+        fit_era = Era.V0_19 if cpu else era
+        by_model, model_needed = _fit_len_by_model(
+            info, lines, fit_era, int(max_len), available, block
+        )
         if abs(model_needed - needed) <= AGREE * needed:
             fit, needed = by_model, model_needed
             how = f"by the lab engine's arithmetic for {info.tag}"
@@ -166,7 +198,9 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
     return [
         f"--max-model-len {fit} fits the {available:g} GiB of KV cache available ({how})",
         f"--max-model-len {int(max_len)} needs {needed:.2f} GiB: {short:.2f} GiB more KV budget",
-        _utilization(lines, short, int(max_len)),
+        _cpu_budget(float(cpu.group("v")), needed, available, int(max_len))
+        if cpu
+        else _utilization(lines, short, int(max_len)),
     ]
 
 

