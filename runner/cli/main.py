@@ -149,6 +149,7 @@ def run(
     facts (GAMEDAY_LAB, GAMEDAY_NODE_<NAME>_URL, ...) in their environment; docs/scenario-format.md
     'User-written steps'."""
     from runner.results.rundirs import copy_reports
+    from runner.run.capacity import overload
     from runner.run.suite import run_suite
 
     scenarios, json_to = _json_or_scenario(scenarios, json_to)
@@ -161,6 +162,8 @@ def run(
             check_writable(dest)
     loaded = chosen(scenarios, selection, failed_only, reports_dir)
     inventory = load_inventory(lab_path)
+    if over := overload(inventory, min(parallel, len(loaded))):
+        output.warning(over.sentence(), hint=over.hint())
     if dry_run:
         print_plans(loaded, inventory, json_to is not None)
         return

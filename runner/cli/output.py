@@ -159,6 +159,14 @@ def error(exc: GamedayError) -> None:
         err.print(f"  [dim]hint:[/] {escape(exc.hint)}")
 
 
+def warning(text: str, hint: str | None = None) -> None:
+    """Something the user should know before the command goes on (not with -q)."""
+    if _level >= Level.NORMAL:
+        err.print(f"[bold yellow]warning:[/] {escape(text)}")
+        if hint:
+            err.print(f"  [dim]hint:[/] {escape(hint)}")
+
+
 def message(text: str) -> None:
     """A diagnostic on stderr (not with -q)."""
     if _level >= Level.NORMAL:

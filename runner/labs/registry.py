@@ -76,6 +76,9 @@ class LabKindEntry:
     build: Callable[[Inventory, Progress, bool], BuiltImage] | None = None
     # `gameday lab manifests`: what `lab up` applies, or (True) what scenarios create, as YAML
     manifests: Callable[[Inventory, bool], str] | None = None
+    # whether `run --parallel`'s instances share this machine's cores (False: they run on a
+    # cluster's nodes), so that the machine limits how many run at once (runner/run/capacity.py)
+    instances_share_host: bool = True
 
     def open(self, inventory: Inventory) -> LabDriver:
         if inventory.lab.adopt is not None and self.adopted is not None:

@@ -26,6 +26,7 @@ from runner.results.schema import (
     combine,
 )
 from runner.run import Progress, journal, run_scenario
+from runner.run.capacity import overload
 from runner.run.parallel import check_parallel, instance, run_workers
 from runner.spec.checks import check_engine_names
 from runner.spec.inventory import Inventory
@@ -125,6 +126,9 @@ def run_suite(
     ran = suite.run(todo, workers)
     by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
     results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
+    if over := overload(inventory, workers):
+        # the verdicts' reader learns the machine was asked for more than it holds
+        results = [r.model_copy(update={"notes": [*r.notes, over.sentence()]}) for r in results]
     result = _run_result(run_id, inventory, started, workers, results)
     write_reports(result, report_dir)
     link_latest(reports_root, report_dir)

@@ -55,4 +55,5 @@ ENTRY = LabKindEntry(
     check_hosts=check_hosts,
     check_adoption=check_adoption,
     manifests=_manifests,
+    instances_share_host=False,
 )
