@@ -8,13 +8,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from rich.measure import Measurement
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
 
 from runner.cli import output
-from runner.cli.options import handled, lab_option, load_all
-from runner.errors import InputError, LabError
+from runner.cli.options import config, handled, lab_option, load_all, reports_option
+from runner.errors import GamedayError, InputError, LabError
 from runner.spec.inventory_load import check_scenario, load_inventory
 
 if TYPE_CHECKING:
+    from runner.workshop.scoreboard import Scoreboard
     from runner.workshop.seats import Workshop
 
 JOBS_HELP = "Seats brought up (or down) at once [default: all of them]."
@@ -38,16 +43,20 @@ def workshop() -> None:
     show_default=True,
     help="Seat k's drill page listens on this port + k; the scoreboard on this port.",
 )
+@reports_option
 @handled
-def workshop_up(n: int, lab_path: Path, jobs: int | None, page_base: int) -> None:
+def workshop_up(
+    n: int, lab_path: Path, jobs: int | None, page_base: int, reports_dir: Path
+) -> None:
     """Bring up N seats at once and write a seat card per seat (seat-<k>.md, also printed).
-    Exit 2 for N out of 1..32 or a workshop of this lab already up; exit 3 when a seat cannot
-    come up (then every seat is taken down again)."""
+    The seats' drills write their reports to REPORTS/workshops/<lab>-<time>/, out of the team's
+    `gameday history`. Exit 2 for N out of 1..32 or a workshop of this lab already up; exit 3
+    when a seat cannot come up (then every seat is taken down again)."""
     from runner.workshop.cards import Seat, seat_card
     from runner.workshop.seats import bring_up, create_workshop
 
     inventory = load_inventory(lab_path)
-    ws = create_workshop(inventory, n, page_base)
+    ws = create_workshop(inventory, n, page_base, reports_dir)
     seconds, urls = bring_up(ws, jobs or n)
     for k in ws.seats:
         seat = Seat(
@@ -127,7 +136,37 @@ def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None
     if as_json:
         output.json_out(board.model_dump(mode="json"))
     else:
-        output.out.print(table(board))
+        print_board(board, table(board))
+
+
+def print_board(board: Scoreboard, wide: Table) -> None:
+    """The scoreboard as a table where it fits the terminal; else a block per seat, as the run
+    summary does, each value on a line of its own and wrapped between words only."""
+    from runner.workshop.summary import clock
+
+    full = output.out.options.update_width(10**5)
+    if Measurement.get(output.out, full, wide).maximum <= output.out.width:
+        output.out.print(wide)
+        return
+    output.out.print(Text(f"workshop of lab {board.lab}"))
+    for r in board.seats:
+        output.out.print(Text(f"seat {r.seat}  {r.lab}  {r.state}"))
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True, width=12)  # the widest label, "recovered at"
+        grid.add_column(overflow="fold")  # a word longer than the line is the only fold
+        rows = [
+            ("scenario", r.scenario or "-"),
+            ("elapsed", clock(r.elapsed_s)),
+            ("hints", str(r.hints_used)),
+            *(("shortcut", s) for s in r.shortcuts),
+            ("acked at", clock(r.acked_at_s)),
+            ("recovered at", clock(r.recovered_at_s)),
+        ]
+        if r.page_url:
+            rows.append(("page", r.page_url))
+        for label, value in rows:
+            grid.add_row(Text(label), Text(value))  # a scenario's words are text, not markup
+        output.out.print(Padding(grid, (0, 0, 0, 2), expand=False))
 
 
 @workshop.command("down")
@@ -138,13 +177,19 @@ def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None
 @handled
 def workshop_down(lab_path: Path, grace: float, jobs: int | None) -> None:
     """Stop every seat's drill (SIGINT: it cleans up; killed after --grace, then `gameday
-    cleanup` for that seat), take every seat down and remove the workshop folder, then check
-    that nothing of it is left. Exit 3, folder kept, when something is."""
+    cleanup` for that seat), write the workshop's summary (summary.md and summary.html: per
+    seat, acknowledged, recovered, hints, shortcuts), take every seat down and remove the
+    workshop folder, then check that nothing of it is left. Exit 3, folder kept, when
+    something is. A summary that cannot be written is said, and the rest still done."""
     from runner.workshop.seats import load_workshop, take_down
+    from runner.workshop.summary import HTML, MARKDOWN
 
     ws = load_workshop(load_inventory(lab_path))
-    for line in stop_all(ws, grace, jobs or ws.manifest.seats):
-        output.message(line)
+    try:
+        for line in stop_all(ws, grace, jobs or ws.manifest.seats):
+            output.message(line)
+    finally:  # the seats' last status is gone once they are down: the summary comes first
+        written = summarise(ws)
     left = take_down(ws, jobs or ws.manifest.seats)
     if left:
         raise LabError(
@@ -152,6 +197,35 @@ def workshop_down(lab_path: Path, grace: float, jobs: int | None) -> None:
             hint=f"gameday workshop down --lab {lab_path} again",
         )
     output.message(f"workshop of lab {ws.manifest.lab!r} is down: nothing of it is left")
+    if written is not None:
+        output.message(f"workshop summary: {written}/ ({MARKDOWN}, {HTML})")
+
+
+def summarise(ws: Workshop) -> Path | None:
+    """The workshop's summary written to its reports folder (a workshop whose manifest names
+    none: the configured reports folder's workshops/); the folder, or None when it could not
+    be written, which is said: the workshop still goes down."""
+    from runner.workshop.seats import workshop_reports
+    from runner.workshop.summary import summarise as collect
+    from runner.workshop.summary import write_summary
+
+    folder = (
+        Path(ws.manifest.reports)
+        if ws.manifest.reports is not None
+        else workshop_reports(config().reports, ws.manifest.lab)
+    )
+    try:
+        write_summary(collect(ws, folder), folder)
+    except Exception as exc:  # whatever stops the summary, the seats still go down
+        why = (str(exc).splitlines() or [""])[0]
+        output.error(
+            GamedayError(
+                f"workshop summary not written to {folder}: {type(exc).__name__}: {why}",
+                hint="the seats are taken down all the same",
+            )
+        )
+        return None
+    return folder
 
 
 def stop_all(ws: Workshop, grace: float, jobs: int) -> list[str]:

@@ -1,5 +1,5 @@
 """A drill as a command runs it: the lab checked and brought up as for a run (runner.run.suite), its
-journal, the drill, and its reports with `mode: drill`."""
+journal, the drill, and its reports with `mode: drill` (`seat` on a workshop's seat)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def run_drill(
             progress(f"taking lab {lab.inventory.lab.name!r} down")
             lab.down()
     run = _run_result(run_id, inventory, started, 1, [res])
-    run = run.model_copy(update={"mode": RunMode.DRILL})
+    seat = options is not None and options.seat is not None
+    run = run.model_copy(update={"mode": RunMode.SEAT if seat else RunMode.DRILL})
     write_reports(run, report_dir)
     link_latest(report_dir.parent, report_dir)
     return SuiteOutcome(run, report_dir)

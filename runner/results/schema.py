@@ -194,6 +194,7 @@ class DrillRecord(Frozen):
 class RunMode(enum.StrEnum):
     RUN = "run"  # gameday runs the recovery
     DRILL = "drill"  # people recover the lab; gameday watches
+    SEAT = "seat"  # a drill on a workshop's seat: an attendee's, not the team's
 
 
 class ScenarioResult(Frozen):

@@ -6,4 +6,5 @@ facilitator.
 - `drills`: the detached `gameday drill` on each seat.
 - `scoreboard`: one row per seat from its drill's status.json.
 - `server` and `page`: the facilitator's page, pushed by server-sent events.
+- `summary`: what `workshop down` writes of every seat (Markdown and HTML).
 """

@@ -59,7 +59,7 @@ def drilling(ws: Workshop, k: int) -> DrillRecord | None:
 
 
 def drill_argv(ws: Workshop, k: int, scenario: str) -> list[str]:
-    return [
+    argv = [
         sys.executable,
         "-m",
         "runner.cli",
@@ -72,6 +72,9 @@ def drill_argv(ws: Workshop, k: int, scenario: str) -> list[str]:
         "--page-port",
         str(ws.manifest.page_base + k),
     ]
+    if ws.manifest.reports is not None:  # the workshop's own folder: out of the team's history
+        argv += ["--reports", ws.manifest.reports]
+    return argv
 
 
 def start_drills(ws: Workshop, seats: list[int], scenario: str) -> dict[int, DrillRecord]:

@@ -7,6 +7,11 @@ written (instance 0) stays the facilitator's. Everything of a workshop lives in 
     seat-<k>.md         the seat's card
     seat-<k>.drill.json the drill `workshop start` started there (pid, scenario)
     seat-<k>.drill.out/.err  its output
+
+The seats' drills write their reports, and `down` the workshop's summary, to a folder of their
+own in the team's reports folder (`<reports>/workshops/<lab name>-<UTC time of up>/`): one level
+deeper than a run's folder, so that `gameday history` of the team's runs leaves them out, and
+`gameday history --reports <that folder>` shows them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pydantic
@@ -43,10 +49,19 @@ class Manifest(pydantic.BaseModel):
     inventory: str  # the lab's own inventory, absolute
     seats: int
     page_base: int = PAGE_BASE
+    # where the seats' drills write their reports and `down` the summary (absolute); None in a
+    # workshop brought up by a gameday that did not keep one
+    reports: str | None = None
 
 
 def workshop_dir(lab_name: str) -> Path:
     return state_root() / "workshop" / lab_name
+
+
+def workshop_reports(reports_root: Path, lab_name: str, now: datetime | None = None) -> Path:
+    """A workshop's own reports folder in the team's reports folder (see the module's doc)."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return (reports_root / "workshops" / f"{lab_name}-{stamp}").resolve()
 
 
 def check_seats(inventory: Inventory, n: int) -> None:
@@ -135,8 +150,11 @@ def load_workshop(inventory: Inventory) -> Workshop:
     return Workshop(folder, manifest)
 
 
-def create_workshop(inventory: Inventory, n: int, page_base: int) -> Workshop:
-    """The workshop's folder, manifest and seat inventories (no lab started yet)."""
+def create_workshop(
+    inventory: Inventory, n: int, page_base: int, reports_root: Path | None = None
+) -> Workshop:
+    """The workshop's folder, manifest and seat inventories (no lab started yet); the seats'
+    reports go to a folder of the workshop's own under `reports_root` (see the module's doc)."""
     check_seats(inventory, n)
     folder = workshop_dir(inventory.lab.name)
     if (folder / MANIFEST).exists():
@@ -152,6 +170,9 @@ def create_workshop(inventory: Inventory, n: int, page_base: int) -> Workshop:
         inventory=str(inventory.path.resolve()),
         seats=n,
         page_base=page_base,
+        reports=None
+        if reports_root is None
+        else str(workshop_reports(reports_root, inventory.lab.name)),
     )
     write_private(folder / MANIFEST, manifest.model_dump_json(indent=2))
     ws = Workshop(folder, manifest)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from runner.labs import open_lab
+from runner.results.rundirs import run_dirs
 from runner.run.parallel import instance
 from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, gameday, kube_serving_only, ok
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.e2e
 
 
 def gd(state: Path, *args: str, timeout: float = 600) -> Any:
-    return gameday(*args, timeout=timeout, env={"GAMEDAY_STATE_DIR": str(state)})
+    env = {"GAMEDAY_STATE_DIR": str(state), "GAMEDAY_REPORTS": str(state / "reports")}
+    return gameday(*args, timeout=timeout, env=env)
 
 
 def processes_naming(text: str) -> list[str]:
@@ -181,6 +183,7 @@ def drilled(state: Path, inv: Path, n: int) -> dict[str, Any]:
         down = gd(state, "workshop", "down", "--lab", str(inv), timeout=600)
     ok(down)
     assert "nothing of it is left" in down.stderr
+    board["down"] = down.stderr
     return board
 
 
@@ -190,6 +193,17 @@ def test_three_local_seats_drilled_by_scripted_people(tmp_path: Path) -> None:
     assert rows == [(k, f"local-p{k}", "head-only-restart", [HEAD_ALONE]) for k in (1, 2, 3)]
     assert all(s["recovered_at_s"] is not None for s in board["seats"])
     assert processes_naming(str(tmp_path)) == []
+    # the summary `down` wrote, and the seats' reports beside it, out of the team's history
+    (folder,) = (tmp_path / "reports" / "workshops").iterdir()
+    assert f"workshop summary: {folder}/ (summary.md, summary.html)" in board["down"]
+    md = (folder / "summary.md").read_text()
+    for k in (1, 2, 3):
+        assert f"| {k} | local-p{k} | head-only-restart | recovered | " in md
+    assert md.count(f"{HEAD_ALONE.replace('`', chr(92) + '`')}: ") == 3
+    assert (folder / "summary.html").read_text().count('<tr class="seat"') == 3
+    results = [d / "result.json" for d in run_dirs(folder)]  # not `latest`, a pointer
+    assert [json.loads(p.read_text())["mode"] for p in results] == ["seat"] * 3
+    assert list((tmp_path / "reports").glob("*/result.json")) == []
 
 
 def test_two_compose_seats_drilled_by_scripted_people(tmp_path: Path, lab_image: str) -> None:
