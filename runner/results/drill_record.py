@@ -61,7 +61,9 @@ class ObservedAction(Frozen):
     step: str | None = None  # the recovery step of the scenario it matches, if any
     outcome: Outcome | None = None  # that step's outcome
     shortcut: bool = False  # it matches a does_not_restore or forbidden step
-    why: str = ""  # the step's `why` (or `forbidden`), shown at once for a shortcut
+    # the step's `why` (or `forbidden`): at once on the facilitator's view, after the drill on
+    # the responder's
+    why: str = ""
     # who acted; records written before it was kept held only people's actions
     actor: Actor = Actor.OUTSIDE_TOOL
 
