@@ -117,16 +117,19 @@ def start(
 @contextlib.contextmanager
 def _served(d: Drill, port: int, no_page: bool) -> Iterator[None]:
     """The page while the drill runs, and `server.json` saying where it is (no page: url
-    null), for `gameday drill ack|hint|stop`."""
+    null), for `gameday drill ack|hint|stop`: the responders' page, and the facilitator's (its
+    token is told only here and to the terminal that started the drill)."""
     folder = drill_folder(d.lab)
     folder.mkdir(parents=True, exist_ok=True)
     handle = None if no_page else start_server(d.bus, port)
     if handle is not None:
-        output.message(f"drill page: {handle.url}")
+        output.message(f"drill page (responders): {handle.url}")
+        output.message(f"facilitator's page: {handle.facilitator_url}")
     url = handle.url if handle is not None else None
+    facilitator = handle.facilitator_url if handle is not None else None
     d.bus.update(d.bus.status.model_copy(update={"page_url": url}))
     info = folder / SERVER_FILE
-    info.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    info.write_text(json.dumps({"url": url, "facilitator_url": facilitator, "pid": os.getpid()}))
     try:
         yield
     finally:

@@ -271,7 +271,9 @@ def _facts(st: DrillStatus) -> Table:
     nodes = Text()
     for n in st.nodes:
         nodes.append(printable(n.name) + " ")
-        nodes.append(n.status.value, style=_STATE_STYLE.get(n.status.value, "yellow"))
+        # a crash loop is failing whatever its state between two crashes: never green
+        state = "crash_looping" if n.crash_looping else n.status.value
+        nodes.append(n.status.value, style=_STATE_STYLE.get(state, "yellow"))
         nodes.append(f"{'' if n.ready else ' not ready'} r{n.restarts} g{n.generation}   ")
     grid.add_row("nodes", nodes)
     probes = Text()

@@ -4,8 +4,10 @@ is made of (the local lab has no docker or kubectl to do it with).
 These verbs take the lab as every command does (`--lab`, else $GAMEDAY_LAB, which a runbook's
 `command` step gets, else the configuration's, see runner.spec.config). They run beside a
 `gameday run` and write no journal: what they change is the lab's own state, which the run reads
-back from the lab, and a run's cleanup restores the baseline. The argument checks and the change
-building are in runner.cli.lab_edits; this module is the thin CLI layer over them.
+back from the lab, and a run's cleanup restores the baseline. Each change they make is marked in
+the lab's state (runner.drill.verb_log), so that a drill records it as a `gameday lab` verb's.
+The argument checks and the change building are in runner.cli.lab_edits; this module is the
+thin CLI layer over them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from runner.cli.lab_edits import (
     process_of,
 )
 from runner.cli.options import handled, lab_option
+from runner.drill import verb_log
 from runner.errors import LabNotUp
 from runner.labs import open_lab
 from runner.labs.base import LabDriver, LogLine
@@ -142,7 +145,8 @@ def lab_restart(lab_path: Path, names: tuple[str, ...]) -> None:
     (tp_group) stands for all of its nodes."""
     driver = _open_up(lab_path)
     nodes = node_names(driver.inventory, list(names), groups=True)
-    driver.restart(nodes)
+    with verb_log.acting(driver.state_dir, "restart", nodes):
+        driver.restart(nodes)
     output.message(f"restarted {', '.join(nodes)} together")
 
 
@@ -154,7 +158,8 @@ def lab_stop(lab_path: Path, node: str) -> None:
     """Stop a node and keep it stopped (no restart policy acts) until `gameday lab start`."""
     driver = _open_up(lab_path)
     (name,) = node_names(driver.inventory, [node], groups=False)
-    driver.stop(name)
+    with verb_log.acting(driver.state_dir, "stop", [name]):
+        driver.stop(name)
     output.message(f"stopped {name}")
 
 
@@ -166,7 +171,8 @@ def lab_start(lab_path: Path, node: str) -> None:
     """Start a node `gameday lab stop` stopped (a running node is left as it is)."""
     driver = _open_up(lab_path)
     (name,) = node_names(driver.inventory, [node], groups=False)
-    driver.start(name)
+    with verb_log.acting(driver.state_dir, "start", [name]):
+        driver.start(name)
     output.message(f"started {name}")
 
 
@@ -205,7 +211,8 @@ def lab_config(
         if change.before == change.after:
             output.message(f"{name}: no change (its configuration is already so)")
             return
-        driver.apply(change)
+        with verb_log.acting(driver.state_dir, "config", [name]):
+            driver.apply(change)
         generation = driver.states()[name].generation
         output.message(f"re-applied {redact(describe_change(change))} (generation {generation})")
         return

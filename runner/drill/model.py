@@ -32,6 +32,9 @@ class NodeView(Frozen):
     ready: bool
     restarts: int
     generation: int
+    # its restart policy is restarting it and it has not been ready since (drawn as failing,
+    # whatever its state between two crashes)
+    crash_looping: bool = False
 
 
 class ProbeView(Frozen):

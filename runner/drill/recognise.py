@@ -13,6 +13,9 @@ node's configuration as read when each event was seen; nothing here touches a la
   announced it) or in a new generation: RESTART, as `gameday lab restart` of an exited node is;
 - AUX_STOPPED: PROCESS_STOPPED.
 
+A start that is no person's (its restart policy's, or gameday's own reported after the
+hand-over) is kept in `others`, with who made it, for the record: never scored.
+
 Then `match` finds the recovery step of the scenario an action carries out.
 """
 
@@ -24,7 +27,7 @@ from datetime import datetime
 
 from runner.labs.base import EventType, LabEvent, NodeConfig
 from runner.labs.common.planning import edit_args
-from runner.results.drill_record import ActionKind, ObservedAction
+from runner.results.drill_record import ActionKind, Actor, ObservedAction
 from runner.results.redact import MASK, redact, secret_name
 from runner.spec.actions import Restart, Rollback, SetArgs, SetEnv, StopProcess
 from runner.spec.expectations import RecoveryStep
@@ -65,6 +68,8 @@ class Recogniser:
     # nodes their restart policy is restarting at the hand-over (crash-looping: the failure that
     # started it came before anyone watched), so their next start is the policy's
     restarting: frozenset[str] = frozenset()
+    # the starts no person made, oldest first: the caller takes them (`take_others`)
+    others: list[ObservedAction] = field(default_factory=list)
     _nodes: dict[str, _Node] = field(default_factory=dict)
     _restarts: dict[str, float] = field(default_factory=dict)  # node -> started at (pending)
 
@@ -121,6 +126,7 @@ class Recogniser:
         by_person = changed or (
             not before and (n.stopped_at is not None or not (n.backoff or n.policy_restarts))
         )
+        policy = n.backoff or n.policy_restarts
         old = n.config
         applied = n.applied
         n.config, n.stopped_at, n.applied, n.backoff = config, None, False, False
@@ -129,7 +135,16 @@ class Recogniser:
         if e.generation is not None:
             n.generation = max(n.generation, e.generation)
         if not by_person:
-            return []  # its restart policy's
+            # its restart policy's, or (stamped before the hand-over, no failure before it)
+            # gameday's own: the fault's injection, reported late
+            actor = Actor.RESTART_POLICY if policy else Actor.RUNNER
+            detail = "restarted by its restart policy" if policy else "started by gameday"
+            self.others.append(
+                ObservedAction(
+                    at_s=at_s, kind=ActionKind.RESTART, nodes=(e.node,), detail=detail, actor=actor
+                )
+            )
+            return []
         out = self.tick(at_s)
         if applied or config != old:
             out.append(
@@ -150,6 +165,11 @@ class Recogniser:
         self._restarts.setdefault(e.node, at_s)
         if frozenset(self._restarts) in self.groups:
             out += self._flush_restarts()
+        return out
+
+    def take_others(self) -> list[ObservedAction]:
+        """The starts no person made since the last call."""
+        out, self.others = self.others, []
         return out
 
     def tick(self, now_s: float) -> list[ObservedAction]:

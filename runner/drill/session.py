@@ -16,12 +16,13 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from runner.drill import verb_log
 from runner.drill.bus import DrillBus, Request
 from runner.drill.hints import Ack, Hints
 from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView, ProbeView
@@ -35,7 +36,7 @@ from runner.drill.recognise import (
 )
 from runner.errors import GamedayError, LabError
 from runner.labs.base import EventType, LabDriver, LabEvent, NodeConfig
-from runner.results.drill_record import ObservedAction
+from runner.results.drill_record import Actor, ObservedAction
 from runner.results.schema import DrillOutcome, DrillRecord, Phase, ScenarioResult
 from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, Progress, ScenarioAborted, all_passed, http_client, utcnow
@@ -128,7 +129,9 @@ class Drill:
         )
         self.hints = Hints(list(sc.hints))
         self.ack = Ack()
-        self.actions: list[ObservedAction] = []
+        self.actions: list[ObservedAction] = []  # people's
+        self.not_people: list[ObservedAction] = []  # a restart policy's, gameday's own
+        self._looping: set[str] = set()  # nodes their restart policy is restarting, not ready
         self.outcome: DrillOutcome | None = None
         self.fault_at: datetime | None = None
         self.handed_over_at: datetime | None = None
@@ -176,6 +179,7 @@ class Drill:
     # ---- the drill ----
     def run(self) -> ScenarioResult:
         started = utcnow()
+        verb_log.clear(self.lab.state_dir)
         try:
             self._prepare()
             self._handover()
@@ -221,6 +225,7 @@ class Drill:
         # the nodes' state is taken before the people are told: an action they take at once
         # must be a change from it
         self._recogniser = self._recogniser_now()
+        self._looping = set(self._recogniser.restarting)
         self._note(
             f"handed over {self.clock():.1f} s after the fault; no recovery step runs",
             EventKind.PHASE,
@@ -317,6 +322,7 @@ class Drill:
                 ready=s.ready,
                 restarts=s.restarts,
                 generation=s.generation,
+                crash_looping=s.status is NodeStatus.CRASH_LOOPING or s.name in self._looping,
             )
             for s in self.lab.states().values()
         )
@@ -325,22 +331,74 @@ class Drill:
         if not evs:
             return
         self.ctx.seq = evs[-1].seq
+        # per node, its crash loop going round (failures its policy restarts, the back-off, the
+        # policy's starts, their output) apart from the rest: a page folds the loop's events
+        # into one line
+        parts: dict[tuple[str, bool], list[LabEvent]] = {}
+        others: list[ObservedAction] = []
         for e in evs:
             self.ctx.rec.lab_event(e)
             config = None
             if e.type in (EventType.STARTED, EventType.APPLIED) and e.node in self._configs():
                 config = self.lab.config(e.node)
             self._actions(recogniser.feed(e, self.clock() or 0.0, config))
+            mine = recogniser.take_others()
+            others += mine
+            self._track_loop(e)
+            by_policy = any(a.actor is Actor.RESTART_POLICY for a in mine)
+            if e.type is EventType.STARTED and not by_policy:
+                self._looping.discard(e.node)  # a new start: a loop again once it fails again
+            parts.setdefault((e.node, self._in_loop(e, by_policy)), []).append(e)
+        self._record_others(others)
         nodes = self._nodes()
-        changed = ", ".join(sorted({f"{e.node} {e.type.value}" for e in evs}))
-        # the lab's own stamp of the newest event: how late the page learns of it
-        self._publish(EventKind.NODE, changed, {"lab_ts": evs[-1].ts.isoformat()}, nodes=nodes)
+        for (node, loop), part in parts.items():
+            changed = ", ".join(sorted({f"{e.node} {e.type.value}" for e in part}))
+            # the lab's own stamp of the newest event: how late the page learns of it
+            data: dict[str, Any] = {"lab_ts": part[-1].ts.isoformat(), "node": node}
+            if loop:
+                data["actor"] = Actor.RESTART_POLICY.value
+                data["crash_loop"] = {
+                    "crashes": sum(e.failure is not None for e in part),
+                    "restarts": sum(e.type is EventType.STARTED for e in part),
+                }
+            self._publish(EventKind.NODE, changed, data, nodes=nodes)
+
+    def _in_loop(self, e: LabEvent, by_policy: bool) -> bool:
+        """Whether the event is a crash loop going round (after `_track_loop` saw it)."""
+        if e.type is EventType.STARTED:
+            return by_policy
+        if e.failure is not None or e.type in (EventType.BACKOFF, EventType.FIRST_OUTPUT):
+            return e.node in self._looping
+        return e.type is EventType.UNREADY and e.node in self._looping
+
+    def _track_loop(self, e: LabEvent) -> None:
+        """A node is crash-looping from a failure its restart policy restarts until it is ready
+        again (or someone stops it)."""
+        if e.type is EventType.READY or (e.type is EventType.EXITED and e.stopped):
+            self._looping.discard(e.node)
+        elif (failure := e.failure) is not None:
+            node = next((n for n in self.lab.inventory.nodes if n.name == e.node), None)
+            if node is not None and restarts_after(node.restart, failure.code):
+                self._looping.add(e.node)
+
+    def _record_others(self, others: list[ObservedAction]) -> None:
+        """Restarts no person made: in the drill's record with who made them, never scored."""
+        self.not_people += others
+        for a in others:
+            self.ctx.rec.event(
+                f"drill: {a.kind.value} {', '.join(a.nodes)}: {a.detail} (at {a.at_s:.1f} s)"
+            )
 
     def _configs(self) -> set[str]:
         return {n.name for n in self.lab.inventory.nodes}
 
     def _actions(self, actions: list[ObservedAction]) -> None:
+        verbs = verb_log.read(self.lab.state_dir) if actions else []
         for a in actions:
+            if self.fault_at is not None and verb_log.by_verb(
+                verbs, a.kind, a.nodes, self.fault_at + timedelta(seconds=a.at_s)
+            ):
+                a = a.model_copy(update={"actor": Actor.LAB_VERB})
             current: dict[str, NodeConfig] = {n: self.lab.config(n) for n in a.nodes}
             base = {n: self.lab.baseline_config(n) for n in a.nodes}
             m = match(a, self.ls.scenario.recover, self._resolve, Configs(base, current))
@@ -469,6 +527,7 @@ class Drill:
             hints=list(self.hints.released),
             actions=self.actions,
             shortcuts=[a for a in self.actions if a.shortcut],
+            not_people=self.not_people,
             outcome=self.outcome or DrillOutcome.ERROR,
             detect_within_s=min((a.within_s for a in sc.detect.alerts), default=None),
             recover_within_s=sc.verify.time_to_recover.max_s,

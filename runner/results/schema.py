@@ -185,6 +185,9 @@ class DrillRecord(Frozen):
     hints: list[HintView] = []
     actions: list[ObservedAction] = []
     shortcuts: list[ObservedAction] = []
+    # restarts and changes no person made (a restart policy's, gameday's own), with who made
+    # them: recorded, never scored
+    not_people: list[ObservedAction] = []
     outcome: DrillOutcome
     # the scenario's windows, real-world seconds: the first expected alert's, time to recover's
     detect_within_s: float | None = None

@@ -223,3 +223,30 @@ def test_verbs_are_listed_in_help() -> None:
     res = CliRunner().invoke(main, ["lab", "--help"])
     for verb in ("ps", "logs", "restart", "stop", "start", "config"):
         assert f"  {verb} " in res.output
+
+
+def test_each_change_a_verb_makes_is_marked_for_a_drill(lab: FakeLab) -> None:
+    from runner.drill import verb_log
+    from runner.results.drill_record import ActionKind
+
+    for args in (
+        ["lab", "restart", "serving"],
+        ["lab", "stop", "node1"],
+        ["lab", "start", "node1"],
+        ["lab", "config", "serving", "--set-arg", "--max-model-len=4096"],
+    ):
+        assert gd(lab, *args).exit_code == 0
+    assert gd(lab, "lab", "ps").exit_code == 0  # reads only: nothing to mark
+    marks = verb_log.read(lab.state_dir)
+    assert [(m.verb, sorted(m.nodes)) for m in marks] == [
+        ("restart", ["serving"]),
+        ("stop", ["node1"]),
+        ("start", ["node1"]),
+        ("config", ["serving"]),
+    ]
+    assert all(m.end is not None and m.begin <= m.end for m in marks)
+    restart = marks[0]
+    assert restart.end is not None
+    assert restart.covers(ActionKind.RESTART, ["serving"], restart.end)
+    assert not restart.covers(ActionKind.CONFIG_CHANGE, ["serving"], restart.end)
+    assert not restart.covers(ActionKind.RESTART, ["serving", "node1"], restart.end)

@@ -154,3 +154,31 @@ def test_keys_on_a_terminal_and_the_terminal_restored_after() -> None:
     finally:
         stdin.close()
         os.close(master)
+
+
+def test_a_crash_looping_node_is_never_green_in_the_terminal() -> None:
+    from datetime import UTC, datetime
+
+    from runner.cli.drill_live import _facts
+    from runner.drill.model import DrillPhase, DrillStatus, NodeView
+    from runner.spec.kinds import NodeStatus
+
+    node = NodeView(
+        name="serving",
+        status=NodeStatus.RUNNING,
+        ready=False,
+        restarts=7,
+        generation=1,
+        crash_looping=True,
+    )
+    st = DrillStatus(
+        scenario="s",
+        title="t",
+        lab="local",
+        phase=DrillPhase.HANDED_OVER,
+        started_at=datetime.now(UTC),
+        nodes=(node,),
+    )
+    cell = _facts(st).columns[1]._cells[0]
+    styles = {str(span.style) for span in cell.spans}
+    assert "green" not in styles and "bold red" in styles

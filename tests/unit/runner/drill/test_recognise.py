@@ -326,3 +326,27 @@ def test_a_start_stamped_before_the_hand_over_is_not_a_persons_unless_it_changes
     other = BASE.model_copy(update={"args": (*BASE.args, "--enforce-eager")})
     got = r.feed(ev(2, "node2", EventType.STARTED, incarnation=2), 0.2, other)
     assert [(a.kind, a.nodes) for a in got] == [(ActionKind.CONFIG_CHANGE, ("node2",))]
+
+
+def test_the_starts_no_person_made_are_kept_with_who_made_them() -> None:
+    from datetime import timedelta
+
+    from runner.results.drill_record import Actor
+
+    r = Recogniser(
+        configs=dict.fromkeys(NODES, BASE),
+        generations=dict.fromkeys(NODES, 1),
+        incarnations=dict.fromkeys(NODES, 1),
+        policies=dict.fromkeys(NODES, RestartPolicy.ALWAYS),
+        since=T0 + timedelta(seconds=1),
+        window_s=2.0,
+    )
+    # gameday's own start, stamped before the hand-over and reported after it
+    assert r.feed(ev(1, "node2", EventType.STARTED, incarnation=2), 0.1, BASE) == []
+    assert r.feed(failed(2, "node1", 1), 3.0, None) == []
+    assert r.feed(ev(3, "node1", EventType.STARTED, incarnation=2), 3.1, BASE) == []
+    assert [(a.nodes, a.actor, a.at_s) for a in r.take_others()] == [
+        (("node2",), Actor.RUNNER, 0.1),
+        (("node1",), Actor.RESTART_POLICY, 3.1),
+    ]
+    assert r.take_others() == []

@@ -19,7 +19,8 @@ from runner.drill.bus import DrillBus, Request
 from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView
 from runner.drill.server import ServerHandle, sse_frame, start_server
 from runner.errors import LabError
-from runner.spec.kinds import NodeStatus
+from runner.results.drill_record import ActionKind, ObservedAction
+from runner.spec.kinds import NodeStatus, Outcome
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -103,7 +104,14 @@ def test_the_stream_sends_the_snapshot_each_event_and_the_end(
     assert drill["event"]["data"] == {"node": "node1"}
     assert drill["event"]["at_s"] == 9.5
     assert drill["status"]["nodes"] == [
-        {"name": "node1", "status": "exited", "ready": False, "restarts": 0, "generation": 1}
+        {
+            "name": "node1",
+            "status": "exited",
+            "ready": False,
+            "restarts": 0,
+            "generation": 1,
+            "crash_looping": False,
+        }
     ]
     assert end == {"phase": "handed_over"}
 
@@ -115,11 +123,108 @@ def test_an_idle_stream_gets_keep_alive_comments(server: ServerHandle) -> None:
         assert next(it) == ("comment", None, ": keep-alive")
 
 
-def test_status_is_the_bus_status_as_json(bus: DrillBus, server: ServerHandle) -> None:
-    r = httpx.get(server.url + "status")
+def test_status_is_the_bus_status_as_json_whole_for_the_facilitator_only(
+    bus: DrillBus, server: ServerHandle
+) -> None:
+    r = httpx.get(server.facilitator_url + "status")
     assert r.status_code == 200
     assert r.json() == json.loads(bus.status.model_dump_json())
     assert r.json()["clock_s"] == 4.0
+    mine = httpx.get(server.url + "status").json()
+    assert (mine["scenario"], mine["title"], mine["clock_s"]) == ("", "gameday drill", 4.0)
+
+
+SHORTCUT = ObservedAction(
+    at_s=6.0,
+    kind=ActionKind.RESTART,
+    nodes=("node1",),
+    detail="restarted",
+    step="Restart the head alone",
+    outcome=Outcome.DOES_NOT_RESTORE,
+    shortcut=True,
+    why="the workers keep the old head's generation",
+)
+
+
+def _stream(url: str, until: str, act: Any) -> list[tuple[str, dict[str, Any] | None, str]]:
+    got = []
+    with httpx.stream("GET", url + "events", timeout=5) as r:
+        it = frames(r.iter_lines())
+        got.append(next(it))
+        act()
+        for f in it:
+            if f[0] != "comment":
+                got.append(f)
+            if f[0] == until:
+                break
+    return got
+
+
+def test_the_responder_reads_no_answer_until_the_drill_ends_then_all_of_it(
+    bus: DrillBus, server: ServerHandle
+) -> None:
+    injecting = status(DrillPhase.INJECT, clock=None)
+    bus.publish(
+        EventKind.TIMELINE, "inject: set_args node1 --max-model-len 99999", status=injecting
+    )
+    st = status().model_copy(update={"actions": (SHORTCUT,)})
+    text = "shortcut: Restart the head alone: the workers keep the old head's generation"
+
+    got = []
+    with httpx.stream("GET", server.url + "events", timeout=5) as r:
+        it = (f for f in frames(r.iter_lines()) if f[0] != "comment")
+        got.append(next(it))
+        bus.publish(EventKind.ACTION, text, SHORTCUT.model_dump(mode="json"), status=st)
+        got.append(next(it))
+        ended = st.model_copy(update={"phase": DrillPhase.GAVE_UP})
+        bus.publish(EventKind.PHASE, "gave up", status=ended)
+        bus.close()
+        got.extend(it)
+    assert [name for name, _, _ in got] == ["snapshot", "drill", "snapshot", "end"]
+    (_, first, _), (_, drill, raw), (_, after, _) = got[:3]
+    assert first is not None and drill is not None and after is not None
+    before = raw + json.dumps(first)
+    for secret in ("head-only-restart", "Head restarted alone", "old head", "head alone", "99999"):
+        assert secret not in before, secret
+    assert (first["view"], first["status"]["title"], first["events"]) == (
+        "responder",
+        "gameday drill",
+        [],
+    )
+    assert drill["line"]["text"] == "shortcut: restart node1: restarted (outside tool)"
+    assert drill["status"]["actions"][0]["shortcut"] is True
+    # the after-action: everything, the events kept back too
+    assert after["status"]["title"] == "Head restarted alone"
+    assert [ln["text"] for ln in after["lines"]] == [
+        "inject: set_args node1 --max-model-len 99999",
+        text + " (outside tool)",
+        "gave up",
+    ]
+
+
+def test_the_facilitator_reads_everything_at_its_token_s_path_only(
+    bus: DrillBus, server: ServerHandle
+) -> None:
+    assert server.facilitator_url.startswith(server.url + "facilitator/")
+    st = status().model_copy(update={"actions": (SHORTCUT,)})
+
+    def act() -> None:
+        bus.publish(EventKind.ACTION, "shortcut: x: y", SHORTCUT.model_dump(mode="json"), status=st)
+
+    got = _stream(server.facilitator_url, "drill", act)
+    (_, snap, _), (_, drill, _) = got
+    assert snap is not None and drill is not None
+    assert (snap["view"], snap["status"]["title"]) == ("facilitator", "Head restarted alone")
+    assert drill["status"]["actions"][0]["why"] == SHORTCUT.why
+    page = httpx.get(server.facilitator_url)
+    assert page.status_code == 200 and "facilitator's view" in page.text
+    assert "responder's view" in httpx.get(server.url).text
+    wrong = server.url + "facilitator/" + "x" * 24 + "/"
+    for path in ("", "events", "status"):
+        assert httpx.get(wrong + path).status_code == 404
+    assert httpx.post(wrong + "ack", headers={"X-Gameday": "1"}).status_code == 404
+    # the facilitator's buttons need the header too
+    assert httpx.post(server.facilitator_url + "hint").status_code == 403
 
 
 def test_posts_without_the_header_are_refused(bus: DrillBus, server: ServerHandle) -> None:

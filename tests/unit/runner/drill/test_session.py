@@ -15,7 +15,7 @@ from runner.drill.bus import Request, read_status
 from runner.drill.model import DrillPhase, DrillStatus, EventKind
 from runner.drill.session import Drill, DrillOptions, drill_folder
 from runner.labs.base import Change, ChangeKind
-from runner.results.drill_record import ActionKind
+from runner.results.drill_record import ActionKind, Actor
 from runner.results.schema import DrillOutcome, ScenarioResult, Verdict
 from runner.run.journal import Journal
 from tests.support.fakelab import FakeRun, fake_run, scenario_doc, wrong_flag
@@ -309,3 +309,44 @@ def test_the_head_alone_is_a_shortcut_and_the_group_together_recovers(tmp_path: 
         "shortcut: Restart the head alone: the workers never rejoin a new head",
         "group_restart node1, node2: 2 nodes restarted together (step: Restart the group together)",
     ]
+
+
+def test_who_acted_is_recorded_and_only_people_are_scored(tmp_path: Path) -> None:
+    """A `gameday lab` verb's restart (marked as the verb marks it: test_lab_verbs checks that
+    it does), another tool's restart and the restart policy's crash loop after each: the first
+    two are people's (scored, each with its tool), the loop's restarts are the policy's
+    (recorded, never scored), folded on the page into one line."""
+    from runner.drill import verb_log
+    from runner.drill.views import lines
+
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag(restarts=3))
+    looping: list[bool] = []
+
+    def person(d: Drill) -> None:
+        d.lab.restart(["serving"])  # docker restart, as gameday sees it: by its effect
+        wait_for_action(d, 1)
+        looping.append(next(n for n in d.bus.status.nodes if n.name == "serving").crash_looping)
+        with verb_log.acting(run.lab.state_dir, "restart", ["serving"]):
+            d.lab.restart(["serving"])
+        wait_for_action(d, 2)
+        rollback(d)  # another tool's change, within seconds of the verb's restart
+
+    d, result = drilled(run, person)
+    drill = result.drill
+    assert drill is not None and drill.outcome is DrillOutcome.RECOVERED
+    assert [(a.kind, a.actor, a.step) for a in drill.actions] == [
+        (ActionKind.RESTART, Actor.OUTSIDE_TOOL, "Restart and hope"),
+        (ActionKind.RESTART, Actor.LAB_VERB, "Restart and hope"),
+        (ActionKind.CONFIG_CHANGE, Actor.OUTSIDE_TOOL, "Roll back"),
+    ]
+    assert [a.actor for a in drill.shortcuts] == [Actor.OUTSIDE_TOOL, Actor.LAB_VERB]
+    # each person's restart ran into the crash loop: three restarts by the policy each time
+    assert [(a.kind, a.nodes, a.actor, a.step) for a in drill.not_people] == [
+        (ActionKind.RESTART, ("serving",), Actor.RESTART_POLICY, None)
+    ] * 6
+    assert looping == [True]
+    assert not next(n for n in d.bus.status.nodes if n.name == "serving").crash_looping
+    loops = [line.text for line in lines(d.bus.events()) if "crashed" in line.text]
+    assert loops == ["serving crashed and restarted ×3, crashed again (restart policy)"] * 2
+    on_disk = ScenarioResult.model_validate_json(result.model_dump_json())
+    assert on_disk.drill is not None and on_disk.drill.not_people == drill.not_people
