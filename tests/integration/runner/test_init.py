@@ -13,6 +13,7 @@ import yaml
 
 from runner.spec.config import load_config
 from tests.support.cli import SHIPPED, gameday
+from tests.support.seedlogs import SEED_019
 
 WRITTEN = [
     "gameday.toml",
@@ -106,3 +107,8 @@ def test_builtin_false_runs_only_the_teams_scenarios_by_default(tmp_path: Path) 
     # a catalogue id named on the command line still runs
     named = json.loads(gameday("list", "--json", "tp-mismatch", cwd=tmp_path).stdout)
     assert [row["id"] for row in named] == ["tp-mismatch"]
+    # triage still knows every failure the catalogue describes
+    log = tmp_path / "prev.log"
+    log.write_text(SEED_019["kv-cache-shortage"])
+    found = json.loads(gameday("triage", str(log), "--json", cwd=tmp_path).stdout)
+    assert "kv-cache-shortage" in [f["scenario"] for f in found[0]["findings"]]
