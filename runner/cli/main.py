@@ -26,6 +26,7 @@ from runner import __version__
 from runner.cli import output
 from runner.cli.alerts import alerts
 from runner.cli.drill import drill
+from runner.cli.init import init
 from runner.cli.lab import lab
 from runner.cli.listing import list_, schema
 from runner.cli.options import (
@@ -103,6 +104,7 @@ main.add_command(history)
 main.add_command(list_)
 main.add_command(schema)
 main.add_command(alerts)
+main.add_command(init)
 
 
 @main.command(epilog=VERDICT_EXITS)
@@ -380,7 +382,7 @@ def triage(logfiles: tuple[str, ...], scenario_dir: Path | None, as_json: bool) 
     from runner.triage import triage as do_triage
 
     args = (str(scenario_dir),) if scenario_dir is not None else ()
-    loaded = [e.loaded for e in load_all(args)]
+    loaded = [e.loaded for e in load_all(args, every_known=True)]
     any_found = False
     report: list[dict[str, Any]] = []
     for name in logfiles:

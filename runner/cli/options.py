@@ -78,7 +78,8 @@ lab_option = click.option(
     type=click.Path(path_type=Path),
     default=None,
     help="Inventory of the lab to use [default: $GAMEDAY_LAB, else `lab` in gameday.toml or "
-    "[tool.gameday], else inventories/local.yaml].",
+    "[tool.gameday], else inventories/local.yaml if it exists, else the local lab that ships with "
+    "gameday].",
 )
 
 
@@ -116,15 +117,17 @@ def selection_options(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def load_all(args: tuple[str, ...]) -> list[Entry]:
+def load_all(args: tuple[str, ...], *, every_known: bool = False) -> list[Entry]:
     """The scenarios the arguments name (files, folders or ids); none: the team's folders, then
-    the built-in catalogue."""
-    entries = resolve(args, config().scenarios)
+    the built-in catalogue, unless the configuration leaves it out of default runs and
+    `every_known` (triage recognises every known failure) does not ask for it."""
+    entries = resolve(args, config().scenarios, every_known or config().builtin)
     if not entries:
         raise ScenarioError(
             "no scenario files found",
             file=", ".join(args),
-            hint="pass scenario files, folders or ids",
+            hint="pass scenario files, folders or ids"
+            + ("" if config().builtin else f" (builtin = false in {config().file})"),
         )
     return entries
 

@@ -2,7 +2,8 @@
 (the scenarios that ship inside the package), and scenario ids wherever paths are accepted.
 
 A team scenario with a catalogue scenario's id overrides it; two team files with one id are an
-error (exit 2), as they are in `validate`.
+error (exit 2), as they are in `validate`. A team that leaves the catalogue out of its default set
+(`builtin = false` in its configuration) can still name one of its ids.
 """
 
 from __future__ import annotations
@@ -42,26 +43,28 @@ def _load(paths: Sequence[Path]) -> list[LoadedScenario]:
     return loaded
 
 
-def scenario_set(team: Sequence[Path]) -> list[Entry]:
+def scenario_set(team: Sequence[Path], builtin: bool = True) -> list[Entry]:
     """The team's scenarios (from its folders, in order), then the catalogue's that no team
-    scenario overrides. A team file that is itself a catalogue file (gameday's own checkout)
-    counts as built-in."""
-    builtin = _load([builtin_dir()])
-    real = {ls.path.resolve() for ls in builtin}
+    scenario overrides (none with `builtin` False). A team file that is itself a catalogue file
+    (gameday's own checkout) counts as built-in."""
+    catalogue = _load([builtin_dir()])
+    real = {ls.path.resolve() for ls in catalogue}
     own = [ls for ls in _load(team) if ls.path.resolve() not in real]
-    ids = {ls.scenario.metadata.id for ls in builtin}
+    ids = {ls.scenario.metadata.id for ls in catalogue}
     out = [Entry(ls, str(ls.path), ls.scenario.metadata.id in ids) for ls in own]
+    if not builtin:
+        return out
     taken = {ls.scenario.metadata.id for ls in own}
-    out += [Entry(ls, BUILTIN) for ls in builtin if ls.scenario.metadata.id not in taken]
+    out += [Entry(ls, BUILTIN) for ls in catalogue if ls.scenario.metadata.id not in taken]
     return out
 
 
-def resolve(args: Sequence[str | Path], team: Sequence[Path]) -> list[Entry]:
+def resolve(args: Sequence[str | Path], team: Sequence[Path], builtin: bool = True) -> list[Entry]:
     """The scenarios the command line names: an existing file or folder is read as such, anything
     else is a scenario id looked up in the team's folders and the catalogue. No arguments: the
-    whole set."""
+    whole set (without the catalogue when `builtin` is False)."""
     if not args:
-        return scenario_set(team)
+        return scenario_set(team, builtin)
     out: list[Entry] = []
     known: dict[str, Entry] | None = None
     for arg in args:

@@ -10,7 +10,14 @@ command line overrides both (the CLI applies its own options).
     # gameday.toml                     # pyproject.toml
     scenarios = ["chaos/scenarios"]    [tool.gameday]
     lab = "chaos/lab.yaml"             scenarios = ["chaos/scenarios"]
-    reports = "chaos/reports"
+    reports = "chaos/reports"          builtin = false
+    builtin = false                    # no built-in scenarios in a default run
+
+`lab` left out: `inventories/local.yaml` beside the file (or in the current folder, without a file)
+when it exists, else the local lab that ships inside the package, so that a new repository runs
+the catalogue without a file of its own. `builtin = false` leaves the built-in catalogue out of
+the default set (a command given no scenarios); an id from it named on the command line still
+resolves.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
 
 from runner.errors import InputError, plain_message
 
@@ -32,8 +40,8 @@ CONFIG_NAME = "gameday.toml"
 PYPROJECT = "pyproject.toml"
 MAX_BYTES = 1_000_000
 HINT = (
-    'keys: scenarios = ["folder", ...], lab = "inventory", reports = "folder" '
-    "(docs/commands.md 'Using gameday in your repository')"
+    'keys: scenarios = ["folder", ...], lab = "inventory", reports = "folder", '
+    "builtin = true|false (docs/commands.md 'Using gameday in your repository')"
 )
 
 # Without a configuration file: the layout of gameday's own checkout.
@@ -49,17 +57,33 @@ class _File(BaseModel):
     scenarios: list[StrictStr] | None = None
     lab: StrictStr | None = None
     reports: StrictStr | None = None
+    builtin: StrictBool | None = None
 
 
 @dataclass(frozen=True)
 class Config:
     """Where things are. `file`: the configuration file (None: none found). `scenarios`: the
-    team's own folders (the built-in catalogue comes after them)."""
+    team's own folders (the built-in catalogue comes after them, unless `builtin` is False)."""
 
     file: Path | None
     scenarios: tuple[Path, ...]
     lab: Path
     reports: Path
+    builtin: bool = True
+
+
+def builtin_lab() -> Path:
+    """The local lab that ships inside the package: runner/builtin_labs (in a checkout, a link to
+    inventories/) holds its inventory, and everything it names (the lab engine, the model
+    configurations, the alert rules) is in the package too."""
+    return Path(str(files("runner") / "builtin_labs" / "local.yaml"))
+
+
+def default_lab(base: Path) -> Path:
+    """The lab when none is named: `base`'s inventories/local.yaml (gameday's own checkout, or a
+    team that keeps its lab there), else the packaged one."""
+    own = base / DEFAULT_LAB
+    return own if own.is_file() else builtin_lab()
 
 
 def find_config(start: Path) -> tuple[Path, tuple[str, ...]] | None:
@@ -83,7 +107,7 @@ def load_config(cwd: Path | None = None, environ: Mapping[str, str] | None = Non
     found = find_config(cwd)
     if found is None:
         team = (DEFAULT_SCENARIOS,) if (cwd / DEFAULT_SCENARIOS).is_dir() else ()
-        cfg = Config(None, tuple(cwd / p for p in team), cwd / DEFAULT_LAB, cwd / DEFAULT_REPORTS)
+        cfg = Config(None, tuple(cwd / p for p in team), default_lab(cwd), cwd / DEFAULT_REPORTS)
     else:
         cfg = _from_file(*found)
     lab, reports = env.get("GAMEDAY_LAB"), env.get("GAMEDAY_REPORTS")
@@ -92,6 +116,7 @@ def load_config(cwd: Path | None = None, environ: Mapping[str, str] | None = Non
         scenarios=cfg.scenarios,
         lab=cwd / lab if lab else cfg.lab,
         reports=cwd / reports if reports else cfg.reports,
+        builtin=cfg.builtin,
     )
 
 
@@ -127,8 +152,9 @@ def _from_file(path: Path, table: tuple[str, ...]) -> Config:
     return Config(
         file=path,
         scenarios=folders,
-        lab=base / f.lab if f.lab else base / DEFAULT_LAB,
+        lab=base / f.lab if f.lab else default_lab(base),
         reports=base / f.reports if f.reports else base / DEFAULT_REPORTS,
+        builtin=f.builtin is not False,
     )
 
 

@@ -1,7 +1,7 @@
 """The CLI from a team's own repository: a `gameday.toml` in a temporary team folder names the
 team's scenarios and lab; run from a folder below it (outside gameday's checkout), `list`,
 `validate`, `plan` (and `run --dry-run`) and `triage` work. Also: a wheel carries the built-in
-catalogue."""
+catalogue and the default lab."""
 
 from __future__ import annotations
 
@@ -138,11 +138,12 @@ def test_the_wheel_carries_the_catalogue(tmp_path: Path) -> None:
     catalogue's link kept a link."""
     src = tmp_path / "src"
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("runner", "labengine", "vllmfacts", "scenarios"):
+    for name in ("runner", "labengine", "vllmfacts", "scenarios", "inventories"):
         shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=skip)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     assert (src / "runner" / "builtin_scenarios").is_symlink()
+    assert (src / "runner" / "builtin_labs").is_symlink()
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(tmp_path)],
         check=True,
@@ -154,6 +155,11 @@ def test_the_wheel_carries_the_catalogue(tmp_path: Path) -> None:
     assert sorted(n for n in names if n.startswith("runner/builtin_scenarios/")) == [
         f"runner/builtin_scenarios/{sid}.yaml" for sid in SHIPPED
     ]
+    # the default lab, and only it: the other inventories name files outside the package
+    assert sorted(n for n in names if n.startswith("runner/builtin_labs/")) == [
+        "runner/builtin_labs/local.yaml"
+    ]
+    assert "runner/spec/starter_files/set-model.sh" in names
 
 
 def test_selection_errors_and_last_failed(team: Path) -> None:

@@ -44,6 +44,19 @@ def test_team_first_and_a_catalogue_id_overridden(tmp_path: Path) -> None:
     ]
 
 
+def test_without_the_catalogue_only_the_teams_but_its_ids_still_resolve(tmp_path: Path) -> None:
+    own = copy("tp-mismatch", tmp_path / "team" / "a.yaml", "our-tp")
+    entries = scenario_set([tmp_path / "team"], builtin=False)
+    assert [(e.loaded.scenario.metadata.id, e.origin) for e in entries] == [("our-tp", str(own))]
+    assert [e.loaded.scenario.metadata.id for e in resolve([], [tmp_path / "team"], False)] == [
+        "our-tp"
+    ]
+    named = resolve(["kv-cache-shortage"], [tmp_path / "team"], False)
+    assert [(e.loaded.scenario.metadata.id, e.origin) for e in named] == [
+        ("kv-cache-shortage", BUILTIN)
+    ]
+
+
 def test_the_checkouts_own_folder_counts_as_builtin() -> None:
     entries = scenario_set([ROOT / "scenarios"])
     assert [(e.loaded.scenario.metadata.id, e.origin) for e in entries] == [

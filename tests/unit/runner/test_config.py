@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from runner.errors import InputError
-from runner.spec.config import load_config
+from runner.spec.config import builtin_lab, load_config
+from runner.spec.inventory_load import load_inventory
+from tests.support.cli import ROOT
 
 
 def write(path: Path, text: str) -> Path:
@@ -65,12 +67,33 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
 
 
 def test_without_a_file_the_checkout_layout(tmp_path: Path) -> None:
+    write(tmp_path / "inventories" / "local.yaml", "all: {}\n")
     cfg = load_config(tmp_path, {})
-    assert (cfg.file, cfg.scenarios) == (None, ())
+    assert (cfg.file, cfg.scenarios, cfg.builtin) == (None, (), True)
     assert cfg.lab == tmp_path / "inventories" / "local.yaml"
     assert cfg.reports == tmp_path / "reports"
     (tmp_path / "scenarios").mkdir()
     assert load_config(tmp_path, {}).scenarios == (tmp_path / "scenarios",)
+
+
+def test_a_new_folder_gets_the_local_lab_that_ships_with_the_package(tmp_path: Path) -> None:
+    assert load_config(tmp_path, {}).lab == builtin_lab()
+    write(tmp_path / "gameday.toml", 'reports = "r"\n')
+    assert load_config(tmp_path, {}).lab == builtin_lab()
+    # one source: the package's copy is the repository's inventories/local.yaml
+    assert builtin_lab().read_bytes() == (ROOT / "inventories" / "local.yaml").read_bytes()
+    lab = load_inventory(builtin_lab())
+    assert (lab.lab.name, lab.lab.kind.value) == ("local", "local")
+
+
+def test_builtin_false_leaves_the_catalogue_out(tmp_path: Path) -> None:
+    write(tmp_path / "gameday.toml", "builtin = false\n")
+    assert load_config(tmp_path, {}).builtin is False
+    write(tmp_path / "gameday.toml", "builtin = true\n")
+    assert load_config(tmp_path, {}).builtin is True
+    write(tmp_path / "gameday.toml", "[tool.gameday]\nbuiltin = false\n")
+    (tmp_path / "gameday.toml").rename(tmp_path / "pyproject.toml")
+    assert load_config(tmp_path, {}).builtin is False
 
 
 @pytest.mark.parametrize(
@@ -80,6 +103,7 @@ def test_without_a_file_the_checkout_layout(tmp_path: Path) -> None:
         ('reports = "r"\nlab = 3\n', 2, "lab", "Input should be a valid string"),
         ('scenarios = "chaos"\n', 1, "scenarios", "Input should be a valid list"),
         ('scenarios = ["missing"]\n', 1, "scenarios", "scenario folder"),
+        ('lab = "a.yaml"\nbuiltin = "no"\n', 2, "builtin", "Input should be a valid boolean"),
     ],
 )
 def test_errors_name_file_line_and_field(
