@@ -521,6 +521,7 @@ class Drill:
         sc = self.ls.scenario
         record = DrillRecord(
             handed_over_at=self.handed_over_at,
+            fault_at=self.fault_at,
             time_to_detect_s=self.detected_at_s,
             time_to_acknowledge_s=self.ack.at_s,
             time_to_recover_s=self.recovered_at_s,

@@ -1,6 +1,7 @@
 """A scenario's timeline as an SVG Gantt chart (runner.report.gantt_layout lays it out): lanes,
-phase bands, incarnation bars, markers, brackets and a broken axis. Server-side, no script:
-every string is escaped by ElementTree, and full texts are in <title> (shown on hover).
+phase bands, incarnation bars, labelled recovery steps, people's marks, markers, brackets, a
+broken axis and a legend of every colour the picture uses. Server-side, no script: every string
+is escaped by ElementTree, and full texts are in <title> (shown on hover).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from dataclasses import dataclass
 from runner.report.gantt_layout import (
     BREAK_PX,
     MARKERS,
+    PEOPLE,
     WIDTH,
     Axis,
     BarState,
     Layout,
+    PersonKind,
+    StepOutcome,
 )
 from runner.results.durations import real_s
 from runner.results.schema import EventKind
@@ -39,7 +43,18 @@ BAR_COLOURS = {
     BarState.UNREADY: "#e0a030",
     BarState.CRASHED: "#c0392b",
     BarState.BACKOFF: "#8e8e8e",
+    BarState.STOPPED: "#d5d5d5",
 }
+STEP_COLOURS = {
+    StepOutcome.RESTORED: "#17702a",
+    StepOutcome.NOT_RESTORED: "#b3141b",
+    StepOutcome.MASKED: "#b7950b",
+}
+PERSON_COLOURS = {PersonKind.ACK: "#117a65", PersonKind.HINT: "#7d3c98"}
+BREAK_COLOUR = "#666"
+# a white outline under a label drawn over bars and breaks, so it reads on any of them
+HALO = {"stroke": "#ffffff", "stroke_width": 3, "paint_order": "stroke", "stroke_linejoin": "round"}
+TICK_COLOUR = "#555"
 MARK_COLOURS = {
     EventKind.INJECT: "#d35400",
     EventKind.FAIL: "#b3141b",
@@ -100,7 +115,10 @@ def svg(lay: Layout, label: str) -> str:
     label_px = min(max(max(text_px(n) for n in lay.lanes) + 14, 80.0), 170.0)
     axis = Axis(label_px, WIDTH - 12, lay.span_s, lay.breaks)
     lanes_y = ROW_H * (MARK_ROWS + 1) + 6
-    height = lanes_y + LANE_H * len(lay.lanes) + ROW_H * (2 + len(lay.brackets) + _legend_rows())
+    axis_rows = 2 if lay.breaks else 1
+    legend_rows = _legend_rows(lay)
+    height = lanes_y + LANE_H * len(lay.lanes) + ROW_H * (1 + axis_rows + len(lay.brackets))
+    height += ROW_H * legend_rows
     height += 10
     root = ET.Element(
         "svg",
@@ -122,6 +140,8 @@ def svg(lay: Layout, label: str) -> str:
     _draw_bars(c)
     _draw_ticks(c)
     _draw_breaks(c)
+    _draw_steps(c)
+    _draw_people(c)
     _draw_markers(c)
     y = _draw_axis(c)
     y = _draw_brackets(c, y)
@@ -197,37 +217,84 @@ def _draw_ticks(c: _Canvas) -> None:
             cx=c.axis.x(m.at_s),
             cy=c.lane_mid(m.lane) + 9,
             r=2.2,
-            fill="#555",
+            fill=TICK_COLOUR,
             class_=f"tick {m.kind.value}",
         )
 
 
+def _zigzag(x: float, top: float, bottom: float) -> str:
+    """A vertical zig-zag at x: a break's edge, which no tick or marker line looks like."""
+    pts, y, side = [f"M{x:.1f},{top:.1f}"], top, 1
+    while y < bottom:
+        y = min(y + 5, bottom)
+        pts.append(f"L{x + 3 * side:.1f},{y:.1f}")
+        side = -side
+    return " ".join(pts)
+
+
 def _draw_breaks(c: _Canvas) -> None:
+    """Each compressed gap: shaded over the lanes, a zig-zag at either edge, the axis line
+    interrupted under it (_draw_axis), and the time it leaves out written below."""
     g = _el(c.root, "g", class_="breaks")
     for a, b in c.lay.breaks:
         x = c.axis.x(a)
-        tip = f"axis broken: {real_s(b - a, c.lay.time_scale)} compressed ({c.at(a)} to {c.at(b)})"
-        top, bottom = c.lanes_y, c.lanes_bottom  # below the phase names
+        tip = f"axis broken: {real_s(b - a, c.lay.time_scale)} left out ({c.at(a)} to {c.at(b)})"
+        top, bottom = c.lanes_y, c.lanes_bottom + 6  # below the phase names, through the axis
+        bg = _el(g, "g", tip, class_="break")
         _el(
-            g,
+            bg,
             "rect",
-            tip,
-            x=x + 4,
+            x=x + 5,
             y=top,
-            width=BREAK_PX - 8,
+            width=BREAK_PX - 10,
             height=bottom - top,
-            fill="#ffffff",
-            fill_opacity="0.8",
-            class_="break",
+            fill="#f6f6f6",
+            fill_opacity="0.9",
         )
-        for dx in (4, BREAK_PX - 4):
-            _el(
-                g,
-                "path",
-                d=f"M{x + dx - 3:.1f},{bottom + 4:.1f} L{x + dx + 3:.1f},{top - 2:.1f}",
-                stroke="#777",
-                fill="none",
-            )
+        for dx in (5, BREAK_PX - 5):
+            _el(bg, "path", d=_zigzag(x + dx, top, bottom), stroke=BREAK_COLOUR, fill="none")
+
+
+def _step_text(c: _Canvas, text: str) -> tuple[float, dict[str, object]]:
+    """Where a step's label starts, and how it fits: every label at the rows' left, so they read
+    as one column (in a narrow window, before the picture is scrolled), squeezed (never cut)
+    where the row is too short for it. Its bar shows when the step ran."""
+    room = WIDTH - 4 - (c.axis.x0 + 2)
+    if text_px(text) > room:
+        return c.axis.x0 + 2, {"textLength": room, "lengthAdjust": "spacingAndGlyphs"}
+    return c.axis.x0 + 2, {}
+
+
+def _draw_steps(c: _Canvas) -> None:
+    """A row per step: a bar from its start to its end in its outcome's colour, a start mark,
+    and its label (role, name, outcome) in the row."""
+    g = _el(c.root, "g", class_="steps")
+    for st in c.lay.steps:
+        x0, x1 = c.axis.x(st.start_s), c.axis.x(st.end_s)
+        mid, colour = c.lane_mid(st.row), STEP_COLOURS[st.outcome]
+        tip = f"{st.row} at {c.at(st.start_s)}: {st.label}" + (
+            f" ({st.detail})" if st.detail else ""
+        )
+        sg = _el(g, "g", tip, class_=f"step {st.role.value}", data_outcome=st.outcome.value)
+        _el(sg, "rect", x=x0, y=mid + 3, width=max(x1 - x0, 2.0), height=6, fill=colour)
+        _el(sg, "path", d=f"M{x0:.1f},{mid - 9:.1f} V{mid + 9:.1f}", stroke=colour)
+        tx, fit = _step_text(c, st.label)
+        _text(sg, tx, mid, st.label, fill=colour, class_="step-label", **HALO, **fit)
+
+
+def _draw_people(c: _Canvas) -> None:
+    """The people's lane: a triangle per acknowledgement and hint, named beside it where the
+    name has room (the hover text carries it always)."""
+    g = _el(c.root, "g", class_="people")
+    end = 0.0
+    for p in c.lay.people:
+        x, y, colour = c.axis.x(p.at_s), c.lane_mid(PEOPLE), PERSON_COLOURS[p.kind]
+        tip = f"{p.text} at {c.at(p.at_s)}" + (f": {p.detail}" if p.detail else "")
+        pg = _el(g, "g", tip, class_=f"person {p.kind.value.split()[0]}")
+        _el(pg, "path", d=f"M{x:.1f},{y - 7:.1f} l6,12 l-12,0 z", fill=colour)
+        if x + 9 >= end and x + 9 + text_px(p.text) <= WIDTH:
+            _text(pg, x + 9, y + 4, p.text, fill=colour, class_="person-label", **HALO)
+            end = x + 9 + text_px(p.text) + 4
 
 
 def _draw_markers(c: _Canvas) -> None:
@@ -255,15 +322,12 @@ def _draw_markers(c: _Canvas) -> None:
         _text(mg, tx, ROW_H * (row + 1) - 3, name, fill=colour, class_="marker-label")
 
 
-def _axis_labels(c: _Canvas) -> list[tuple[float, str, str]]:
-    """(x, text, class): each break's compressed length where it sits, then the axis's ends and
-    the times each break spans."""
-    out = [(c.axis.x(t), _plus(t), "axis-label") for t in (0.0, c.lay.span_s)]
+def _axis_labels(c: _Canvas) -> list[tuple[float, str]]:
+    """(x, text): the axis's ends and the times where each break begins and ends."""
+    out = [(c.axis.x(t), _plus(t)) for t in (0.0, c.lay.span_s)]
     for a, b in c.lay.breaks:
-        out += [(c.axis.x(a), _plus(a), "axis-label"), (c.axis.x(b), _plus(b), "axis-label")]
-        out.append((c.axis.x(a) + BREAK_PX / 2, f"{b - a:.0f} s", "gap-label"))
-    # a gap's length first where labels collide: it says what the picture leaves out
-    return sorted(out, key=lambda p: (p[2] != "gap-label", p[0]))
+        out += [(c.axis.x(a), _plus(a)), (c.axis.x(b), _plus(b))]
+    return sorted(out)
 
 
 def _plus(t: float) -> str:
@@ -271,29 +335,42 @@ def _plus(t: float) -> str:
 
 
 def _draw_axis(c: _Canvas) -> float:
-    """The axis under the lanes, labelled where it begins, breaks and ends (a label that would
-    touch the previous one is left out: the hover texts carry every time); returns the next y."""
+    """The axis under the lanes, interrupted at each break, labelled where it begins, breaks
+    and ends (a label that would touch the previous one is left out: the hover texts carry
+    every time); under it, in italics, the time each break leaves out. Returns the next y."""
     g = _el(c.root, "g", class_="axis")
     y = c.lanes_bottom
-    _el(g, "line", x1=c.axis.x0, y1=y, x2=c.axis.x1, y2=y, stroke="#555")
+    x = c.axis.x0
+    for a, b in c.lay.breaks:
+        _el(g, "line", x1=x, y1=y, x2=c.axis.x(a) + 5, y2=y, stroke="#555")
+        x = c.axis.x(b) - 5
+    _el(g, "line", x1=x, y1=y, x2=c.axis.x1, y2=y, stroke="#555")
     taken: list[tuple[float, float]] = []
-    for x, text, cls in _axis_labels(c):
+    for x, text in _axis_labels(c):
         tx = place(x, text, 0, WIDTH)
         span = (tx - 6, tx + text_px(text) + 6)
         if any(span[0] < b and a < span[1] for a, b in taken):
             continue
         taken.append(span)
-        if cls == "axis-label":
-            _el(g, "line", x1=x, y1=y, x2=x, y2=y + 4, stroke="#555")
-        _text(
-            g,
-            tx,
-            y + ROW_H,
-            text,
-            class_=cls,
-            font_style="italic" if cls != "axis-label" else "normal",
-        )
-    return y + ROW_H + 4
+        _el(g, "line", x1=x, y1=y, x2=x, y2=y + 4, stroke="#555")
+        _text(g, tx, y + ROW_H, text, class_="axis-label")
+    if not c.lay.breaks:
+        return y + ROW_H + 4
+    y += 2 * ROW_H
+    ends: list[float] = []
+    for a, b in c.lay.breaks:
+        text = f"{_secs(b - a)} skipped"
+        tx = place(c.axis.x(a) + BREAK_PX / 2, text, 0, WIDTH)
+        if any(tx - 6 < e for e in ends):
+            text = _secs(b - a)  # a short one where the long one would touch its neighbour
+            tx = place(c.axis.x(a) + BREAK_PX / 2, text, 0, WIDTH)
+        ends.append(tx + text_px(text))
+        _text(g, tx, y, text, class_="gap-label", font_style="italic", fill=BREAK_COLOUR)
+    return y + 4
+
+
+def _secs(s: float) -> str:
+    return f"{s:.0f} s"
 
 
 def _draw_brackets(c: _Canvas, y: float) -> float:
@@ -322,15 +399,26 @@ def _draw_brackets(c: _Canvas, y: float) -> float:
     return y + 6
 
 
-def _legend_items() -> list[tuple[str, str, str]]:
-    items = [("rect", colour, state.value) for state, colour in BAR_COLOURS.items()]
-    items += [("marker", MARK_COLOURS[k], name) for k, name in MARKERS.items()]
-    return [*items, ("break", "#777", "axis broken (in italics: the quiet time left out)")]
+def _legend_items(lay: Layout) -> list[tuple[str, str, str]]:
+    """(shape, colour, text) for every colour the picture uses, and nothing it does not."""
+    items = [("band", PHASE_COLOURS.get(b.phase, "#f4f4f4"), f"phase {b.phase}") for b in lay.bands]
+    states = {b.state for b in lay.bars}
+    items += [("rect", BAR_COLOURS[st], st.value) for st in BarState if st in states]
+    outcomes = {st.outcome for st in lay.steps}
+    items += [("step", STEP_COLOURS[o], f"step: {o.value}") for o in StepOutcome if o in outcomes]
+    people = {p.kind for p in lay.people}
+    items += [("person", PERSON_COLOURS[k], k.value) for k in PersonKind if k in people]
+    items += [("marker", MARK_COLOURS[m.kind], MARKERS[m.kind]) for m in lay.marks]
+    if lay.ticks:
+        items.append(("tick", TICK_COLOUR, "an event (hover for its text)"))
+    if lay.breaks:
+        items.append(("break", BREAK_COLOUR, "axis broken: the quiet time left out"))
+    return list(dict.fromkeys(items))
 
 
-def _legend_rows() -> int:
+def _legend_rows(lay: Layout) -> int:
     rows, x = 1, 4.0
-    for _, _, text in _legend_items():
+    for _, _, text in _legend_items(lay):
         w = 18 + text_px(text)
         if x + w > WIDTH:
             rows, x = rows + 1, 4.0
@@ -341,15 +429,23 @@ def _legend_rows() -> int:
 def _draw_legend(c: _Canvas, y: float) -> None:
     g = _el(c.root, "g", class_="legend")
     x, y = 4.0, y + ROW_H
-    for shape, colour, text in _legend_items():
+    for shape, colour, text in _legend_items(c.lay):
         w = 18 + text_px(text)
         if x + w > WIDTH:
             x, y = 4.0, y + ROW_H
-        if shape == "rect":
-            _el(g, "rect", x=x, y=y - 9, width=12, height=10, fill=colour)
+        item = _el(g, "g", class_=f"legend-item legend-{shape}", data_colour=colour)
+        if shape in ("rect", "band"):
+            stroke = {"stroke": "#bbb"} if shape == "band" else {}
+            _el(item, "rect", x=x, y=y - 9, width=12, height=10, fill=colour, **stroke)
+        elif shape == "step":
+            _el(item, "rect", x=x, y=y - 5, width=12, height=5, fill=colour)
         elif shape == "marker":
-            _el(g, "path", d=f"M{x + 6:.1f},{y - 10:.1f} l6,6 l-6,6 l-6,-6 z", fill=colour)
+            _el(item, "path", d=f"M{x + 6:.1f},{y - 10:.1f} l6,6 l-6,6 l-6,-6 z", fill=colour)
+        elif shape == "person":
+            _el(item, "path", d=f"M{x + 6:.1f},{y - 10:.1f} l6,11 l-12,0 z", fill=colour)
+        elif shape == "tick":
+            _el(item, "circle", cx=x + 6, cy=y - 4, r=2.2, fill=colour)
         else:
-            _el(g, "path", d=f"M{x + 2:.1f},{y + 1:.1f} L{x + 8:.1f},{y - 10:.1f}", stroke=colour)
-        _text(g, x + 16, y, text)
+            _el(item, "path", d=_zigzag(x + 6, y - 11, y + 1), stroke=colour, fill="none")
+        _text(item, x + 16, y, text)
         x += w + 12

@@ -2,9 +2,13 @@
 lanes, phase bands, incarnation bars, markers and brackets on an axis of real-world seconds
 (runner.report.gantt draws it).
 
-One lane each for the runner, every node that has an event, Prometheus, and any other source
-(ansible). The axis is broken where a long quiet gap would squeeze the rest: such a gap takes a
-fixed BREAK_PX and is marked, so seconds-long bursts and a 300-second back-off share a picture.
+One lane each for the runner, every node, Prometheus and any other source (ansible) that has an
+event; a row per recovery step, labelled with what it is (fix or shortcut) and what came of it;
+and in a drill, the people's lane (acknowledgement, hints) and a row per action they took, from
+the drill's record. The axis is broken where a long quiet gap would squeeze the rest: such a gap
+takes a fixed BREAK_PX and is marked, so seconds-long bursts and a 300-second back-off share a
+picture. Breaks are few (MAX_BREAKS, each a tenth of the span at least, never two side by side):
+a picture with many reads as a ruler.
 """
 
 from __future__ import annotations
@@ -17,15 +21,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner.results.schema import EventKind, ScenarioResult, TimelineEvent
+from runner.results.schema import (
+    DrillRecord,
+    EventKind,
+    ScenarioResult,
+    TimelineEvent,
+    Verdict,
+)
+from runner.spec.kinds import Outcome
 
 RUNNER = "runner"
 PROMETHEUS = "prometheus"
+PEOPLE = "people"
 WIDTH = 1100  # px of the whole picture
 BREAK_PX = 44.0  # px a compressed quiet gap takes
 MIN_QUIET_S = 10.0  # real seconds: a shorter gap is never compressed
 QUIET_FACTOR = 10.0  # a gap this many times the median gap is quiet
-MAX_BREAKS = 8
+MAX_BREAKS = 3
+MIN_BREAK_SHARE = 0.1  # of the span: compressing less saves too little to be worth a break
 
 
 class BarState(enum.StrEnum):
@@ -34,6 +47,7 @@ class BarState(enum.StrEnum):
     UNREADY = "unready"
     CRASHED = "crashed"  # exited on its own, not restarted yet
     BACKOFF = "back-off"  # the runtime waits before the next start
+    STOPPED = "stopped"  # stopped (by the lab, to re-apply, or by a person), not started yet
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,49 @@ class Mark:
     at_s: float
     kind: EventKind
     text: str
+
+
+class StepRole(enum.StrEnum):
+    FIX = "fix"  # a step the scenario says restores service
+    SHORTCUT = "shortcut"  # one it says does not (or only masks the symptom)
+    ACTION = "action"  # a person's action that matches no step of the scenario
+
+
+class StepOutcome(enum.StrEnum):
+    RESTORED = "restored"
+    NOT_RESTORED = "did not restore"
+    MASKED = "masked the symptom"
+
+
+@dataclass(frozen=True)
+class Step:
+    """A recovery step (a run's, or an action a person took in a drill) on its own row, from
+    when it began to when the next began (or service came back)."""
+
+    row: str  # "recover 1", "action 2"
+    start_s: float
+    end_s: float
+    role: StepRole
+    name: str
+    outcome: StepOutcome
+    detail: str = ""  # for the hover text
+
+    @property
+    def label(self) -> str:
+        return f"{self.role.value}: {self.name} \u2014 {self.outcome.value}"
+
+
+class PersonKind(enum.StrEnum):
+    ACK = "acknowledged"
+    HINT = "hint"
+
+
+@dataclass(frozen=True)
+class PersonMark:
+    at_s: float
+    kind: PersonKind
+    text: str  # "hint 1 (asked for)"
+    detail: str = ""  # the hint's text
 
 
 @dataclass(frozen=True)
@@ -110,6 +167,8 @@ class Layout:
     ticks: tuple[Mark, ...]  # every event
     brackets: tuple[Bracket, ...]
     time_scale: float
+    steps: tuple[Step, ...] = ()
+    people: tuple[PersonMark, ...] = ()
 
 
 MARKERS = {
@@ -131,25 +190,34 @@ def _natural(name: str) -> tuple[object, ...]:
 
 
 def lanes(events: Iterable[TimelineEvent]) -> tuple[str, ...]:
-    """The runner first, the nodes in natural order, Prometheus, then any other source."""
+    """The runner first, the nodes in natural order, Prometheus, then any other source: each
+    only if it has an event (an empty lane is a row to read for nothing)."""
     evs = list(events)
+    has = {lane_of(e) for e in evs}
     nodes = sorted({e.node for e in evs if e.node is not None}, key=_natural)
-    others = sorted({lane_of(e) for e in evs} - {RUNNER, PROMETHEUS, *nodes})
-    return (RUNNER, *nodes, PROMETHEUS, *others)
+    others = sorted(has - {RUNNER, PROMETHEUS, *nodes})
+    return tuple(n for n in (RUNNER, *nodes, PROMETHEUS, *others) if n in has)
 
 
 def quiet_breaks(times: Iterable[float], span_s: float) -> tuple[tuple[float, float], ...]:
-    """The gaps between consecutive event times to compress: those longer than MIN_QUIET_S and
+    """The gaps between consecutive event times to compress: those longer than MIN_QUIET_S,
     QUIET_FACTOR times the median gap (where events bunch, a long silence is compressed; evenly
-    spread events keep a linear axis), the longest MAX_BREAKS of them."""
+    spread events keep a linear axis) and MIN_BREAK_SHARE of the span; the longest MAX_BREAKS
+    of them, leaving out one that meets a longer one (two breaks side by side read as ticks)."""
     ts = sorted({0.0, span_s, *times})
     gaps = [(a, b) for a, b in itertools.pairwise(ts)]
     if not gaps:
         return ()
     median = statistics.median(b - a for a, b in gaps)
-    quiet = [(a, b) for a, b in gaps if b - a > max(MIN_QUIET_S, QUIET_FACTOR * median)]
-    quiet.sort(key=lambda g: g[0] - g[1])
-    return tuple(sorted(quiet[:MAX_BREAKS]))
+    least = max(MIN_QUIET_S, QUIET_FACTOR * median, MIN_BREAK_SHARE * span_s)
+    quiet = sorted(((a, b) for a, b in gaps if b - a > least), key=lambda g: g[0] - g[1])
+    chosen: list[tuple[float, float]] = []
+    for a, b in quiet:
+        if len(chosen) == MAX_BREAKS:
+            break
+        if not any(a == d or b == c for c, d in chosen):
+            chosen.append((a, b))
+    return tuple(sorted(chosen))
 
 
 _INCARNATION = re.compile(r"incarnation (\d+)")
@@ -181,7 +249,8 @@ def _bars(lane: str, events: list[tuple[float, TimelineEvent]], end_s: float) ->
         elif e.kind is EventKind.UNREADY:
             nxt = (BarState.UNREADY, t, inc) if cur else None
         elif e.kind is EventKind.EXITED:
-            nxt = None if e.event.startswith("stopped by the lab") else (BarState.CRASHED, t, inc)
+            stopped = e.event.startswith("stopped by the lab")
+            nxt = (BarState.STOPPED if stopped else BarState.CRASHED, t, inc)
         else:  # BACKOFF
             nxt = (BarState.BACKOFF, t, inc)
         if nxt is not None and cur is not None and nxt[0] is cur[0]:
@@ -215,6 +284,119 @@ def _brackets(s: ScenarioResult, marks: dict[EventKind, Mark]) -> list[Bracket]:
     return out
 
 
+_STEP_CHECK = re.compile(
+    r"recover (\d+): (.+): "
+    r"(restores service|does NOT restore service|masks the symptom \(the probes pass\))$"
+)
+
+
+def _claims(s: ScenarioResult) -> dict[int, tuple[str, StepRole, StepOutcome, str]]:
+    """Each recovery step's name, role and outcome, from the check the recover phase made of
+    it (what the step claimed, and whether that held): {step number: (name, role, outcome,
+    observed)}."""
+    out: dict[int, tuple[str, StepRole, StepOutcome, str]] = {}
+    for a in s.assertions:
+        m = _STEP_CHECK.match(a.name)
+        if m is None:
+            continue
+        held = a.verdict is Verdict.PASSED
+        role, yes, no = {
+            "restores service": (StepRole.FIX, StepOutcome.RESTORED, StepOutcome.NOT_RESTORED),
+            "does NOT restore service": (
+                StepRole.SHORTCUT,
+                StepOutcome.NOT_RESTORED,
+                StepOutcome.RESTORED,
+            ),
+        }.get(m.group(3), (StepRole.SHORTCUT, StepOutcome.MASKED, StepOutcome.NOT_RESTORED))
+        out.setdefault(int(m.group(1)), (m.group(2), role, yes if held else no, a.observed))
+    return out
+
+
+def _run_steps(
+    s: ScenarioResult, timed: list[tuple[float, TimelineEvent]], span: float
+) -> list[Step]:
+    """The recovery steps the runner took: each from its first event to the next step's (a
+    restoring one to the service verified after it; the last at the latest to the cleanup)."""
+    claims = _claims(s)
+    firsts: dict[int, float] = {}
+    for t, e in timed:
+        m = re.match(r"recover (\d+): ", e.event)
+        if e.kind is EventKind.STEP and m and int(m.group(1)) not in firsts:
+            firsts[int(m.group(1))] = t
+    recover_at = next((t for t, e in timed if e.event == "phase recover"), 0.0)
+    starts, at = {}, recover_at
+    for i in sorted(claims):
+        at = starts[i] = firsts.get(i, at)
+    out = []
+    order = sorted(claims)
+    for k, i in enumerate(order):
+        start = starts[i]
+        later = [starts[j] for j in order[k + 1 :]]
+        later += [t for t, e in timed if t > start and e.event == "phase cleanup"]
+        name, role, outcome, observed = claims[i]
+        if outcome is StepOutcome.RESTORED:
+            later += [t for t, e in timed if t >= start and e.kind is EventKind.RESTORED]
+        end = min([*later, span])
+        out.append(Step(f"recover {i}", start, max(end, start), role, name, outcome, observed))
+    return out
+
+
+def _fault_s(
+    d: DrillRecord, timed: list[tuple[float, TimelineEvent]], t0: datetime, k: float
+) -> float:
+    """Where the drill's clock starts on the axis: the fault in place (an older record without
+    it: the last injection's event)."""
+    if d.fault_at is not None:
+        return _real_s(d.fault_at, t0, k)
+    return max((t for t, e in timed if e.kind is EventKind.INJECT), default=0.0)
+
+
+def _drill_steps(d: DrillRecord, fault_s: float, scale: float, span: float) -> list[Step]:
+    """The people's actions, each on its row until their next one: restored if the service came
+    back before that (the drill's times are wall seconds since the fault)."""
+    back = None if d.time_to_recover_s is None else fault_s + d.time_to_recover_s * scale
+    starts = [fault_s + a.at_s * scale for a in d.actions]
+    out = []
+    for k, a in enumerate(d.actions):
+        start, nxt = starts[k], (starts[k + 1] if k + 1 < len(starts) else span)
+        restored = back is not None and start <= back <= nxt
+        role = (
+            StepRole.SHORTCUT
+            if a.shortcut
+            else StepRole.FIX
+            if a.outcome is Outcome.RESTORES
+            else StepRole.ACTION
+        )
+        what = f"{a.kind.value} {', '.join(a.nodes)}: {a.detail}"
+        detail = f"{a.at_s:.1f} s after the fault (wall clock): {what}"
+        out.append(
+            Step(
+                f"action {k + 1}",
+                start,
+                min(back, nxt) if restored and back is not None else nxt,
+                role,
+                a.step or what,
+                StepOutcome.RESTORED if restored else StepOutcome.NOT_RESTORED,
+                detail + (f"; {a.why}" if a.why else ""),
+            )
+        )
+    return out
+
+
+def _people(d: DrillRecord, fault_s: float, scale: float) -> list[PersonMark]:
+    out = []
+    if d.time_to_acknowledge_s is not None:
+        at = d.time_to_acknowledge_s
+        out.append(
+            PersonMark(fault_s + at * scale, PersonKind.ACK, "acknowledged", f"at {at:.1f} s")
+        )
+    for h in d.hints:
+        how = "asked for" if h.requested else "released"
+        text = f"hint {h.index}"
+        out.append(PersonMark(fault_s + h.at_s * scale, PersonKind.HINT, text, f"{how}: {h.text}"))
+    return sorted(out, key=lambda m: m.at_s)
+
+
 def _real_s(ts: datetime, t0: datetime, scale: float) -> float:
     return round((ts - t0).total_seconds() * scale, 6)
 
@@ -227,6 +409,15 @@ def layout(s: ScenarioResult, time_scale: float) -> Layout:
     span = max([_real_s(s.finished_at, t0, time_scale), *(t for t, _ in timed), 1e-3])
     names = lanes(evs)
     bars = [b for n in names for b in _bars(n, [te for te in timed if lane_of(te[1]) == n], span)]
+    steps, people = _run_steps(s, timed, span), []
+    if s.drill is not None:
+        fault_s = _fault_s(s.drill, timed, t0, time_scale)
+        steps += _drill_steps(s.drill, fault_s, time_scale, span)
+        people = _people(s.drill, fault_s, time_scale)
+        span = max([span, *(p.at_s for p in people), *(st.end_s for st in steps)])
+    rows = [RUNNER] if RUNNER in names else []
+    rows += [PEOPLE] if people else []
+    rows += [st.row for st in steps] + [n for n in names if n != RUNNER]
     phases = [(t, e) for t, e in timed if e.kind is EventKind.PHASE]
     bands = [
         Band(e.event.split()[1], t, phases[i + 1][0] if i + 1 < len(phases) else span, e.event)
@@ -237,13 +428,22 @@ def layout(s: ScenarioResult, time_scale: float) -> Layout:
         if e.kind in MARKERS and e.kind not in first:
             first[e.kind] = Mark(lane_of(e), t, e.kind, e.event)
     return Layout(
-        lanes=names,
+        lanes=tuple(rows),
         span_s=span,
-        breaks=quiet_breaks((t for t, _ in timed), span),
+        breaks=quiet_breaks(
+            [
+                *(t for t, _ in timed),
+                *(p.at_s for p in people),
+                *(t for st in steps for t in (st.start_s, st.end_s)),
+            ],
+            span,
+        ),
         bands=tuple(bands),
         bars=tuple(bars),
         marks=tuple(sorted(first.values(), key=lambda m: m.at_s)),
         ticks=tuple(Mark(lane_of(e), t, e.kind or EventKind.NOTE, e.event) for t, e in timed),
         brackets=tuple(_brackets(s, first)),
         time_scale=time_scale,
+        steps=tuple(steps),
+        people=tuple(people),
     )

@@ -179,6 +179,8 @@ class DrillRecord(Frozen):
     since the fault was in place: people act in wall time, whatever the lab's time scale."""
 
     handed_over_at: datetime | None
+    # the fault in place: the zero of every time here (the report's picture places them by it)
+    fault_at: datetime | None = None
     time_to_detect_s: float | None = None  # the first expected alert firing
     time_to_acknowledge_s: float | None = None
     time_to_recover_s: float | None = None

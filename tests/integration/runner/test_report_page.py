@@ -132,7 +132,16 @@ def test_a_failed_run_reads_at_a_glance(tmp_path: Path) -> None:
             " e => e.firstChild.nodeValue);",
             f"{svg} text.lane",
         )
-        assert lanes == ["runner", "node1", "node2", "node3", "node4", "prometheus"]
+        assert lanes == [
+            "runner",
+            "recover 1",
+            "recover 2",
+            "node1",
+            "node2",
+            "node3",
+            "node4",
+            "prometheus",
+        ]
         assert texts(driver, f"{svg} .bracket > title") == [
             "time to fail 15.4 s [0.154 s lab]: +4.0 s [0.040 s lab] to +19.4 s [0.194 s lab]",
             "time to detect 313.0 s [3.130 s lab]: +4.0 s [0.040 s lab] to +317.0 s [3.170 s lab]",
@@ -179,7 +188,16 @@ def test_a_real_failed_run_shows_its_failure_first_and_a_lane_per_node(tmp_path:
             " e => e.firstChild.nodeValue);",
             f"{svg} text.lane",
         )
-        assert lanes == ["runner", "node1", "node2", "node3", "node4", "prometheus"]
+        assert lanes == [
+            "runner",
+            "recover 1",
+            "recover 2",
+            "node1",
+            "node2",
+            "node3",
+            "node4",
+            "prometheus",
+        ]
         brackets = driver.execute_script(
             "return Array.from(document.querySelectorAll(arguments[0]),"
             " e => e.firstChild.nodeValue);",

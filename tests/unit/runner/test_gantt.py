@@ -12,17 +12,29 @@ import pytest
 from runner.labs.base import EventType, LabEvent
 from runner.report import gantt
 from runner.report.gantt_layout import (
+    MAX_BREAKS,
     Axis,
     Band,
     Bar,
     BarState,
     Bracket,
     Mark,
+    PersonKind,
+    StepOutcome,
+    StepRole,
     layout,
     quiet_breaks,
 )
 from runner.results.durations import real_s
-from runner.results.schema import EventKind, ScenarioResult, TimelineEvent, Verdict, load_result
+from runner.results.schema import (
+    Assertion,
+    EventKind,
+    Phase,
+    ScenarioResult,
+    TimelineEvent,
+    Verdict,
+    load_result,
+)
 from runner.run.record import Recorder
 
 DATA = Path(__file__).parents[2] / "data" / "report"
@@ -70,7 +82,7 @@ def crash_loop() -> ScenarioResult:
 
 def test_a_crash_loop_is_a_lane_of_bars_with_its_back_offs_on_a_broken_axis() -> None:
     lay = layout(crash_loop(), 1.0)
-    assert lay.lanes == ("runner", "n1", "prometheus")
+    assert lay.lanes == ("runner", "n1")  # Prometheus had nothing to say: no lane
     assert lay.span_s == 606.0
     assert lay.breaks == ((2.0, 302.0), (304.0, 600.0))
     assert lay.bars == (
@@ -134,9 +146,19 @@ def test_a_real_four_node_restart_has_a_lane_per_node_and_its_incarnations() -> 
     run = load_result(DATA / "seven-passed.json")
     s = next(s for s in run.scenarios if s.id == "head-only-restart")
     lay = layout(s, run.lab.time_scale)
-    assert lay.lanes == ("runner", "node1", "node2", "node3", "node4", "prometheus")
+    assert lay.lanes == (
+        "runner",
+        "recover 1",
+        "recover 2",
+        "node1",
+        "node2",
+        "node3",
+        "node4",
+        "prometheus",
+    )
     assert [b for b in lay.bars if b.lane == "node2"] == [
         Bar("node2", 0.0, 955.2502, BarState.RUNNING, 1),
+        Bar("node2", 955.2502, 959.2152, BarState.STOPPED, 1),
         Bar("node2", 959.2152, 976.1522, BarState.STARTING, 2),
         Bar("node2", 976.1522, 1097.1467, BarState.RUNNING, 2),
     ]
@@ -157,16 +179,12 @@ def test_the_svg_has_a_lane_label_per_node_and_escapes_every_text() -> None:
     svg = gantt.svg(layout(s, 1.0), "timeline of crash-loop")
     root = ET.fromstring(svg)
     ns = {"s": "http://www.w3.org/2000/svg"}
-    assert [t.text for t in root.iterfind(".//s:text[@class='lane']", ns)] == [
-        "runner",
-        "n1",
-        "prometheus",
-    ]
+    assert [t.text for t in root.iterfind(".//s:text[@class='lane']", ns)] == ["runner", "n1"]
     assert len(root.findall(".//s:rect[@class='bar crashed']", ns)) == 2
     assert len(root.findall(".//s:g[@class='bracket']", ns)) == 2
-    assert len(root.findall(".//s:rect[@class='break']", ns)) == 2
+    assert len(root.findall(".//s:g[@class='break']", ns)) == 2
     gaps = [t.text for t in root.iterfind(".//s:text[@class='gap-label']", ns)]
-    assert gaps == ["299 s", "296 s"]  # the added line at 3 s ends the first silence
+    assert gaps == ["299 s skipped", "296 s skipped"]  # the line at 3 s ends the first silence
     assert "<script>" not in svg and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in svg
     titles = [t.text for t in root.iterfind(".//s:g[@class='bracket']/s:title", ns)]
     assert titles == [
@@ -233,3 +251,142 @@ def test_marks_keep_the_first_of_each_kind() -> None:
     lay = layout(s.model_copy(update={"timeline": [*s.timeline, later]}), 1.0)
     assert Mark("n1", 1.0, EventKind.FAIL, "failure observed (exit 1)") in lay.marks
     assert len(lay.marks) == 3
+
+
+def _svg_root(s: ScenarioResult, scale: float = 1.0) -> ET.Element:
+    return ET.fromstring(gantt.svg(layout(s, scale), "timeline"))
+
+
+NS = {"s": "http://www.w3.org/2000/svg"}
+
+
+def test_each_recovery_step_is_a_row_labelled_with_its_role_and_outcome() -> None:
+    run = load_result(DATA / "seven-passed.json")
+    s = next(s for s in run.scenarios if s.id == "head-only-restart")
+    lay = layout(s, run.lab.time_scale)
+    # from its first event to the next step's; the fix to the service verified after it
+    head_alone = "Restart the head alone (what `--restart always` would do)"
+    assert [(st.row, st.start_s, st.end_s, st.role, st.name, st.outcome) for st in lay.steps] == [
+        ("recover 1", 488.7845, 950.9046, StepRole.SHORTCUT, head_alone, StepOutcome.NOT_RESTORED),
+        (
+            "recover 2",
+            950.9046,
+            1096.7995,
+            StepRole.FIX,
+            "Restart all four nodes together",
+            StepOutcome.RESTORED,
+        ),
+    ]
+    assert lay.steps[0].detail.startswith("not restored: node running, ready=False")
+    labels = [t.text for t in _svg_root(s, run.lab.time_scale).iterfind(".//s:text", NS)]
+    assert "fix: Restart all four nodes together \u2014 restored" in labels
+    assert (
+        "shortcut: Restart the head alone (what `--restart always` would do) \u2014 did not restore"
+        in labels
+    )
+
+
+def _with_step_checks(*checks: tuple[str, Verdict]) -> ScenarioResult:
+    s = crash_loop()
+    events = [
+        *s.timeline,
+        ev(600.5, "runner", "recover 1: restart n1 (together)"),
+        ev(601, "runner", "recover 2: n1: args --a 1 -> --a 2"),
+        ev(602, "runner", "phase verify (recover 2: fix it)"),
+    ]
+    asserts = [
+        Assertion(name=n, phase=Phase.RECOVER, verdict=v, expected="", observed="")
+        for n, v in checks
+    ]
+    return s.model_copy(update={"timeline": events, "assertions": asserts})
+
+
+def test_a_shortcut_that_worked_and_a_fix_that_did_not_say_so() -> None:
+    s = _with_step_checks(
+        ("recover 1: Restart: the pod: does NOT restore service", Verdict.FAILED),
+        ("recover 2: fix it: restores service", Verdict.FAILED),
+    )
+    lay = layout(s, 1.0)
+    assert [(st.row, st.label, st.start_s, st.end_s) for st in lay.steps] == [
+        ("recover 1", "shortcut: Restart: the pod \u2014 restored", 600.5, 601.0),
+        ("recover 2", "fix: fix it \u2014 did not restore", 601.0, 606.0),
+    ]
+    masks = _with_step_checks(
+        ("recover 1: hide it: masks the symptom (the probes pass)", Verdict.PASSED),
+    )
+    assert [st.label for st in layout(masks, 1.0).steps] == [
+        "shortcut: hide it \u2014 masked the symptom"
+    ]
+
+
+def test_breaks_are_few_long_and_never_side_by_side() -> None:
+    times = [0, 1, 2, 100, 101, 300, 320, 321, 500, 501, 700, 701, 702]
+    breaks = quiet_breaks(times, 702.0)
+    assert len(breaks) <= MAX_BREAKS == 3
+    assert breaks == ((101.0, 300.0), (321.0, 500.0), (501.0, 700.0))
+    # (2, 100) is a long silence too, but a tenth of the span at least is what a break saves
+    assert quiet_breaks([0, 1, 2, 60, 61, 2000, 2001], 2001.0) == ((61.0, 2000.0),)
+    # an event alone between two silences: only the longer of the two is compressed
+    assert quiet_breaks([0, 1, 2, 402, 1002, 1003], 1003.0) == ((402.0, 1002.0),)
+
+
+def test_a_stopped_node_is_a_bar_and_every_colour_drawn_is_in_the_legend() -> None:
+    s = crash_loop()
+    stop = [
+        ev(606.5, "lab:n1", "stopped by the lab to re-apply (exit 0, incarnation 3)"),
+        ev(607, "lab:n1", "started incarnation 4 pid 12"),
+    ]
+    s = s.model_copy(
+        update={"timeline": [*s.timeline, *stop], "finished_at": T0 + timedelta(seconds=608)}
+    )
+    lay = layout(s, 1.0)
+    assert Bar("n1", 606.5, 607.0, BarState.STOPPED, 3) in lay.bars
+    root = _svg_root(s)
+    drawn = {
+        e.attrib["fill"]
+        for css in ("bands/s:rect", "bars/s:rect", "ticks/s:circle", "markers/s:g/s:path")
+        for e in root.iterfind(f".//s:g[@class='{css.split('/')[0]}']/" + css.split("/", 1)[1], NS)
+    }
+    drawn |= {e.attrib["stroke"] for e in root.iterfind(".//s:g[@class='break']/s:path", NS)}
+    legend = {
+        e.attrib["data-colour"]: e.find("s:text", NS).text  # type: ignore[union-attr]
+        for e in root.iterfind(".//s:g[@class='legend']/s:g", NS)
+    }
+    assert set(legend) == drawn
+    assert {"stopped", "crashed", "back-off", "phase inject"} <= set(legend.values())
+    assert "unready" not in legend.values()  # nothing was unready: not explained
+
+
+def test_a_drill_shows_the_people_and_each_action_they_took() -> None:
+    run = load_result(DATA / "drill-recovered.json")
+    [s] = run.scenarios
+    assert s.drill is not None and s.drill.fault_at is not None
+    lay = layout(s, run.lab.time_scale)
+    assert lay.lanes[:4] == ("runner", "people", "action 1", "action 2")
+    assert "prometheus" not in lay.lanes  # no event of its own in a drill
+    fault = (s.drill.fault_at - s.started_at).total_seconds() * 100
+    assert [(p.kind, p.text, p.at_s) for p in lay.people] == [
+        (PersonKind.ACK, "acknowledged", pytest.approx(fault + 784.3)),
+        (PersonKind.HINT, "hint 1", pytest.approx(fault + 1641.5)),
+    ]
+    assert [(st.row, st.label) for st in lay.steps] == [
+        (
+            "action 1",
+            "shortcut: Restart the head alone (what `--restart always` would do) "
+            "\u2014 did not restore",
+        ),
+        ("action 2", "fix: Restart all four nodes together \u2014 restored"),
+    ]
+    assert lay.steps[0].start_s == pytest.approx(fault + 1032.6)
+    assert lay.steps[0].end_s == lay.steps[1].start_s == pytest.approx(fault + 1958.1)
+    assert lay.steps[1].end_s == pytest.approx(fault + 2098.6)  # service back
+    root = _svg_root(s, run.lab.time_scale)
+    assert [t.text for t in root.iterfind(".//s:text[@class='person-label']", NS)] == [
+        "acknowledged",
+        "hint 1",
+    ]
+    # a record written before the fault's time was kept places it at the last injection
+    old = s.model_copy(update={"drill": s.drill.model_copy(update={"fault_at": None})})
+    inject = next(e for e in s.timeline if e.kind is EventKind.INJECT)
+    at = (inject.ts - s.started_at).total_seconds() * 100
+    assert layout(old, 100.0).people[0].at_s == pytest.approx(at + 784.3)

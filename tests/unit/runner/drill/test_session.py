@@ -161,6 +161,10 @@ def test_hints_by_delay_and_on_request_and_the_first_ack(tmp_path: Path) -> None
     ]
     assert result.drill.time_to_acknowledge_s == d.bus.status.acked_at_s
     assert result.drill.time_to_acknowledge_s is not None
+    # the zero of the drill's times, kept so the report's picture can place them
+    assert result.drill.fault_at is not None and result.drill.fault_at == d.fault_at
+    assert result.drill.handed_over_at is not None
+    assert result.started_at <= result.drill.fault_at <= result.drill.handed_over_at
     assert result.drill.outcome is DrillOutcome.GAVE_UP
     assert result.verdict is Verdict.FAILED
     assert d.bus.status.hints_left == 0
