@@ -9,6 +9,7 @@ import httpx
 
 from runner.errors import GamedayError, LabError
 from runner.labs.base import LabDriver
+from runner.results.repopaths import repository_root, shown, shown_runbook
 from runner.results.schema import Phase, ScenarioResult, combine
 from runner.run.context import Context, Progress, ScenarioAborted, http_client, utcnow
 from runner.run.interrupt import shielded_from_sigint
@@ -91,10 +92,11 @@ def phases(ctx: Context, ls: LoadedScenario) -> None:
 
 def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResult:
     rec, times = ctx.rec, ctx.times
+    root = repository_root()
     return ScenarioResult(
         id=ls.scenario.metadata.id,
         title=ls.scenario.metadata.title,
-        file=str(ls.path),
+        file=shown(ls.path, root),
         lab=ctx.lab.inventory.lab.name,
         verdict=combine([a.verdict for a in rec.assertions]),
         time_to_fail_s=times.to_fail,
@@ -107,7 +109,7 @@ def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResul
         evidence=rec.evidence,
         notes=rec.notes,
         runbooks={
-            f"recover {i}: {step.name}": step.runbook
+            f"recover {i}: {step.name}": shown_runbook(step.runbook, ls.path, root)
             for i, step in enumerate(ls.scenario.recover, 1)
             if step.runbook
         },

@@ -15,6 +15,7 @@ from runner.errors import LeftoversError
 from runner.labs import LabDriver, open_lab, wait_all_ready
 from runner.labs.capabilities import lacking
 from runner.report import write_reports
+from runner.results.repopaths import repository_root, shown
 from runner.results.rundirs import link_latest
 from runner.results.schema import (
     Assertion,
@@ -58,7 +59,7 @@ def _unrun(
     return ScenarioResult(
         id=ls.scenario.metadata.id,
         title=ls.scenario.metadata.title,
-        file=str(ls.path),
+        file=shown(ls.path, repository_root()),
         lab=lab.inventory.lab.name,
         verdict=verdict,
         time_to_fail_s=None,
