@@ -217,7 +217,12 @@ def run_summary(result: RunResult, report_dir: str) -> None:
                 else:
                     debug(shown)
     out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
-    out.print(f"verdict: {_verdict(result.verdict)}")
+    stopped = (
+        f" (interrupted by {result.interrupted.value}: the reports hold what ran)"
+        if result.interrupted
+        else ""
+    )
+    out.print(f"verdict: {_verdict(result.verdict)}{stopped}")
 
 
 TIMES = ("time to fail", "time to detect", "time to recover")

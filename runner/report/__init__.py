@@ -196,7 +196,8 @@ _CLOCK_NOTE = (
 
 def markdown(result: RunResult) -> str:
     lines = [
-        f"# gameday {result.mode.value} {result.run_id}: {result.verdict.value.upper()}",
+        f"# gameday {result.mode.value} {result.run_id}: {result.verdict.value.upper()}"
+        + (f" (interrupted by {result.interrupted.value})" if result.interrupted else ""),
         "",
         f"Lab **{result.lab.name}** ({result.lab.kind}, time scale x{result.lab.time_scale:g}, "
         f"allowance {result.lab.timing_allowance_s:g} s), inventory `{result.lab.inventory}`.",

@@ -199,6 +199,13 @@ class DrillRecord(Frozen):
     recover_within_s: float | None = None
 
 
+class Interruption(enum.StrEnum):
+    """What stopped a run before its end."""
+
+    SIGINT = "SIGINT"  # Ctrl-C
+    SIGTERM = "SIGTERM"  # a CI job cancelled, `kill`
+
+
 class RunMode(enum.StrEnum):
     RUN = "run"  # gameday runs the recovery
     DRILL = "drill"  # people recover the lab; gameday watches
@@ -253,6 +260,16 @@ class RunResult(Frozen):
     verdict: Verdict
     scenarios: list[ScenarioResult]
     mode: RunMode = RunMode.RUN
+    # the signal that stopped the run (left out of result.json when it ran to its end): the
+    # scenario under way is an error, those not started are skipped
+    interrupted: Interruption | None = None
+
+    @model_serializer(mode="wrap")
+    def _finished_runs_unmarked(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.interrupted is None:
+            data.pop("interrupted", None)
+        return data
 
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024
