@@ -5,7 +5,8 @@ maps them to exit codes:
     1  an assertion failed (or: triage found no known failure)
     2  invalid input: scenario, inventory, arguments
     3  lab or infrastructure error (lab not up, port in use, an assertion gameday could not judge)
-  130  interrupted
+  130  interrupted by Ctrl-C
+  143  interrupted by SIGTERM (a CI job cancelled); a run still writes the report of what ran
 
 Every command's --help states its own (runner.cli.options.exit_codes).
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -57,6 +58,7 @@ from runner.fsutil import read_bytes
 from runner.labs import open_lab
 from runner.labs.capabilities import lacking
 from runner.results.schema import Verdict
+from runner.run.interrupt import shielded_from_sigint
 from runner.run.selection import Selection
 from runner.run.undo import cleanup_lab
 from runner.spec.catalogue import builtin_dir, resolve
@@ -64,6 +66,9 @@ from runner.spec.checks import check_engine_names, check_unique_ids
 from runner.spec.inventory import Inventory
 from runner.spec.inventory_load import check_scenario, load_inventory
 from runner.spec.scenario import LoadedScenario, discover, load_scenario
+
+if TYPE_CHECKING:
+    from runner.run.suite import SuiteOutcome
 
 MAX_LOG_BYTES = 256 * 1024 * 1024
 EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
@@ -150,9 +155,8 @@ def run(
     A scenario's own `command`, `playbook` and `http` steps run in its folder with the lab's
     facts (GAMEDAY_LAB, GAMEDAY_NODE_<NAME>_URL, ...) in their environment; docs/scenario-format.md
     'User-written steps'."""
-    from runner.results.rundirs import copy_reports
     from runner.run.capacity import overload
-    from runner.run.suite import run_suite
+    from runner.run.suite import RunInterrupted, run_suite
 
     scenarios, json_to = _json_or_scenario(scenarios, json_to)
     json_file = _json_path(json_to)
@@ -169,16 +173,28 @@ def run(
     if dry_run:
         print_plans(loaded, inventory, json_to is not None)
         return
-    with output.ProgressLine() as progress:
-        outcome = run_suite(
-            loaded, inventory, reports_dir, progress, parallel=parallel, fail_fast=fail_fast
-        )
+    try:
+        with output.ProgressLine() as progress:
+            outcome = run_suite(
+                loaded, inventory, reports_dir, progress, parallel=parallel, fail_fast=fail_fast
+            )
+    except RunInterrupted as stopped:  # the report of what ran, then the interrupt's exit code
+        with shielded_from_sigint():
+            _reported(stopped.outcome, copies, json_to)
+        raise
+    _reported(outcome, copies, json_to)
+    sys.exit(EXIT[outcome.result.verdict])
+
+
+def _reported(outcome: SuiteOutcome, copies: dict[str, Path | None], json_to: str | None) -> None:
+    """The run's copies made where asked, and its summary (or result.json) printed."""
+    from runner.results.rundirs import copy_reports
+
     copy_reports(outcome.report_dir, copies)
     if json_to == "-":
         output.json_out(json.loads(outcome.result.model_dump_json()))
     else:
         output.run_summary(outcome.result, str(outcome.report_dir))
-    sys.exit(EXIT[outcome.result.verdict])
 
 
 def _refuse_copies_in_dry_run(copies: dict[str, Path | None]) -> None:

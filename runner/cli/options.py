@@ -17,6 +17,8 @@ import click
 
 from runner.cli import output
 from runner.errors import GamedayError, InputError, ScenarioError
+from runner.results.schema import Interruption
+from runner.run.interrupt import Terminated, interruption
 from runner.run.selection import Selection, last_failed
 from runner.spec.catalogue import Entry, resolve
 from runner.spec.config import Config, load_config
@@ -26,7 +28,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM (a CI timeout, `kill`) cleans up like Ctrl-C
+    raise Terminated  # SIGTERM (a CI timeout, `kill`) cleans up like Ctrl-C
+
+
+EXIT_SIGINT = 130  # 128 + SIGINT, as a shell reports a program Ctrl-C ended
+EXIT_SIGTERM = 143  # 128 + SIGTERM: CI tells a cancelled job from a failed one
+
+
+def interrupted_exit(exc: KeyboardInterrupt) -> int:
+    return EXIT_SIGTERM if interruption(exc) is Interruption.SIGTERM else EXIT_SIGINT
 
 
 def handled(fn: F) -> F:
@@ -43,9 +53,9 @@ def handled(fn: F) -> F:
         except GamedayError as exc:
             output.error(exc)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             output.message("interrupted (cleanup ran; `gameday cleanup` undoes anything left)")
-            sys.exit(130)
+            sys.exit(interrupted_exit(exc))
 
     return wrapper  # type: ignore[return-value]
 
@@ -180,8 +190,9 @@ def exit_codes(*rows: tuple[int, str]) -> str:
 
 EXIT_INPUT = (2, "invalid input: scenario, inventory, arguments, a path that cannot be written")
 EXIT_LAB = (3, "lab or infrastructure error (lab not up, port in use, ...)")
-EXIT_INTERRUPTED = (130, "interrupted (Ctrl-C or SIGTERM)")
-COMMON_EXITS = exit_codes((0, "done"), EXIT_INPUT, EXIT_LAB, EXIT_INTERRUPTED)
+EXIT_INTERRUPTED = (EXIT_SIGINT, "interrupted by Ctrl-C")
+EXIT_TERMINATED = (EXIT_SIGTERM, "interrupted by SIGTERM (a CI job cancelled, `kill`)")
+COMMON_EXITS = exit_codes((0, "done"), EXIT_INPUT, EXIT_LAB, EXIT_INTERRUPTED, EXIT_TERMINATED)
 TOP_EXITS = (
     exit_codes(
         (0, "done: every scenario passed, triage recognised a failure, a check held"),
@@ -189,6 +200,7 @@ TOP_EXITS = (
         EXIT_INPUT,
         EXIT_LAB,
         EXIT_INTERRUPTED,
+        EXIT_TERMINATED,
     )
     + "\n\nEach command's --help says what its own codes mean."
 )
@@ -198,6 +210,7 @@ VERDICT_EXITS = exit_codes(
     EXIT_INPUT,
     (3, "lab or infrastructure error, or an assertion gameday could not judge"),
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
 )
 
 

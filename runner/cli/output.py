@@ -216,10 +216,21 @@ def run_summary(result: RunResult, report_dir: str) -> None:
             out.print(f"{verdict} {escape(s.id)}: {escape(a.name)}")
             out.print(f"    expected: {escape(a.expected)}")
             out.print(f"    observed: {escape(a.observed)}")
-            if a.detail:
-                debug("    " + a.detail.rstrip().replace("\n", "\n    "))
+            if a.detail.strip():
+                # a failure's detail says why (a step's output): shown; an error's is a
+                # traceback, for -v
+                shown = "    " + a.detail.rstrip().replace("\n", "\n    ")
+                if a.verdict is Verdict.FAILED:
+                    out.print(escape(shown))
+                else:
+                    debug(shown)
     out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
-    out.print(f"verdict: {_verdict(result.verdict)}")
+    stopped = (
+        f" (interrupted by {result.interrupted.value}: the reports hold what ran)"
+        if result.interrupted
+        else ""
+    )
+    out.print(f"verdict: {_verdict(result.verdict)}{stopped}")
 
 
 TIMES = ("time to fail", "time to detect", "time to recover")

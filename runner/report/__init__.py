@@ -83,24 +83,30 @@ def _duration(s: ScenarioResult) -> float:
 
 
 def _failure_text(s: ScenarioResult, verdict: Verdict) -> str:
+    """Each such assertion: what was expected, what was observed and its detail (a failing
+    step's output, a traceback), so that CI's page of the failure says why."""
     return "\n\n".join(
         f"{a.name}\n  expected: {a.expected}\n  observed: {a.observed}"
+        + ("\n  " + a.detail.rstrip().replace("\n", "\n  ") if a.detail.strip() else "")
         for a in s.assertions
         if a.verdict is verdict
     )
 
 
-def _seconds(value: float | None) -> str:
-    return "" if value is None else f"{value:.3f}"
+MESSAGE_CHARS = 500  # of a <failure>'s message: CI shows it as the test's one-line reason
 
 
 def properties(result: RunResult, s: ScenarioResult) -> dict[str, str]:
-    """A scenario's JUnit properties: its times in real-world seconds (empty: not measured), the
-    lab, the scenario's file, its runbooks and, in a drill, the drill's record."""
-    props = {
-        "gameday.time_to_fail_s": _seconds(s.time_to_fail_s),
-        "gameday.time_to_detect_s": _seconds(s.time_to_detect_s),
-        "gameday.time_to_recover_s": _seconds(s.time_to_recover_s),
+    """A scenario's JUnit properties: its times in real-world seconds (one not measured is left
+    out, not empty), the lab, the scenario's file, its runbooks and, in a drill, the drill's
+    record."""
+    times = {
+        "gameday.time_to_fail_s": s.time_to_fail_s,
+        "gameday.time_to_detect_s": s.time_to_detect_s,
+        "gameday.time_to_recover_s": s.time_to_recover_s,
+    }
+    props = {name: f"{t:.3f}" for name, t in times.items() if t is not None}
+    props |= {
         "gameday.lab": result.lab.name,
         "gameday.scenario_file": s.file,
     }
@@ -152,17 +158,21 @@ def _testcase(suite: ET.Element, result: RunResult, s: ScenarioResult) -> None:
     )
     if s.verdict is Verdict.FAILED:
         failed = [a for a in s.assertions if a.verdict is Verdict.FAILED]
+        why = "; ".join(f"{a.name}: {a.observed}" for a in failed)
         el = ET.SubElement(
             case,
             "failure",
-            message=f"{len(failed)} assertion(s) failed: " + "; ".join(a.name for a in failed),
+            message=f"{len(failed)} assertion(s) failed: {why}"[:MESSAGE_CHARS],
             type="AssertionFailed",
         )
         el.text = _failure_text(s, Verdict.FAILED)
     elif s.verdict is Verdict.ERROR:
         errs = [a for a in s.assertions if a.verdict is Verdict.ERROR]
         el = ET.SubElement(
-            case, "error", message="; ".join(a.observed for a in errs)[:500], type="LabError"
+            case,
+            "error",
+            message="; ".join(a.observed for a in errs)[:MESSAGE_CHARS],
+            type="LabError",
         )
         el.text = _failure_text(s, Verdict.ERROR)
     elif s.verdict is Verdict.SKIPPED:
@@ -186,7 +196,8 @@ _CLOCK_NOTE = (
 
 def markdown(result: RunResult) -> str:
     lines = [
-        f"# gameday {result.mode.value} {result.run_id}: {result.verdict.value.upper()}",
+        f"# gameday {result.mode.value} {result.run_id}: {result.verdict.value.upper()}"
+        + (f" (interrupted by {result.interrupted.value})" if result.interrupted else ""),
         "",
         f"Lab **{result.lab.name}** ({result.lab.kind}, time scale x{result.lab.time_scale:g}, "
         f"allowance {result.lab.timing_allowance_s:g} s), inventory `{result.lab.inventory}`.",

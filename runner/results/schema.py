@@ -12,9 +12,17 @@ import json
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from runner.errors import InputError, plain_message
 from runner.fsutil import read_bytes
@@ -196,6 +204,13 @@ class DrillRecord(Frozen):
     recover_within_s: float | None = None
 
 
+class Interruption(enum.StrEnum):
+    """What stopped a run before its end."""
+
+    SIGINT = "SIGINT"  # Ctrl-C
+    SIGTERM = "SIGTERM"  # a CI job cancelled, `kill`
+
+
 class RunMode(enum.StrEnum):
     RUN = "run"  # gameday runs the recovery
     DRILL = "drill"  # people recover the lab; gameday watches
@@ -217,10 +232,19 @@ class ScenarioResult(Frozen):
     timeline: list[TimelineEvent]
     evidence: list[Evidence]
     notes: list[str]
-    # a recovery step's `runbook:` (a path relative to the scenario, or a URL), by the step's
-    # label ("recover 2: scale the KV cache")
+    # a recovery step's `runbook:` (a URL, or a path relative to the repository:
+    # runner.results.repopaths), by the step's label ("recover 2: scale the KV cache")
     runbooks: dict[str, str] = {}
     drill: DrillRecord | None = None  # in a drill: what the people did, and when
+
+    @model_serializer(mode="wrap")
+    def _measured_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No alert expected or none fired: `time_to_detect_s` is left out, not null, so that a
+        reader tells "not measured" by its absence (results that wrote null still load)."""
+        data: dict[str, Any] = handler(self)
+        if self.time_to_detect_s is None:
+            data.pop("time_to_detect_s", None)
+        return data
 
 
 class LabInfo(Frozen):
@@ -242,6 +266,16 @@ class RunResult(Frozen):
     verdict: Verdict
     scenarios: list[ScenarioResult]
     mode: RunMode = RunMode.RUN
+    # the signal that stopped the run (left out of result.json when it ran to its end): the
+    # scenario under way is an error, those not started are skipped
+    interrupted: Interruption | None = None
+
+    @model_serializer(mode="wrap")
+    def _finished_runs_unmarked(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.interrupted is None:
+            data.pop("interrupted", None)
+        return data
 
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024

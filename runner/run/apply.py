@@ -38,7 +38,10 @@ INJECT = "inject"
 KEEP_UNDO = (SETUP, INJECT)
 
 
-def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
+def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun]:
+    """Carry out the actions in order; the runs of the user-written steps among them (a report
+    that service did not come back quotes what the team's own step said)."""
+    runs: list[StepRun] = []
     for action in actions:
         if isinstance(action, Rollback):
             undo_all(ctx, reason=why)
@@ -55,7 +58,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
         elif isinstance(action, Wait):
             ctx.rec.event(f"{why}: wait, nothing done ({action.why})")
         elif isinstance(action, Command | Playbook | Http):
-            user_step(ctx, action, why)
+            runs.append(user_step(ctx, action, why))
         else:
             record_and_apply(ctx, plan_change(ctx.lab, action), why)
             if isinstance(action, StartProcess):
@@ -63,6 +66,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> None:
         if why == INJECT and not isinstance(action, Traffic | Wait):
             ctx.fault_at = utcnow()
             ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
+    return runs
 
 
 def restart(ctx: Context, action: Restart, why: str) -> None:
@@ -214,8 +218,8 @@ def undo_all(ctx: Context, reason: str) -> list[Change]:
     reasons = list(dict.fromkeys(s.reason for s in ctx.open_steps if s.undo is None))
     if reasons:
         again = reapply_baseline(ctx.lab, applied)
+        ctx.rec.notes += baseline_notes(again, reasons, reason, undone=done)
         done += again
-        ctx.rec.notes += baseline_notes(again, reasons, reason)
     for seq, _ in reversed(ctx.open_changes):
         ctx.journal.undone(seq)
     for s in ctx.open_steps:

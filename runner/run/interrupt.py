@@ -1,4 +1,6 @@
-"""Cleanup must finish: a Ctrl-C or SIGTERM during it is ignored, not obeyed."""
+"""Interrupts: Ctrl-C and SIGTERM (a CI job cancelled, `kill`) stop a run the same way: the
+scenario under way cleans up, and the report of what ran is written, marked interrupted. Cleanup
+itself must finish: an interrupt during it is ignored, not obeyed."""
 
 from __future__ import annotations
 
@@ -6,8 +8,41 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from runner.results.schema import Interruption
+
+if TYPE_CHECKING:
+    from runner.results.schema import ScenarioResult
 
 CLEANING: set[int] = set()  # threads in cleanup: an interrupt must not reach them
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, as the CLI's handler raises it: a KeyboardInterrupt, so everything that stops
+    for Ctrl-C stops for it, told apart only at the end (its exit code, the report's mark)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """An interrupt the run has handled (cleaned up, reported), carrying what it was."""
+
+    def __init__(self, how: Interruption) -> None:
+        super().__init__(how.value)
+        self.how = how
+
+
+def interruption(exc: BaseException) -> Interruption:
+    if isinstance(exc, Interrupted):
+        return exc.how
+    return Interruption.SIGTERM if isinstance(exc, Terminated) else Interruption.SIGINT
+
+
+class ScenarioInterrupted(Interrupted):
+    """A scenario stopped by an interrupt, cleaned up: its result so far."""
+
+    def __init__(self, result: ScenarioResult, how: Interruption) -> None:
+        super().__init__(how)
+        self.result = result
 
 
 @contextlib.contextmanager

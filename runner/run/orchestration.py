@@ -9,9 +9,10 @@ import httpx
 
 from runner.errors import GamedayError, LabError
 from runner.labs.base import LabDriver
-from runner.results.schema import Phase, ScenarioResult, combine
+from runner.results.repopaths import repository_root, shown, shown_runbook
+from runner.results.schema import EventKind, Interruption, Phase, ScenarioResult, combine
 from runner.run.context import Context, Progress, ScenarioAborted, http_client, utcnow
-from runner.run.interrupt import shielded_from_sigint
+from runner.run.interrupt import ScenarioInterrupted, interruption, shielded_from_sigint
 from runner.run.journal import Journal
 from runner.run.phases.baseline import baseline
 from runner.run.phases.cleanup import cleanup
@@ -55,8 +56,17 @@ def run_scenario(
     if note := ls.scenario.lab_notes.get(lab.kind):
         ctx.rec.notes.append(f"{lab.kind.value} lab: {note}")
     ctx.rec.notes += variant_notes(ls.scenario, lab.kind, vllm, platform)
+    stopped: Interruption | None = None
     try:
         phases(ctx, ls)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: clean up, then stop the run
+        stopped = interruption(exc)
+        ctx.rec.error(
+            phase=Phase.RUN,
+            name="interrupted",
+            expected="the scenario runs to its end",
+            observed=f"interrupted by {stopped.value} during {_phase_now(ctx)}; cleanup ran",
+        )
     except ScenarioAborted:
         pass
     except GamedayError as exc:
@@ -72,7 +82,15 @@ def run_scenario(
     finally:
         with shielded_from_sigint():
             cleanup(ctx)
+    if stopped is not None:
+        raise ScenarioInterrupted(result(ls, ctx, started), stopped)
     return result(ls, ctx, started)
+
+
+def _phase_now(ctx: Context) -> str:
+    """The phase the run was in: the last that began (`phase recover` -> `recover`)."""
+    began = [e.event for e in ctx.rec.timeline if e.kind is EventKind.PHASE]
+    return began[-1].removeprefix("phase ") if began else "the start"
 
 
 def phases(ctx: Context, ls: LoadedScenario) -> None:
@@ -91,10 +109,11 @@ def phases(ctx: Context, ls: LoadedScenario) -> None:
 
 def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResult:
     rec, times = ctx.rec, ctx.times
+    root = repository_root()
     return ScenarioResult(
         id=ls.scenario.metadata.id,
         title=ls.scenario.metadata.title,
-        file=str(ls.path),
+        file=shown(ls.path, root),
         lab=ctx.lab.inventory.lab.name,
         verdict=combine([a.verdict for a in rec.assertions]),
         time_to_fail_s=times.to_fail,
@@ -107,7 +126,7 @@ def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResul
         evidence=rec.evidence,
         notes=rec.notes,
         runbooks={
-            f"recover {i}: {step.name}": step.runbook
+            f"recover {i}: {step.name}": shown_runbook(step.runbook, ls.path, root)
             for i, step in enumerate(ls.scenario.recover, 1)
             if step.runbook
         },

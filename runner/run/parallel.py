@@ -76,15 +76,16 @@ def run_workers(
     try:
         for t in threads:
             t.join()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Ctrl-C or SIGTERM (signals reach this thread only): every worker stops as a serial
-        # run would, cleaning up its scenario; one already cleaning up is left to finish
+        # run would, cleaning up its scenario (the same interrupt, so its report names the
+        # signal); one already cleaning up is left to finish
         abort.set()
         with shielded_from_sigint():
             for t in threads:
                 if t.is_alive() and t.ident is not None and t.ident not in CLEANING:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                        ctypes.c_ulong(t.ident), ctypes.py_object(KeyboardInterrupt)
+                        ctypes.c_ulong(t.ident), ctypes.py_object(type(exc))
                     )
             for t in threads:
                 t.join()

@@ -15,9 +15,11 @@ from runner.errors import LeftoversError
 from runner.labs import LabDriver, open_lab, wait_all_ready
 from runner.labs.capabilities import lacking
 from runner.report import write_reports
+from runner.results.repopaths import repository_root, shown
 from runner.results.rundirs import link_latest
 from runner.results.schema import (
     Assertion,
+    Interruption,
     LabInfo,
     Phase,
     RunResult,
@@ -25,8 +27,9 @@ from runner.results.schema import (
     Verdict,
     combine,
 )
-from runner.run import Progress, journal, run_scenario
+from runner.run import Progress, journal, run_scenario, shielded_from_sigint
 from runner.run.capacity import overload
+from runner.run.interrupt import Interrupted, ScenarioInterrupted, interruption
 from runner.run.parallel import check_parallel, instance, run_workers
 from runner.spec.checks import check_engine_names
 from runner.spec.inventory import Inventory
@@ -41,6 +44,14 @@ FAIL_FAST_NOTE = "not run: --fail-fast"
 class SuiteOutcome:
     result: RunResult
     report_dir: Path
+
+
+class RunInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM stopped the run; its report, of what ran, is written (`outcome`)."""
+
+    def __init__(self, outcome: SuiteOutcome, how: Interruption) -> None:
+        super().__init__(how)
+        self.outcome = outcome
 
 
 def new_run_id() -> str:
@@ -59,7 +70,7 @@ def _unrun(
     return ScenarioResult(
         id=ls.scenario.metadata.id,
         title=ls.scenario.metadata.title,
-        file=str(ls.path),
+        file=shown(ls.path, repository_root()),
         lab=lab.inventory.lab.name,
         verdict=verdict,
         time_to_fail_s=None,
@@ -123,16 +134,46 @@ def run_suite(
     todo = [ls for ls in scenarios if applies(ls, labs[0])]
     workers = max(1, min(parallel, len(todo)))  # no lab instance without a scenario for it
     suite = _Suite(labs, run_id, report_dir, progress, tagged=parallel > 1, fail_fast=fail_fast)
-    ran = suite.run(todo, workers)
-    by_id = {id(ls): r for ls, r in zip(todo, ran, strict=True)}
-    results = [by_id[id(ls)] if id(ls) in by_id else skipped(ls, labs[0]) for ls in scenarios]
+    try:
+        suite.run(todo, workers)
+    except KeyboardInterrupt as exc:
+        # the report of what ran: the scenario under way is an error, those not started skipped
+        how = interruption(exc)
+        with shielded_from_sigint():  # a second signal must not cut the report short
+            outcome = _report(suite, scenarios, todo, labs[0], inventory, started, workers, how)
+            link_latest(reports_root, report_dir)
+        raise RunInterrupted(outcome, how) from exc
+    outcome = _report(suite, scenarios, todo, labs[0], inventory, started, workers, None)
+    link_latest(reports_root, report_dir)
+    return outcome
+
+
+def _report(
+    suite: _Suite,
+    scenarios: list[LoadedScenario],
+    todo: list[LoadedScenario],
+    lab: LabDriver,
+    inventory: Inventory,
+    started: datetime,
+    workers: int,
+    interrupted: Interruption | None,
+) -> SuiteOutcome:
+    """Write the run's reports from the results its scenarios reached."""
+    results = []
+    for ls in scenarios:
+        if (r := suite.finished.get(id(ls))) is not None:
+            results.append(r)
+        elif any(ls is t for t in todo) and interrupted is not None:
+            note = f"not run: interrupted by {interrupted.value}"
+            results.append(_unrun(ls, lab, Verdict.SKIPPED, datetime.now(UTC), [], [note]))
+        else:
+            results.append(skipped(ls, lab))
     if over := overload(inventory, workers):
         # the verdicts' reader learns the machine was asked for more than it holds
         results = [r.model_copy(update={"notes": [*r.notes, over.sentence()]}) for r in results]
-    result = _run_result(run_id, inventory, started, workers, results)
-    write_reports(result, report_dir)
-    link_latest(reports_root, report_dir)
-    return SuiteOutcome(result, report_dir)
+    result = _run_result(suite.run_id, inventory, started, workers, results, interrupted)
+    write_reports(result, suite.report_dir)
+    return SuiteOutcome(result, suite.report_dir)
 
 
 def _open_labs(
@@ -183,6 +224,7 @@ class _Suite:
         self.tagged = tagged
         self.fail_fast = fail_fast
         self.stopped = threading.Event()  # set by the first failure under fail_fast
+        self.finished: dict[int, ScenarioResult] = {}  # by id() of the scenario, as each ends
         self.journals: dict[int, journal.Journal] = {}
         self.started_here: set[int] = set()
 
@@ -215,9 +257,10 @@ class _Suite:
     def work(self, k: int, ls: LoadedScenario) -> ScenarioResult:
         sid = ls.scenario.metadata.id
         if self.stopped.is_set():
-            return _unrun(
+            self.finished[id(ls)] = _unrun(
                 ls, self.labs[k], Verdict.SKIPPED, datetime.now(UTC), [], [FAIL_FAST_NOTE]
             )
+            return self.finished[id(ls)]
         tag = f"{sid}@{self.labs[k].inventory.lab.name}" if self.tagged else sid
 
         def scoped(message: str) -> None:
@@ -227,8 +270,12 @@ class _Suite:
         started_at = datetime.now(UTC)
         try:
             result = run_scenario(ls, self.labs[k], self.journals[k], scoped)
+        except ScenarioInterrupted as exc:  # its result so far goes in the report
+            self.finished[id(ls)] = exc.result
+            raise
         except Exception as exc:  # an error in one scenario is its verdict, not the suite's end
             result = errored(ls, self.labs[k], started_at, exc)
+        self.finished[id(ls)] = result
         scoped(result.verdict.value)
         if self.fail_fast and result.verdict in (Verdict.FAILED, Verdict.ERROR):
             self.stopped.set()
@@ -249,6 +296,7 @@ def _run_result(
     started: datetime,
     workers: int,
     results: list[ScenarioResult],
+    interrupted: Interruption | None = None,
 ) -> RunResult:
     spec = inventory.lab
     return RunResult(
@@ -266,4 +314,5 @@ def _run_result(
         ),
         verdict=combine([r.verdict for r in results]),
         scenarios=results,
+        interrupted=interrupted,
     )

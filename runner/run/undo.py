@@ -59,12 +59,23 @@ def reapply_baseline(
     return restore(lab, drifted, "re-apply the baseline", applied_hook)
 
 
-def baseline_notes(applied: list[Change], reasons: list[str], who: str = "cleanup") -> list[str]:
+def baseline_notes(
+    applied: list[Change], reasons: list[str], who: str = "cleanup", undone: Sequence[Change] = ()
+) -> list[str]:
     """What the report says of a baseline check, one line per reason it was made; `who` made it
-    (cleanup, or a rollback in a recovery step)."""
+    (cleanup, or a rollback in a recovery step). `undone`: what the journal's undos restored just
+    before the check, which the note names, since the timeline shows them (a node found "at its
+    baseline" had been put back there by the same cleanup)."""
     nodes = ", ".join(c.node for c in applied)
     if nodes:
         return [f"{who} re-applied the baseline of {nodes}: {r}" for r in reasons]
+    if undone:
+        back = ", ".join(dict.fromkeys(c.node for c in undone))
+        return [
+            f"{who} found every node at its baseline once it had restored {back} from the "
+            f"journal ({r})"
+            for r in reasons
+        ]
     return [f"{who} found every node at its baseline ({r})" for r in reasons]
 
 
@@ -122,8 +133,8 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
         reasons = list(dict.fromkeys(s.reason for s in reversed(steps) if s.undo is None))
         if reasons:
             again = reapply_baseline(lab)
+            lines += baseline_notes(again, reasons, undone=applied)
             applied += again
-            lines += baseline_notes(again, reasons)
         spec = lab.inventory.lab
         scale = TimeScale.of(spec)
         boot = scale.boot_timeout_lab(spec)

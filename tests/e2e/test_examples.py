@@ -54,9 +54,11 @@ def check_runbook_run(result: dict[str, Any]) -> None:
     assert events == [
         'task "Set the sizing sheet\'s memory budget on the engine" on serving: changed'
     ]
+    # the runbook and the scenario as the team's repository names them (gameday.toml's folder)
     assert kv["runbooks"]["recover 2: Runbook step 2, the playbook"] == (
-        "../../runbooks/serving.md#kv-cache-shortage"
+        "runbooks/serving.md#kv-cache-shortage"
     )
+    assert kv["file"] == "gameday/scenarios/kv-cache-runbook.yaml"
     typo = assertions(by_id["team-model-path-typo"])
     assert typo["recover 2: Correct the model name with our script: restores service"] == "passed"
     assert typo["expect: phase where it broke"] == "passed"

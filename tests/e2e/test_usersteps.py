@@ -113,6 +113,7 @@ def test_command_steps_inject_fail_and_fix_on_the_local_lab(
         "--reports",
         str(reports),
         timeout=300,
+        cwd=team,  # the team's repository: the reports name its files from there
     )
     assert p.returncode == 0, p.stdout + p.stderr
     (run_dir,) = [d for d in reports.iterdir() if d.is_dir() and d.name != "latest"]

@@ -35,8 +35,8 @@ class Expected:
 
 
 def expect(ctx: Context, ls: LoadedScenario) -> Expected:
-    ctx.progress("expect: waiting for the failure")
-    ctx.rec.event("phase expect", kind=EventKind.PHASE)
+    ctx.rec.event("phase expect", kind=EventKind.PHASE)  # before it is said: an interrupt
+    ctx.progress("expect: waiting for the failure")  # on the word is reported as in expect
     if ls.scenario.expect.failure is FailureMode.SILENT:
         return expect_silent(ctx, ls)
     return expect_exit(ctx, ls)

@@ -4,15 +4,19 @@ back (the node ready, then every verify probe passing) within the window; a step
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from runner.errors import GamedayError
 from runner.labs.base import ExitInfo, LabEvent, NodeState
 from runner.results.schema import EventKind, Phase, Verdict
 from runner.run.apply import UserStepFailed, apply_actions
 from runner.run.context import Context, all_passed, utcnow
 from runner.run.phases.expect import logs_for
+from runner.run.probing import ProbeResult
+from runner.run.stepexec import StepRun
 from runner.spec import signature as sig
 from runner.spec.expectations import RecoveryStep
 from runner.spec.kinds import Outcome
@@ -36,10 +40,10 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
             ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
         st = ctx.caught_up()
         since, before = ctx.seq, Before(st.incarnation, utcnow(), serving=st.ready)
-        step_failed(ctx, step, label, f"recover {i}")
+        runs = apply_step(ctx, step, label, f"recover {i}")
         applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
-            ttr = verify(ctx, ls, label, applied_at)
+            ttr = verify(ctx, ls, label, applied_at, Why(before.at, runs))
         elif step.outcome is Outcome.MASKS:
             masks(ctx, ls, step, label)
         else:
@@ -47,12 +51,12 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
     return Recovered(ttr)
 
 
-def step_failed(ctx: Context, step: RecoveryStep, label: str, why: str) -> bool:
-    """Apply the step's actions; whether a user-written one failed (the rest then do not run).
-    For a step that `restores`, that is a failed assertion; for one that does not, a failing
-    step is evidence for the claim, and passes. Either way the service is then checked."""
+def apply_step(ctx: Context, step: RecoveryStep, label: str, why: str) -> list[StepRun]:
+    """Apply the step's actions; the runs of its user-written steps. One that fails stops the
+    rest: for a step that `restores`, that is a failed assertion; for one that does not, a
+    failing step is evidence for the claim, and passes. Either way the service is then checked."""
     try:
-        apply_actions(ctx, step.actions, why)
+        return apply_actions(ctx, step.actions, why)
     except UserStepFailed as exc:
         restores = step.outcome is Outcome.RESTORES
         ctx.rec.check(
@@ -64,11 +68,78 @@ def step_failed(ctx: Context, step: RecoveryStep, label: str, why: str) -> bool:
             else "a failing step is acceptable for a step that does not restore",
             observed=exc.run.observed,
         )
-        return True
-    return False
+        return [exc.run]
 
 
-def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -> float | None:
+# a line a program logs when something went wrong: a log level, or Python's exception line
+ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL|FATAL)\b|\b\w*(Error|Exception)\b:")
+OUTPUT_TAIL_LINES = 20  # of a user-written step's output, in a failed assertion's detail
+QUOTE_CHARS = 300  # of one quoted line in a one-line `observed`
+
+
+@dataclass(frozen=True)
+class Why:
+    """What a report of service not coming back quotes: the target's log lines since the step
+    began, and what the step's own commands and playbooks said."""
+
+    since: datetime
+    runs: list[StepRun]
+
+
+def _quote(line: str) -> str:
+    line = line.strip()
+    return line if len(line) <= QUOTE_CHARS else line[: QUOTE_CHARS - 1] + "…"
+
+
+def last_error_line(ctx: Context, st: NodeState, since: datetime) -> str | None:
+    """The target's last line since `since` that reads as an error: its current incarnation's,
+    or, where it does not serve, its last exited one's too (a crash loop's current incarnation
+    may not have started yet). A serving node's earlier incarnations are not quoted: their
+    errors are the fault's, not why the node serves and a probe fails."""
+    incarnations = {st.incarnation}
+    if not st.ready and st.last_exit is not None:
+        incarnations.add(st.last_exit.incarnation)
+    try:
+        lines = [ln for i in incarnations for ln in ctx.lab.logs_of(ctx.target, i)]
+    except GamedayError:  # evidence for a message: a log that cannot be read leaves it out
+        return None
+    lines = sorted((ln for ln in lines if ln.ts >= since), key=lambda ln: ln.ts)
+    return next((ln.text for ln in reversed(lines) if ERROR_LINE.search(ln.text)), None)
+
+
+def not_restored(
+    ctx: Context, st: NodeState, ready_in_time: bool, results: list[ProbeResult], why: Why
+) -> tuple[str, str]:
+    """Why service did not come back, as the one line a terminal and JUnit show (the node's
+    state, its last error line, each failing probe and what it got, the last line the step's
+    own commands printed) and a detail (the tail of each step's output)."""
+    parts = [f"not restored: node {st.status.value}, ready={st.ready}"]
+    if (err := last_error_line(ctx, st, why.since)) is not None:
+        parts.append(f"its last error line: {_quote(err)}")
+    if not ready_in_time:
+        parts.append("not ready within the window, so no probe ran")
+    parts += [
+        f"probe {r.name} failed: {_quote(r.observed)}"
+        for r in results
+        if r.verdict is not Verdict.PASSED
+    ]
+    said = [run for run in why.runs if run.output.strip()]
+    parts += [f"the step's last output: {_quote(_last_line(run.output))}" for run in said]
+    detail = "\n\n".join(
+        "the step's output (its last lines):\n"
+        + "\n".join(run.output.rstrip().splitlines()[-OUTPUT_TAIL_LINES:])
+        for run in said
+    )
+    return "; ".join(parts), detail
+
+
+def _last_line(output: str) -> str:
+    return next((ln for ln in reversed(output.splitlines()) if ln.strip()), "")
+
+
+def verify(
+    ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime, why: Why
+) -> float | None:
     """Service back: the node ready, then every verification probe passing, within the window."""
     v = ls.scenario.verify
     ctx.rec.event(f"phase verify ({label})", kind=EventKind.PHASE)
@@ -92,16 +163,16 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
             until_event=True,
         )
     passed_at = utcnow() if w.done and all_passed(results) else None
-    st = w.state
+    observed, detail = (
+        ("restored", "") if passed_at else not_restored(ctx, w.state, w.done, results, why)
+    )
     ctx.rec.check(
         phase=Phase.RECOVER,
         name=f"{label}: restores service",
         ok=passed_at is not None,
         expected="ready, then every verification probe passes",
-        observed="restored"
-        if passed_at
-        else f"not restored: node {st.status.value}, ready={st.ready}"
-        + ("; " + "; ".join(f"{r.name}: {r.observed}" for r in results) if results else ""),
+        observed=observed,
+        detail=detail,
     )
     for r in results:
         ok = r.verdict is Verdict.PASSED
@@ -111,15 +182,17 @@ def verify(ctx: Context, ls: LoadedScenario, label: str, applied_at: datetime) -
     state = ctx.lab.states()[ctx.target]
     # from the step (or, if it restarted the node, from the new incarnation's first output:
     # the interpreter's own start does not scale)
-    start = max(applied_at, state.first_output_at or applied_at)
+    restarted = state.first_output_at is not None and state.first_output_at > applied_at
+    start = state.first_output_at if restarted and state.first_output_at else applied_at
     ttr = elapsed_real(ctx.scale, start, passed_at)
     ctx.rec.event("service verified (health and inference)", ts=passed_at, kind=EventKind.RESTORED)
+    since = "first output of the new incarnation" if restarted else "the step applied"
     ctx.check_window(
         Phase.VERIFY,
         "verify: time to recover",
         v.time_to_recover,
         ttr,
-        f"{ttr:.1f} s real (first output of the new incarnation -> probes pass)",
+        f"{ttr:.1f} s real ({since} -> probes pass)",
     )
     return round(ttr, 3)
 
@@ -181,12 +254,14 @@ def shortcut(
         name=f"{label}: does NOT restore service",
         ok=not restored,
         expected="service still down after this step" + (f" ({step.why})" if step.why else ""),
-        observed=(
-            "restored (the shortcut worked, so the scenario's claim is wrong)"
-            if restored
-            else f"not restored: {how}; "
-        )
-        + "; ".join(f"{r.name}: {r.observed}" for r in results),
+        observed="; ".join(
+            [
+                "restored (the shortcut worked, so the scenario's claim is wrong)"
+                if restored
+                else f"not restored: {how}",
+                *(f"{r.name}: {r.observed}" for r in results),
+            ]
+        ),
     )
     if step.expect is None:
         return

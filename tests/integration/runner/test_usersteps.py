@@ -399,7 +399,8 @@ def test_a_playbook_in_a_run_puts_its_tasks_on_the_timeline(tmp_path: Path) -> N
         "inject: leave a note: playbook note.yaml --limit serving --tags kv (timeout 600 s): output"
     ]
     assert result.notes == [
-        "recover 2 found every node at its baseline (an injected playbook has no undo)"
+        "recover 2 found every node at its baseline once it had restored serving from the "
+        "journal (an injected playbook has no undo)"
     ]
     assert journal.open_steps(run.lab.state_dir) == []
 

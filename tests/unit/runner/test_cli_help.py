@@ -71,7 +71,8 @@ def test_every_help_states_exit_codes() -> None:
 def test_run_help_names_its_verdict_codes() -> None:
     got = CliRunner().invoke(main, ["run", "--help"])
     assert "    1    an assertion failed\n" in got.stdout
-    assert "    130  interrupted (Ctrl-C or SIGTERM)\n" in got.stdout
+    assert "    130  interrupted by Ctrl-C\n" in got.stdout
+    assert "    143  interrupted by SIGTERM (a CI job cancelled, `kill`)\n" in got.stdout
 
 
 def test_cleanup_parallel_has_its_own_help() -> None:

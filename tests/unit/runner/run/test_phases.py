@@ -160,7 +160,11 @@ def test_a_shortcut_that_restores_service_fails_the_scenario(tmp_path: Path) -> 
     result = run.run()
     shortcut = next(a for a in result.assertions if "does NOT restore" in a.name)
     assert shortcut.verdict is Verdict.FAILED
-    assert shortcut.observed.startswith("restored (the shortcut worked")
+    # one clause per finding, each separated: never "...is wrong)GET /health: ..."
+    assert shortcut.observed == (
+        "restored (the shortcut worked, so the scenario's claim is wrong); "
+        "GET /health: HTTP 200; inference (chat): HTTP 200, 2 chars, finish_reason stop: 'OK'"
+    ), shortcut.observed
 
 
 def _base() -> object:
@@ -184,7 +188,12 @@ def test_a_fix_that_does_not_restore_fails_with_the_probes_it_saw(tmp_path: Path
         a for a in result.assertions if a.name == "recover 1: Restart: restores service"
     )
     assert restores.verdict is Verdict.FAILED
-    assert restores.observed == "not restored: node crash_looping, ready=False"
+    # why, not only the state: the node's own last error line, and that no probe could run
+    assert restores.observed == (
+        "not restored: node crash_looping, ready=False; its last error line: "
+        "ValueError: max_model_len (99999) is too large; not ready within the window, so no "
+        "probe ran"
+    )
     assert result.time_to_recover_s is None
     assert run.lab.leftovers() == [] and run.open_changes() == 0  # cleanup rolled back
 

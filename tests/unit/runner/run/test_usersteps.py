@@ -14,7 +14,7 @@ import pytest
 from runner.labs.base import Change, ChangeKind, NodeConfig
 from runner.labs.fake import FakeLab
 from runner.results.schema import Phase, Verdict
-from runner.run import journal
+from runner.run import journal, run_scenario
 from runner.run import stepexec as runner_side
 from runner.run.stepexec import StepRun
 from runner.spec.usersteps import AnyUserStep, CommandStep, describe_user_step
@@ -138,12 +138,17 @@ def test_a_failing_user_step_fails_a_restoring_step_and_passes_a_shortcut(
     assert restores.verdict is Verdict.FAILED
     assert result.verdict is Verdict.FAILED
     assert [c[0] for c in calls] == ["./quick", "./fix"]
-    # both steps ran without an undo: cleanup checked the baseline (the journal's undo did it)
+    # both steps ran without an undo: cleanup checked the baseline, after the journal's undo of
+    # the injected flag, which the note names as the timeline shows it
     assert result.notes == [
-        "cleanup found every node at its baseline (recover 1 ran a command, which may change "
-        "the lab behind the journal's back)",
-        "cleanup found every node at its baseline (recover 2 ran a command, which may change "
-        "the lab behind the journal's back)",
+        "cleanup found every node at its baseline once it had restored serving from the journal "
+        "(recover 1 ran a command, which may change the lab behind the journal's back)",
+        "cleanup found every node at its baseline once it had restored serving from the journal "
+        "(recover 2 ran a command, which may change the lab behind the journal's back)",
+    ]
+    assert [e.event for e in result.timeline if e.event.startswith("cleanup: restore")] == [
+        "cleanup: restore serving: args Qwen/Qwen2.5-0.5B-Instruct --port 8000 --max-model-len "
+        "99999 -> Qwen/Qwen2.5-0.5B-Instruct --port 8000"
     ]
     assert run.lab.leftovers() == []
 
@@ -191,8 +196,8 @@ def test_a_recovery_step_that_leaves_drift_gets_the_baseline_back(
     # the journalled set_args undo already returns serving to its baseline
     assert run.lab.config("serving") == run.lab.baseline_config("serving")
     assert result.notes == [
-        "cleanup found every node at its baseline (recover 2 ran a command, which may change "
-        "the lab behind the journal's back)"
+        "cleanup found every node at its baseline once it had restored serving from the journal "
+        "(recover 2 ran a command, which may change the lab behind the journal's back)"
     ]
 
 
@@ -263,3 +268,74 @@ def test_undo_runs_newest_first_among_the_changes(
     base = run.lab.baseline_config("serving").args
     assert seen == [(*base, "--seed", "1")]
     assert run.lab.config("serving").args == base
+
+
+def test_a_restoring_step_that_does_not_restore_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed assertion names the probe that failed and what it got, and quotes the team's
+    own step: its last line in `observed` (the terminal's and JUnit's one line), its output's
+    tail in `detail`."""
+    script = {
+        "name": "Runbook script",
+        "outcome": "restores",
+        "actions": [command("./fix"), ROLL_BACK["actions"][0]],
+    }
+    doc = scenario_doc(recover=[script])
+    doc["verify"]["probes"] = [{"kind": "http", "path": "/health", "expect_status": 204}]
+    run = fake_run(tmp_path, doc, wrong_flag())
+    said = "\n".join(f"line {i}" for i in range(30)) + "\nserving restarted, please check\n\n"
+    scripted(monkeypatch, run, {"./fix": StepRun(True, "exit 0", said)})
+    result = run.run()
+    restores = next(a for a in result.assertions if a.name.endswith("restores service"))
+    assert restores.verdict is Verdict.FAILED
+    assert restores.observed == (
+        "not restored: node running, ready=True; probe GET /health failed: HTTP 200; "
+        "the step's last output: serving restarted, please check"
+    )
+    assert restores.detail.splitlines() == [
+        "the step's output (its last lines):",
+        *(f"line {i}" for i in range(11, 30)),
+        "serving restarted, please check",
+    ]
+
+
+def test_time_to_recover_without_a_restart_counts_from_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fix that brings service back without restarting the node (an admin call, a script)
+    is timed from the step, and says so: no "new incarnation" that never started."""
+    import httpx
+
+    broken = {"now": False}
+
+    def breaks(_lab: FakeLab) -> None:
+        broken["now"] = True
+
+    def fixes(_lab: FakeLab) -> None:
+        broken["now"] = False
+
+    doc = scenario_doc(
+        inject=[command("./break", undo=command("./fix"))],
+        recover=[{"name": "Script", "outcome": "restores", "actions": [command("./fix")]}],
+    )
+    doc["expect"] = {
+        "failure": "silent",
+        "probes": [{"kind": "inference", "prompt": "Say OK.", "expect": "unavailable"}],
+        "time_to_fail": {"max_s": 60},
+    }
+    run = fake_run(tmp_path, doc)
+    scripted(monkeypatch, run, {}, {"./break": breaks, "./fix": fixes})
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if broken["now"] and request.url.path == "/v1/chat/completions":
+            return httpx.Response(503)
+        return run.lab.transport.handle_request(request)
+
+    client = httpx.Client(transport=httpx.MockTransport(answer))
+    jr = journal.Journal(run.lab.state_dir, "r")
+    result = run_scenario(run.ls, run.lab, jr, print, http=client)
+    ttr = next(a for a in result.assertions if a.name == "verify: time to recover")
+    assert ttr.verdict is Verdict.PASSED, result.assertions
+    assert ttr.observed.endswith(" s real (the step applied -> probes pass)"), ttr.observed
+    assert run.lab.states()["serving"].incarnation == 1  # never restarted
