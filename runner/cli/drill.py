@@ -110,7 +110,7 @@ def start(
         outcome = run_drill(
             entries[0].loaded, inventory, reports_dir, progress, options=options, on_start=on_start
         )
-    output.run_summary(outcome.result, str(outcome.report_dir))
+    output.drill_summary(outcome.result, str(outcome.report_dir))
     sys.exit(EXIT[outcome.result.verdict])
 
 

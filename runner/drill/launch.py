@@ -1,5 +1,5 @@
 """A drill as a command runs it: the lab checked and brought up as for a run (runner.run.suite), its
-journal, the drill, and its reports with `mode: drill`."""
+journal, the drill, and its reports with `mode: drill` (`seat` on a workshop's seat)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ def run_drill(
     on_start: Callable[[Drill], None] = lambda _d: None,
 ) -> SuiteOutcome:
     """A drill on the lab, as `run_suite` runs a scenario (the same checks of the lab, its
-    bring-up if down, its journal), and its reports with `mode: drill`. `on_start`: called with
-    the drill before it starts (to serve its page)."""
+    bring-up if down, its journal), and its reports with `mode: drill` (`seat` when
+    `options.seat` names a workshop's seat). `on_start`: called with the drill before it starts
+    (to serve its page)."""
     lab = _open_labs([ls], inventory, 1)[0]
     if not applies(ls, lab):
         why = "; ".join(skipped(ls, lab).notes)
@@ -58,7 +59,8 @@ def run_drill(
             progress(f"taking lab {lab.inventory.lab.name!r} down")
             lab.down()
     run = _run_result(run_id, inventory, started, 1, [res])
-    run = run.model_copy(update={"mode": RunMode.DRILL})
+    seat = options is not None and options.seat is not None
+    run = run.model_copy(update={"mode": RunMode.SEAT if seat else RunMode.DRILL})
     write_reports(run, report_dir)
     link_latest(report_dir.parent, report_dir)
     return SuiteOutcome(run, report_dir)

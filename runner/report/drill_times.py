@@ -3,30 +3,22 @@ actions, the shortcuts tried and the hints used, as rows every format renders it
 
 from __future__ import annotations
 
+from runner.results.durations import wall_against, wall_s
 from runner.results.schema import DrillRecord
 
 
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
-
-
-def _against(value: float | None, window: float | None) -> str:
-    if window is None:
-        return _secs(value)
-    if value is None:
-        return f"- (window {window:g} s)"
-    verdict = "within" if value <= window else "OVER"
-    return f"{value:.1f} s ({verdict} the {window:g} s window)"
-
-
 def summary(d: DrillRecord) -> list[tuple[str, str]]:
-    """(label, value) rows: outcome and times (wall seconds since the fault)."""
+    """(label, value) rows: outcome and the people's times (wall seconds since the fault), each
+    against its window converted to real-world seconds first (runner.results.durations)."""
     return [
         ("outcome", d.outcome.value),
         ("handed over", d.handed_over_at.isoformat() if d.handed_over_at else "-"),
-        ("time to detect (first alert)", _against(d.time_to_detect_s, d.detect_within_s)),
-        ("time to acknowledge", _secs(d.time_to_acknowledge_s)),
-        ("time to recover", _against(d.time_to_recover_s, d.recover_within_s)),
+        (
+            "time to detect (first alert)",
+            wall_against(d.time_to_detect_s, d.time_scale, d.detect_within_s),
+        ),
+        ("time to acknowledge", wall_s(d.time_to_acknowledge_s)),
+        ("time to recover", wall_against(d.time_to_recover_s, d.time_scale, d.recover_within_s)),
         ("hints used", str(len(d.hints))),
         ("shortcuts tried", str(len(d.shortcuts))),
     ]

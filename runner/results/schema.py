@@ -176,7 +176,9 @@ class DrillOutcome(enum.StrEnum):
 
 class DrillRecord(Frozen):
     """What a drill measured of the people (`gameday drill`). Every time is wall-clock seconds
-    since the fault was in place: people act in wall time, whatever the lab's time scale."""
+    since the fault was in place: people act in wall time, whatever the lab's time scale. The
+    windows are the scenario's, real-world: a time meets one converted by `time_scale`
+    (runner.results.durations)."""
 
     handed_over_at: datetime | None
     time_to_detect_s: float | None = None  # the first expected alert firing
@@ -189,11 +191,14 @@ class DrillRecord(Frozen):
     # the scenario's windows, real-world seconds: the first expected alert's, time to recover's
     detect_within_s: float | None = None
     recover_within_s: float | None = None
+    # the lab's: one wall second of the drill is this many real-world seconds of the lab's clock
+    time_scale: float = 1.0
 
 
 class RunMode(enum.StrEnum):
     RUN = "run"  # gameday runs the recovery
     DRILL = "drill"  # people recover the lab; gameday watches
+    SEAT = "seat"  # a drill on a workshop's seat (`gameday drill --seat`)
 
 
 class ScenarioResult(Frozen):
@@ -236,6 +241,44 @@ class RunResult(Frozen):
     verdict: Verdict
     scenarios: list[ScenarioResult]
     mode: RunMode = RunMode.RUN
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older(cls, data: object) -> object:
+        """Results written before these were recorded: one that holds a drill's record is a
+        drill's (seats were not told apart); a drill's record without `time_scale` kept its
+        scenario's times to detect and recover in wall seconds, which are converted to the
+        real-world seconds the scenario's fields hold."""
+        if not isinstance(data, dict):
+            return data
+        scenarios = data.get("scenarios")
+        if not isinstance(scenarios, list):
+            return data
+        drilled = [s for s in scenarios if isinstance(s, dict) and isinstance(s.get("drill"), dict)]
+        if drilled and "mode" not in data:
+            data = {**data, "mode": RunMode.DRILL.value}
+        lab = data.get("lab")
+        scale = lab.get("time_scale") if isinstance(lab, dict) else None
+        if not isinstance(scale, int | float) or not any(
+            "time_scale" not in s["drill"] for s in drilled
+        ):
+            return data
+        return {**data, "scenarios": [_with_scale(s, float(scale)) for s in scenarios]}
+
+
+def _with_scale(s: object, scale: float) -> object:
+    """An older drill's scenario (see RunResult._older): its drill's scale recorded, its times
+    to detect and recover real-world."""
+    if not isinstance(s, dict) or not isinstance(s.get("drill"), dict):
+        return s
+    if "time_scale" in s["drill"]:
+        return s
+    times = {
+        k: v * scale
+        for k in ("time_to_detect_s", "time_to_recover_s")
+        if isinstance(v := s.get(k), int | float)
+    }
+    return {**s, **times, "drill": {**s["drill"], "time_scale": scale}}
 
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024

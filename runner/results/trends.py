@@ -1,20 +1,25 @@
 """Each scenario's times over past runs, read from the result.json of every run in the reports
 folder (oldest first). A regression in time to recover (slower by more than REGRESSION_RATIO, or
 not recovered where the previous run was) is flagged: it is what a runbook's CI most wants to
-see."""
+see.
+
+Like is compared with like: a run with the run of the same mode before it (a run with a run, a
+drill with a drill, a seat's drill with a seat's), never a person's recovery with gameday's.
+People's times (a drill's or a seat's detect and recover) are their wall seconds, the system's
+real-world seconds (runner.results.durations), so no change mixes the two clocks."""
 
 from __future__ import annotations
 
 import enum
-import itertools
 from datetime import datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from runner.errors import InputError
+from runner.results.durations import real_s, wall_s, wall_to_real
 from runner.results.rundirs import run_dirs
-from runner.results.schema import Verdict, load_result
+from runner.results.schema import RunMode, Verdict, load_result
 
 REGRESSION_RATIO = 1.10  # slower than this times the previous run's time to recover
 
@@ -30,12 +35,15 @@ class _Frozen(BaseModel):
 
 
 class Point(_Frozen):
-    """One scenario in one run; times in real-world seconds, changes against the run before."""
+    """One scenario in one run; changes against the run of the same mode before it. Time to
+    fail is real-world seconds; times to detect and recover are real-world seconds in a run
+    and the people's wall seconds in a drill or a seat's drill (see `people`)."""
 
     run_id: str
     started_at: datetime
     lab: str
     time_scale: float = 1.0  # the lab's; its own seconds are shown in brackets where not 1
+    mode: RunMode = RunMode.RUN
     verdict: Verdict
     time_to_fail_s: float | None
     time_to_detect_s: float | None
@@ -70,16 +78,19 @@ def load_history(root: Path, scenario: str | None = None) -> History:
         for s in result.scenarios:
             if s.verdict is Verdict.SKIPPED or (scenario is not None and s.id != scenario):
                 continue
+            # a drill's people's times are its record's (wall seconds)
+            times = s.drill if s.drill is not None and result.mode is not RunMode.RUN else s
             by_id.setdefault(s.id, []).append(
                 Point(
                     run_id=result.run_id,
                     started_at=result.started_at,
                     lab=result.lab.name,
                     time_scale=result.lab.time_scale,
+                    mode=result.mode,
                     verdict=s.verdict,
                     time_to_fail_s=s.time_to_fail_s,
-                    time_to_detect_s=s.time_to_detect_s,
-                    time_to_recover_s=s.time_to_recover_s,
+                    time_to_detect_s=times.time_to_detect_s,
+                    time_to_recover_s=times.time_to_recover_s,
                 )
             )
     if not runs:
@@ -101,11 +112,38 @@ def load_history(root: Path, scenario: str | None = None) -> History:
     return History(reports=str(root), trends=trends, unreadable=unreadable)
 
 
+def people(p: Point, m: Measure) -> bool:
+    """Whether `m` of `p` is a person's time (wall seconds) rather than the system's."""
+    return p.mode is not RunMode.RUN and m is not Measure.FAIL
+
+
+def shown(p: Point, m: Measure) -> str:
+    """`m` of `p` as a person reads it: "5.9 s wall" for a person's time, "590.0 s [5.900 s
+    lab]" for the system's."""
+    value = getattr(p, m.value)
+    return wall_s(value) if people(p, m) else real_s(value, p.time_scale)
+
+
+def real_world(p: Point, m: Measure) -> float | None:
+    """`m` of `p` in real-world seconds (a person's wall seconds converted by the lab's scale):
+    the one unit in which points of every mode can share a chart's axis."""
+    value: float | None = getattr(p, m.value)
+    if value is None or not people(p, m):
+        return value
+    return wall_to_real(value, p.time_scale)
+
+
 def _compared(points: list[Point]) -> list[Point]:
-    """The points, oldest first, each with its change against the one before."""
+    """The points, oldest first, each with its change against the one of its mode before."""
     points = sorted(points, key=lambda p: (p.started_at, p.run_id))
-    out = [points[0]] if points else []
-    for prev, cur in itertools.pairwise(points):
+    out: list[Point] = []
+    last: dict[RunMode, Point] = {}
+    for cur in points:
+        prev = last.get(cur.mode)
+        last[cur.mode] = cur
+        if prev is None:
+            out.append(cur)
+            continue
         change = {m: _change(getattr(prev, m.value), getattr(cur, m.value)) for m in Measure}
         out.append(
             cur.model_copy(
