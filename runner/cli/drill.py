@@ -86,9 +86,10 @@ def start(
     lab's events (a person's restarts, configuration changes and stops, whatever tool made
     them), the verify probes and the alerts, says at once when an action is a shortcut the
     scenario lists, and ends when the probes pass (recovered), at --timeout, on Ctrl-C or
-    `gameday drill stop`; then it cleans up to the baseline as a run does. Times are wall-clock
-    seconds since the fault. Exit 0: recovered within the scenario's window; 1: late or not at
-    all; 3: the drill could not be carried out."""
+    `gameday drill stop`; then it cleans up to the baseline as a run does. People's times are
+    wall-clock seconds since the fault, and meet the scenario's windows (real-world seconds)
+    converted by the lab's time scale. Exit 0: recovered within the scenario's window; 1: late
+    or not at all; 3: the drill could not be carried out."""
     entries = load_all((scenario,))
     if len(entries) != 1:
         raise InputError(f"a drill takes one scenario; {scenario!r} names {len(entries)}")
