@@ -198,7 +198,7 @@ def run_summary(result: RunResult, report_dir: str) -> None:
         table.add_row(
             escape(s.id),
             _verdict(s.verdict),
-            *(real_s(value, scale) for value in _times(s).values()),
+            *drill_times.scenario_times(s, scale),
             str(len(bad)) if bad else "",
         )
     if Measurement.get(out, out.options.update_width(10**5), table).maximum <= out.width:
@@ -240,9 +240,10 @@ def _stacked(result: RunResult, title: str) -> None:
     out.print(title)
     for s in result.scenarios:
         out.print(f"{escape(s.id)}  {_verdict(s.verdict)}")
-        for label, value in _times(s).items():
+        shown = drill_times.scenario_times(s, result.lab.time_scale)
+        for (label, value), text in zip(_times(s).items(), shown, strict=True):
             if value is not None:
-                out.print(f"  {label:<16}{real_s(value, result.lab.time_scale)}")
+                out.print(f"  {label:<16}{text}")
         if bad := _failed(s):
             out.print(f"  {'failed':<16}{len(bad)}")
 
@@ -314,10 +315,10 @@ def _asked(requested: bool) -> str:
 
 def drill_summary(result: RunResult, report_dir: str) -> None:
     """What `gameday drill` prints at its end: per scenario, the drill's outcome, the time to
-    fail (the system's, real-world seconds), the people's times (wall seconds, each against its
-    window converted to real-world first), the hints used and each shortcut tried; then the
-    failed assertions, where the reports are and the verdict. One line per figure, so that an
-    80-column terminal folds none."""
+    fail and to detect (the system's, real-world seconds), the people's times (wall seconds,
+    which are real-world seconds), each against its window, the hints used and each shortcut
+    tried; then the failed assertions, where the reports are and the verdict. One line per
+    figure, so that an 80-column terminal folds none."""
     scale = result.lab.time_scale
     where = f" (time scale x{scale:g})" if scale != 1 else ""
     kind = "seat drill" if result.mode is RunMode.SEAT else "drill"

@@ -56,7 +56,7 @@ def history(scenario: str | None, reports_dir: Path, as_json: bool, html_to: Pat
     """Each scenario's time to fail, detect and recover over the past runs in the reports
     folder (oldest first, newest last) with each run's mode (run, drill, seat), and the change
     against the run of the same mode before (a run with runs, a drill with drills; a drill's
-    times to detect and recover are the people's wall seconds); a time to recover slower by
+    time to recover is the people's wall seconds); a time to recover slower by
     more than 10% (or none where that run recovered) is flagged REGRESSED. SCENARIO: only that
     scenario's id."""
     from runner.report.trends_page import html

@@ -7,9 +7,11 @@ back to its baseline, as after a run.
 
 Everything is published on a DrillBus (its folder: `<lab state>/drill/`). The drill's clock
 (`at_s`, times to detect, acknowledge and recover) is wall-clock seconds since the fault was in
-place: people act in wall time. The time to fail keeps the run's real-world conversion, and a
-person's time meets a window (real-world) only converted by the lab's time scale
-(runner.results.durations): 5.9 wall seconds on a lab at x100 are 590 real-world seconds.
+place. The time to detect (the first expected alert firing) is the system's: Prometheus's `for:`
+runs on the lab's scaled clock, so it is converted by the lab's time scale (5.9 wall seconds at
+x100 are 590 real-world seconds), as the time to fail is. The people's times (to acknowledge and
+recover) are wall seconds, which are real-world seconds: the scale speeds up the lab, not the
+people (runner.results.durations).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from runner.drill.recognise import (
 from runner.errors import GamedayError, LabError
 from runner.labs.base import EventType, LabDriver, LabEvent, NodeConfig
 from runner.results.drill_record import ObservedAction
-from runner.results.durations import wall_s, wall_to_real, within
+from runner.results.durations import wall_s
 from runner.results.schema import DrillOutcome, DrillRecord, Phase, ScenarioResult
 from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, Progress, ScenarioAborted, all_passed, http_client, utcnow
@@ -422,25 +424,21 @@ class Drill:
         )
 
     def _judge(self, timeout: float) -> None:
-        """The drill's verdict: recovered within the scenario's window, or not. The window is
-        real-world seconds and the people's time wall seconds: the time is converted by the
-        lab's scale before they are compared."""
+        """The drill's verdict: recovered within the scenario's window, or not. The people's
+        time is wall seconds and the window real-world seconds, which are one unit: the time
+        scale speeds up the lab, not the people, so they are compared as they are."""
         window = self.ls.scenario.verify.time_to_recover
-        scale = self.ctx.scale.scale
         ttr = self.recovered_at_s
         span = f"{window.min_s:g}-{window.max_s:g}" if window.min_s else f"{window.max_s:g}"
-        expected = f"recovered within {span} s of the fault (real-world)"
-        if scale != 1:
-            expected += f": {self.ctx.scale.to_lab(window.max_s):.1f} s wall at x{scale:g}"
+        expected = (
+            f"recovered within {span} s of the fault (a person's wall seconds: the time scale "
+            "speeds up the lab, not the people)"
+        )
         observed = {
             DrillOutcome.TIMED_OUT: f"not recovered: timed out after {timeout:g} s wall",
             DrillOutcome.GAVE_UP: "not recovered: gave up",
-        }.get(
-            self.outcome or DrillOutcome.ERROR,
-            f"recovered in {wall_s(ttr)}"
-            + (f" ({wall_to_real(ttr or 0.0, scale):.1f} s real-world)" if scale != 1 else ""),
-        )
-        ok = ttr is not None and within(ttr, scale, window.max_s, window.min_s or 0.0)
+        }.get(self.outcome or DrillOutcome.ERROR, f"recovered in {wall_s(ttr)}")
+        ok = ttr is not None and (window.min_s or 0.0) <= ttr <= window.max_s
         self.ctx.rec.check(
             phase=Phase.VERIFY,
             name="drill: time to recover",
@@ -485,18 +483,17 @@ class Drill:
             time_scale=self.ctx.scale.scale,
         )
         base = result(self.ls, self.ctx, started)
-        # the scenario's own fields hold real-world seconds in a drill as in a run (the run
-        # table, JUnit's gameday.* properties); the people's wall seconds are the record's
+        # the scenario's time to detect is the system's (the first alert fires on the lab's
+        # scaled clock): real-world, as in a run; its time to recover is the people's, wall
+        # seconds as they are (a person's wall second is a real-world second)
+        detected = self.detected_at_s
         return base.model_copy(
             update={
                 "drill": record,
-                "time_to_detect_s": self._real(self.detected_at_s),
-                "time_to_recover_s": self._real(self.recovered_at_s),
+                "time_to_detect_s": None if detected is None else detected * self.ctx.scale.scale,
+                "time_to_recover_s": self.recovered_at_s,
             }
         )
-
-    def _real(self, wall: float | None) -> float | None:
-        return None if wall is None else wall_to_real(wall, self.ctx.scale.scale)
 
 
 def describe(a: ObservedAction) -> str:

@@ -1,6 +1,6 @@
 """`gameday history --html`: a page with each scenario's times over runs, as a table and a small
-inline SVG chart (real-world seconds, a drill's people's wall seconds converted by the lab's
-scale, so that one axis holds one unit; a hollow red ring marks a regression in time to
+inline SVG chart (real-world seconds: a drill's people's wall seconds are real-world seconds
+as they are, so that one axis holds one unit; a hollow red ring marks a regression in time to
 recover). Every value is escaped (Jinja2 autoescape)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from runner.report.templating import ENV
 from runner.results.schema import RunMode
-from runner.results.trends import History, Measure, Point, Trend, people, real_world, shown
+from runner.results.trends import History, Measure, Point, Trend, people, shown
 
 WIDTH, HEIGHT, PAD = 560, 180, 40
 COLOURS = {Measure.FAIL: "#b3141b", Measure.DETECT: "#a35c00", Measure.RECOVER: "#1f5fbf"}
@@ -38,7 +38,7 @@ class Chart:
 def chart(trend: Trend) -> Chart:
     """The trend in SVG coordinates: one series per measure, x by run, y in seconds from 0."""
     pts = trend.points
-    values = [real_world(p, m) for p in pts for m in Measure]
+    values = [getattr(p, m.value) for p in pts for m in Measure]
     top = max((v for v in values if v is not None), default=0.0)
     y_max = top * 1.1 if top > 0 else 1.0  # all times 0 (or none) still need a y range
     step = (WIDTH - 2 * PAD) / max(len(pts) - 1, 1)
@@ -51,14 +51,12 @@ def chart(trend: Trend) -> Chart:
         coords = [
             (*xy(i, v), f"{_name(p)}: {LABELS[m]} {shown(p, m)}")
             for i, p in enumerate(pts)
-            if (v := real_world(p, m)) is not None
+            if (v := getattr(p, m.value)) is not None
         ]
         if coords:
             series.append(Series(LABELS[m], COLOURS[m], coords))
     regressions = [
-        xy(i, real_world(p, Measure.RECOVER) or 0.0)
-        for i, p in enumerate(pts)
-        if p.recover_regressed
+        xy(i, p.time_to_recover_s or 0.0) for i, p in enumerate(pts) if p.recover_regressed
     ]
     labels = [(PAD + i * step, p.started_at.strftime("%m-%d %H:%M")) for i, p in enumerate(pts)]
     return Chart(series, regressions, y_max, labels)

@@ -1,12 +1,14 @@
 """Two clocks, one rule for every duration a person reads.
 
-- The system's times (time to fail, a run's times to detect and recover, a scenario's windows)
-  are real-world seconds, with the lab's own seconds in brackets where the lab runs scaled (a lab
-  at time scale k runs k times faster, so k real seconds pass in one lab second).
-- People's times in a drill (to acknowledge, detect, recover) are wall-clock seconds: people act
-  in wall time, which no time scale shortens. They are labelled `wall`.
-- Every comparison is made in one unit: a person's wall seconds are converted to real-world
-  (wall seconds x k: the lab's wall clock is its lab clock) before they meet a window.
+- The system's times (time to fail, a run's times, and a drill's time to detect: the first
+  expected alert firing, which Prometheus's `for:` counts on the lab's scaled clock) are
+  real-world seconds, with the lab's own seconds in brackets where the lab runs scaled (a lab at
+  time scale k runs k times faster, so k real seconds pass in one lab second).
+- People's times (to acknowledge, a drill's time to recover, each action's and hint's `at_s`)
+  are wall-clock seconds, labelled `wall`.
+- A person's wall second is a real-world second: the time scale speeds up the lab, not the
+  people. So people's times meet a scenario's windows as they are, and every comparison is made
+  in real-world seconds.
 
 JUnit's `time` is the exception: wall-clock, as CI expects."""
 
@@ -29,29 +31,32 @@ def wall_s(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s wall"
 
 
-def wall_to_real(seconds: float, time_scale: float) -> float:
-    """A person's wall seconds as the real-world seconds the lab's scaled clock counts in them."""
-    return seconds * time_scale
+def _window(max_s: float, min_s: float) -> str:
+    return f"{min_s:g}-{max_s:g} s" if min_s else f"{max_s:g} s"
 
 
-def within(wall: float, time_scale: float, max_s: float, min_s: float = 0.0) -> bool:
-    """A person's time (wall seconds) against a window (real-world seconds), both real-world."""
-    return min_s <= wall_to_real(wall, time_scale) <= max_s
+def _verdict(seconds: float, max_s: float, min_s: float) -> str:
+    return "within" if min_s <= seconds <= max_s else "OVER"
 
 
-def wall_against(
-    wall: float | None, time_scale: float, max_s: float | None, min_s: float = 0.0
-) -> str:
-    """A person's time, and where it falls against a real-world window: "5.9 s wall (590.0 s
-    real-world at x100: OVER the 420 s window)"; on an unscaled lab wall and real-world are one
-    figure ("5.9 s wall (within the 420 s window)")."""
+def person_against(wall: float | None, max_s: float | None, min_s: float = 0.0) -> str:
+    """A person's time (wall seconds, which are real-world ones) against a real-world window,
+    as it is: "146.0 s wall (within the 1800 s window)"."""
     if max_s is None:
         return wall_s(wall)
-    window = f"{min_s:g}-{max_s:g} s" if min_s else f"{max_s:g} s"
     if wall is None:
-        return f"- (window {window} real-world)"
-    verdict = "within" if within(wall, time_scale, max_s, min_s) else "OVER"
-    if time_scale == 1:
-        return f"{wall_s(wall)} ({verdict} the {window} window)"
-    real = f"{wall_to_real(wall, time_scale):.1f} s real-world at x{time_scale:g}"
-    return f"{wall_s(wall)} ({real}: {verdict} the {window} window)"
+        return f"- (window {_window(max_s, min_s)})"
+    return f"{wall_s(wall)} ({_verdict(wall, max_s, min_s)} the {_window(max_s, min_s)} window)"
+
+
+def system_against(
+    real: float | None, time_scale: float, max_s: float | None, min_s: float = 0.0
+) -> str:
+    """The system's time (real-world seconds) against a real-world window: "590.0 s [5.900 s
+    lab] (OVER the 420 s window)"."""
+    if max_s is None:
+        return real_s(real, time_scale)
+    if real is None:
+        return f"- (window {_window(max_s, min_s)})"
+    window = _window(max_s, min_s)
+    return f"{real_s(real, time_scale)} ({_verdict(real, max_s, min_s)} the {window} window)"

@@ -177,8 +177,10 @@ class DrillOutcome(enum.StrEnum):
 class DrillRecord(Frozen):
     """What a drill measured of the people (`gameday drill`). Every time is wall-clock seconds
     since the fault was in place: people act in wall time, whatever the lab's time scale. The
-    windows are the scenario's, real-world: a time meets one converted by `time_scale`
-    (runner.results.durations)."""
+    windows are the scenario's, real-world. The time to detect (the first expected alert firing)
+    is the system's, counted on the lab's scaled clock: it meets its window converted by
+    `time_scale`. The people's times meet theirs as they are: a person's wall second is a
+    real-world second (runner.results.durations)."""
 
     handed_over_at: datetime | None
     time_to_detect_s: float | None = None  # the first expected alert firing
@@ -191,7 +193,7 @@ class DrillRecord(Frozen):
     # the scenario's windows, real-world seconds: the first expected alert's, time to recover's
     detect_within_s: float | None = None
     recover_within_s: float | None = None
-    # the lab's: one wall second of the drill is this many real-world seconds of the lab's clock
+    # the lab's: one wall second is this many real-world seconds of the lab's (the system's) clock
     time_scale: float = 1.0
 
 
@@ -247,8 +249,9 @@ class RunResult(Frozen):
     def _older(cls, data: object) -> object:
         """Results written before these were recorded: one that holds a drill's record is a
         drill's (seats were not told apart); a drill's record without `time_scale` kept its
-        scenario's times to detect and recover in wall seconds, which are converted to the
-        real-world seconds the scenario's fields hold."""
+        scenario's times to detect and recover in wall seconds: its time to detect (the
+        system's) is converted by the lab's scale to the real-world seconds the field holds, its
+        time to recover (the people's) stays wall seconds."""
         if not isinstance(data, dict):
             return data
         scenarios = data.get("scenarios")
@@ -267,17 +270,14 @@ class RunResult(Frozen):
 
 
 def _with_scale(s: object, scale: float) -> object:
-    """An older drill's scenario (see RunResult._older): its drill's scale recorded, its times
-    to detect and recover real-world."""
+    """An older drill's scenario (see RunResult._older): its drill's scale recorded, its time
+    to detect real-world."""
     if not isinstance(s, dict) or not isinstance(s.get("drill"), dict):
         return s
     if "time_scale" in s["drill"]:
         return s
-    times = {
-        k: v * scale
-        for k in ("time_to_detect_s", "time_to_recover_s")
-        if isinstance(v := s.get(k), int | float)
-    }
+    detect = s.get("time_to_detect_s")
+    times = {"time_to_detect_s": detect * scale} if isinstance(detect, int | float) else {}
     return {**s, **times, "drill": {**s["drill"], "time_scale": scale}}
 
 

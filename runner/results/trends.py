@@ -5,8 +5,9 @@ see.
 
 Like is compared with like: a run with the run of the same mode before it (a run with a run, a
 drill with a drill, a seat's drill with a seat's), never a person's recovery with gameday's.
-People's times (a drill's or a seat's detect and recover) are their wall seconds, the system's
-real-world seconds (runner.results.durations), so no change mixes the two clocks."""
+A drill's or a seat's time to recover is the people's, in wall seconds; every other time is
+the system's, real-world seconds (runner.results.durations). A person's wall second is a
+real-world second, so one chart axis holds them all."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from runner.errors import InputError
-from runner.results.durations import real_s, wall_s, wall_to_real
+from runner.results.durations import real_s, wall_s
 from runner.results.rundirs import run_dirs
 from runner.results.schema import RunMode, Verdict, load_result
 
@@ -36,7 +37,7 @@ class _Frozen(BaseModel):
 
 class Point(_Frozen):
     """One scenario in one run; changes against the run of the same mode before it. Time to
-    fail is real-world seconds; times to detect and recover are real-world seconds in a run
+    fail and detect are the system's (real-world seconds); time to recover is real-world in a run
     and the people's wall seconds in a drill or a seat's drill (see `people`)."""
 
     run_id: str
@@ -78,8 +79,6 @@ def load_history(root: Path, scenario: str | None = None) -> History:
         for s in result.scenarios:
             if s.verdict is Verdict.SKIPPED or (scenario is not None and s.id != scenario):
                 continue
-            # a drill's people's times are its record's (wall seconds)
-            times = s.drill if s.drill is not None and result.mode is not RunMode.RUN else s
             by_id.setdefault(s.id, []).append(
                 Point(
                     run_id=result.run_id,
@@ -89,8 +88,8 @@ def load_history(root: Path, scenario: str | None = None) -> History:
                     mode=result.mode,
                     verdict=s.verdict,
                     time_to_fail_s=s.time_to_fail_s,
-                    time_to_detect_s=times.time_to_detect_s,
-                    time_to_recover_s=times.time_to_recover_s,
+                    time_to_detect_s=s.time_to_detect_s,
+                    time_to_recover_s=s.time_to_recover_s,
                 )
             )
     if not runs:
@@ -113,24 +112,16 @@ def load_history(root: Path, scenario: str | None = None) -> History:
 
 
 def people(p: Point, m: Measure) -> bool:
-    """Whether `m` of `p` is a person's time (wall seconds) rather than the system's."""
-    return p.mode is not RunMode.RUN and m is not Measure.FAIL
+    """Whether `m` of `p` is a person's time (wall seconds) rather than the system's: a drill's
+    or a seat's time to recover."""
+    return p.mode is not RunMode.RUN and m is Measure.RECOVER
 
 
 def shown(p: Point, m: Measure) -> str:
-    """`m` of `p` as a person reads it: "5.9 s wall" for a person's time, "590.0 s [5.900 s
+    """`m` of `p` as a person reads it: "146.0 s wall" for a person's time, "590.0 s [5.900 s
     lab]" for the system's."""
     value = getattr(p, m.value)
     return wall_s(value) if people(p, m) else real_s(value, p.time_scale)
-
-
-def real_world(p: Point, m: Measure) -> float | None:
-    """`m` of `p` in real-world seconds (a person's wall seconds converted by the lab's scale):
-    the one unit in which points of every mode can share a chart's axis."""
-    value: float | None = getattr(p, m.value)
-    if value is None or not people(p, m):
-        return value
-    return wall_to_real(value, p.time_scale)
 
 
 def _compared(points: list[Point]) -> list[Point]:

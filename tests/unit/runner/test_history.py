@@ -150,7 +150,7 @@ def test_history_html_when_every_time_is_zero(tmp_path: Path) -> None:
     assert chart(trend).y_max == 1.0
 
 
-def drill_of(ttr_wall: float, ttr_real: float) -> ScenarioResult:
+def drill_of(ttr_wall: float) -> ScenarioResult:
     record = DrillRecord(
         handed_over_at=NOW,
         time_to_detect_s=5.9,
@@ -164,8 +164,8 @@ def drill_of(ttr_wall: float, ttr_real: float) -> ScenarioResult:
         id="head-only-restart",
         verdict=Verdict.PASSED,
         time_to_fail_s=150.0,
-        time_to_detect_s=590.0,
-        time_to_recover_s=ttr_real,
+        time_to_detect_s=590.0,  # the system's: the first alert fired after 5.9 wall s at x100
+        time_to_recover_s=ttr_wall,  # the people's, as they are
         drill=record,
     )
 
@@ -191,7 +191,7 @@ def mixed(tmp_path: Path) -> Path:
                 time_to_recover_s=ttr,
             )
             if mode is RunMode.RUN
-            else drill_of(ttr, ttr * 100)
+            else drill_of(ttr)
         )
         result = run_result(s, run_id=run_id, started_at=NOW + timedelta(days=day), mode=mode)
         write_reports(result, tmp_path / run_id)
@@ -225,7 +225,8 @@ def test_history_shows_the_mode_and_each_figure_s_clock(
     assert [r[1] for r in rows] == ["run", "drill", "seat", "run", "drill"]
     assert rows[3][-1] == "310.0 s [3.100 s lab] (+10.0 s)"
     assert rows[4][-1] == "200.0 s wall (+54.0 s wall) REGRESSED"
-    assert rows[4][-2] == "5.9 s wall (+0.0 s wall)"  # detect: the people's, wall seconds
+    # detect: the system's, real-world (the first alert fires on the lab's clock)
+    assert rows[4][-2] == "590.0 s [5.900 s lab] (+0.0 s)"
     assert rows[4][-3] == "150.0 s [1.500 s lab] (+0.0 s)"  # fail: the system's, real-world
 
 
@@ -243,7 +244,7 @@ def test_history_at_80_columns_is_a_block_per_run_nothing_folded(
     assert last == [
         "20260105T000000Z-eeeeee  drill  passed",
         "  time to fail    150.0 s [1.500 s lab] (+0.0 s)",
-        "  time to detect  5.9 s wall (+0.0 s wall)",
+        "  time to detect  590.0 s [5.900 s lab] (+0.0 s)",
         "  time to recover 200.0 s wall (+54.0 s wall) REGRESSED",
     ]
     assert "20260104T000000Z-dddddd  run  passed" in lines
@@ -254,19 +255,21 @@ def test_history_html_has_the_mode_and_one_unit_on_the_chart(mixed: Path) -> Non
     recover = next(s for s in chart(trend).series if s.label == "time to recover")
     tips = [tip for _x, _y, tip in recover.points]
     assert tips[1] == "20260102T000000Z-bbbbbb (drill): time to recover 146.0 s wall"
-    # the drill's wall seconds sit on the axis as real-world ones (146 x 100)
+    # a person's wall seconds are real-world seconds: on the axis as they are (146 < 300)
     ys = {tip.split(":")[0]: y for _x, y, tip in recover.points}
-    assert ys["20260102T000000Z-bbbbbb (drill)"] < ys["20260101T000000Z-aaaaaa"]
+    assert ys["20260101T000000Z-aaaaaa"] < ys["20260102T000000Z-bbbbbb (drill)"]
     got = CliRunner().invoke(main, ["history", "--reports", str(mixed), "--html", "-"])
     assert got.stdout.count("<td>drill</td>") == 2 and got.stdout.count("<td>seat</td>") == 1
 
 
 def test_an_older_drill_without_a_mode_is_a_drill_in_history(tmp_path: Path) -> None:
-    result = run_result(drill_of(146.0, 146.0), run_id="20260101T000000Z-aaaaaa")
+    result = run_result(drill_of(146.0), run_id="20260101T000000Z-aaaaaa")
     data = json.loads(result.model_dump_json())
     del data["mode"]
     del data["scenarios"][0]["drill"]["time_scale"]
+    data["scenarios"][0]["time_to_detect_s"] = 5.9  # wall seconds, as drills wrote it then
     (tmp_path / "20260101T000000Z-aaaaaa").mkdir()
     (tmp_path / "20260101T000000Z-aaaaaa" / "result.json").write_text(json.dumps(data))
     (trend,) = load_history(tmp_path).trends
     assert [(p.mode, p.time_to_recover_s) for p in trend.points] == [(RunMode.DRILL, 146.0)]
+    assert trend.points[0].time_to_detect_s == pytest.approx(590.0)  # the system's: converted
