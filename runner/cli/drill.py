@@ -86,9 +86,12 @@ def start(
     lab's events (a person's restarts, configuration changes and stops, whatever tool made
     them), the verify probes and the alerts, says at once when an action is a shortcut the
     scenario lists, and ends when the probes pass (recovered), at --timeout, on Ctrl-C or
-    `gameday drill stop`; then it cleans up to the baseline as a run does. Times are wall-clock
-    seconds since the fault. Exit 0: recovered within the scenario's window; 1: late or not at
-    all; 3: the drill could not be carried out."""
+    `gameday drill stop`; then it cleans up to the baseline as a run does. People's times are
+    wall-clock seconds since the fault, which are real-world seconds (the time scale speeds up
+    the lab, not the people): they meet the scenario's windows as they are; the time to detect
+    (the first alert) is the system's, converted by the lab's time scale. Exit 0: recovered
+    within the scenario's window; 1: late or not at all; 3: the drill could not be carried
+    out."""
     entries = load_all((scenario,))
     if len(entries) != 1:
         raise InputError(f"a drill takes one scenario; {scenario!r} names {len(entries)}")
@@ -110,7 +113,7 @@ def start(
         outcome = run_drill(
             entries[0].loaded, inventory, reports_dir, progress, options=options, on_start=on_start
         )
-    output.run_summary(outcome.result, str(outcome.report_dir))
+    output.drill_summary(outcome.result, str(outcome.report_dir))
     sys.exit(EXIT[outcome.result.verdict])
 
 

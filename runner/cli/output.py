@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 import threading
 import time
 from typing import Any
@@ -24,14 +25,16 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.errors import GamedayError
-from runner.results.durations import real_s
+from runner.report import drill_times
+from runner.results.durations import real_s, wall_s
 from runner.results.printable import printable
-from runner.results.schema import Assertion, RunResult, ScenarioResult, Verdict
-from runner.results.trends import History, Measure
+from runner.results.schema import Assertion, RunMode, RunResult, ScenarioResult, Verdict
+from runner.results.trends import History, Measure, Point, people, shown
 
 __all__ = [
     "Level",
     "debug",
+    "drill_summary",
     "err",
     "error",
     "escape",
@@ -203,7 +206,7 @@ def run_summary(result: RunResult, report_dir: str) -> None:
         table.add_row(
             escape(s.id),
             _verdict(s.verdict),
-            *(real_s(value, scale) for value in _times(s).values()),
+            *drill_times.scenario_times(s, scale),
             str(len(bad)) if bad else "",
         )
     if Measurement.get(out, out.options.update_width(10**5), table).maximum <= out.width:
@@ -256,36 +259,109 @@ def _stacked(result: RunResult, title: str) -> None:
     out.print(title)
     for s in result.scenarios:
         out.print(f"{escape(s.id)}  {_verdict(s.verdict)}")
-        for label, value in _times(s).items():
+        shown = drill_times.scenario_times(s, result.lab.time_scale)
+        for (label, value), text in zip(_times(s).items(), shown, strict=True):
             if value is not None:
-                out.print(f"  {label:<16}{real_s(value, result.lab.time_scale)}")
+                out.print(f"  {label:<16}{text}")
         if bad := _failed(s):
             out.print(f"  {'failed':<16}{len(bad)}")
 
 
-def _change(value: float | None) -> str:
-    return "" if value is None else f"{value:+.1f} s"
+LABELS = dict(zip(Measure, TIMES, strict=True))
+
+
+def _block_line(label: str, value: str, indent: int = 2, width: int = 20) -> None:
+    """`label` and `value` on a line of their own (escaped here); a value too long for the
+    terminal continues under itself, broken between words only."""
+    head = " " * indent + f"{label:<{width - 1}} "
+    room = max(out.width - len(head), 20)
+    lines = textwrap.wrap(value, room, break_long_words=False, break_on_hyphens=False) or [""]
+    out.print(escape(head + lines[0]))
+    for more in lines[1:]:
+        out.print(escape(" " * len(head) + more))
+
+
+def _fits(table: Table) -> bool:
+    return Measurement.get(out, out.options.update_width(10**5), table).maximum <= out.width
+
+
+def _history_cell(p: Point, m: Measure) -> str:
+    """A measure's figure (a person's in wall seconds, the system's real-world), its change
+    against the run of the same mode before, and a regression flagged; rich markup."""
+    text = escape(shown(p, m))
+    change = p.change_s.get(m)
+    if change is not None:
+        text += f" ({change:+.1f} s{' wall' if people(p, m) else ''})"
+    if m is Measure.RECOVER and p.recover_regressed:
+        text += " [bold red]REGRESSED[/]"
+    return text
 
 
 def history_table(h: History) -> None:
-    """One table per scenario: its runs oldest first, each time with its change against the run
-    before, a regression in time to recover flagged."""
+    """One table per scenario: its runs oldest first with their mode (run, drill, seat), each
+    time with its change against the run of the same mode before, a regression in time to
+    recover flagged. Where a table would not fit the terminal, a block per run instead (its id,
+    mode and verdict on one line, each time on its own), so that nothing is folded mid-word."""
     for t in h.trends:
-        table = Table(title=escape(f"{t.scenario}: {len(t.points)} run(s)"), title_justify="left")
-        ids = max(len(p.run_id) for p in t.points)
-        table.add_column("run", overflow="fold", min_width=min(ids, 30))
+        title = escape(f"{t.scenario}: {len(t.points)} run(s)")
+        table = Table(title=title, title_justify="left")
+        table.add_column("run", no_wrap=True)
+        table.add_column("mode", no_wrap=True)
         table.add_column("verdict", no_wrap=True, min_width=7)
-        for col in ("time to fail", "time to detect", "time to recover"):
-            table.add_column(col, overflow="fold")
+        for m in Measure:
+            table.add_column(LABELS[m], no_wrap=True)
         for p in t.points:
-            cells = []
+            table.add_row(
+                escape(p.run_id),
+                p.mode.value,
+                _verdict(p.verdict),
+                *(_history_cell(p, m) for m in Measure),
+            )
+        if _fits(table):
+            out.print(table)
+            continue
+        out.print(title)
+        for p in t.points:
+            out.print(f"{escape(p.run_id)}  {p.mode.value}  {_verdict(p.verdict)}")
             for m in Measure:
-                value = getattr(p, m.value)
-                text = real_s(value, p.time_scale)
-                if change := _change(p.change_s.get(m)):
-                    text += f" ({change})"
-                if m is Measure.RECOVER and p.recover_regressed:
-                    text += " [bold red]REGRESSED[/]"
-                cells.append(text)
-            table.add_row(escape(p.run_id), f"[{_STYLE[p.verdict]}]{p.verdict.value}[/]", *cells)
-        out.print(table)
+                if getattr(p, m.value) is not None or p.change_s.get(m) is not None:
+                    out.print(f"  {LABELS[m]:<16}{_history_cell(p, m)}")
+
+
+def _asked(requested: bool) -> str:
+    return "asked for" if requested else "released"
+
+
+def drill_summary(result: RunResult, report_dir: str) -> None:
+    """What `gameday drill` prints at its end: per scenario, the drill's outcome, the time to
+    fail and to detect (the system's, real-world seconds), the people's times (wall seconds,
+    which are real-world seconds), each against its window, the hints used and each shortcut
+    tried; then the failed assertions, where the reports are and the verdict. One line per
+    figure, so that an 80-column terminal folds none."""
+    scale = result.lab.time_scale
+    where = f" (time scale x{scale:g})" if scale != 1 else ""
+    kind = "seat drill" if result.mode is RunMode.SEAT else "drill"
+    out.print(escape(f"gameday {kind} {result.run_id} on lab {result.lab.name}{where}"))
+    for s in result.scenarios:
+        out.print(f"{escape(s.id)}  {_verdict(s.verdict)}")
+        rows = [("time to fail", real_s(s.time_to_fail_s, scale) + " (the system's)")]
+        if s.drill is not None:
+            rows += [(k, v) for k, v in drill_times.summary(s.drill) if k != "handed over"]
+            rows += [
+                (f"  at {wall_s(cut.at_s)}", f"{cut.step}: {cut.why}") for cut in s.drill.shortcuts
+            ]
+            rows += [
+                (f"  hint {h.index}", f"{_asked(h.requested)} at {wall_s(h.at_s)}: {h.text}")
+                for h in s.drill.hints
+            ]
+        width = max(len(label) for label, _ in rows) + 2
+        for label, value in rows:
+            _block_line(label, value, width=width)
+    for s in result.scenarios:
+        for a in _failed(s):
+            verdict = f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/]"
+            out.print(f"{verdict} {escape(s.id)}: {escape(a.name)}")
+            _block_line("expected:", a.expected, indent=4, width=10)
+            _block_line("observed:", a.observed, indent=4, width=10)
+    out.print(f"reports: {escape(report_dir)}/ (result.json, junit.xml, report.md, report.html)")
+    out.print(f"verdict: {_verdict(result.verdict)}")

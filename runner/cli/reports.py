@@ -54,9 +54,11 @@ def report(run: str | None, reports_dir: Path) -> None:
 @handled
 def history(scenario: str | None, reports_dir: Path, as_json: bool, html_to: Path | None) -> None:
     """Each scenario's time to fail, detect and recover over the past runs in the reports
-    folder (oldest first, newest last), with the change against the run before; a time to
-    recover slower by more than 10% (or none where the run before recovered) is flagged
-    REGRESSED. SCENARIO: only that scenario's id."""
+    folder (oldest first, newest last) with each run's mode (run, drill, seat), and the change
+    against the run of the same mode before (a run with runs, a drill with drills; a drill's
+    time to recover is the people's wall seconds); a time to recover slower by
+    more than 10% (or none where that run recovered) is flagged REGRESSED. SCENARIO: only that
+    scenario's id."""
     from runner.report.trends_page import html
     from runner.results.trends import load_history
 

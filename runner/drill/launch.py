@@ -31,8 +31,9 @@ def run_drill(
     on_start: Callable[[Drill], None] = lambda _d: None,
 ) -> SuiteOutcome:
     """A drill on the lab, as `run_suite` runs a scenario (the same checks of the lab, its
-    bring-up if down, its journal), and its reports with `mode: drill`. `on_start`: called with
-    the drill before it starts (to serve its page)."""
+    bring-up if down, its journal), and its reports with `mode: drill` (`seat` when
+    `options.seat` names a workshop's seat). `on_start`: called with the drill before it starts
+    (to serve its page)."""
     lab = _open_labs([ls], inventory, 1)[0]
     if not applies(ls, lab):
         why = "; ".join(skipped(ls, lab).notes)

@@ -7,7 +7,11 @@ back to its baseline, as after a run.
 
 Everything is published on a DrillBus (its folder: `<lab state>/drill/`). The drill's clock
 (`at_s`, times to detect, acknowledge and recover) is wall-clock seconds since the fault was in
-place: people act in wall time. The time to fail keeps the run's real-world conversion.
+place. The time to detect (the first expected alert firing) is the system's: Prometheus's `for:`
+runs on the lab's scaled clock, so it is converted by the lab's time scale (5.9 wall seconds at
+x100 are 590 real-world seconds), as the time to fail is. The people's times (to acknowledge and
+recover) are wall seconds, which are real-world seconds: the scale speeds up the lab, not the
+people (runner.results.durations).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from runner.drill.recognise import (
 from runner.errors import GamedayError, LabError
 from runner.labs.base import EventType, LabDriver, LabEvent, NodeConfig
 from runner.results.drill_record import Actor, ObservedAction
+from runner.results.durations import wall_s
 from runner.results.schema import DrillOutcome, DrillRecord, Phase, ScenarioResult
 from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, Progress, ScenarioAborted, all_passed, http_client, utcnow
@@ -477,18 +482,21 @@ class Drill:
         )
 
     def _judge(self, timeout: float) -> None:
-        """The drill's verdict: recovered within the scenario's window (wall seconds: people's
-        time), or not."""
+        """The drill's verdict: recovered within the scenario's window, or not. The people's
+        time is wall seconds and the window real-world seconds, which are one unit: the time
+        scale speeds up the lab, not the people, so they are compared as they are."""
         window = self.ls.scenario.verify.time_to_recover
         ttr = self.recovered_at_s
-        expected = f"recovered within {window.max_s:g} s of the fault (wall clock)"
-        if window.min_s:
-            expected = f"recovered within {window.min_s:g}-{window.max_s:g} s of the fault"
+        span = f"{window.min_s:g}-{window.max_s:g}" if window.min_s else f"{window.max_s:g}"
+        expected = (
+            f"recovered within {span} s of the fault (a person's wall seconds: the time scale "
+            "speeds up the lab, not the people)"
+        )
         observed = {
-            DrillOutcome.TIMED_OUT: f"not recovered: timed out after {timeout:g} s",
+            DrillOutcome.TIMED_OUT: f"not recovered: timed out after {timeout:g} s wall",
             DrillOutcome.GAVE_UP: "not recovered: gave up",
-        }.get(self.outcome or DrillOutcome.ERROR, f"recovered in {ttr or 0:.1f} s")
-        ok = ttr is not None and (window.min_s or 0) <= ttr <= window.max_s
+        }.get(self.outcome or DrillOutcome.ERROR, f"recovered in {wall_s(ttr)}")
+        ok = ttr is not None and (window.min_s or 0.0) <= ttr <= window.max_s
         self.ctx.rec.check(
             phase=Phase.VERIFY,
             name="drill: time to recover",
@@ -532,12 +540,17 @@ class Drill:
             outcome=self.outcome or DrillOutcome.ERROR,
             detect_within_s=min((a.within_s for a in sc.detect.alerts), default=None),
             recover_within_s=sc.verify.time_to_recover.max_s,
+            time_scale=self.ctx.scale.scale,
         )
         base = result(self.ls, self.ctx, started)
+        # the scenario's time to detect is the system's (the first alert fires on the lab's
+        # scaled clock): real-world, as in a run; its time to recover is the people's, wall
+        # seconds as they are (a person's wall second is a real-world second)
+        detected = self.detected_at_s
         return base.model_copy(
             update={
                 "drill": record,
-                "time_to_detect_s": self.detected_at_s,
+                "time_to_detect_s": None if detected is None else detected * self.ctx.scale.scale,
                 "time_to_recover_s": self.recovered_at_s,
             }
         )

@@ -22,7 +22,6 @@ from pathlib import Path
 from runner.errors import InputError
 from runner.report import drill_times as drill
 from runner.report import html as html_page
-from runner.results.durations import real_s
 from runner.results.printable import printable
 from runner.results.redact import redact_obj
 from runner.results.schema import RunResult, ScenarioResult, Verdict
@@ -192,6 +191,10 @@ _CLOCK_NOTE = (
     "Times are real-world seconds; the lab's own seconds, in brackets, are shorter by its time "
     "scale."
 )
+_PEOPLE_NOTE = (
+    " A person's times (labelled wall) are wall seconds, which are real-world seconds: the time "
+    "scale speeds up the lab, not the people."
+)
 
 
 def markdown(result: RunResult) -> str:
@@ -204,14 +207,14 @@ def markdown(result: RunResult) -> str:
         f"Started {result.started_at.isoformat()}, "
         f"finished {result.finished_at.isoformat()} (UTC).",
         "",
-        _CLOCK_NOTE if result.lab.time_scale != 1 else "Times are real-world seconds.",
+        (_CLOCK_NOTE if result.lab.time_scale != 1 else "Times are real-world seconds.")
+        + (_PEOPLE_NOTE if any(s.drill for s in result.scenarios) else ""),
         "",
         "| scenario | verdict | time to fail | time to detect | time to recover |",
         "|---|---|---|---|---|",
     ]
     for s in result.scenarios:
-        times = (s.time_to_fail_s, s.time_to_detect_s, s.time_to_recover_s)
-        cells = " | ".join(real_s(t, result.lab.time_scale) for t in times)
+        cells = " | ".join(drill.scenario_times(s, result.lab.time_scale))
         lines.append(f"| {s.id} | {s.verdict.value} | {cells} |")
     for s in result.scenarios:
         lines += ["", f"## {s.id}: {s.title} ({s.verdict.value})", "", f"File `{s.file}`.", ""]

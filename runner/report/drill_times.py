@@ -3,30 +3,44 @@ actions, the shortcuts tried and the hints used, as rows every format renders it
 
 from __future__ import annotations
 
-from runner.results.schema import DrillRecord
+from runner.results.durations import person_against, real_s, system_against, wall_s
+from runner.results.schema import DrillRecord, ScenarioResult
 
 
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
+def scenario_times(s: ScenarioResult, time_scale: float) -> tuple[str, str, str]:
+    """A scenario's times to fail, detect and recover as the run's table shows them: the
+    system's real-world (the lab's seconds in brackets), but a drill's time to recover, a
+    person's, in wall seconds: no lab bracket, which would read as if the lab's clock had
+    counted it."""
+    recover = real_s(s.time_to_recover_s, time_scale)
+    if s.drill is not None:
+        recover = wall_s(s.time_to_recover_s)
+    return (
+        real_s(s.time_to_fail_s, time_scale),
+        real_s(s.time_to_detect_s, time_scale),
+        recover,
+    )
 
 
-def _against(value: float | None, window: float | None) -> str:
-    if window is None:
-        return _secs(value)
-    if value is None:
-        return f"- (window {window:g} s)"
-    verdict = "within" if value <= window else "OVER"
-    return f"{value:.1f} s ({verdict} the {window:g} s window)"
+def detect_real_s(d: DrillRecord) -> float | None:
+    """The drill's time to detect in real-world seconds: the first alert fires on the lab's
+    scaled clock (Prometheus's `for:`), so it is the system's time, measured in wall seconds."""
+    return None if d.time_to_detect_s is None else d.time_to_detect_s * d.time_scale
 
 
 def summary(d: DrillRecord) -> list[tuple[str, str]]:
-    """(label, value) rows: outcome and times (wall seconds since the fault)."""
+    """(label, value) rows: outcome and times against the scenario's windows, all compared in
+    real-world seconds: the time to detect (the system's) converted from the wall seconds it
+    was measured in, the people's wall seconds as they are (runner.results.durations)."""
     return [
         ("outcome", d.outcome.value),
         ("handed over", d.handed_over_at.isoformat() if d.handed_over_at else "-"),
-        ("time to detect (first alert)", _against(d.time_to_detect_s, d.detect_within_s)),
-        ("time to acknowledge", _secs(d.time_to_acknowledge_s)),
-        ("time to recover", _against(d.time_to_recover_s, d.recover_within_s)),
+        (
+            "time to detect (first alert)",
+            system_against(detect_real_s(d), d.time_scale, d.detect_within_s),
+        ),
+        ("time to acknowledge", wall_s(d.time_to_acknowledge_s)),
+        ("time to recover", person_against(d.time_to_recover_s, d.recover_within_s)),
         ("hints used", str(len(d.hints))),
         ("shortcuts tried", str(len(d.shortcuts))),
     ]

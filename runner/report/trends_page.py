@@ -1,14 +1,15 @@
 """`gameday history --html`: a page with each scenario's times over runs, as a table and a small
-inline SVG chart (real-world seconds; a hollow red ring marks a regression in time to recover).
-Every value is escaped (Jinja2 autoescape)."""
+inline SVG chart (real-world seconds: a drill's people's wall seconds are real-world seconds
+as they are, so that one axis holds one unit; a hollow red ring marks a regression in time to
+recover). Every value is escaped (Jinja2 autoescape)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from runner.report.templating import ENV
-from runner.results.durations import real_s
-from runner.results.trends import History, Measure, Trend
+from runner.results.schema import RunMode
+from runner.results.trends import History, Measure, Point, Trend, people, shown
 
 WIDTH, HEIGHT, PAD = 560, 180, 40
 COLOURS = {Measure.FAIL: "#b3141b", Measure.DETECT: "#a35c00", Measure.RECOVER: "#1f5fbf"}
@@ -48,7 +49,7 @@ def chart(trend: Trend) -> Chart:
     series = []
     for m in Measure:
         coords = [
-            (*xy(i, v), f"{p.run_id}: {LABELS[m]} {real_s(v, p.time_scale)}")
+            (*xy(i, v), f"{_name(p)}: {LABELS[m]} {shown(p, m)}")
             for i, p in enumerate(pts)
             if (v := getattr(p, m.value)) is not None
         ]
@@ -61,11 +62,24 @@ def chart(trend: Trend) -> Chart:
     return Chart(series, regressions, y_max, labels)
 
 
+def _name(p: Point) -> str:
+    return p.run_id if p.mode is RunMode.RUN else f"{p.run_id} ({p.mode.value})"
+
+
+def change(p: Point, m: Measure) -> str:
+    """`m`'s change against the point of the same mode before, in the unit of its figure."""
+    d = p.change_s.get(m)
+    if d is None:
+        return ""
+    return f"{d:+.1f} s" + (" wall" if people(p, m) else "")
+
+
 def html(history: History) -> str:
     return ENV.get_template("history.html.j2").render(
         h=history,
         charts={t.scenario: chart(t) for t in history.trends},
-        real_s=real_s,
+        shown=shown,
+        change=change,
         measures=list(Measure),
         labels=LABELS,
         width=WIDTH,

@@ -184,7 +184,11 @@ class DrillOutcome(enum.StrEnum):
 
 class DrillRecord(Frozen):
     """What a drill measured of the people (`gameday drill`). Every time is wall-clock seconds
-    since the fault was in place: people act in wall time, whatever the lab's time scale."""
+    since the fault was in place: people act in wall time, whatever the lab's time scale. The
+    windows are the scenario's, real-world. The time to detect (the first expected alert firing)
+    is the system's, counted on the lab's scaled clock: it meets its window converted by
+    `time_scale`. The people's times meet theirs as they are: a person's wall second is a
+    real-world second (runner.results.durations)."""
 
     handed_over_at: datetime | None
     # the fault in place: the zero of every time here (the report's picture places them by it)
@@ -202,6 +206,8 @@ class DrillRecord(Frozen):
     # the scenario's windows, real-world seconds: the first expected alert's, time to recover's
     detect_within_s: float | None = None
     recover_within_s: float | None = None
+    # the lab's: one wall second is this many real-world seconds of the lab's (the system's) clock
+    time_scale: float = 1.0
 
 
 class Interruption(enum.StrEnum):
@@ -214,7 +220,7 @@ class Interruption(enum.StrEnum):
 class RunMode(enum.StrEnum):
     RUN = "run"  # gameday runs the recovery
     DRILL = "drill"  # people recover the lab; gameday watches
-    SEAT = "seat"  # a drill on a workshop's seat: an attendee's, not the team's
+    SEAT = "seat"  # a drill on a workshop's seat (`gameday drill --seat`): an attendee's
 
 
 class ScenarioResult(Frozen):
@@ -276,6 +282,42 @@ class RunResult(Frozen):
         if self.interrupted is None:
             data.pop("interrupted", None)
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older(cls, data: object) -> object:
+        """Results written before these were recorded: one that holds a drill's record is a
+        drill's (seats were not told apart); a drill's record without `time_scale` kept its
+        scenario's times to detect and recover in wall seconds: its time to detect (the
+        system's) is converted by the lab's scale to the real-world seconds the field holds, its
+        time to recover (the people's) stays wall seconds."""
+        if not isinstance(data, dict):
+            return data
+        scenarios = data.get("scenarios")
+        if not isinstance(scenarios, list):
+            return data
+        drilled = [s for s in scenarios if isinstance(s, dict) and isinstance(s.get("drill"), dict)]
+        if drilled and "mode" not in data:
+            data = {**data, "mode": RunMode.DRILL.value}
+        lab = data.get("lab")
+        scale = lab.get("time_scale") if isinstance(lab, dict) else None
+        if not isinstance(scale, int | float) or not any(
+            "time_scale" not in s["drill"] for s in drilled
+        ):
+            return data
+        return {**data, "scenarios": [_with_scale(s, float(scale)) for s in scenarios]}
+
+
+def _with_scale(s: object, scale: float) -> object:
+    """An older drill's scenario (see RunResult._older): its drill's scale recorded, its time
+    to detect real-world."""
+    if not isinstance(s, dict) or not isinstance(s.get("drill"), dict):
+        return s
+    if "time_scale" in s["drill"]:
+        return s
+    detect = s.get("time_to_detect_s")
+    times = {"time_to_detect_s": detect * scale} if isinstance(detect, int | float) else {}
+    return {**s, **times, "drill": {**s["drill"], "time_scale": scale}}
 
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024

@@ -1,20 +1,26 @@
 """Each scenario's times over past runs, read from the result.json of every run in the reports
 folder (oldest first). A regression in time to recover (slower by more than REGRESSION_RATIO, or
 not recovered where the previous run was) is flagged: it is what a runbook's CI most wants to
-see."""
+see.
+
+Like is compared with like: a run with the run of the same mode before it (a run with a run, a
+drill with a drill, a seat's drill with a seat's), never a person's recovery with gameday's.
+A drill's or a seat's time to recover is the people's, in wall seconds; every other time is
+the system's, real-world seconds (runner.results.durations). A person's wall second is a
+real-world second, so one chart axis holds them all."""
 
 from __future__ import annotations
 
 import enum
-import itertools
 from datetime import datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from runner.errors import InputError
+from runner.results.durations import real_s, wall_s
 from runner.results.rundirs import run_dirs
-from runner.results.schema import Verdict, load_result
+from runner.results.schema import RunMode, Verdict, load_result
 
 REGRESSION_RATIO = 1.10  # slower than this times the previous run's time to recover
 
@@ -30,12 +36,15 @@ class _Frozen(BaseModel):
 
 
 class Point(_Frozen):
-    """One scenario in one run; times in real-world seconds, changes against the run before."""
+    """One scenario in one run; changes against the run of the same mode before it. Time to
+    fail and detect are the system's (real-world seconds); time to recover is real-world in a run
+    and the people's wall seconds in a drill or a seat's drill (see `people`)."""
 
     run_id: str
     started_at: datetime
     lab: str
     time_scale: float = 1.0  # the lab's; its own seconds are shown in brackets where not 1
+    mode: RunMode = RunMode.RUN
     verdict: Verdict
     time_to_fail_s: float | None
     time_to_detect_s: float | None
@@ -76,6 +85,7 @@ def load_history(root: Path, scenario: str | None = None) -> History:
                     started_at=result.started_at,
                     lab=result.lab.name,
                     time_scale=result.lab.time_scale,
+                    mode=result.mode,
                     verdict=s.verdict,
                     time_to_fail_s=s.time_to_fail_s,
                     time_to_detect_s=s.time_to_detect_s,
@@ -101,11 +111,30 @@ def load_history(root: Path, scenario: str | None = None) -> History:
     return History(reports=str(root), trends=trends, unreadable=unreadable)
 
 
+def people(p: Point, m: Measure) -> bool:
+    """Whether `m` of `p` is a person's time (wall seconds) rather than the system's: a drill's
+    or a seat's time to recover."""
+    return p.mode is not RunMode.RUN and m is Measure.RECOVER
+
+
+def shown(p: Point, m: Measure) -> str:
+    """`m` of `p` as a person reads it: "146.0 s wall" for a person's time, "590.0 s [5.900 s
+    lab]" for the system's."""
+    value = getattr(p, m.value)
+    return wall_s(value) if people(p, m) else real_s(value, p.time_scale)
+
+
 def _compared(points: list[Point]) -> list[Point]:
-    """The points, oldest first, each with its change against the one before."""
+    """The points, oldest first, each with its change against the one of its mode before."""
     points = sorted(points, key=lambda p: (p.started_at, p.run_id))
-    out = [points[0]] if points else []
-    for prev, cur in itertools.pairwise(points):
+    out: list[Point] = []
+    last: dict[RunMode, Point] = {}
+    for cur in points:
+        prev = last.get(cur.mode)
+        last[cur.mode] = cur
+        if prev is None:
+            out.append(cur)
+            continue
         change = {m: _change(getattr(prev, m.value), getattr(cur, m.value)) for m in Measure}
         out.append(
             cur.model_copy(

@@ -15,8 +15,14 @@ from runner.cli.main import main
 from runner.report import write_reports
 from runner.report.trends_page import chart
 from runner.results.rundirs import link_latest
-from runner.results.schema import Verdict
-from runner.results.trends import load_history, regressed
+from runner.results.schema import (
+    DrillOutcome,
+    DrillRecord,
+    RunMode,
+    ScenarioResult,
+    Verdict,
+)
+from runner.results.trends import Measure, load_history, regressed
 from tests.support.results import NOW, run_result, scenario_result
 
 RUNS = [  # run id, kv's (fail, detect, recover), tp's recover
@@ -142,3 +148,128 @@ def test_history_html_when_every_time_is_zero(tmp_path: Path) -> None:
     assert title in got.stdout
     (trend,) = load_history(tmp_path).trends
     assert chart(trend).y_max == 1.0
+
+
+def drill_of(ttr_wall: float) -> ScenarioResult:
+    record = DrillRecord(
+        handed_over_at=NOW,
+        time_to_detect_s=5.9,
+        time_to_recover_s=ttr_wall,
+        outcome=DrillOutcome.RECOVERED,
+        recover_within_s=1800.0,
+        time_scale=100.0,
+    )
+    return scenario_result(
+        "d",
+        id="head-only-restart",
+        verdict=Verdict.PASSED,
+        time_to_fail_s=150.0,
+        time_to_detect_s=590.0,  # the system's: the first alert fired after 5.9 wall s at x100
+        time_to_recover_s=ttr_wall,  # the people's, as they are
+        drill=record,
+    )
+
+
+@pytest.fixture
+def mixed(tmp_path: Path) -> Path:
+    """head-only-restart as a run, a person's drill, a seat's drill, a run, a drill: oldest
+    first. The people took far longer than gameday's runbook."""
+    runs = [  # run id, mode, scenario
+        ("20260101T000000Z-aaaaaa", RunMode.RUN, 300.0),
+        ("20260102T000000Z-bbbbbb", RunMode.DRILL, 146.0),
+        ("20260103T000000Z-cccccc", RunMode.SEAT, 90.0),
+        ("20260104T000000Z-dddddd", RunMode.RUN, 310.0),
+        ("20260105T000000Z-eeeeee", RunMode.DRILL, 200.0),
+    ]
+    for day, (run_id, mode, ttr) in enumerate(runs):
+        s = (
+            scenario_result(
+                "r",
+                id="head-only-restart",
+                verdict=Verdict.PASSED,
+                time_to_fail_s=150.0,
+                time_to_recover_s=ttr,
+            )
+            if mode is RunMode.RUN
+            else drill_of(ttr)
+        )
+        result = run_result(s, run_id=run_id, started_at=NOW + timedelta(days=day), mode=mode)
+        write_reports(result, tmp_path / run_id)
+    return tmp_path
+
+
+def test_history_compares_a_run_with_runs_and_a_drill_with_drills(mixed: Path) -> None:
+    (trend,) = load_history(mixed).trends
+    assert [(p.mode, p.time_to_recover_s) for p in trend.points] == [
+        (RunMode.RUN, 300.0),
+        (RunMode.DRILL, 146.0),  # the people's wall seconds
+        (RunMode.SEAT, 90.0),
+        (RunMode.RUN, 310.0),
+        (RunMode.DRILL, 200.0),
+    ]
+    changes = [p.change_s.get(Measure.RECOVER) for p in trend.points]
+    assert changes == [None, None, None, 10.0, 54.0]  # each against the one of its mode
+    # the run after a drill is no regression of the drill's; the second drill is the first's
+    assert [p.recover_regressed for p in trend.points] == [False, False, False, False, True]
+
+
+def test_history_shows_the_mode_and_each_figure_s_clock(
+    mixed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(output, "out", output._Console(width=200, soft_wrap=True))
+    got = CliRunner().invoke(main, ["history", "--reports", str(mixed)])
+    assert got.exit_code == 0, got.output
+    rows = [
+        [c.strip() for c in ln.split("│")[1:-1]] for ln in got.stdout.splitlines() if "Z-" in ln
+    ]
+    assert [r[1] for r in rows] == ["run", "drill", "seat", "run", "drill"]
+    assert rows[3][-1] == "310.0 s [3.100 s lab] (+10.0 s)"
+    assert rows[4][-1] == "200.0 s wall (+54.0 s wall) REGRESSED"
+    # detect: the system's, real-world (the first alert fires on the lab's clock)
+    assert rows[4][-2] == "590.0 s [5.900 s lab] (+0.0 s)"
+    assert rows[4][-3] == "150.0 s [1.500 s lab] (+0.0 s)"  # fail: the system's, real-world
+
+
+def test_history_at_80_columns_is_a_block_per_run_nothing_folded(
+    mixed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(output, "out", output._Console(width=80, soft_wrap=True))
+    got = CliRunner().invoke(main, ["history", "--reports", str(mixed)])
+    assert got.exit_code == 0, got.output
+    lines = got.stdout.splitlines()
+    assert "│" not in got.stdout and "┃" not in got.stdout
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0] == "head-only-restart: 5 run(s)"
+    last = lines[lines.index("20260105T000000Z-eeeeee  drill  passed") :]
+    assert last == [
+        "20260105T000000Z-eeeeee  drill  passed",
+        "  time to fail    150.0 s [1.500 s lab] (+0.0 s)",
+        "  time to detect  590.0 s [5.900 s lab] (+0.0 s)",
+        "  time to recover 200.0 s wall (+54.0 s wall) REGRESSED",
+    ]
+    assert "20260104T000000Z-dddddd  run  passed" in lines
+
+
+def test_history_html_has_the_mode_and_one_unit_on_the_chart(mixed: Path) -> None:
+    (trend,) = load_history(mixed).trends
+    recover = next(s for s in chart(trend).series if s.label == "time to recover")
+    tips = [tip for _x, _y, tip in recover.points]
+    assert tips[1] == "20260102T000000Z-bbbbbb (drill): time to recover 146.0 s wall"
+    # a person's wall seconds are real-world seconds: on the axis as they are (146 < 300)
+    ys = {tip.split(":")[0]: y for _x, y, tip in recover.points}
+    assert ys["20260101T000000Z-aaaaaa"] < ys["20260102T000000Z-bbbbbb (drill)"]
+    got = CliRunner().invoke(main, ["history", "--reports", str(mixed), "--html", "-"])
+    assert got.stdout.count("<td>drill</td>") == 2 and got.stdout.count("<td>seat</td>") == 1
+
+
+def test_an_older_drill_without_a_mode_is_a_drill_in_history(tmp_path: Path) -> None:
+    result = run_result(drill_of(146.0), run_id="20260101T000000Z-aaaaaa")
+    data = json.loads(result.model_dump_json())
+    del data["mode"]
+    del data["scenarios"][0]["drill"]["time_scale"]
+    data["scenarios"][0]["time_to_detect_s"] = 5.9  # wall seconds, as drills wrote it then
+    (tmp_path / "20260101T000000Z-aaaaaa").mkdir()
+    (tmp_path / "20260101T000000Z-aaaaaa" / "result.json").write_text(json.dumps(data))
+    (trend,) = load_history(tmp_path).trends
+    assert [(p.mode, p.time_to_recover_s) for p in trend.points] == [(RunMode.DRILL, 146.0)]
+    assert trend.points[0].time_to_detect_s == pytest.approx(590.0)  # the system's: converted

@@ -33,7 +33,7 @@ FIX = ObservedAction(
 )
 RECORD = DrillRecord(
     handed_over_at=NOW,
-    time_to_detect_s=30.0,
+    time_to_detect_s=3.0,  # wall: 300 s real-world at x100, within the 420 s window
     time_to_acknowledge_s=12.0,
     time_to_recover_s=150.0,
     hints=[HintView(index=1, text="look at node2", at_s=60.0, requested=True)],
@@ -42,6 +42,7 @@ RECORD = DrillRecord(
     outcome=DrillOutcome.RECOVERED,
     detect_within_s=420.0,
     recover_within_s=120.0,
+    time_scale=100.0,  # run_result's lab
 )
 
 
@@ -59,7 +60,7 @@ def test_result_json_has_the_mode_and_the_drill(tmp_path: Path) -> None:
     d = data["scenarios"][0]["drill"]
     assert (d["outcome"], d["time_to_detect_s"], d["time_to_acknowledge_s"]) == (
         "recovered",
-        30.0,
+        3.0,
         12.0,
     )
     assert [(a["at_s"], a["kind"], a["shortcut"]) for a in d["actions"]] == [
@@ -79,9 +80,10 @@ def test_report_md_shows_times_against_windows_actions_and_hints(tmp_path: Path)
     assert md.startswith("# gameday drill ")
     for line in (
         "| outcome | recovered |",
-        "| time to detect (first alert) | 30.0 s (within the 420 s window) |",
-        "| time to acknowledge | 12.0 s |",
-        "| time to recover | 150.0 s (OVER the 120 s window) |",
+        # the first alert fires on the lab's clock: 3.0 wall s at x100 are 300 real-world s
+        "| time to detect (first alert) | 300.0 s [3.000 s lab] (within the 420 s window) |",
+        "| time to acknowledge | 12.0 s wall |",
+        "| time to recover | 150.0 s wall (OVER the 120 s window) |",
         "| hints used | 1 |",
         "| shortcuts tried | 1 |",
         "| 42.5 s | restart: restarted | node1 | SHORTCUT Restart the head alone: the workers "
@@ -104,7 +106,7 @@ def test_junit_has_the_times_as_properties_and_a_shortcut_is_no_failure(tmp_path
     assert {k: v for k, v in props.items() if not k.startswith("gameday.")} == {
         "mode": "drill",
         "outcome": "recovered",
-        "time_to_detect_s": "30.000",
+        "time_to_detect_s": "3.000",
         "time_to_acknowledge_s": "12.000",
         "time_to_recover_s": "150.000",
         "hints_used": "1",
@@ -116,6 +118,6 @@ def test_junit_has_the_times_as_properties_and_a_shortcut_is_no_failure(tmp_path
 
 def test_report_html_shows_the_drill_escaped(tmp_path: Path) -> None:
     html = (written(tmp_path) / "report.html").read_text()
-    assert "<th>time to recover</th><td>150.0 s (OVER the 120 s window)</td>" in html
+    assert "<th>time to recover</th><td>150.0 s wall (OVER the 120 s window)</td>" in html
     assert "SHORTCUT Restart the head alone: the workers never rejoin &lt;a new head&gt;" in html
     assert "<a new head>" not in html

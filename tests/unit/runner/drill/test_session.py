@@ -176,7 +176,7 @@ def test_a_timeout_fails_the_drill_and_cleans_up_to_the_baseline(tmp_path: Path)
     assert result.drill is not None and result.drill.outcome is DrillOutcome.TIMED_OUT
     drill_check = [a for a in result.assertions if a.name == "drill: time to recover"]
     assert [(a.verdict, a.observed) for a in drill_check] == [
-        (Verdict.FAILED, "not recovered: timed out after 0.3 s")
+        (Verdict.FAILED, "not recovered: timed out after 0.3 s wall")
     ]
     assert result.verdict is Verdict.FAILED
     assert run.lab.config("serving") == run.lab.baseline_config("serving")
