@@ -59,7 +59,8 @@ def drill() -> None:
     type=click.FloatRange(min=1),
     default=None,
     help="Wall seconds after the hand-over before the drill ends as timed out [default: the "
-    "scenario's time-to-recover window at the lab's scale, at least 600].",
+    "scenario's time-to-recover window (a person's wall seconds are real-world seconds, whatever "
+    "the lab's scale), at least 600].",
 )
 @click.option("--page-port", type=click.IntRange(0, 65535), default=0, help="Port of the page.")
 @click.option("--no-page", is_flag=True, help="Serve no page (use the terminal).")

@@ -76,11 +76,12 @@ def drill_folder(lab: LabDriver) -> Path:
     return lab.state_dir / DRILL_DIR
 
 
-def default_timeout(ls: LoadedScenario, lab: LabDriver) -> float:
-    """The scenario's time-to-recover window in wall seconds at the lab's scale, at least
-    MIN_TIMEOUT_S: people need minutes however fast the lab runs."""
-    scale = TimeScale.of(lab.inventory.lab)
-    return max(scale.to_lab(ls.scenario.verify.time_to_recover.max_s), MIN_TIMEOUT_S)
+def default_timeout(ls: LoadedScenario) -> float:
+    """The scenario's time-to-recover window, at least MIN_TIMEOUT_S. A person's wall second
+    is a real-world second (the time scale speeds up the lab, not the people), so the window is
+    the people's as it is, whatever the lab's scale: a drill that stopped them sooner would cut
+    short a recovery its verdict would pass."""
+    return max(ls.scenario.verify.time_to_recover.max_s, MIN_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,7 @@ class Drill:
         lab, opts = self.lab, self.options
         recogniser = self._recogniser
         assert recogniser is not None  # set at the hand-over
-        timeout = opts.timeout_s if opts.timeout_s is not None else default_timeout(self.ls, lab)
+        timeout = opts.timeout_s if opts.timeout_s is not None else default_timeout(self.ls)
         deadline = time.monotonic() + timeout
         last_look = -float("inf")
         threading.Thread(target=self._clock, name="drill-clock", daemon=True).start()

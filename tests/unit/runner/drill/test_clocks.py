@@ -225,3 +225,17 @@ def test_a_run_s_recover_time_keeps_its_lab_bracket(monkeypatch: pytest.MonkeyPa
     s = scenario_result("x", id="kv", time_to_recover_s=300.0)
     output.run_summary(run_result(s), "reports/r1")
     assert "300.0 s [3.000 s lab]" in buf.getvalue() and " wall" not in buf.getvalue()
+
+
+def test_a_drill_gives_people_the_whole_window_whatever_the_lab_s_scale() -> None:
+    """The default timeout is the window as it is (not the window in lab seconds: 18 s at x100
+    for head-only-restart's 1800 s), at least MIN_TIMEOUT_S."""
+    from runner.drill.session import MIN_TIMEOUT_S, default_timeout
+    from runner.spec.catalogue import builtin_dir
+    from runner.spec.scenario import load_scenario
+
+    head = load_scenario(builtin_dir() / "head-only-restart.yaml")
+    assert default_timeout(head) == 1800
+    short = load_scenario(builtin_dir() / "context-window-overflow.yaml")
+    window = short.scenario.verify.time_to_recover.max_s
+    assert default_timeout(short) == max(window, MIN_TIMEOUT_S)
