@@ -86,7 +86,8 @@ EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR:
     "-v",
     "--verbose",
     is_flag=True,
-    help="Diagnostics too: every progress line, each failed assertion's detail.",
+    help="Diagnostics too: every progress line, and an error's traceback (a failure's detail "
+    "is shown without it).",
 )
 def main(quiet: bool, verbose: bool) -> None:
     """Chaos-engineering scenarios for LLM-serving stacks: inject a fault, assert the failure

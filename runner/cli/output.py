@@ -44,6 +44,7 @@ __all__ = [
     "out",
     "run_summary",
     "set_level",
+    "warning",
 ]
 
 
@@ -52,7 +53,7 @@ class Level(enum.IntEnum):
 
     QUIET = 0  # results and errors only
     NORMAL = 1
-    VERBOSE = 2  # every progress line, each failed assertion's detail
+    VERBOSE = 2  # every progress line, an error's traceback
 
 
 _level = Level.NORMAL

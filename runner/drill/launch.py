@@ -61,6 +61,6 @@ def run_drill(
     run = _run_result(run_id, inventory, started, 1, [res])
     seat = options is not None and options.seat is not None
     run = run.model_copy(update={"mode": RunMode.SEAT if seat else RunMode.DRILL})
-    write_reports(run, report_dir)
+    written = write_reports(run, report_dir)
     link_latest(report_dir.parent, report_dir)
-    return SuiteOutcome(run, report_dir)
+    return SuiteOutcome(written, report_dir)

@@ -1,6 +1,7 @@
 """A drill as seen from outside: its status (a snapshot) and its events (what changed). The drill
 publishes both on a DrillBus; the live page, the terminal view and a workshop's scoreboard only
-read them. Times are real-world seconds since the fault (`at_s`), like every window of a scenario.
+read them. Times are wall seconds since the fault (`at_s`): people's clock, a real-world second
+each (the time scale speeds up the lab, not the people; runner.results.durations).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class DrillStatus(Frozen):
     phase: DrillPhase
     started_at: datetime
     fault_at: datetime | None = None
-    clock_s: float | None = None  # real-world seconds since the fault, as of this snapshot
+    clock_s: float | None = None  # wall seconds since the fault, as of this snapshot
     nodes: tuple[NodeView, ...] = ()
     probes: tuple[ProbeView, ...] = ()
     alerts: tuple[str, ...] = ()  # firing now

@@ -29,10 +29,12 @@ from runner.results.schema import RunResult, ScenarioResult, Verdict
 FILES = ("result.json", "junit.xml", "report.md", "report.html")
 
 
-def write_reports(result: RunResult, out: Path) -> None:
-    """Write the four files. Every string is redacted and made printable first. Each file is
-    written to a temporary name in `out` and renamed over its own name once all four are written,
-    so a reader never sees half a file; InputError names a file that cannot be written."""
+def write_reports(result: RunResult, out: Path) -> RunResult:
+    """Write the four files, and return the result as they hold it. Every string is redacted
+    and made printable first (so the terminal, printing the returned result, shows no secret the
+    files leave out). Each file is written to a temporary name in `out` and renamed over its own
+    name once all four are written, so a reader never sees half a file; InputError names a file
+    that cannot be written."""
     result = RunResult.model_validate(redact_obj(result.model_dump(mode="json"), then=printable))
     texts = {
         "result.json": result.model_dump_json(indent=2) + "\n",
@@ -58,6 +60,7 @@ def write_reports(result: RunResult, out: Path) -> None:
     finally:
         for tmp in temps.values():
             tmp.unlink(missing_ok=True)
+    return result
 
 
 def _temp_file(out: Path, name: str, text: str) -> Path:
@@ -110,7 +113,7 @@ def properties(result: RunResult, s: ScenarioResult) -> dict[str, str]:
         "gameday.scenario_file": s.file,
     }
     props |= {f"runbook {step}": ref for step, ref in s.runbooks.items()}
-    return props | (drill.properties(s.drill) if s.drill else {})
+    return props | (drill.properties(s.drill, result.mode) if s.drill else {})
 
 
 def junit(result: RunResult) -> str:
@@ -245,7 +248,12 @@ def markdown(result: RunResult) -> str:
 
 def _drill_md(s: ScenarioResult) -> list[str]:
     assert s.drill is not None
-    lines = ["### Drill (wall-clock seconds since the fault)", "", "| | |", "|---|---|"]
+    lines = [
+        "### Drill (people's times in wall seconds since the fault, the system's real-world)",
+        "",
+        "| | |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {_md(v)} |" for k, v in drill.summary(s.drill)]
     if s.drill.actions:
         lines += ["", "| at | action | nodes | step |", "|---|---|---|---|"]

@@ -4,7 +4,7 @@ actions, the shortcuts tried and the hints used, as rows every format renders it
 from __future__ import annotations
 
 from runner.results.durations import person_against, real_s, system_against, wall_s
-from runner.results.schema import DrillRecord, ScenarioResult
+from runner.results.schema import DrillRecord, RunMode, ScenarioResult
 
 
 def scenario_times(s: ScenarioResult, time_scale: float) -> tuple[str, str, str]:
@@ -57,20 +57,18 @@ def action_rows(d: DrillRecord) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def properties(d: DrillRecord) -> dict[str, str]:
-    """JUnit properties: the times, the outcome, and each shortcut tried (a finding, not a
+def properties(d: DrillRecord, mode: RunMode) -> dict[str, str]:
+    """JUnit properties: the mode (a drill's or a workshop seat's), the outcome, the times that
+    were measured (absent, not empty, when not), and each shortcut tried (a finding, not a
     failure) and hint used."""
-    props = {
-        "mode": "drill",
-        "outcome": d.outcome.value,
-        "time_to_detect_s": "" if d.time_to_detect_s is None else f"{d.time_to_detect_s:.3f}",
-        "time_to_acknowledge_s": ""
-        if d.time_to_acknowledge_s is None
-        else f"{d.time_to_acknowledge_s:.3f}",
-        "time_to_recover_s": "" if d.time_to_recover_s is None else f"{d.time_to_recover_s:.3f}",
-        "hints_used": str(len(d.hints)),
-        "shortcuts_tried": str(len(d.shortcuts)),
+    props = {"mode": mode.value, "outcome": d.outcome.value}
+    times = {
+        "time_to_detect_s": d.time_to_detect_s,
+        "time_to_acknowledge_s": d.time_to_acknowledge_s,
+        "time_to_recover_s": d.time_to_recover_s,
     }
+    props |= {name: f"{value:.3f}" for name, value in times.items() if value is not None}
+    props |= {"hints_used": str(len(d.hints)), "shortcuts_tried": str(len(d.shortcuts))}
     for i, a in enumerate(d.shortcuts, 1):
         props[f"shortcut {i}"] = f"{a.step} at {a.at_s:.1f} s: {a.why}"
     for h in d.hints:

@@ -33,9 +33,12 @@ def shown(path: Path, root: Path) -> str:
     """`path` as a report names it: relative to `root` (POSIX separators), else to gameday's
     package for its own files, else absolute."""
     full = Path(os.path.abspath(path))  # links kept: a checkout's built-ins are a link
-    for base in (root, PACKAGE_PARENT):
-        if full.is_relative_to(base):
-            return full.relative_to(base).as_posix()
+    # gameday's own files first: a team's .venv inside its repository holds the package, and
+    # `.venv/lib/python3.11/site-packages/runner/...` is no file of the repository's
+    if full.is_relative_to(PACKAGE_PARENT / "runner"):
+        return full.relative_to(PACKAGE_PARENT).as_posix()
+    if full.is_relative_to(root):
+        return full.relative_to(root).as_posix()
     return str(full)
 
 

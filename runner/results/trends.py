@@ -125,12 +125,18 @@ def shown(p: Point, m: Measure) -> str:
 
 
 def _compared(points: list[Point]) -> list[Point]:
-    """The points, oldest first, each with its change against the one of its mode before."""
+    """The points, oldest first, each with its change against the one of its mode before
+    (the last that gameday carried out)."""
     points = sorted(points, key=lambda p: (p.started_at, p.run_id))
     out: list[Point] = []
     last: dict[RunMode, Point] = {}
     for cur in points:
         prev = last.get(cur.mode)
+        # a run gameday could not carry out (an error, an interrupted run) measured nothing: it
+        # is neither compared nor the run the next one is compared with
+        if cur.verdict is Verdict.ERROR:
+            out.append(cur)
+            continue
         last[cur.mode] = cur
         if prev is None:
             out.append(cur)

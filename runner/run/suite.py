@@ -172,8 +172,7 @@ def _report(
         # the verdicts' reader learns the machine was asked for more than it holds
         results = [r.model_copy(update={"notes": [*r.notes, over.sentence()]}) for r in results]
     result = _run_result(suite.run_id, inventory, started, workers, results, interrupted)
-    write_reports(result, suite.report_dir)
-    return SuiteOutcome(result, suite.report_dir)
+    return SuiteOutcome(write_reports(result, suite.report_dir), suite.report_dir)
 
 
 def _open_labs(

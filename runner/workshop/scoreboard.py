@@ -16,6 +16,7 @@ from runner.drill.bus import STATUS_FILE, read_status
 from runner.labs import open_lab
 from runner.workshop.drills import drilling, read_record
 from runner.workshop.seats import Workshop
+from runner.workshop.summary import clock
 
 IDLE = "idle"  # up, no drill (yet)
 DOWN = "down"  # the seat's lab is not up
@@ -114,13 +115,6 @@ def status_files(ws: Workshop) -> list[Path]:
     ]
 
 
-def _secs(v: float | None) -> str:
-    if v is None:
-        return "-"
-    m, s = divmod(int(v), 60)
-    return f"{m}:{s:02d}"
-
-
 def table(board: Scoreboard) -> Table:
     t = Table(title=f"workshop of lab {board.lab}", title_justify="left")
     for col in ("seat", "lab", "state", "scenario", "elapsed", "hints", "shortcuts", "acked",
@@ -132,11 +126,11 @@ def table(board: Scoreboard) -> Table:
             r.lab,
             r.state,
             r.scenario or "-",
-            _secs(r.elapsed_s),
+            clock(r.elapsed_s),
             str(r.hints_used),
             ", ".join(r.shortcuts) or "-",
-            _secs(r.acked_at_s),
-            _secs(r.recovered_at_s),
+            clock(r.acked_at_s),
+            clock(r.recovered_at_s),
         )
         t.add_row(*(Text(c) for c in cells))  # a scenario's words are text, not markup
     return t

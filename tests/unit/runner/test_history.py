@@ -273,3 +273,17 @@ def test_an_older_drill_without_a_mode_is_a_drill_in_history(tmp_path: Path) -> 
     (trend,) = load_history(tmp_path).trends
     assert [(p.mode, p.time_to_recover_s) for p in trend.points] == [(RunMode.DRILL, 146.0)]
     assert trend.points[0].time_to_detect_s == pytest.approx(590.0)  # the system's: converted
+
+
+def test_a_run_gameday_could_not_carry_out_is_no_regression(tmp_path: Path) -> None:
+    """An interrupted run (a cancelled CI job) or a lab error has no time to recover: it measured
+    none, so it is not flagged REGRESSED against the run before; a failed run still is."""
+    for day, (verdict, ttr) in enumerate(
+        [(Verdict.PASSED, 300.0), (Verdict.ERROR, None), (Verdict.FAILED, None)]
+    ):
+        run_id = f"2026010{day + 1}T000000Z-{'abc'[day] * 6}"
+        s = scenario_result("kv", id="kv", verdict=verdict, time_to_recover_s=ttr)
+        started = NOW + timedelta(days=day)
+        write_reports(run_result(s, run_id=run_id, started_at=started), tmp_path / run_id)
+    (trend,) = load_history(tmp_path).trends
+    assert [p.recover_regressed for p in trend.points] == [False, False, True]

@@ -146,3 +146,21 @@ def test_reports_never_carry_secrets(tmp_path: Path) -> None:
     write_reports(r, tmp_path)
     for f in tmp_path.iterdir():
         assert SECRET not in f.read_text(), f.name
+
+
+def test_the_result_the_terminal_prints_is_the_redacted_one(tmp_path: Path) -> None:
+    """What `run` prints (a failed assertion's observed text quotes engine log lines) is the
+    result as the reports hold it, not the raw one."""
+    from runner.results.schema import Assertion, Phase
+
+    failed = Assertion(
+        phase=Phase.RECOVER,
+        name="recover 2: fix",
+        verdict=Verdict.FAILED,
+        expected="ready",
+        observed=f"its last error line: launching with --api-key {SECRET}",
+    )
+    sc = scenario_result("t", verdict=Verdict.FAILED, assertions=[failed])
+    written = write_reports(run_result(sc), tmp_path)
+    assert SECRET not in written.model_dump_json()
+    assert written.scenarios[0].assertions[0].observed.startswith("its last error line")

@@ -34,6 +34,21 @@ def test_shown_paths(tmp_path: Path) -> None:
     assert shown_runbook("https://wiki.example/kv", scenario, root) == "https://wiki.example/kv"
 
 
+def test_a_builtin_is_named_as_in_the_package_when_the_venv_is_in_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team's .venv inside its repository holds gameday's package: a built-in is
+    `runner/builtin_scenarios/...`, not a path into site-packages CI cannot link."""
+    from runner.results import repopaths
+
+    root = tmp_path / "repo"
+    site = root / ".venv" / "lib" / "python3.11" / "site-packages"
+    monkeypatch.setattr(repopaths, "PACKAGE_PARENT", site)
+    builtin = site / "runner" / "builtin_scenarios" / "tp-mismatch.yaml"
+    assert shown(builtin, root) == "runner/builtin_scenarios/tp-mismatch.yaml"
+    assert shown(root / "gameday" / "kv.yaml", root) == "gameday/kv.yaml"
+
+
 def test_a_run_names_its_scenario_and_runbook_from_the_repository(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -76,7 +76,7 @@ def test_a_person_s_time_meets_a_window_as_it_is_and_the_system_s_converted() ->
 
 
 def test_a_drill_s_detect_is_the_system_s_time_converted_by_the_scale() -> None:
-    # the example: "time to detect 5.9 s" was compared with the 420 s window as it was
+    # 5.9 wall seconds until the first alert at x100 are 590 real-world seconds: over 420
     rows = dict(drill_times.summary(drill_result().scenarios[0].drill))  # type: ignore[arg-type]
     assert rows["time to detect (first alert)"] == ("590.0 s [5.900 s lab] (OVER the 420 s window)")
     assert rows["time to recover"] == "146.0 s wall (within the 1800 s window)"

@@ -121,3 +121,19 @@ def test_report_html_shows_the_drill_escaped(tmp_path: Path) -> None:
     assert "<th>time to recover</th><td>150.0 s wall (OVER the 120 s window)</td>" in html
     assert "SHORTCUT Restart the head alone: the workers never rejoin &lt;a new head&gt;" in html
     assert "<a new head>" not in html
+
+
+def test_junit_leaves_out_a_time_not_measured_and_names_a_seat_s_mode(tmp_path: Path) -> None:
+    """A drill with no alert and no acknowledgement has no such properties (absent, not empty);
+    a workshop seat's drill says `seat`."""
+    record = RECORD.model_copy(update={"time_to_detect_s": None, "time_to_acknowledge_s": None})
+    s = scenario_result("drill", verdict=Verdict.PASSED, assertions=[], drill=record)
+    result = run_result(s).model_copy(update={"mode": RunMode.SEAT, "verdict": Verdict.PASSED})
+    write_reports(result, tmp_path)
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {p.get("name"): p.get("value") for p in suite.iterfind("properties/property")}
+    assert props["mode"] == "seat"
+    assert "time_to_detect_s" not in props and "time_to_acknowledge_s" not in props
+    assert props["time_to_recover_s"] == "150.000"
+    assert "" not in props.values()
