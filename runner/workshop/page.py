@@ -72,8 +72,8 @@ function draw(board) {
       td.appendChild(a);
     }
     // the seat's drill page with the answers: the scoreboard is the facilitator's page
-    if (r.facilitator_url &&
-        /^http:\\/\\/127\\.0\\.0\\.1:\\d+\\/facilitator\\/[A-Za-z0-9_-]+\\/$/.test(r.facilitator_url)) {
+    const view = /^http:\\/\\/127\\.0\\.0\\.1:\\d+\\/facilitator\\/[A-Za-z0-9_-]+\\/$/;
+    if (r.facilitator_url && view.test(r.facilitator_url)) {
       const f = document.createElement("a");
       f.href = r.facilitator_url;
       f.textContent = "facilitator's view";
