@@ -71,6 +71,16 @@ function draw(board) {
       a.textContent = "open";
       td.appendChild(a);
     }
+    // the seat's drill page with the answers: the scoreboard is the facilitator's page
+    const view = /^http:\\/\\/127\\.0\\.0\\.1:\\d+\\/facilitator\\/[A-Za-z0-9_-]+\\/$/;
+    if (r.facilitator_url && view.test(r.facilitator_url)) {
+      const f = document.createElement("a");
+      f.href = r.facilitator_url;
+      f.textContent = "facilitator's view";
+      f.className = "facilitator";
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(f);
+    }
     rows.push(tr);
   }
   body.replaceChildren(...rows);

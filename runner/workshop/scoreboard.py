@@ -34,7 +34,8 @@ class SeatRow(pydantic.BaseModel):
     shortcuts: tuple[str, ...] = ()  # the recovery steps the shortcuts matched
     acked_at_s: float | None = None
     recovered_at_s: float | None = None
-    page_url: str | None = None
+    page_url: str | None = None  # the responders' view
+    facilitator_url: str | None = None  # the view with the answers, for the facilitator's board
     drill_pid: int | None = None  # the drill `workshop start` started, while it runs
 
 
@@ -74,14 +75,16 @@ def seat_row(
         acked_at_s=status.acked_at_s,
         recovered_at_s=status.recovered_at_s,
         page_url=status.page_url or _server_url(drill_dir),
+        facilitator_url=_server_url(drill_dir, "facilitator_url"),
         drill_pid=drill_pid,
     )
 
 
-def _server_url(drill_dir: Path) -> str | None:
-    """The page URL the drill wrote in its server.json, if it did."""
+def _server_url(drill_dir: Path, key: str = "url") -> str | None:
+    """A page URL the drill wrote in its server.json (`url`: the responders' page,
+    `facilitator_url`: the facilitator's), if it did."""
     try:
-        url = json.loads((drill_dir / "server.json").read_text())["url"]
+        url = json.loads((drill_dir / "server.json").read_text())[key]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return url if isinstance(url, str) else None

@@ -183,3 +183,36 @@ def test_the_page_is_pushed_a_new_scoreboard_when_a_status_file_changes(state: P
         assert httpx.get(handle.url, headers={"Host": "evil.example"}).status_code == 400
     finally:
         handle.stop()
+
+
+def test_the_board_links_each_seat_s_facilitator_view(tmp_path: Path) -> None:
+    """The scoreboard is the facilitator's page: each seat's row carries its drill's facilitator
+    address (server.json), and the page links it only in the shape a drill's server gives."""
+    import re
+
+    from runner.drill.server import FACILITATOR
+    from runner.workshop.page import PAGE
+
+    write(tmp_path, status(clock_s=5.0))
+    url = "http://127.0.0.1:8702" + FACILITATOR.format(token="q5Zm-Tk_3xYwA1b2C3d4e5f6")
+    (tmp_path / "server.json").write_text(
+        json.dumps({"url": "http://127.0.0.1:8702", "facilitator_url": url, "pid": 7})
+    )
+    row = seat_row(2, "local-p2", tmp_path, up=True)
+    assert (row.page_url, row.facilitator_url) == ("http://127.0.0.1:8702", url)
+    # the page's own test of the address, read out of its script (JavaScript and Python agree
+    # on this pattern's syntax)
+    found = re.search(r"const view = /(\^http:.*facilitator.*\$)/;", PAGE)
+    assert found is not None
+    shape = re.compile(found.group(1))
+    assert shape.match(url)
+    for other in (
+        "javascript:alert(1)//http://127.0.0.1:8702/facilitator/x/",
+        "http://127.0.0.1.evil:8702/facilitator/x/",
+        "http://127.0.0.1:8702/facilitator/x/../../",
+        "http://127.0.0.1:8702/",
+    ):
+        assert not shape.match(other), other
+    # a seat whose drill wrote no facilitator address (an older drill) has none
+    (tmp_path / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:8702", "pid": 7}))
+    assert seat_row(2, "local-p2", tmp_path, up=True).facilitator_url is None
