@@ -150,9 +150,7 @@ def test_auto_is_one_where_the_lab_cannot_be_made_into_several(tmp_path: Path) -
     text = LOCAL.read_text().replace("127.0.77.10", "10.9.8.7", 1)
     inv = tmp_path / "lab.yaml"
     inv.write_text(text)
-    choice = capacity.auto_parallel(
-        load_inventory(inv), 7, capacity.Machine(8, 0.0, ROOMY), COST
-    )
+    choice = capacity.auto_parallel(load_inventory(inv), 7, capacity.Machine(8, 0.0, ROOMY), COST)
     assert choice.n == 1
     assert "cannot run several instances" in choice.why
 
