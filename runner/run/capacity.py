@@ -217,13 +217,12 @@ def auto_parallel(
     free = max(1, math.floor(machine.cores - machine.busy + 0.5))
     by_cores = max(1, free // CORES_PER_INSTANCE)
     per = cost.memory_mib(inventory)
-    by_memory = max(1, math.floor(machine.mem_available_mib * MEMORY_SHARE / per))
+    if math.isinf(machine.mem_available_mib):  # no /proc/meminfo: the memory does not limit
+        by_memory, memory = MAX_PARALLEL, "memory unknown"
+    else:
+        by_memory = max(1, math.floor(machine.mem_available_mib * MEMORY_SHARE / per))
+        memory = f"{machine.mem_available_mib / 1024:.1f} GiB available"
     n = min(by_cores, by_memory, scenarios, MAX_PARALLEL)
-    memory = (
-        "memory unknown"
-        if math.isinf(machine.mem_available_mib)
-        else f"{machine.mem_available_mib / 1024:.1f} GiB available"
-    )
     why = (
         f"{machine.cores} usable core(s), {machine.busy:.1f} busy, so {by_cores} at "
         f"{CORES_PER_INSTANCE} core each; {memory}, {MEMORY_SHARE:.0%} of it holds {by_memory} "

@@ -4,6 +4,7 @@ terminal and in each scenario's notes, not met as a probe timeout in the baselin
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,21 @@ def test_auto_is_one_where_the_lab_cannot_be_made_into_several(tmp_path: Path) -
     choice = capacity.auto_parallel(load_inventory(inv), 7, capacity.Machine(8, 0.0, ROOMY), COST)
     assert choice.n == 1
     assert "cannot run several instances" in choice.why
+
+
+def test_auto_is_one_on_an_adopted_deployment() -> None:
+    from runner.spec.inventory import AdoptSpec
+
+    inv = load_inventory(ROOT / "inventories" / "eks.yaml")
+    adopted = AdoptSpec(deployment="vllm")
+    inv = inv.model_copy(update={"lab": inv.lab.model_copy(update={"adopt": adopted})})
+    choice = capacity.auto_parallel(inv, 7, capacity.Machine(8, 0.0, ROOMY), COST)
+    assert choice.n == 1 and "adopts a deployment" in choice.why
+
+
+def test_auto_where_the_memory_is_unknown_counts_the_cores() -> None:
+    choice = _auto(4, 0.0, math.inf)
+    assert choice.n == 4 and "memory unknown" in choice.why
 
 
 def test_the_committed_cost_is_a_measurement_auto_can_use() -> None:
