@@ -42,7 +42,7 @@ bench: $(VENV)/.installed lab-deps docker
 # `run --parallel`'s acceptance benchmark (bench/parallel.py): the seven scenarios serially and at
 # --parallel 2, 4 and auto, three rounds each, then all of it again with one core kept busy; the
 # serial runs measure one instance's cost into runner/run/data/instance_cost.json (what auto
-# reads); the figures are appended to bench/PARALLEL.md. About 20 minutes on 2 cores.
+# reads); the figures are appended to bench/PARALLEL.md. About 40 minutes on 2 cores.
 bench-parallel: $(VENV)/.installed lab-deps
 	$(BIN)/python bench/parallel.py --measure --write bench/PARALLEL.md
 	$(BIN)/python bench/under_load.py --busy 1 --script bench/parallel.py --write bench/PARALLEL.md \
