@@ -1,8 +1,9 @@
 """`run --parallel`'s acceptance benchmark: the seven seed scenarios on the local lab serially and
 at `--parallel 2`, `4` and `auto`, round after round in one run, each through the CLI as a user
 runs it (`gameday run ... --json`); prints each one's wall time, its ratio to the round's serial
-run, auto's pick and every verdict. A verdict other than the serial run's that is not
-`inconclusive` is flagged WRONG: a healthy system judged by a loaded machine.
+run, auto's pick and every verdict. The lab is healthy: a verdict other than passed (or skipped
+where the serial runs skip the scenario: it does not apply) that is not `inconclusive` is flagged
+WRONG, in a serial run as in a parallel one.
 
     python bench/parallel.py [--rounds 3] [--modes serial,2,4,auto] [--measure]
                              [--write bench/PARALLEL.md --title TITLE]
@@ -210,8 +211,16 @@ def write_cost(cost: dict[str, Any]) -> None:
     COST_FILE.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def expected(runs: list[Run], sid: str) -> str:
+    """What a scenario's verdict must be on the healthy lab: skipped where the serial runs skip
+    it (it does not apply), else passed. A serial run's fail is as wrong as a parallel one's."""
+    serial = [r.verdicts.get(sid) for r in runs if r.mode == "serial"]
+    return "skipped" if serial and all(v == "skipped" for v in serial) else "passed"
+
+
 def summary(runs: list[Run], modes: list[str]) -> tuple[list[str], int]:
-    """The report's lines, and how many verdicts were WRONG."""
+    """The report's lines, and how many verdicts were WRONG: neither what the healthy lab must
+    give (passed, or skipped where it does not apply) nor `inconclusive`."""
     lines = []
     wrong = 0
     serial = {r.round: r for r in runs if r.mode == "serial"}
@@ -222,19 +231,18 @@ def summary(runs: list[Run], modes: list[str]) -> tuple[list[str], int]:
         ref = serial.get(r.round)
         notes = []
         for sid, v in sorted(r.verdicts.items()):
-            if v == "passed" and (ref is None or ref.verdicts.get(sid) == "passed"):
+            want = expected(runs, sid)
+            if v == want:
                 continue
-            expected = ref.verdicts.get(sid) if ref and r is not ref else "passed"
-            flag = ""
-            if v != expected and v != "inconclusive":
-                flag = "WRONG "
-                wrong += 1
+            flag = "" if v == "inconclusive" else "WRONG "
+            wrong += flag != ""
             notes.append(f"{flag}{sid} {v} ({r.why.get(sid, '')})")
         if "(run)" in r.why:
             notes.append(f"WRONG run: {r.why['(run)']}")
             wrong += 1
         passed = sum(v == "passed" for v in r.verdicts.values())
-        text = f"passed {passed}/{len(r.verdicts)}" + ("; " + "; ".join(notes) if notes else "")
+        skipped = sum(v == "skipped" for v in r.verdicts.values())
+        text = f"passed {passed}, skipped {skipped}" + ("; " + "; ".join(notes) if notes else "")
         ratio = f"{ref.wall / r.wall:.2f}x" if ref else ""
         picked = r.auto.split(":", 2)[1].strip() if r.auto else ""
         lines.append(f"| {r.mode} | {r.round} | {r.wall:.1f} | {ratio} | {text} | {picked} |")
