@@ -236,7 +236,8 @@ def summary(runs: list[Run], modes: list[str]) -> tuple[list[str], int]:
                 continue
             flag = "" if v == "inconclusive" else "WRONG "
             wrong += flag != ""
-            notes.append(f"{flag}{sid} {v} ({r.why.get(sid, '')})")
+            why = " ".join(r.why.get(sid, "").split())  # one table row
+            notes.append(f"{flag}{sid} {v} ({why})")
         if "(run)" in r.why:
             notes.append(f"WRONG run: {r.why['(run)']}")
             wrong += 1
