@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench mutation conformance differential clean lab-deps docker realvllm-env realvllm
+.PHONY: run test bench bench-parallel mutation conformance differential clean lab-deps docker realvllm-env realvllm
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ test: $(VENV)/.installed lab-deps docker realvllm-env
 bench: $(VENV)/.installed lab-deps docker
 	$(BIN)/gameday lab build --lab inventories/compose.yaml
 	$(BIN)/python bench/bench.py --labs local,compose
+
+# `run --parallel`'s acceptance benchmark (bench/parallel.py): the seven scenarios serially and at
+# --parallel 2, 4 and auto, three rounds each, then all of it again with one core kept busy; the
+# serial runs measure one instance's cost into runner/run/data/instance_cost.json (what auto
+# reads); the figures are appended to bench/PARALLEL.md. About 40 minutes on 2 cores.
+bench-parallel: $(VENV)/.installed lab-deps
+	$(BIN)/python bench/parallel.py --measure --write bench/PARALLEL.md
+	$(BIN)/python bench/under_load.py --busy 1 --script bench/parallel.py --write bench/PARALLEL.md \
+	  --title "The same with one core kept busy (bench/under_load.py --busy 1)"
 
 # the unit tests of the pure-logic modules against one-change mutants of them (bench/mutation.py);
 # the report is kept in bench/MUTATION.md

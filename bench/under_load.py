@@ -2,10 +2,12 @@
 machine, and print what happened each round.
 
     .venv/bin/python bench/under_load.py [--rounds 3] [--busy 1] [PYTEST_ARGS...]
+    .venv/bin/python bench/under_load.py --busy 1 --script bench/parallel.py [ITS_ARGS...]
 
-The default selection is the Kubernetes and compose end-to-end tests. `--busy N` starts N
-processes that spin in a tight loop for the whole run (one core each);
-each prints how many loop iterations it made, so the load is a figure, not an assumption. Exit
+The default selection is the Kubernetes and compose end-to-end tests. With --script, a benchmark
+runs once instead (given --rounds, its own figures, its exit code) under the same load.
+`--busy N` starts N processes that spin in a tight loop for the whole run (one core each); each
+prints how many loop iterations it made, so the load is a figure, not an assumption. Exit
 code 0 when every round passed, 1 otherwise.
 """
 
@@ -45,6 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--busy", type=int, default=1, help="cores kept busy (default 1)")
+    ap.add_argument("--script", type=Path, help="run this benchmark once instead of pytest")
     args, pytest_args = ap.parse_known_args()
     selection = pytest_args or DEFAULT
 
@@ -56,7 +59,12 @@ def main() -> int:
     began = time.monotonic()
     results = []
     try:
-        for r in range(1, args.rounds + 1):
+        if args.script is not None:
+            t0 = time.monotonic()
+            argv = [sys.executable, str(args.script), "--rounds", str(args.rounds), *pytest_args]
+            proc = subprocess.run(argv, cwd=ROOT)
+            results.append((1, proc.returncode, time.monotonic() - t0, {}))
+        for r in range(1, 0 if args.script is not None else args.rounds + 1):
             with tempfile.TemporaryDirectory() as tmp:
                 junit = Path(tmp) / "junit.xml"
                 t0 = time.monotonic()

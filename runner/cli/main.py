@@ -31,6 +31,7 @@ from runner.cli.init import init
 from runner.cli.lab import lab
 from runner.cli.listing import list_, schema
 from runner.cli.options import (
+    AUTO,
     COMMON_EXITS,
     TOP_EXITS,
     VERDICT_EXITS,
@@ -68,6 +69,7 @@ from runner.spec.inventory_load import check_scenario, load_inventory
 from runner.spec.scenario import LoadedScenario, discover, load_scenario
 
 if TYPE_CHECKING:
+    from runner.run.capacity import AutoChoice
     from runner.run.suite import SuiteOutcome
 
 MAX_LOG_BYTES = 256 * 1024 * 1024
@@ -142,7 +144,7 @@ def run(
     selection: Selection,
     lab_path: Path,
     reports_dir: Path,
-    parallel: int,
+    parallel: str,
     fail_fast: bool,
     failed_only: bool,
     dry_run: bool,
@@ -160,6 +162,7 @@ def run(
     from runner.run.suite import RunInterrupted, run_suite
 
     scenarios, json_to = _json_or_scenario(scenarios, json_to)
+    scenarios, asked = _parallel_or_scenario(scenarios, parallel)
     json_file = _json_path(json_to)
     copies = {"junit.xml": junit_to, "result.json": json_file, "report.html": html_to}
     if dry_run:
@@ -169,15 +172,23 @@ def run(
             check_writable(dest)
     loaded = chosen(scenarios, selection, failed_only, reports_dir)
     inventory = load_inventory(lab_path)
-    if over := overload(inventory, min(parallel, len(loaded))):
+    choice = _auto(loaded, inventory) if asked == AUTO or dry_run else None
+    if asked == AUTO:
+        assert choice is not None
+        n = choice.n
+        if not dry_run:
+            output.message(choice.sentence())
+    else:
+        n = int(asked)
+    if over := overload(inventory, min(n, len(loaded))):
         output.warning(over.sentence(), hint=over.hint())
     if dry_run:
-        print_plans(loaded, inventory, json_to is not None)
+        print_plans(loaded, inventory, json_to is not None, choice)
         return
     try:
         with output.ProgressLine() as progress:
             outcome = run_suite(
-                loaded, inventory, reports_dir, progress, parallel=parallel, fail_fast=fail_fast
+                loaded, inventory, reports_dir, progress, parallel=n, fail_fast=fail_fast
             )
     except RunInterrupted as stopped:  # the report of what ran, then the interrupt's exit code
         with shielded_from_sigint():
@@ -231,6 +242,42 @@ def _json_or_scenario(
     return (json_to, *scenarios), "-"
 
 
+def _parallel_or_scenario(scenarios: tuple[str, ...], value: str) -> tuple[tuple[str, ...], str]:
+    """`run --parallel tp-mismatch`: click hands the scenario to --parallel as its N (--parallel
+    alone means auto). A value that is neither a number nor `auto` but names a scenario is taken
+    back as the first scenario to run, and --parallel is auto; anything else is refused."""
+    from runner.run.parallel import MAX_PARALLEL
+
+    if value == AUTO:
+        return scenarios, AUTO
+    try:
+        n = int(value)
+    except ValueError:
+        try:
+            load_all((value,))
+        except GamedayError:
+            raise InputError(
+                f"--parallel {value}: neither a number, nor auto, nor a scenario",
+                field="--parallel",
+                hint=f"--parallel N (1..{MAX_PARALLEL}) or --parallel auto",
+            ) from None
+        return (value, *scenarios), AUTO
+    if not 1 <= n <= MAX_PARALLEL:
+        raise InputError(
+            f"--parallel must be 1..{MAX_PARALLEL} or auto, not {value}", field="--parallel"
+        )
+    return scenarios, str(n)
+
+
+def _auto(loaded: list[LoadedScenario], inventory: Inventory) -> AutoChoice:
+    """What --parallel auto picks for the scenarios of these that apply to the lab."""
+    from runner.run.capacity import auto_parallel
+    from runner.run.suite import applies
+
+    lab = open_lab(inventory)  # opened, never contacted
+    return auto_parallel(inventory, sum(applies(ls, lab) for ls in loaded))
+
+
 def _json_path(value: str | None) -> Path | None:
     """`--json PATH.json`'s file (`--json` alone prints to stdout). Any other value is refused:
     it is neither a file to write nor a scenario."""
@@ -244,7 +291,14 @@ def _json_path(value: str | None) -> Path | None:
     return Path(value)
 
 
-def print_plans(loaded: list[LoadedScenario], inventory: Inventory, as_json: bool) -> None:
+def print_plans(
+    loaded: list[LoadedScenario],
+    inventory: Inventory,
+    as_json: bool,
+    choice: AutoChoice | None = None,
+) -> None:
+    """The plans; in text, last, what `--parallel auto` would pick and why (JSON keeps the list
+    of plans it has always been)."""
     from runner.run.plan import plan_scenario, render
 
     lab = open_lab(inventory)  # opened, never contacted
@@ -254,6 +308,8 @@ def print_plans(loaded: list[LoadedScenario], inventory: Inventory, as_json: boo
         return
     for p in plans:
         output.out.print("\n".join(output.escape(line) for line in render(p)))
+    if choice is not None:
+        output.out.print(output.escape(choice.sentence().replace("auto:", "auto would run", 1)))
 
 
 @main.command(epilog=COMMON_EXITS)
@@ -275,9 +331,11 @@ def plan(
     """What a run would do, without touching the lab: per scenario, the actions on each node
     (and the engine configuration they lead to), the expected failure and its windows in real
     and lab seconds, the alerts, the recovery steps in order, the verification, and what the lab
-    cannot do. Scenarios are chosen as for `run`."""
+    cannot do; last, how many instances `run --parallel auto` would run and why. Scenarios are
+    chosen as for `run`."""
     loaded = chosen(scenarios, selection, failed_only, reports_dir)
-    print_plans(loaded, load_inventory(lab_path), as_json)
+    inventory = load_inventory(lab_path)
+    print_plans(loaded, inventory, as_json, None if as_json else _auto(loaded, inventory))
 
 
 @main.command(

@@ -66,13 +66,18 @@ def config() -> Config:
     return load_config()
 
 
+AUTO = "auto"
 parallel_option = click.option(
     "--parallel",
-    type=click.IntRange(1, 64),
-    default=1,
+    is_flag=False,
+    flag_value=AUTO,
+    default="1",
     show_default=True,
+    metavar="[N|auto]",
     help="Run the scenarios on N isolated instances of the lab at once (on Kubernetes: a "
-    "namespace each).",
+    "namespace each). `auto` (or --parallel alone): as many as this machine holds, from its free "
+    "cores, its memory and the lab's measured cost per instance (`gameday plan` says what auto "
+    "picks and why). A scenario written right after it is run, not taken for N.",
 )
 reports_option = click.option(
     "--reports",

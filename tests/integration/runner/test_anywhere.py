@@ -178,7 +178,8 @@ def test_selection_errors_and_last_failed(team: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert [line for line in p.stdout.splitlines() if not line.startswith(" ")] == [
         "our-kv-cache on lab team-lab (local): KV-cache shortage after the weights load "
-        "(the second wall)"
+        "(the second wall)",
+        "--parallel auto would run 1 instance(s): 1 scenario(s) apply",
     ]
     assert p.stderr.splitlines() == [
         f"--last-failed: 1 that failed in {team / 'out' / last.run_id}"

@@ -4,6 +4,7 @@ terminal and in each scenario's notes, not met as a probe timeout in the baselin
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,188 @@ def test_a_dry_run_says_it_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     got = _idle_run(monkeypatch, tmp_path, "--parallel", "3", "--dry-run")
     assert got.exit_code == 0, got.output
     assert "warning: --parallel 3 on 2 usable core(s)" in " ".join(got.stderr.split())
+
+
+# --parallel auto: as many instances as the machine holds, from its figures
+
+
+COST = capacity.InstanceCost(
+    measured="a test",
+    lab="inventories/local.yaml",
+    nodes=5,
+    # 100 MiB fixed (supervisor, Prometheus, Alertmanager) + 60 MiB per node: 400 MiB for five
+    peak_rss_mib={
+        "supervisor": 40,
+        "prometheus": 40,
+        "alertmanager": 20,
+        "engines": 250,
+        "exporters": 50,
+    },
+    cpu_cores={},
+)
+ROOMY = 64 * 1024.0  # MiB available: memory never the limit
+
+
+def _auto(cores: int, busy: float, mib: float, scenarios: int = 7, inv: str = "local") -> Any:
+    inventory = load_inventory(ROOT / "inventories" / f"{inv}.yaml")
+    return capacity.auto_parallel(inventory, scenarios, capacity.Machine(cores, busy, mib), COST)
+
+
+def test_auto_takes_one_instance_per_free_core() -> None:
+    assert _auto(2, 0.0, ROOMY).n == 2
+    assert _auto(4, 0.2, ROOMY).n == 4
+    assert _auto(1, 0.0, ROOMY).n == 1
+
+
+def test_auto_leaves_the_cores_other_work_keeps_busy() -> None:
+    assert _auto(2, 1.0, ROOMY).n == 1  # a spinning process on one of two cores
+    assert _auto(4, 1.6, ROOMY).n == 2
+    assert _auto(2, 2.0, ROOMY).n == 1  # never fewer than one
+
+
+def test_auto_fits_the_lab_measured_cost_in_the_memory_available() -> None:
+    assert COST.memory_mib(load_inventory(LOCAL)) == 400
+    # 80 % of 1500 MiB is 1200: three instances of 400 MiB
+    assert _auto(16, 0.0, 1500).n == 3
+    assert _auto(16, 0.0, 400).n == 1
+    why = _auto(16, 0.0, 1500).why
+    assert "holds 3 at 400 MiB each (100 MiB + 60 MiB x 5 nodes, measured a test)" in why
+
+
+def test_auto_runs_no_instance_without_a_scenario_for_it() -> None:
+    assert _auto(16, 0.0, ROOMY, scenarios=3).n == 3
+    assert _auto(16, 0.0, ROOMY, scenarios=1).n == 1
+    assert "7 scenario(s) apply" in _auto(2, 0.0, ROOMY).why
+
+
+def test_auto_on_kubernetes_is_one_instance_per_scenario_up_to_the_cap() -> None:
+    # the cluster runs the instances: this machine's cores and memory do not count
+    assert _auto(1, 1.0, 100, scenarios=5, inv="eks").n == 5
+    many = _auto(1, 1.0, 100, scenarios=30, inv="eks")
+    assert many.n == capacity.CLUSTER_AUTO_CAP
+    assert "run on the cluster's nodes" in many.why
+
+
+def test_auto_is_one_where_the_lab_cannot_be_made_into_several(tmp_path: Path) -> None:
+    text = LOCAL.read_text().replace("127.0.77.10", "10.9.8.7", 1)
+    inv = tmp_path / "lab.yaml"
+    inv.write_text(text)
+    choice = capacity.auto_parallel(load_inventory(inv), 7, capacity.Machine(8, 0.0, ROOMY), COST)
+    assert choice.n == 1
+    assert "cannot run several instances" in choice.why
+
+
+def test_auto_is_one_on_an_adopted_deployment() -> None:
+    from runner.spec.inventory import AdoptSpec
+
+    inv = load_inventory(ROOT / "inventories" / "eks.yaml")
+    adopted = AdoptSpec(deployment="vllm")
+    inv = inv.model_copy(update={"lab": inv.lab.model_copy(update={"adopt": adopted})})
+    choice = capacity.auto_parallel(inv, 7, capacity.Machine(8, 0.0, ROOMY), COST)
+    assert choice.n == 1 and "adopts a deployment" in choice.why
+
+
+def test_auto_where_the_memory_is_unknown_counts_the_cores() -> None:
+    choice = _auto(4, 0.0, math.inf)
+    assert choice.n == 4 and "memory unknown" in choice.why
+
+
+def test_the_committed_cost_is_a_measurement_auto_can_use() -> None:
+    cost = capacity.instance_cost()
+    assert cost.nodes >= 1 and cost.fixed_mib > 0 and cost.per_node_mib > 0
+    assert 100 < cost.memory_mib(load_inventory(LOCAL)) < 4096
+
+
+def test_busy_cores_are_a_share_of_the_usable_ones() -> None:
+    assert 0.0 <= capacity.busy_cores(0.05) <= capacity.usable_cores()
+    assert capacity.mem_available_mib() > 0
+
+
+# the CLI: --parallel alone, auto, a number, and a scenario right after it
+
+
+def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> Any:
+    import runner.run.suite
+
+    def run_scenario(ls: Any, lab: Any, journal: Any, progress: Any) -> Any:
+        return runner.run.suite.skipped(ls, lab)
+
+    monkeypatch.setattr(runner.run.suite, "run_scenario", run_scenario)
+    monkeypatch.setattr(runner.run.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
+    monkeypatch.setattr(capacity, "usable_cores", lambda: 2)
+    monkeypatch.setattr(capacity, "this_machine", lambda: capacity.Machine(2, 0.0, ROOMY))
+    monkeypatch.setattr(capacity, "instance_cost", lambda: COST)
+    return CliRunner().invoke(
+        main, [*args, "--lab", str(LOCAL), "--reports", str(tmp_path / "reports")]
+    )
+
+
+def _ran(tmp_path: Path) -> tuple[int, list[str]]:
+    result = json.loads((tmp_path / "reports" / LATEST / "result.json").read_text())
+    return result["lab"]["instances"], [s["id"] for s in result["scenarios"]]
+
+
+@pytest.mark.parametrize("flag", [["--parallel"], ["--parallel", "auto"], ["--parallel=auto"]])
+def test_parallel_alone_or_auto_runs_what_the_machine_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str]
+) -> None:
+    got = _cli(monkeypatch, tmp_path, "run", *THREE, *flag)
+    assert got.exit_code == 0, got.output
+    assert "--parallel auto: 2 instance(s): 2 usable core(s), 0.0 busy" in got.stderr
+    assert "3 scenario(s) apply" in got.stderr
+    assert _ran(tmp_path) == (2, THREE)
+
+
+def test_parallel_with_a_number_runs_that_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _cli(monkeypatch, tmp_path, "run", "--parallel", "3", *THREE)
+    assert got.exit_code == 0, got.output
+    assert "--parallel auto" not in got.stderr
+    assert _ran(tmp_path) == (3, THREE)
+
+
+def test_a_scenario_right_after_parallel_is_run_not_taken_for_n(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _cli(monkeypatch, tmp_path, "run", "--parallel", *THREE)
+    assert got.exit_code == 0, got.output
+    assert "--parallel auto: 2 instance(s)" in got.stderr
+    instances, ran = _ran(tmp_path)
+    assert instances == 2 and sorted(ran) == sorted(THREE)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("0", "--parallel must be 1..64 or auto, not 0"), ("bogus", "neither a number, nor auto")],
+)
+def test_a_parallel_that_is_neither_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, said: str
+) -> None:
+    got = _cli(monkeypatch, tmp_path, "run", *THREE, "--parallel", value)
+    assert got.exit_code == 2, got.output
+    assert said in got.stderr
+
+
+def test_plan_says_what_auto_would_pick_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _cli(monkeypatch, tmp_path, "plan", *THREE)
+    assert got.exit_code == 0, got.output
+    last = got.stdout.strip().splitlines()[-1]
+    assert last == (
+        "--parallel auto would run 2 instance(s): 2 usable core(s), 0.0 busy, so 2 at 1 core "
+        "each; 64.0 GiB available, 80% of it holds 131 at 400 MiB each (100 MiB + 60 MiB x 5 "
+        "nodes, measured a test); 3 scenario(s) apply"
+    )
+    as_json = _cli(monkeypatch, tmp_path, "plan", *THREE, "--json")
+    assert [p["id"] for p in json.loads(as_json.stdout)] == THREE
+
+
+def test_a_dry_run_says_what_auto_would_pick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _cli(monkeypatch, tmp_path, "run", *THREE, "--dry-run", "--parallel")
+    assert got.exit_code == 0, got.output
+    assert "--parallel auto would run 2 instance(s)" in got.stdout
+    assert not (tmp_path / "reports").exists()

@@ -1,0 +1,319 @@
+"""`run --parallel`'s acceptance benchmark: the seven seed scenarios on the local lab serially and
+at `--parallel 2`, `4` and `auto`, round after round in one run, each through the CLI as a user
+runs it (`gameday run ... --json`); prints each one's wall time, its ratio to the round's serial
+run, auto's pick and every verdict. The lab is healthy: a verdict other than passed (or skipped
+where the serial runs skip the scenario: it does not apply) that is not `inconclusive` is flagged
+WRONG, in a serial run as in a parallel one.
+
+    python bench/parallel.py [--rounds 3] [--modes serial,2,4,auto] [--measure]
+                             [--write bench/PARALLEL.md --title TITLE]
+
+With --measure, every serial run also measures what one instance of the lab takes while it runs
+the scenarios (read from /proc every 0.2 s: the resident memory of the lab's supervisor and every
+process under it by part, engines, node-exporters, Prometheus, Alertmanager; its CPU time and
+that of the runner), and the first round's figures are written to
+runner/run/data/instance_cost.json, which `--parallel auto` reads: the auto runs of this
+benchmark already use them. Exit code 0 when no verdict was WRONG, 1 otherwise.
+`bench/under_load.py --busy 1 --script bench/parallel.py` runs it with a core kept busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = ROOT / "inventories" / "local.yaml"
+SEVEN = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+COST_FILE = ROOT / "runner" / "run" / "data" / "instance_cost.json"
+TICK = os.sysconf("SC_CLK_TCK")
+PARTS = ("supervisor", "prometheus", "alertmanager", "exporters", "engines")
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def cpu_ticks(pid: int, with_children: bool = True) -> int:
+    """utime + stime (+ cutime + cstime: the processes it has reaped) of one process."""
+    f = _stat(pid)
+    return sum(int(x) for x in f[11 : 15 if with_children else 13])
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+    return out
+
+
+def part(pid: int) -> str:
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    text = b" ".join(argv).decode(errors="replace")
+    prog = os.path.basename(argv[0].decode(errors="replace"))
+    if "runner.labs.local.supervisor" in text:
+        return "supervisor"
+    if "alertmanager" in prog:
+        return "alertmanager"
+    if "exporter" in prog:
+        return "exporters"
+    if prog == "prometheus":
+        return "prometheus"
+    return "engines"  # vllm-lab serve, its engine core, a scenario's stray process
+
+
+@dataclass
+class Sampler:
+    """One lab instance's supervisor tree and the runner's process, read every `period` s."""
+
+    state: Path
+    runner_pid: int
+    period: float = 0.2
+    peak_kib: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PARTS, 0))
+    peak_total_kib: int = 0
+    cpu: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, lab ticks)
+    runner_ticks: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.period):
+            with contextlib.suppress(OSError, IndexError):
+                self.runner_ticks = cpu_ticks(self.runner_pid, with_children=False)
+            pidfiles = list(self.state.glob("*/supervisor.pid"))
+            if not pidfiles:
+                continue
+            try:
+                pids = tree(int(pidfiles[0].read_text()))
+            except (OSError, ValueError):
+                continue
+            by_part = dict.fromkeys(PARTS, 0)
+            ticks = 0
+            for pid in pids:
+                try:
+                    by_part[part(pid)] += rss_kib(pid)
+                    ticks += cpu_ticks(pid)
+                except (OSError, IndexError, ValueError):
+                    continue
+            for k, v in by_part.items():
+                self.peak_kib[k] = max(self.peak_kib[k], v)
+            self.peak_total_kib = max(self.peak_total_kib, sum(by_part.values()))
+            self.cpu.append((time.monotonic(), ticks))
+
+    def figures(self, wall: float) -> dict[str, Any]:
+        lab_s = (self.cpu[-1][1] - self.cpu[0][1]) / TICK if len(self.cpu) > 1 else 0.0
+        span = self.cpu[-1][0] - self.cpu[0][0] if len(self.cpu) > 1 else 0.0
+        peak = 0.0
+        j = 0
+        for i, (t, c) in enumerate(self.cpu):  # the busiest second of the lab's
+            while j < i and t - self.cpu[j][0] >= 1.0:
+                j += 1
+            if j > 0 and t - self.cpu[j - 1][0] >= 1.0:
+                t0, c0 = self.cpu[j - 1]
+                peak = max(peak, (c - c0) / TICK / (t - t0))
+        return {
+            "peak_rss_mib": {k: round(v / 1024, 1) for k, v in self.peak_kib.items()},
+            "peak_total_mib": round(self.peak_total_kib / 1024, 1),
+            "cpu_cores": {
+                "lab_mean": round(lab_s / span, 2) if span else 0.0,
+                "lab_peak_1s": round(peak, 2),
+                "runner_mean": round(self.runner_ticks / TICK / wall, 2),
+            },
+            "wall_s": round(wall, 1),
+        }
+
+
+@dataclass
+class Run:
+    mode: str
+    round: int
+    wall: float
+    exit: int
+    verdicts: dict[str, str]
+    why: dict[str, str]  # a scenario that did not pass: its first assertion that did not
+    auto: str = ""  # auto's pick, as it printed it
+    cost: dict[str, Any] | None = None
+
+
+def gameday_run(mode: str, r: int, state: Path, measure: bool) -> Run:
+    args = [sys.executable, "-m", "runner.cli", "run", *SEVEN, "--lab", str(LAB), "--json"]
+    if mode != "serial":
+        args[4:4] = ["--parallel", mode]  # before the scenarios: `--parallel auto tp-...`
+    with tempfile.TemporaryDirectory() as reports:
+        env = os.environ | {"GAMEDAY_STATE_DIR": str(state), "GAMEDAY_REPORTS": reports}
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        sampler = Sampler(state, proc.pid) if measure else None
+        th = threading.Thread(target=sampler.run, daemon=True) if sampler else None
+        if th:
+            th.start()
+        out, err = proc.communicate(timeout=1800)
+        wall = time.monotonic() - t0
+        if sampler and th:
+            sampler.stop.set()
+            th.join()
+    verdicts: dict[str, str] = {}
+    why: dict[str, str] = {}
+    try:
+        result = json.loads(out)
+    except json.JSONDecodeError:
+        why["(run)"] = f"exit {proc.returncode}, no result.json: {err.strip()[-500:]}"
+    else:
+        for s in result["scenarios"]:
+            verdicts[s["id"]] = s["verdict"]
+            bad = [a for a in s["assertions"] if a["verdict"] != "passed"]
+            if s["verdict"] != "passed":
+                a = bad[0] if bad else None
+                why[s["id"]] = (
+                    f"{a['name']}: expected {a['expected']}, observed {a['observed']}"
+                    if a
+                    else "; ".join(s.get("notes", [])) or s.get("error") or ""
+                )
+    auto = next((ln for ln in err.splitlines() if ln.startswith("--parallel auto")), "")
+    cost = sampler.figures(wall) if sampler else None
+    return Run(mode, r, wall, proc.returncode, verdicts, why, auto, cost)
+
+
+def write_cost(cost: dict[str, Any]) -> None:
+    data = {
+        "measured": f"{datetime.now(UTC):%Y-%m-%d} on {os.cpu_count()} cores",
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} usable cores",
+        "by": "bench/parallel.py --measure: one serial run of the seven seed scenarios",
+        "lab": "inventories/local.yaml",
+        "nodes": 5,
+        **cost,
+    }
+    COST_FILE.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def expected(runs: list[Run], sid: str) -> str:
+    """What a scenario's verdict must be on the healthy lab: skipped where the serial runs skip
+    it (it does not apply), else passed. A serial run's fail is as wrong as a parallel one's."""
+    serial = [r.verdicts.get(sid) for r in runs if r.mode == "serial"]
+    return "skipped" if serial and all(v == "skipped" for v in serial) else "passed"
+
+
+def summary(runs: list[Run], modes: list[str]) -> tuple[list[str], int]:
+    """The report's lines, and how many verdicts were WRONG: neither what the healthy lab must
+    give (passed, or skipped where it does not apply) nor `inconclusive`."""
+    lines = []
+    wrong = 0
+    serial = {r.round: r for r in runs if r.mode == "serial"}
+    base = statistics.median(r.wall for r in serial.values()) if serial else None
+    lines.append("| mode | round | wall s | vs serial | verdicts | auto picked |")
+    lines.append("|---|---:|---:|---:|---|---|")
+    for r in runs:
+        ref = serial.get(r.round)
+        notes = []
+        for sid, v in sorted(r.verdicts.items()):
+            want = expected(runs, sid)
+            if v == want:
+                continue
+            flag = "" if v == "inconclusive" else "WRONG "
+            wrong += flag != ""
+            why = " ".join(r.why.get(sid, "").split())  # one table row
+            notes.append(f"{flag}{sid} {v} ({why})")
+        if "(run)" in r.why:
+            notes.append(f"WRONG run: {r.why['(run)']}")
+            wrong += 1
+        passed = sum(v == "passed" for v in r.verdicts.values())
+        skipped = sum(v == "skipped" for v in r.verdicts.values())
+        text = f"passed {passed}, skipped {skipped}" + ("; " + "; ".join(notes) if notes else "")
+        ratio = f"{ref.wall / r.wall:.2f}x" if ref else ""
+        picked = r.auto.split(":", 2)[1].strip() if r.auto else ""
+        lines.append(f"| {r.mode} | {r.round} | {r.wall:.1f} | {ratio} | {text} | {picked} |")
+    lines.append("")
+    for m in modes:
+        walls = [r.wall for r in runs if r.mode == m]
+        if walls and base:
+            lines.append(
+                f"- {m}: median {statistics.median(walls):.1f} s (min {min(walls):.1f}, max "
+                f"{max(walls):.1f}), {base / statistics.median(walls):.2f}x serial's median"
+            )
+    autos = sorted({r.auto for r in runs if r.auto})
+    for a in autos:
+        lines.append(f"- auto said: `{a}`")
+    lines.append(f"- verdicts flagged WRONG: {wrong}")
+    return lines, wrong
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--modes", default="serial,2,4,auto")
+    ap.add_argument("--measure", action="store_true", help="measure one instance's cost")
+    ap.add_argument("--write", type=Path, help="append the figures to this markdown file")
+    ap.add_argument("--title", default="The seven scenarios, serial and in parallel")
+    args = ap.parse_args()
+    modes = args.modes.split(",")
+    began = datetime.now(UTC)
+    head = (
+        f"{platform.machine()}, {len(os.sched_getaffinity(0))} usable cores, "
+        f"{int(Path('/proc/meminfo').read_text().split()[1]) / 1024**2:.1f} GiB, "
+        f"Python {platform.python_version()}"
+    )
+    print(f"# gameday parallel benchmark {began.isoformat(timespec='seconds')}\nmachine: {head}")
+    runs: list[Run] = []
+    measured: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as state:
+        for r in range(1, args.rounds + 1):
+            for m in modes:  # rounds interleave the modes: the machine's noise falls on each
+                run = gameday_run(m, r, Path(state), args.measure and m == "serial")
+                runs.append(run)
+                print(
+                    f"round {r} {m:>6}: {run.wall:6.1f} s, exit {run.exit}, "
+                    + ", ".join(f"{k} {v}" for k, v in sorted(run.verdicts.items()))
+                    + (f"\n  {run.auto}" if run.auto else "")
+                    + "".join(f"\n  {k}: {v}" for k, v in run.why.items()),
+                    flush=True,
+                )
+                if run.cost is not None:
+                    measured.append(run.cost)
+                    print(f"  one instance: {json.dumps(run.cost)}", flush=True)
+                    if len(measured) == 1:
+                        write_cost(run.cost)
+                        print(f"  written to {COST_FILE.relative_to(ROOT)}", flush=True)
+    lines, wrong = summary(runs, modes)
+    print("\n".join(lines))
+    if args.write:
+        text = [f"\n## {args.title} ({began:%Y-%m-%d %H:%M} UTC, {head})\n"]
+        text.append(
+            f"`python bench/parallel.py --rounds {args.rounds} --modes {args.modes}"
+            + (" --measure" if args.measure else "")
+            + "`; vs serial: the same round's serial wall time over this one.\n"
+        )
+        text += lines
+        for i, c in enumerate(measured, 1):
+            text.append(f"- one instance, serial run {i}: `{json.dumps(c)}`")
+        with args.write.open("a", encoding="utf-8") as f:
+            f.write("\n".join(text) + "\n")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
