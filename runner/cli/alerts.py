@@ -62,7 +62,7 @@ def test(lab_path: Path, timeout_s: float) -> None:
     if prom is None:
         raise LabError(f"{inventory.path}: this lab has no Prometheus")
     host, port = kind.receiver_listen(inventory)
-    with WebhookReceiver(host, port) as receiver:
+    with WebhookReceiver(host, port, inventory.lab.name) as receiver:
         got = check_path(
             lab.state_dir / "prometheus" / "rules.yml",
             prom,

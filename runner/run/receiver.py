@@ -4,16 +4,26 @@ came), and `gameday alerts test`'s check of the whole path: rule -> Prometheus -
 
 Stdlib http.server in a thread: the runner is synchronous (no event loop to serve from), the
 receiver takes a handful of small POSTs per run, and it needs no dependency. It binds only the
-address it is given (loopback, or the compose lab's own bridge address)."""
+address it is given (loopback, or the compose lab's own bridge address).
+
+A receiver knows the lab it serves: every alert a lab's Prometheus sends carries the lab's name
+(`external_labels`, LAB_LABEL), and one of another lab is kept apart as foreign, never taken for
+this lab's (an instance of `--parallel` is a lab of its own name). A suite holds each instance's
+receiver from the instance's setup to its teardown (`held`), so that what Alertmanager delivers
+between scenarios (the boot's alerts, a resolution after a scenario's end) is accepted, and its
+notification log stays true: a notification it could not deliver is retried into the next
+scenario's receiver, and one it believes delivered while the receiver was gone holds back the
+next firing of the same alert for its repeat_interval."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from runner.errors import LabError
 from runner.labs.common import prometheus_config as monitoring
 from runner.labs.common.alertmanager_config import RECEIVER_PATH
+from runner.labs.common.prometheus_config import LAB_LABEL
 from runner.run import prometheus_api as prometheus
 
 
@@ -47,6 +58,11 @@ class ReceivedAlert(BaseModel):
             return datetime.fromisoformat(self.starts_at.replace("Z", "+00:00"))
         except ValueError:
             return None
+
+    def lab(self) -> str | None:
+        """The lab whose Prometheus sent it (LAB_LABEL); None from a Prometheus gameday did
+        not configure (an adopted lab's own)."""
+        return self.labels.get(LAB_LABEL)
 
     def evidence(self) -> str:
         notes = "; ".join(f"{k}={v!r}" for k, v in sorted(self.annotations.items()))
@@ -79,12 +95,14 @@ def parse_notification(body: Any, at: datetime) -> list[ReceivedAlert]:
 
 
 class WebhookReceiver:
-    """Serves Alertmanager's webhook on host:port until stopped; `received()` is every alert
-    delivered so far, `wait_for` blocks until one matches."""
+    """Serves Alertmanager's webhook on host:port until stopped; `received()` is every alert of
+    lab `lab` delivered so far (every alert, when `lab` is None), `foreign()` every alert of
+    another lab, `wait_for` blocks until one of the lab's matches."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, lab: str | None = None) -> None:
+        self.host, self.port, self.lab = host, port, lab
         self._alerts: list[ReceivedAlert] = []
+        self._foreign: list[ReceivedAlert] = []
         self._cond = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -144,12 +162,26 @@ class WebhookReceiver:
 
     def _add(self, alerts: list[ReceivedAlert]) -> None:
         with self._cond:
-            self._alerts.extend(alerts)
+            for a in alerts:
+                self._foreign_or_own(a).append(a)
             self._cond.notify_all()
 
-    def received(self) -> list[ReceivedAlert]:
+    def _foreign_or_own(self, a: ReceivedAlert) -> list[ReceivedAlert]:
+        # an alert without the label comes from a Prometheus gameday did not configure: it
+        # cannot be told apart, so it counts as the lab's own
+        foreign = self.lab is not None and a.lab() not in (None, self.lab)
+        return self._foreign if foreign else self._alerts
+
+    def received(self, since: datetime | None = None) -> list[ReceivedAlert]:
+        """The lab's alerts delivered (since `since`, when given)."""
         with self._cond:
-            return list(self._alerts)
+            return [a for a in self._alerts if since is None or a.received_at >= since]
+
+    def foreign(self, since: datetime | None = None) -> list[ReceivedAlert]:
+        """Alerts of another lab delivered here (since `since`): never one, when each lab's
+        alert path is its own."""
+        with self._cond:
+            return [a for a in self._foreign if since is None or a.received_at >= since]
 
     def wait_for(
         self, match: Callable[[ReceivedAlert], bool], timeout: float
@@ -163,6 +195,36 @@ class WebhookReceiver:
                 if hit is not None or left <= 0:
                     return hit
                 self._cond.wait(left)
+
+
+_HELD: dict[tuple[str, int], tuple[WebhookReceiver, int]] = {}
+_HELD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def held(host: str, port: int, lab: str | None) -> Iterator[WebhookReceiver]:
+    """The receiver listening on host:port while the block runs: the one this process already
+    holds there (a suite's, for its lab instance), else a new one; it stops when its last
+    holder is done. Raises LabError when the address cannot be listened on."""
+    with _HELD_LOCK:
+        receiver, holders = _HELD.get((host, port), (None, 0))
+        if receiver is None:
+            receiver = WebhookReceiver(host, port, lab).start()
+        elif receiver.lab != lab:
+            raise LabError(
+                f"the alert receiver on {host}:{port} is lab {receiver.lab!r}'s, not {lab!r}'s",
+                hint="give each lab its own gameday_lab.monitoring.receiver_listen",
+            )
+        _HELD[(host, port)] = (receiver, holders + 1)
+    try:
+        yield receiver
+    finally:
+        with _HELD_LOCK:
+            receiver, holders = _HELD.pop((host, port))
+            if holders > 1:
+                _HELD[(host, port)] = (receiver, holders - 1)
+            else:
+                receiver.stop()
 
 
 # ---- `gameday alerts test`: the DeepGEMM crash write-up's check of the whole path ----------

@@ -3,6 +3,7 @@ run each scenario, write the reports."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import traceback
@@ -11,9 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner import __version__
-from runner.errors import LeftoversError
+from runner.errors import GamedayError, LeftoversError
 from runner.labs import LabDriver, open_lab, wait_all_ready
 from runner.labs.capabilities import lacking
+from runner.labs.registry import entry
 from runner.report import write_reports
 from runner.results.repopaths import repository_root, shown
 from runner.results.rundirs import link_latest
@@ -31,6 +33,7 @@ from runner.run import Progress, journal, run_scenario, shielded_from_sigint
 from runner.run.capacity import overload
 from runner.run.interrupt import Interrupted, ScenarioInterrupted, interruption
 from runner.run.parallel import check_parallel, instance, run_workers
+from runner.run.receiver import held
 from runner.spec.checks import check_engine_names
 from runner.spec.inventory import Inventory
 from runner.spec.inventory_load import check_scenario
@@ -226,9 +229,12 @@ class _Suite:
         self.finished: dict[int, ScenarioResult] = {}  # by id() of the scenario, as each ends
         self.journals: dict[int, journal.Journal] = {}
         self.started_here: set[int] = set()
+        self.receivers: dict[int, contextlib.ExitStack] = {}  # each instance's, while it runs
+        self.receive = False  # some scenario asks for an alert's delivery
 
     def run(self, todo: list[LoadedScenario], workers: int) -> list[ScenarioResult]:
         """The scenarios' results, in order."""
+        self.receive = any(a.delivered for ls in todo for a in ls.scenario.detect.alerts)
         if workers == 1:
             try:
                 self.setup(0)
@@ -242,6 +248,7 @@ class _Suite:
 
     def setup(self, k: int) -> None:
         lab = self.labs[k]
+        self.receivers[k] = self._receiver(lab)
         if not lab.is_up():
             self.progress(f"bringing up lab {lab.inventory.lab.name!r}")
             lab.up()
@@ -280,8 +287,24 @@ class _Suite:
             self.stopped.set()
         return result
 
+    def _receiver(self, lab: LabDriver) -> contextlib.ExitStack:
+        """The instance's alert receiver, listening from before its lab comes up until its
+        teardown, when a scenario asks for a delivery: what Alertmanager delivers between
+        scenarios (the boot's alerts, a resolution after a scenario ended) is taken, and
+        Alertmanager's notification log stays true (see runner/run/receiver.py)."""
+        stack = contextlib.ExitStack()
+        spec = lab.inventory.lab
+        if self.receive and spec.monitoring is not None:
+            host, port = entry(spec.kind).receiver_listen(lab.inventory)
+            # one that cannot listen is reported by each scenario that needs it
+            with contextlib.suppress(GamedayError):
+                stack.enter_context(held(host, port, spec.name))
+        return stack
+
     def teardown(self, k: int) -> None:
         lab = self.labs[k]
+        if k in self.receivers:
+            self.receivers.pop(k).close()
         if k in self.journals and not journal.open_changes(lab.state_dir):
             self.journals[k].close()
         if k in self.started_here:

@@ -17,6 +17,11 @@ from runner.errors import LabError
 from runner.labs.common.alertmanager_config import prometheus_alerting
 from runner.spec.inventory import Inventory, Monitoring, Role
 
+# The label every alert of a lab's Prometheus carries to Alertmanager (its `external_labels`):
+# the lab's name, `<name>-p<k>` for an instance of `--parallel`, so that the runner's receiver
+# tells its own lab's alerts from any other's.
+LAB_LABEL = "gameday_lab"
+
 # One client for every look at Prometheus: a new one per call builds a TLS context (the CA
 # bundle read and parsed, ~5 ms of CPU), and wait_scraped looks every 50 ms. httpx clients are
 # thread-safe.
@@ -49,6 +54,7 @@ def write_prometheus(
             "scrape_interval": interval,
             "evaluation_interval": interval,
             "scrape_timeout": interval,
+            "external_labels": external_labels(inventory),
         },
         "rule_files": [rules_path or str(pdir / "rules.yml")],
         "scrape_configs": [
@@ -66,6 +72,11 @@ def write_prometheus(
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     tmp.replace(pdir / "prometheus.yml")
     (pdir / "scrape_network").write_text(exporter_network)
+
+
+def external_labels(inventory: Inventory) -> dict[str, str]:
+    """What a lab's Prometheus adds to each alert it sends: the lab it belongs to."""
+    return {LAB_LABEL: inventory.lab.name}
 
 
 def _engines(inventory: Inventory, hosts: dict[str, str]) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """Instances of a Kubernetes lab (workshop seats, `gameday run --parallel`): instance k (1..N-1;
 0 is the inventory as written) is the same lab in a namespace of its own, `<namespace>-s<k>`,
 which the driver creates and labels with the instance's name `<name>-p<k>` as it labels its own
-namespace. That is how a workshop outgrows one machine: the seats are namespaces of one cluster.
+namespace, and the runner's alert receiver (`monitoring.receiver_listen`, when given) on that
+port + k. That is how a workshop outgrows one machine: the seats are namespaces of one cluster.
 The instance's inventory is written out beside its state (a relative kubeconfig made absolute),
 so that every command given that file reaches the same seat."""
 
@@ -55,6 +56,11 @@ def instance(inventory: Inventory, k: int) -> Inventory:
         lab["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
     kube = lab.setdefault("kubernetes", {})
     kube["namespace"] = namespace_of(spec, k)
+    mon = lab.get("monitoring")
+    if isinstance(mon, dict) and mon.get("receiver_listen"):
+        # every instance's Alertmanager delivers to the runner: each to a receiver of its own
+        host, _, port = str(mon["receiver_listen"]).rpartition(":")
+        mon["receiver_listen"] = f"{host}:{int(port) + k}"
     if spec.kubeconfig:
         kube["kubeconfig"] = str((inventory.path.parent / spec.kubeconfig).resolve())
     state = Path(lab.get("state_dir") or state_root() / lab["name"])

@@ -141,6 +141,7 @@ def prometheus_yml(
             "scrape_interval": interval,
             "evaluation_interval": interval,
             "scrape_timeout": interval,
+            "external_labels": prom.external_labels(inventory),
         },
         "rule_files": ["rules.yml"],  # relative to this file, in the same volume
         "alerting": am_config.prometheus_alerting(am.target(inventory)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -182,6 +183,10 @@ class LocalLab(LabDriver):
         (self._state_dir / "addresses.json").write_text(json.dumps(addresses))
         if self.inventory.lab.monitoring is not None:
             self._write_prometheus(common.SCRAPED_NETWORK)
+            # a new lab, a new notification log: Alertmanager's of the lab's previous life
+            # (kept in its data folder) holds back a firing it believes it already delivered
+            # for its repeat_interval, when the resolution never reached a receiver
+            shutil.rmtree(self._state_dir / "alertmanager" / "data", ignore_errors=True)
         write_private(self._state_dir / "lab.json", json.dumps(spec, indent=2))
         log = (self._state_dir / "supervisor.log").open("ab")
         proc = subprocess.Popen(

@@ -13,11 +13,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runner.errors import GamedayError
+from runner.labs.common.prometheus_config import LAB_LABEL
 from runner.labs.registry import entry
 from runner.results.schema import EventKind, Phase
 from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, utcnow
-from runner.run.receiver import ReceivedAlert, WebhookReceiver
+from runner.run.receiver import ReceivedAlert, WebhookReceiver, held
 from runner.spec.expectations import AlertExpectation
 from runner.spec.kinds import Window
 from runner.spec.scenario import LoadedScenario
@@ -40,16 +41,13 @@ class AlertSeen:
 def alert_receiver(ctx: Context, ls: LoadedScenario) -> Iterator[WebhookReceiver | str | None]:
     """The runner's webhook receiver, listening while the block runs, when the scenario asks for
     a delivery (None otherwise; a str: why it cannot listen). Started before the injection:
-    Alertmanager delivers within group_wait of the alert firing, which can be before detect."""
+    Alertmanager delivers within group_wait of the alert firing, which can be before detect.
+    In a suite it is the instance's, listening since the instance's setup."""
     if not any(a.delivered for a in ls.scenario.detect.alerts):
         yield None
         return
-    receiver = start_receiver(ctx)
-    try:
-        yield receiver
-    finally:
-        if isinstance(receiver, WebhookReceiver):
-            receiver.stop()
+    with contextlib.ExitStack() as stack:
+        yield start_receiver(ctx, stack)
 
 
 def detect(
@@ -72,16 +70,18 @@ def detect(
                 ctx.times.to_detect = got
             if a.delivered:
                 check_delivered(ctx, a, since, receiver)
+        if isinstance(receiver, WebhookReceiver):
+            check_own(ctx, receiver, since)
     return Detected(ctx.times.to_detect)
 
 
-def start_receiver(ctx: Context) -> WebhookReceiver | str:
-    """The runner's webhook receiver, listening; or why it cannot."""
+def start_receiver(ctx: Context, stack: contextlib.ExitStack) -> WebhookReceiver | str:
+    """The lab's webhook receiver, listening until `stack` closes; or why it cannot."""
     if ctx.lab.inventory.lab.monitoring is None:
         return "this lab has no monitoring (gameday_lab.monitoring)"
     host, port = entry(ctx.lab.inventory.lab.kind).receiver_listen(ctx.lab.inventory)
     try:
-        return WebhookReceiver(host, port).start()
+        return stack.enter_context(held(host, port, ctx.lab.inventory.lab.name))
     except GamedayError as exc:
         return exc.message
 
@@ -117,9 +117,8 @@ def check_delivered(
 
     got = receiver.wait_for(mine, max(0.0, left))
     if got is None:
-        others = sorted({f"{r.alertname} {r.status}" for r in receiver.received()})
-        observed = f"nothing delivered after {a.delivery_window_s:g} s real" + (
-            f" (received: {', '.join(others)})" if others else ""
+        observed = f"nothing delivered after {a.delivery_window_s:g} s real" + received_since(
+            receiver, earliest
         )
         ctx.rec.check(phase=Phase.DETECT, name=name, ok=False, expected=expected, observed=observed)
         return
@@ -136,6 +135,34 @@ def check_delivered(
     note = f"; missing annotation text: {', '.join(sorted(missing))}" if missing else ""
     observed = f"delivered {after:.1f} s real after the injection: {got.evidence()}{note}"
     ctx.rec.check(phase=Phase.DETECT, name=name, ok=ok, expected=expected, observed=observed)
+
+
+def received_since(receiver: WebhookReceiver, since: datetime) -> str:
+    """What the receiver took in since `since`, for a failed delivery's evidence: alerts that
+    began before it (a notification of an earlier fault, retried) are named as such."""
+    seen = sorted(
+        {
+            f"{r.alertname} {r.status}"
+            + ("" if (r.started() or since) >= since else " (began before the injection)")
+            for r in receiver.received(since)
+        }
+    )
+    return f" (received: {', '.join(seen)})" if seen else ""
+
+
+def check_own(ctx: Context, receiver: WebhookReceiver, since: datetime) -> None:
+    """An alert of another lab delivered to this lab's receiver is a lab error: the instances'
+    alert paths cross, and no delivery check of theirs can be trusted."""
+    foreign = receiver.foreign(since)
+    if not foreign:
+        return
+    ctx.rec.error(
+        phase=Phase.DETECT,
+        name="detect: only this lab's alerts delivered",
+        expected=f"every alert delivered to {receiver.url} carries {LAB_LABEL}={receiver.lab}",
+        observed=f"{len(foreign)} alert(s) of another lab: "
+        + "; ".join(f"{LAB_LABEL}={r.lab()}: {r.evidence()}" for r in foreign[:3]),
+    )
 
 
 def one_alert(ctx: Context, a: AlertExpectation, since: datetime) -> float | None:

@@ -20,7 +20,14 @@ from runner.labs.common.alertmanager_config import (
 )
 from runner.labs.common.prometheus_config import rule_groups, write_prometheus
 from runner.labs.registry import entry
-from runner.run.receiver import TEST_ALERT, WebhookReceiver, parse_notification, with_test_rule
+from runner.run.parallel import instance
+from runner.run.receiver import (
+    TEST_ALERT,
+    WebhookReceiver,
+    held,
+    parse_notification,
+    with_test_rule,
+)
 from runner.spec.inventory_load import load_inventory
 from runner.spec.kinds import LabKind
 from runner.spec.scenario import load_scenario
@@ -183,3 +190,82 @@ def test_annotations_without_delivered_are_refused_at_their_line(tmp_path: Path)
         load_scenario(p)
     assert "annotations and delivered_within_s need delivered: true" in str(e.value)
     assert e.value.field == "detect.alerts.0"
+
+
+# ---- each lab instance's alerts are its own ------------------------------------------------
+
+
+def _alert(lab: str | None, name: str = "ServingDown") -> dict[str, object]:
+    labels = {"alertname": name, "severity": "page"} | ({"gameday_lab": lab} if lab else {})
+    return {"status": "firing", "labels": labels, "startsAt": "2026-12-01T05:00:00Z"}
+
+
+def test_each_local_instance_s_prometheus_names_its_own_lab_on_its_alerts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path / "state"))
+    seen = {}
+    for k in (0, 1, 2):
+        inv = instance(LOCAL, k)
+        mon = inv.lab.monitoring
+        assert mon is not None
+        pdir = tmp_path / f"p{k}"
+        write_prometheus(pdir, inv, "management", {}, alertmanager=alertmanager_listen(mon))
+        config = yaml.safe_load((pdir / "prometheus.yml").read_text())
+        am = yaml.safe_load(yaml.safe_dump(alertmanager_config(inv, "x")))
+        seen[k] = (
+            config["global"]["external_labels"]["gameday_lab"],
+            config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"][0],
+            receiver_listen(inv),
+            am["route"]["receiver"],
+        )
+    assert seen[0] == ("local", "127.0.79.1:9093", ("127.0.79.1", 9095), "gameday-runner")
+    assert seen[2] == ("local-p2", "127.2.79.1:9093", ("127.2.79.1", 9095), "gameday-runner")
+    # no two instances share a lab label, an Alertmanager or a receiver address
+    for i in range(3):
+        assert len({seen[k][i] for k in seen}) == 3
+
+
+def test_the_receiver_keeps_another_labs_alerts_apart() -> None:
+    port = _free_port()
+    with WebhookReceiver("127.0.0.1", port, "local-p1") as r:
+        body = {"version": "4", "alerts": [_alert("local-p1"), _alert("local-p2", "Other")]}
+        assert httpx.post(f"http://127.0.0.1:{port}/alerts", json=body).status_code == 200
+        assert r.wait_for(lambda a: a.alertname == "ServingDown", 2) is not None
+        assert [a.alertname for a in r.received()] == ["ServingDown"]
+        assert [(a.alertname, a.lab()) for a in r.foreign()] == [("Other", "local-p2")]
+        # never taken for this lab's, however long it waits
+        assert r.wait_for(lambda a: a.alertname == "Other", 0.1) is None
+
+
+def test_an_alert_without_the_lab_label_is_the_labs_own_and_no_lab_takes_every_alert() -> None:
+    now = datetime.now(UTC)
+    mine = WebhookReceiver("127.0.0.1", 0, "local")
+    mine._add(parse_notification({"alerts": [_alert(None), _alert("local")]}, now))
+    assert (len(mine.received()), mine.foreign()) == (2, [])
+    anyone = WebhookReceiver("127.0.0.1", 0)
+    anyone._add(parse_notification({"alerts": [_alert("local-p3")]}, now))
+    assert (len(anyone.received()), anyone.foreign()) == (1, [])
+
+
+def test_received_and_foreign_since_a_moment() -> None:
+    early, late = datetime(2026, 12, 1, 5, 0, tzinfo=UTC), datetime(2026, 12, 1, 5, 1, tzinfo=UTC)
+    r = WebhookReceiver("127.0.0.1", 0, "local")
+    r._add(parse_notification({"alerts": [_alert("local"), _alert("x")]}, early))
+    r._add(parse_notification({"alerts": [_alert("local", "B"), _alert("y")]}, late))
+    assert [a.alertname for a in r.received(late)] == ["B"]
+    assert [a.lab() for a in r.foreign(late)] == ["y"]
+    assert len(r.received()) == len(r.foreign()) == 2
+
+
+def test_a_held_receiver_is_shared_until_its_last_holder_is_done() -> None:
+    port = _free_port()
+    with held("127.0.0.1", port, "local") as outer:
+        with held("127.0.0.1", port, "local") as inner:
+            assert inner is outer
+        # still listening for the outer holder
+        assert httpx.post(f"http://127.0.0.1:{port}/alerts", json=PAYLOAD).status_code == 200
+        with pytest.raises(LabError, match="lab 'local'"), held("127.0.0.1", port, "other"):
+            pass
+    with pytest.raises(httpx.ConnectError):
+        httpx.post(f"http://127.0.0.1:{port}/alerts", json=PAYLOAD)

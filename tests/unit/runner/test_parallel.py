@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from runner.errors import InputError
 from runner.labs.kubernetes import lab_objects
 from runner.labs.kubernetes import manifests as mf
+from runner.labs.kubernetes.alertmanager import config_map as am_cm
 from runner.run.parallel import check_parallel, instance, run_workers
 from runner.spec.inventory import ComposeSpec
 from runner.spec.inventory_load import load_inventory
@@ -149,3 +151,21 @@ def test_instance_k_keeps_a_relative_engine_program_where_the_inventory_is() -> 
     assert two.lab.engine_command == real.lab.engine_command
     assert two.lab.engine_command[0] == str(LOCAL.parent.parent / ".venv-vllm" / "bin" / "vllm")
     assert [n.address for n in two.nodes] == ["127.2.76.10"]
+
+
+def test_a_kubernetes_instance_has_a_receiver_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every instance's Alertmanager delivers to the runner: to one address, instance j's
+    receiver would take instance k's alerts. Instance k's listens on the given port + k."""
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path))
+    inv = load_inventory(ROOT / "inventories" / "kube-testserver.yaml")
+    listens = [instance(inv, k).lab.monitoring.receiver_listen for k in range(3)]  # type: ignore[union-attr]
+    assert listens == ["127.0.79.1:9095", "127.0.79.1:9096", "127.0.79.1:9097"]
+    webhooks = {
+        yaml.safe_load(am_cm(instance(inv, k))["data"]["alertmanager.yml"])["receivers"][0][
+            "webhook_configs"
+        ][0]["url"]
+        for k in range(3)
+    }
+    assert len(webhooks) == 3

@@ -161,6 +161,7 @@ def test_the_scrape_job_keeps_the_serving_and_head_pods_on_the_engine_port() -> 
         "scrape_interval": "150ms",
         "evaluation_interval": "150ms",
         "scrape_timeout": "150ms",
+        "external_labels": {"gameday_lab": inv.lab.name},  # its alerts say whose they are
     }
     assert config["rule_files"] == ["rules.yml"]
     assert config["scrape_configs"] == [

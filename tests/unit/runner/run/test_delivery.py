@@ -13,7 +13,7 @@ from runner.labs.base import LabDriver
 from runner.results.schema import Verdict
 from runner.run.context import Context
 from runner.run.journal import Journal
-from runner.run.phases.detect import check_delivered
+from runner.run.phases.detect import check_delivered, check_own
 from runner.run.receiver import WebhookReceiver, parse_notification
 from runner.run.record import Recorder
 from runner.spec.expectations import AlertExpectation
@@ -121,3 +121,49 @@ def test_no_receiver_is_an_error_not_a_pass() -> None:
         Verdict.ERROR,
         "probe error: this lab has no monitoring (gameday_lab.monitoring)",
     )
+
+
+def notified(receiver: WebhookReceiver, name: str, began: datetime, at: datetime, lab: str) -> None:
+    """A notification of an alert that began at `began`, delivered at `at`, from lab `lab`'s
+    Prometheus (its external label)."""
+    body = {
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": name, "gameday_lab": lab},
+                "startsAt": began.isoformat().replace("+00:00", "Z"),
+            }
+        ]
+    }
+    receiver._add(parse_notification(body, at))
+
+
+def test_the_evidence_leaves_out_what_came_before_the_injection_and_names_earlier_alerts() -> None:
+    since = datetime.now(UTC) - timedelta(seconds=0.7)
+    receiver = WebhookReceiver("127.0.0.1", 0, "local")
+    # the boot's ServingDown, delivered before the injection: not this scenario's business
+    notified(receiver, "ServingDown", since - timedelta(seconds=9), since - timedelta(1), "local")
+    # an earlier fault's alert, its notification retried into this scenario
+    notified(receiver, "KvCacheLow", since - timedelta(seconds=5), since, "local")
+    verdict, observed = check(receiver, since)
+    assert (verdict, observed) == (
+        Verdict.FAILED,
+        "nothing delivered after 60 s real (received: KvCacheLow firing (began before the "
+        "injection))",
+    )
+
+
+def test_another_labs_alert_is_never_this_labs_delivery_and_is_a_lab_error() -> None:
+    since = datetime.now(UTC) - timedelta(seconds=0.7)
+    receiver = WebhookReceiver("127.0.0.1", 0, "local-p1")
+    notified(receiver, "ServingDown", since, since + timedelta(seconds=0.1), "local-p2")
+    verdict, observed = check(receiver, since)
+    assert (verdict, observed) == (Verdict.FAILED, "nothing delivered after 60 s real")
+    ctx = context()
+    check_own(ctx, receiver, since)
+    [a] = ctx.rec.assertions
+    assert (a.name, a.verdict) == ("detect: only this lab's alerts delivered", Verdict.ERROR)
+    assert a.observed.startswith("1 alert(s) of another lab: gameday_lab=local-p2: ServingDown")
+    quiet = context()
+    check_own(quiet, WebhookReceiver("127.0.0.1", 0, "local-p2"), since)
+    assert quiet.rec.assertions == []
