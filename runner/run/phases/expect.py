@@ -55,7 +55,8 @@ def expect_silent(ctx: Context, ls: LoadedScenario) -> Expected:
     capture_evidence(ctx, ls, "at the failure")
     if not all_passed(results):
         return Expected(None)
-    ttf = elapsed_real(ctx.scale, ctx.fault_at or ctx.injected_at, seen_at)
+    start = ctx.fault_at or ctx.injected_at
+    ttf = elapsed_real(ctx.scale, start, seen_at)
     ctx.rec.event("failure observed (silent: seen by the probes)", ts=seen_at, kind=EventKind.FAIL)
     ctx.check_window(
         Phase.EXPECT,
@@ -63,6 +64,7 @@ def expect_silent(ctx: Context, ls: LoadedScenario) -> Expected:
         exp.time_to_fail,
         ttf,
         f"{ttf:.1f} s real from the injection to the probes showing it",
+        (start, seen_at),
     )
     return Expected(round(ttf, 3))
 
@@ -105,6 +107,7 @@ def expect_exit(ctx: Context, ls: LoadedScenario) -> Expected:
         ttf,
         f"{ttf:.1f} s real ({in_lab:.3f} s in the lab, from first output (or the injection) to "
         "exit)",
+        (start, failure.finished_at),
     )
     return Expected(round(ttf, 3))
 

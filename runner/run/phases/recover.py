@@ -193,6 +193,7 @@ def verify(
         v.time_to_recover,
         ttr,
         f"{ttr:.1f} s real ({since} -> probes pass)",
+        (start, passed_at),
     )
     return round(ttr, 3)
 
