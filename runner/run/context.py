@@ -17,7 +17,7 @@ from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.results.schema import Phase, Verdict
 from runner.run.correctness import References
 from runner.run.journal import Journal, OpenStep
-from runner.run.load import LoadWatch, judge, process_watch
+from runner.run.load import Judged, LoadWatch, judge, judge_wait, process_watch
 from runner.run.probing import Probe, ProbeEnv, ProbeResult, run_probes
 from runner.run.record import Recorder
 from runner.spec.kinds import NodeStatus, Window
@@ -33,6 +33,7 @@ START_OVERRUN_S = 30.0
 # How many times its window a wait goes on while the machine's CPUs are contended (window_over):
 # past it, a wait that found nothing is inconclusive rather than waited for without end.
 LOAD_GRACE = 3.0
+LOAD_RECHECK_S = 0.1  # how often a wait extended for the machine's load looks at its clock again
 
 
 def utcnow() -> datetime:
@@ -218,6 +219,11 @@ class Context:
         at most LOAD_GRACE times `lab_s` on the wall."""
         st = self.load.stretch(since)
         return st.wall_s - st.stalled_s > lab_s or st.wall_s > LOAD_GRACE * lab_s
+
+    def missed(self, since: datetime, lab_s: float) -> Judged:
+        """A wait of `lab_s` lab seconds since `since` that did not see what it waited for
+        (load.judge_wait): failed, or inconclusive with the evidence."""
+        return judge_wait(lab_s, self.load.stretch(since))
 
     def probe(
         self, probes: Sequence[Probe], *, record_references: bool = False

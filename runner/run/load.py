@@ -263,3 +263,18 @@ def judge(scale: TimeScale, w: Window, real_s: float, stretch: Stretch | None) -
         f"; under even with the {stalled_real:.1f} s real the CPUs were contended "
         f"({fair:.1f} s real, {stretch.source.value})",
     )
+
+
+def judge_wait(lab_s: float, stretch: Stretch) -> Judged:
+    """A wait of `lab_s` lab seconds (over the span `stretch` describes) that did not see what
+    it waited for: failed once the lab had that long with the contended time taken out;
+    inconclusive when it had less (the wait gave up at its limit, Context.window_over)."""
+    had = stretch.wall_s - stretch.stalled_s
+    if had > lab_s:
+        return Judged(Verdict.FAILED, "")
+    return Judged(
+        Verdict.INCONCLUSIVE,
+        f"; for {stretch.stalled_s:.3f} s of the {stretch.wall_s:.3f} s waited the machine's "
+        f"CPUs were contended ({stretch.source.value}), and without it the lab had {had:.3f} s "
+        f"of the {lab_s:.3f} s its window gives: the machine was too loaded to judge",
+    )

@@ -15,14 +15,12 @@ from runner.errors import GamedayError
 from runner.labs.registry import entry
 from runner.results.schema import EventKind, Phase
 from runner.run import prometheus_api as prometheus
-from runner.run.context import Context, utcnow
+from runner.run.context import LOAD_RECHECK_S, Context, utcnow
 from runner.run.receiver import ReceivedAlert, WebhookReceiver
 from runner.spec.expectations import AlertExpectation
 from runner.spec.kinds import Window
 from runner.spec.scenario import LoadedScenario
 from runner.spec.timing import elapsed_real
-
-LOAD_RECHECK_S = 0.1  # how often a wait extended for the machine's load looks at its clock again
 
 
 @dataclass(frozen=True)

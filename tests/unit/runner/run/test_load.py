@@ -8,15 +8,20 @@ import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import pytest
 from click.testing import CliRunner
 
 from runner.cli.main import EXIT, main
+from runner.labs.base import LabDriver
+from runner.report import write_reports
 from runner.results.schema import Verdict, combine
+from runner.results.trends import Measure, load_history
 from runner.run import context, load, suite
+from runner.run.journal import Journal
 from runner.run.load import (
     LoadWatch,
     PsiClock,
@@ -26,9 +31,15 @@ from runner.run.load import (
     judge,
     parse_psi,
 )
+from runner.run.phases.detect import check_delivered
+from runner.run.receiver import WebhookReceiver
+from runner.run.record import Recorder
+from runner.run.selection import last_failed
+from runner.spec.expectations import AlertExpectation
 from runner.spec.kinds import Window
 from runner.spec.timing import TimeScale
 from tests.support.fakelab import fake_run, inventory, scenario_doc, wrong_flag
+from tests.support.results import NOW, run_result, scenario_result
 from tests.support.stall import watch
 
 PSI_TEXT = (
@@ -264,3 +275,103 @@ def test_through_the_cli_it_exits_3_and_says_so_in_every_report(
     assert "too loaded to judge" in (error.get("message") or "")
     assert "| INCONCLUSIVE | expect: time to fail |" in (folder / "report.md").read_text()
     assert 'class="inconclusive"' in (folder / "report.html").read_text()
+
+
+# ---- a wait that saw nothing: waited for the load too, then judged ---------------------------
+
+
+def not_restoring(tmp_path: Path, share: float, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fix that does not restore (the flag is still wrong): its verify waits out the window."""
+    monkeypatch.setattr(context, "process_watch", lambda: watch(share))
+    doc = scenario_doc()
+    restart = {"kind": "restart", "nodes": ["serving"]}
+    doc["recover"] = [{"name": "Restart", "outcome": "restores", "actions": [restart]}]
+    result = fake_run(tmp_path, doc, wrong_flag()).run()
+    return next(a for a in result.assertions if a.name == "recover 1: Restart: restores service")
+
+
+def test_service_not_back_is_failed_once_the_lab_had_its_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contended half the time, the wait goes on until the lab had the whole window: failed."""
+    restores = not_restoring(tmp_path, 0.5, monkeypatch)
+    assert restores.verdict is Verdict.FAILED, restores.observed
+    assert "too loaded" not in restores.observed
+
+
+def test_service_not_back_on_a_starved_machine_is_inconclusive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contended 9/10 of the time, the lab never had its window before the wait's limit."""
+    restores = not_restoring(tmp_path, 0.9, monkeypatch)
+    assert restores.verdict is Verdict.INCONCLUSIVE, restores.observed
+    assert "waited the machine's CPUs were contended (/proc/pressure/cpu)" in restores.observed
+    assert restores.observed.endswith("the machine was too loaded to judge")
+
+
+def delivery_context(share: float) -> context.Context:
+    lab = SimpleNamespace(inventory=SimpleNamespace(lab=SimpleNamespace(monitoring=None)))
+    return context.Context(
+        lab=cast(LabDriver, lab),
+        scale=TimeScale(scale=100.0, allowance_s=0.0),
+        journal=cast(Journal, None),
+        scenario_id="delivery",
+        target="serving",
+        progress=lambda _s: None,
+        rec=Recorder(),
+        http=cast(httpx.Client, None),
+        load=watch(share),
+    )
+
+
+def test_an_alert_not_delivered_on_a_starved_machine_is_inconclusive() -> None:
+    """The issue's first wrong verdict: "nothing delivered after 780 s real" on a healthy
+    system whose machine was starved."""
+    want = AlertExpectation(name="ExporterTargetDown", within_s=60, delivered=True)
+    for share, verdict in [(0.0, Verdict.FAILED), (0.9, Verdict.INCONCLUSIVE)]:
+        ctx = delivery_context(share)
+        since = datetime.now(UTC) - timedelta(seconds=0.7)  # 60 s real at x100: 0.6 s, gone
+        check_delivered(ctx, want, since, WebhookReceiver("127.0.0.1", 0))
+        [a] = ctx.rec.assertions
+        assert a.verdict is verdict, a.observed
+        assert a.observed.startswith("nothing delivered after 60 s real")
+
+
+# ---- history and --last-failed ---------------------------------------------------------------
+
+
+def test_an_inconclusive_run_is_no_regression_and_no_baseline(tmp_path: Path) -> None:
+    """300 s, then 900 s on a loaded machine (inconclusive), then 320 s: nothing regressed, and
+    the third run is compared with the first."""
+
+    for day, (ttr, verdict) in enumerate(
+        [(300.0, Verdict.PASSED), (900.0, Verdict.INCONCLUSIVE), (320.0, Verdict.PASSED)]
+    ):
+        s = scenario_result("kv", id="kv", verdict=verdict, time_to_recover_s=ttr)
+        run_id = f"2026010{day + 1}T000000Z-aaaaaa"
+        started = NOW + timedelta(days=day)
+        write_reports(run_result(s, run_id=run_id, started_at=started), tmp_path / run_id)
+    [trend] = load_history(tmp_path).trends
+    assert [p.recover_regressed for p in trend.points] == [False, False, False]
+    assert trend.points[2].change_s[Measure.RECOVER] == pytest.approx(20.0)
+
+
+def test_last_failed_runs_an_inconclusive_scenario_again(tmp_path: Path) -> None:
+
+    run = run_result(
+        scenario_result(id="loaded", verdict=Verdict.INCONCLUSIVE),
+        scenario_result(id="fine", verdict=Verdict.PASSED),
+        run_id="r1",
+    )
+    write_reports(run, tmp_path / "r1")
+    assert last_failed(tmp_path).ids == frozenset({"loaded"})
+
+
+@pytest.mark.parametrize(("share", "verdict"), [(0.0, Verdict.FAILED), (0.9, Verdict.INCONCLUSIVE)])
+def test_no_failure_in_a_window_the_load_took_is_inconclusive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, share: float, verdict: Verdict
+) -> None:
+    monkeypatch.setattr(context, "process_watch", lambda: watch(share))
+    result = fake_run(tmp_path, scenario_doc()).run()  # the node serves whatever its args
+    happens = next(a for a in result.assertions if a.name == "expect: failure happens")
+    assert (happens.verdict, result.verdict) == (verdict, verdict), happens.observed
