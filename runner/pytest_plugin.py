@@ -85,7 +85,7 @@ class ScenarioItem(pytest.Item):
             r = excinfo.value.result
             lines = [f"scenario {r.id} {r.verdict.value} on lab {r.lab}"]
             for a in r.assertions:
-                if a.verdict in (Verdict.FAILED, Verdict.ERROR):
+                if a.verdict in (Verdict.FAILED, Verdict.ERROR, Verdict.INCONCLUSIVE):
                     lines += [
                         f"{a.verdict.value.upper()}: {a.name}",
                         f"    expected: {a.expected}",

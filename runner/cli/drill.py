@@ -29,7 +29,13 @@ from runner.run import Progress
 from runner.spec.inventory_load import load_inventory
 
 SERVER_FILE = "server.json"
-EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
+EXIT = {
+    Verdict.PASSED: 0,
+    Verdict.SKIPPED: 0,
+    Verdict.FAILED: 1,
+    Verdict.ERROR: 3,
+    Verdict.INCONCLUSIVE: 3,
+}
 VERBS = ("ack", "hint", "stop")
 
 

@@ -73,7 +73,13 @@ if TYPE_CHECKING:
     from runner.run.suite import SuiteOutcome
 
 MAX_LOG_BYTES = 256 * 1024 * 1024
-EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
+EXIT = {
+    Verdict.PASSED: 0,
+    Verdict.SKIPPED: 0,
+    Verdict.FAILED: 1,
+    Verdict.ERROR: 3,
+    Verdict.INCONCLUSIVE: 3,
+}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=TOP_EXITS)

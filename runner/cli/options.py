@@ -213,7 +213,7 @@ VERDICT_EXITS = exit_codes(
     (0, "every scenario passed (or was skipped)"),
     (1, "an assertion failed"),
     EXIT_INPUT,
-    (3, "lab or infrastructure error, or an assertion gameday could not judge"),
+    (3, "lab or infrastructure error, or inconclusive: a window missed only by the machine's load"),
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
 )

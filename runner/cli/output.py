@@ -120,6 +120,7 @@ _STYLE = {
     Verdict.FAILED: "bold red",
     Verdict.ERROR: "yellow",
     Verdict.SKIPPED: "dim",
+    Verdict.INCONCLUSIVE: "bold yellow",
 }
 
 
@@ -247,7 +248,8 @@ def _times(s: ScenarioResult) -> dict[str, float | None]:
 
 
 def _failed(s: ScenarioResult) -> list[Assertion]:
-    return [a for a in s.assertions if a.verdict in (Verdict.FAILED, Verdict.ERROR)]
+    bad = (Verdict.FAILED, Verdict.ERROR, Verdict.INCONCLUSIVE)
+    return [a for a in s.assertions if a.verdict in bad]
 
 
 def _verdict(v: Verdict) -> str:

@@ -13,7 +13,13 @@ from runner.cli.options import VERDICT_EXITS, exit_codes, handled, reports_optio
 from runner.errors import InputError
 from runner.results.schema import Verdict
 
-EXIT = {Verdict.PASSED: 0, Verdict.SKIPPED: 0, Verdict.FAILED: 1, Verdict.ERROR: 3}
+EXIT = {
+    Verdict.PASSED: 0,
+    Verdict.SKIPPED: 0,
+    Verdict.FAILED: 1,
+    Verdict.ERROR: 3,
+    Verdict.INCONCLUSIVE: 3,
+}
 
 
 @click.command(epilog=VERDICT_EXITS.replace("every scenario", "every scenario of that run", 1))

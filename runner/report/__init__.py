@@ -116,13 +116,18 @@ def properties(result: RunResult, s: ScenarioResult) -> dict[str, str]:
     return props | (drill.properties(s.drill, result.mode) if s.drill else {})
 
 
+# JUnit has no verdict between a failure and a pass: a scenario the machine's load kept from
+# being judged is reported as an error (type "Inconclusive"), as gameday's exit code 3 does
+JUNIT_ERRORS = (Verdict.ERROR, Verdict.INCONCLUSIVE)
+
+
 def junit(result: RunResult) -> str:
     """One <testsuite> per scenario, holding its <properties> and its one <testcase> (the JUnit
     schemas CI tools publish allow properties on a testsuite only). `time` is wall-clock."""
     counts = {
         "tests": str(len(result.scenarios)),
         "failures": str(sum(s.verdict is Verdict.FAILED for s in result.scenarios)),
-        "errors": str(sum(s.verdict is Verdict.ERROR for s in result.scenarios)),
+        "errors": str(sum(s.verdict in JUNIT_ERRORS for s in result.scenarios)),
     }
     total = (result.finished_at - result.started_at).total_seconds()
     suites = ET.Element("testsuites", {"name": "gameday", "time": f"{total:.3f}", **counts})
@@ -133,7 +138,7 @@ def junit(result: RunResult) -> str:
             name=f"gameday.{result.lab.name}.{s.id}",
             tests="1",
             failures=str(int(s.verdict is Verdict.FAILED)),
-            errors=str(int(s.verdict is Verdict.ERROR)),
+            errors=str(int(s.verdict in JUNIT_ERRORS)),
             skipped=str(int(s.verdict is Verdict.SKIPPED)),
             time=f"{_duration(s):.3f}",
             timestamp=s.started_at.isoformat(),
@@ -177,6 +182,18 @@ def _testcase(suite: ET.Element, result: RunResult, s: ScenarioResult) -> None:
             type="LabError",
         )
         el.text = _failure_text(s, Verdict.ERROR)
+    elif s.verdict is Verdict.INCONCLUSIVE:
+        # an <error>, not a <skipped>: CI shows an error as a test that did not pass (a skip is
+        # easily read as fine), and not as an assertion that failed
+        unjudged = [a for a in s.assertions if a.verdict is Verdict.INCONCLUSIVE]
+        why = "; ".join(f"{a.name}: {a.observed}" for a in unjudged)
+        el = ET.SubElement(
+            case,
+            "error",
+            message=f"inconclusive, the machine was too loaded to judge: {why}"[:MESSAGE_CHARS],
+            type="Inconclusive",
+        )
+        el.text = _failure_text(s, Verdict.INCONCLUSIVE)
     elif s.verdict is Verdict.SKIPPED:
         ET.SubElement(case, "skipped", message="; ".join(s.notes))
     out = ET.SubElement(case, "system-out")
@@ -238,6 +255,7 @@ def markdown(result: RunResult) -> str:
                 Verdict.FAILED: "FAIL",
                 Verdict.ERROR: "ERROR",
                 Verdict.SKIPPED: "skip",
+                Verdict.INCONCLUSIVE: "INCONCLUSIVE",
             }
             for a in s.assertions:
                 lines.append(

@@ -94,8 +94,9 @@ class Failure:
 
 
 def failures(result: RunResult) -> list[Failure]:
-    """The scenarios that failed or erred, each with the assertions that did."""
-    bad = (Verdict.FAILED, Verdict.ERROR)
+    """The scenarios that failed, erred or were inconclusive, each with the assertions that
+    were."""
+    bad = (Verdict.FAILED, Verdict.ERROR, Verdict.INCONCLUSIVE)
     return [
         Failure(s, [a for a in s.assertions if a.verdict in bad])
         for s in result.scenarios

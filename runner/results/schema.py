@@ -1,8 +1,10 @@
 """What a run found, as data. Documented in docs/reports.md 'result.json'.
 
-A verdict is one of passed / failed / error / skipped. `error` means gameday could not tell (the
-lab misbehaved, a probe could not be made, the baseline was not steady): it is never reported
-as a pass or a fail of the scenario's assertions.
+A verdict is one of passed / failed / inconclusive / error / skipped. `error` means gameday could
+not tell (the lab misbehaved, a probe could not be made, the baseline was not steady): it is never
+reported as a pass or a fail of the scenario's assertions. `inconclusive` means a timed window was
+missed only by as much as the machine's CPUs were contended while it was measured
+(runner/run/load.py): the machine was too loaded to judge.
 """
 
 from __future__ import annotations
@@ -38,16 +40,19 @@ class Verdict(enum.StrEnum):
     FAILED = "failed"
     ERROR = "error"
     SKIPPED = "skipped"
+    INCONCLUSIVE = "inconclusive"  # a window missed only by the machine's load
 
 
 def combine(verdicts: list[Verdict]) -> Verdict:
+    """The worst of the verdicts, skipped ones aside: error, then failed, then inconclusive
+    (a failure elsewhere is still a failure; an assertion the load kept from being judged keeps
+    the whole from being a pass), then passed."""
     vs = [v for v in verdicts if v is not Verdict.SKIPPED]
     if not vs:
         return Verdict.SKIPPED
-    if Verdict.ERROR in vs:
-        return Verdict.ERROR
-    if Verdict.FAILED in vs:
-        return Verdict.FAILED
+    for worst in (Verdict.ERROR, Verdict.FAILED, Verdict.INCONCLUSIVE):
+        if worst in vs:
+            return worst
     return Verdict.PASSED
 
 

@@ -7,7 +7,10 @@ Like is compared with like: a run with the run of the same mode before it (a run
 drill with a drill, a seat's drill with a seat's), never a person's recovery with gameday's.
 A drill's or a seat's time to recover is the people's, in wall seconds; every other time is
 the system's, real-world seconds (runner.results.durations). A person's wall second is a
-real-world second, so one chart axis holds them all."""
+real-world second, so one chart axis holds them all.
+
+An inconclusive scenario (a window missed only by the machine's load) is no regression, and its
+times, stretched by that load, are no baseline: the next run is compared with the one before."""
 
 from __future__ import annotations
 
@@ -125,19 +128,21 @@ def shown(p: Point, m: Measure) -> str:
 
 
 def _compared(points: list[Point]) -> list[Point]:
-    """The points, oldest first, each with its change against the one of its mode before
-    (the last that gameday carried out)."""
+    """The points, oldest first, each with its change against the one of its mode before (the
+    last that gameday carried out and judged: an error or an inconclusive run aside)."""
     points = sorted(points, key=lambda p: (p.started_at, p.run_id))
     out: list[Point] = []
     last: dict[RunMode, Point] = {}
     for cur in points:
         prev = last.get(cur.mode)
-        # a run gameday could not carry out (an error, an interrupted run) measured nothing: it
-        # is neither compared nor the run the next one is compared with
+        # a run gameday could not carry out (an error, an interrupted run) measured nothing, and
+        # an inconclusive one was not judged: neither is the run the next one is compared with
         if cur.verdict is Verdict.ERROR:
             out.append(cur)
             continue
-        last[cur.mode] = cur
+        unjudged = cur.verdict is Verdict.INCONCLUSIVE
+        if not unjudged:
+            last[cur.mode] = cur
         if prev is None:
             out.append(cur)
             continue
@@ -146,7 +151,8 @@ def _compared(points: list[Point]) -> list[Point]:
             cur.model_copy(
                 update={
                     "change_s": change,
-                    "recover_regressed": regressed(prev.time_to_recover_s, cur.time_to_recover_s),
+                    "recover_regressed": not unjudged
+                    and regressed(prev.time_to_recover_s, cur.time_to_recover_s),
                 }
             )
         )

@@ -17,6 +17,7 @@ from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
 from runner.results.schema import Phase, Verdict
 from runner.run.correctness import References
 from runner.run.journal import Journal, OpenStep
+from runner.run.load import Judged, LoadWatch, judge, judge_wait, process_watch
 from runner.run.probing import Probe, ProbeEnv, ProbeResult, run_probes
 from runner.run.record import Recorder
 from runner.spec.kinds import NodeStatus, Window
@@ -29,6 +30,10 @@ EVENT_LAG_S = 30.0  # how long a wait goes on for events the runtime recorded bu
 # How much longer than start_cost_s a node's start (container, interpreter, imports: none of it
 # scales with the lab) may take on a loaded machine before a wait timed from it gives up.
 START_OVERRUN_S = 30.0
+# How many times its window a wait goes on while the machine's CPUs are contended (window_over):
+# past it, a wait that found nothing is inconclusive rather than waited for without end.
+LOAD_GRACE = 3.0
+LOAD_RECHECK_S = 0.1  # how often a wait extended for the machine's load looks at its clock again
 
 
 def utcnow() -> datetime:
@@ -90,6 +95,8 @@ class Context:
     # what the baseline's probes recorded for later ones to compare with (the correctness
     # probe's answers), kept for this run only
     references: References = field(default_factory=References)
+    # the machine's CPU contention over time: a window missed only by it is inconclusive
+    load: LoadWatch = field(default_factory=lambda: process_watch())
 
     @property
     def boot_timeout_lab(self) -> float:
@@ -183,16 +190,40 @@ class Context:
         self.wait_for(lambda _s, evs: until_event and bool(evs), lab_s)
 
     def check_window(
-        self, phase: Phase, name: str, window: Window, real_s: float, observed: str
-    ) -> bool:
-        """A measured time (real-world seconds) against the scenario's window."""
-        return self.rec.check(
+        self,
+        phase: Phase,
+        name: str,
+        window: Window,
+        real_s: float,
+        observed: str,
+        span: tuple[datetime, datetime],
+        *,
+        expected: str | None = None,
+    ) -> Verdict:
+        """A time measured over `span` (real-world seconds) against the scenario's window:
+        missed only by the machine's contended time within the span, it is inconclusive
+        (load.judge), with the evidence in `observed`. `expected`: in place of the window's
+        description."""
+        judged = judge(self.scale, window, real_s, self.load.stretch(*span))
+        return self.rec.verdict(
             phase=phase,
             name=name,
-            ok=self.scale.check(window, real_s),
-            expected=self.scale.describe(window),
-            observed=observed,
+            verdict=judged.verdict,
+            expected=expected or self.scale.describe(window),
+            observed=observed + judged.evidence,
         )
+
+    def window_over(self, since: datetime, lab_s: float) -> bool:
+        """Whether `lab_s` lab seconds since `since` have passed with the machine's contended
+        time not counted, so that a wait ended then is judged on time the lab had (load.judge);
+        at most LOAD_GRACE times `lab_s` on the wall."""
+        st = self.load.stretch(since)
+        return st.wall_s - st.stalled_s > lab_s or st.wall_s > LOAD_GRACE * lab_s
+
+    def missed(self, since: datetime, lab_s: float) -> Judged:
+        """A wait of `lab_s` lab seconds since `since` that did not see what it waited for
+        (load.judge_wait): failed, or inconclusive with the evidence."""
+        return judge_wait(lab_s, self.load.stretch(since))
 
     def probe(
         self, probes: Sequence[Probe], *, record_references: bool = False

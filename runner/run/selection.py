@@ -149,7 +149,7 @@ def last_failed(reports: Path) -> LastFailed:
     if not runs:
         return LastFailed(None, frozenset())
     result = load_result(runs[-1])
-    bad = (Verdict.FAILED, Verdict.ERROR)
+    bad = (Verdict.FAILED, Verdict.ERROR, Verdict.INCONCLUSIVE)  # not judged is run again
     return LastFailed(
         runs[-1].parent, frozenset(s.id for s in result.scenarios if s.verdict in bad)
     )
