@@ -116,7 +116,11 @@ def test_init_then_run_passes_the_example_and_builtins(
     print(f"\ninit + run of {len(ids)} scenarios in {time.monotonic() - t0:.1f} s")
     result = latest_result(team / "gameday-reports")
     assert result["lab"]["inventory"] == str(team / "gameday" / "lab.yaml")
-    assert {s["id"]: s["verdict"] for s in result["scenarios"]} == dict.fromkeys(ids, "passed")
+    # engine-core-death is about a node whose policy is on-failure: the local lab's serving
+    # restarts always, so it is not on this lab (`gameday plan` says so)
+    assert {s["id"]: s["verdict"] for s in result["scenarios"]} == dict.fromkeys(ids, "passed") | {
+        "engine-core-death": "skipped"
+    }
     [example] = [s for s in result["scenarios"] if s["id"] == "example-model-typo"]
     steps = [e["event"] for e in example["timeline"] if e["kind"] == "step"]
     assert "recover 1: command ../scripts/set-model.sh serving " in "\n".join(steps)
