@@ -162,10 +162,14 @@ class Monitoring(Model):
 
 
 class ComposeSpec(Model):
-    """The docker-compose lab: its compose file (relative to the inventory), project name and
-    image (built by `gameday lab build`)."""
+    """The docker-compose lab: its compose file and playbooks (relative to the inventory; by
+    default the ones that ship with gameday, so a team's inventory names neither), project name
+    and image (built by `gameday lab build`)."""
 
-    file: str = "../compose/compose.yaml"
+    file: str | None = Field(
+        default=None,
+        description="The compose file, relative to the inventory (default: the packaged one).",
+    )
     project: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")] = "gameday-compose"
     image: str = "gameday-lab:latest"
     base_image: str = "debian:bookworm-slim"
@@ -173,7 +177,11 @@ class ComposeSpec(Model):
         default={"management": "mgmt", "overlay": "overlay"},
         description="The lab's networks by role -> their names in the compose file.",
     )
-    playbooks: str = "../playbooks"
+    playbooks: str | None = Field(
+        default=None,
+        description="The host actions' playbooks folder, relative to the inventory (default: "
+        "the packaged one).",
+    )
     subnets: dict[str, Annotated[str, Field(pattern=r"^\d{1,3}\.\d{1,3}\.\d{1,3}\.0/24$")]] = Field(
         default={"management": "172.30.80.0/24", "overlay": "172.30.81.0/24"},
         description="Each network's /24 by role, handed to the compose file as "

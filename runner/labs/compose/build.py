@@ -5,12 +5,18 @@
   is made offline: `mmdebstrap --variant=minbase bookworm` and `docker import`.
 - Python packages come only from wheels built on the host (`pip wheel`), installed in the image
   with `--no-index`; Debian packages (python3, prometheus, node-exporter) over plain http.
-- The image is tagged with a hash of its inputs (the Dockerfile, the package sources, the pinned
-  engine requirements, the base image's id): an unchanged input set is not rebuilt.
+- gameday itself goes into the image as a wheel. In a checkout `pip wheel` builds it from the
+  sources; from an installed package (no sources) the installed distribution's own files, as its
+  RECORD lists them, are packed back into a wheel: the image runs the version the user installed,
+  and nothing is fetched from an index that may not have it.
+- The image is tagged with a hash of its inputs (the Dockerfile, gameday's files: the checkout's
+  sources or the installed distribution's, the pinned engine requirements, the base image's id):
+  an unchanged input set is not rebuilt.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.metadata
 import shutil
@@ -18,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runner.errors import LabError
+from runner.labs.compose.project import PACKAGED_DOCKERFILE
 from runner.spec.inventory import ComposeSpec
 
 OFFLINE_BASE = "gameday/debian:bookworm-mmdebstrap"
@@ -31,7 +39,13 @@ OFFLINE_BASE = "gameday/debian:bookworm-mmdebstrap"
 # image runs what the tests ran.
 ENGINE_REQUIREMENTS = ("starlette", "uvicorn", "prometheus-client")
 ROOT = Path(__file__).resolve().parents[3]
-DOCKERFILE = ROOT / "compose" / "Dockerfile"
+DISTRIBUTION = "gameday"
+PACKAGES = ("labengine", "runner", "vllmfacts")
+# what an installer writes into a .dist-info folder about this installation, not the package:
+# a wheel made from the installed files leaves them out (its RECORD is written anew)
+INSTALLER_FILES = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+# a wheel's entries all carry this time, so the same files make the same wheel
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 Progress = Callable[[str], None]
 
@@ -78,18 +92,106 @@ def requirements() -> list[str]:
     return out
 
 
-def inputs_hash(base_id: str) -> str:
+SourceFiles = Sequence[tuple[str, Path]]  # (its name in the checkout or the wheel, where it is)
+
+
+def in_checkout(root: Path = ROOT) -> bool:
+    """Whether gameday runs from its source checkout (pip can build its wheel from `root`)."""
+    return (root / "pyproject.toml").is_file() and (root / "runner" / "__init__.py").is_file()
+
+
+def checkout_files(root: Path = ROOT) -> list[tuple[str, Path]]:
+    """The checkout's files that go into gameday's wheel: pyproject.toml and the packages'."""
+    out = [("pyproject.toml", root / "pyproject.toml")]
+    for pkg in PACKAGES:
+        for f in sorted((root / pkg).rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                out.append((str(f.relative_to(root)), f))
+    return out
+
+
+def installed_files(dist: importlib.metadata.Distribution) -> list[tuple[str, Path]]:
+    """The installed distribution's files a wheel of it carries, by their path in the wheel: the
+    packages' files and the .dist-info metadata (not the scripts pip writes, the compiled caches
+    or what the installer recorded). LabError when its RECORD lists no package files (an
+    editable install: build from its checkout)."""
+    out: list[tuple[str, Path]] = []
+    for f in dist.files or []:
+        parts = PurePosixPath(str(f)).parts
+        if not parts or ".." in parts or "__pycache__" in parts:
+            continue
+        if parts[0].endswith(".dist-info"):
+            if len(parts) == 2 and parts[1] in INSTALLER_FILES:
+                continue
+        elif parts[0] not in PACKAGES:
+            continue
+        out.append((str(PurePosixPath(*parts)), Path(str(dist.locate_file(f)))))
+    missing = [name for name, path in out if not path.is_file()]
+    if missing:
+        raise LabError(
+            f"the installed gameday lacks {len(missing)} of its files ({', '.join(missing[:3])})",
+            hint="reinstall gameday from its wheel (`pip install --force-reinstall gameday-*.whl`)",
+        )
+    if not any(name.startswith("runner/") for name, _ in out):
+        raise LabError(
+            "the installed gameday lists no package files to build the lab image from",
+            hint="reinstall gameday from its wheel (`pip install gameday-*.whl`), or run "
+            "`gameday lab build` from a clone of the gameday repository",
+        )
+    return sorted(out)
+
+
+def inputs_hash(base_id: str, files: SourceFiles, dockerfile: Path = PACKAGED_DOCKERFILE) -> str:
     h = hashlib.sha256()
-    h.update(DOCKERFILE.read_bytes())
+    h.update(dockerfile.read_bytes())
     h.update(base_id.encode())
     h.update(" ".join(requirements()).encode())
-    h.update((ROOT / "pyproject.toml").read_bytes())
-    for pkg in ("labengine", "runner", "vllmfacts"):
-        for f in sorted((ROOT / pkg).rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts:
-                h.update(str(f.relative_to(ROOT)).encode())
-                h.update(f.read_bytes())
+    for name, path in files:
+        h.update(name.encode())
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def wheel_from_installed(dist: importlib.metadata.Distribution, dest: Path) -> Path:
+    """A wheel of the installed distribution, packed from its installed files with a new RECORD,
+    written into `dest`: what pip installs in the image, for a gameday with no sources here."""
+    files = installed_files(dist)
+    info = next(
+        (n.split("/")[0] for n, _ in files if n.endswith(".dist-info/METADATA")),
+        None,
+    )
+    if info is None:
+        raise LabError(
+            "the installed gameday has no METADATA to build the lab image's wheel from",
+            hint="reinstall gameday from its wheel (`pip install gameday-*.whl`)",
+        )
+    wheel_meta = dist.read_text("WHEEL") or ""
+    tags = [
+        v.strip()
+        for k, _, v in (x.partition(":") for x in wheel_meta.splitlines())
+        if k.strip() == "Tag"
+    ]
+    tag = tags[0] if tags else "py3-none-any"
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / f"{info.removesuffix('.dist-info')}-{tag}.whl"
+    record: list[str] = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, path in files:
+            data = path.read_bytes()
+            entry = zipfile.ZipInfo(name, ZIP_TIME)
+            entry.external_attr = 0o644 << 16
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(entry, data)
+            record.append(f"{name},{_record_hash(data)},{len(data)}")
+        record.append(f"{info}/RECORD,,")
+        entry = zipfile.ZipInfo(f"{info}/RECORD", ZIP_TIME)
+        entry.external_attr = 0o644 << 16
+        zf.writestr(entry, "\n".join(record) + "\n")
+    return wheel
 
 
 def ensure_base(client: Any, base: str, progress: Progress) -> str:
@@ -138,9 +240,16 @@ def make_offline_base(client: Any, progress: Progress) -> str:
     return OFFLINE_BASE
 
 
-def _wheels(dest: Path) -> None:
+def _wheels(dest: Path, dist: importlib.metadata.Distribution | None) -> None:
+    """The engine's requirements as wheels from the index, and gameday's: built from the
+    checkout (`dist` None), else packed from the installed distribution."""
     pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(dest)]
-    for args in (requirements(), ["--no-deps", str(ROOT)]):
+    jobs = [requirements()]
+    if dist is None:
+        jobs.append(["--no-deps", str(ROOT)])
+    else:
+        wheel_from_installed(dist, dest)
+    for args in filter(None, jobs):
         proc = subprocess.run([*pip, *args], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise LabError(
@@ -157,15 +266,27 @@ def build(
     import docker
 
     t0 = time.monotonic()
-    if not (ROOT / "pyproject.toml").exists() or not DOCKERFILE.exists():
+    if not PACKAGED_DOCKERFILE.is_file():
         raise LabError(
-            f"the lab image is built from the source checkout, and {ROOT} is not one",
-            hint="run `gameday lab build` from a clone of the gameday repository",
+            f"the lab image's Dockerfile is not in the package ({PACKAGED_DOCKERFILE})",
+            hint="reinstall gameday from its wheel (`pip install gameday-*.whl`)",
         )
+    dist: importlib.metadata.Distribution | None = None
+    if in_checkout():
+        files = checkout_files()
+    else:
+        try:
+            dist = importlib.metadata.distribution(DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise LabError(
+                f"gameday runs neither from its checkout nor from an installed {DISTRIBUTION}",
+                hint="pip install gameday's wheel, or run from a clone of the gameday repository",
+            ) from exc
+        files = installed_files(dist)
     client = docker_client()
     base = ensure_base(client, spec.base_image, progress)
     base_id = client.images.get(base).id
-    digest = inputs_hash(base_id)
+    digest = inputs_hash(base_id, files)
     repo = spec.image.rsplit(":", 1)[0]
     tag = f"{repo}:{digest}"
     if not (force or no_cache):
@@ -177,8 +298,8 @@ def build(
     with tempfile.TemporaryDirectory(prefix="gameday-build-") as tmp:
         ctx = Path(tmp)
         progress("building wheels on the host")
-        _wheels(ctx / "wheels")
-        shutil.copy(DOCKERFILE, ctx / "Dockerfile")
+        _wheels(ctx / "wheels", dist)
+        shutil.copy(PACKAGED_DOCKERFILE, ctx / "Dockerfile")
         progress(f"docker build {tag} FROM {base}")
         try:
             image, _ = client.images.build(

@@ -58,7 +58,7 @@ from runner.labs.compose import hostactions, project
 from runner.labs.compose.build import docker_client
 from runner.labs.compose.configs import ConfigFiles, config_of, receiver_listen
 from runner.labs.compose.hosts import NodeHosts
-from runner.labs.compose.project import LABEL, compose_command
+from runner.labs.compose.project import LABEL, compose_command, compose_file
 from runner.labs.compose.watch import DockerWatch
 from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import ComposeSpec, Inventory
@@ -77,7 +77,7 @@ class ComposeLab(LabDriver):
         self.capabilities = common.host_capabilities(inventory)
         lab = inventory.lab
         self.spec: ComposeSpec = lab.compose or ComposeSpec()
-        self.compose_file = (inventory.path.parent / self.spec.file).resolve()
+        self.compose_file = compose_file(inventory, self.spec)
         self._state_dir = common.state_dir(lab)
         self.artifacts_dir: Path | None = None  # where host actions keep their Ansible events
         self._client: Any = None

@@ -14,7 +14,7 @@ from typing import Any
 from runner.errors import LabError, LabNotUp
 from runner.labs.base import ProcessState
 from runner.labs.compose import hostactions
-from runner.labs.compose.project import exec_in
+from runner.labs.compose.project import exec_in, playbooks_dir
 from runner.spec.inventory import ComposeSpec, Inventory
 
 
@@ -24,7 +24,7 @@ class NodeHosts:
     def __init__(self, inventory: Inventory, spec: ComposeSpec, host: Callable[[str], Any]) -> None:
         self.inventory = inventory
         self.spec = spec
-        self.playbooks = (inventory.path.parent / spec.playbooks).resolve()
+        self.playbooks = playbooks_dir(inventory, spec)
         self._host = host
 
     def network_name(self, role: str) -> str:

@@ -17,6 +17,7 @@ import yaml
 from runner.errors import InputError
 from runner.fsutil import write_private
 from runner.labs.common.helpers import state_root
+from runner.labs.compose.project import compose_file, playbooks_dir
 from runner.spec.inventory import ComposeSpec, Inventory
 from runner.spec.inventory_load import load_inventory
 
@@ -105,9 +106,8 @@ def instance(inventory: Inventory, k: int) -> Inventory:
         lab["state_dir"] = f"{inventory.lab.state_dir}-p{k}"
     compose = lab.setdefault("compose", {})
     compose["project"] = f"{spec.project}-p{k}"
-    base = inventory.path.parent
-    compose["file"] = str((base / spec.file).resolve())
-    compose["playbooks"] = str((base / spec.playbooks).resolve())
+    compose["file"] = str(compose_file(inventory, spec))
+    compose["playbooks"] = str(playbooks_dir(inventory, spec))
     compose["subnets"] = {
         role: str(move.network(IPv4Network(subnet, strict=False)))
         for role, subnet in spec.subnets.items()

@@ -24,6 +24,27 @@ LABEL = "gameday.lab"
 PROJECT_LABEL = "com.docker.compose.project"
 # an exec is a quick look (a pid file, `vllm-lab smi`): longer is a stuck node
 EXEC_TIMEOUT_S = 30.0
+# What ships with gameday (in a checkout, links to compose/ and playbooks/): the image's
+# Dockerfile, the lab's compose file and the host actions' playbooks.
+PACKAGED = Path(__file__).resolve().parent
+PACKAGED_COMPOSE_FILE = PACKAGED / "data" / "compose.yaml"
+PACKAGED_DOCKERFILE = PACKAGED / "data" / "Dockerfile"
+PACKAGED_PLAYBOOKS = PACKAGED / "playbooks"
+
+
+def compose_file(inventory: Inventory, spec: ComposeSpec) -> Path:
+    """The lab's compose file: the inventory's `compose.file` (relative to it), else the packaged
+    one, so an installed gameday brings up a lab whose inventory names no file."""
+    if spec.file is None:
+        return PACKAGED_COMPOSE_FILE.resolve()
+    return (inventory.path.parent / spec.file).resolve()
+
+
+def playbooks_dir(inventory: Inventory, spec: ComposeSpec) -> Path:
+    """The host actions' playbooks: the inventory's `compose.playbooks`, else the packaged ones."""
+    if spec.playbooks is None:
+        return PACKAGED_PLAYBOOKS.resolve()
+    return (inventory.path.parent / spec.playbooks).resolve()
 
 
 def compose_command() -> list[str]:

@@ -138,7 +138,15 @@ def test_the_wheel_carries_the_catalogue(tmp_path: Path) -> None:
     catalogue's link kept a link."""
     src = tmp_path / "src"
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("runner", "labengine", "vllmfacts", "scenarios", "inventories"):
+    for name in (
+        "runner",
+        "labengine",
+        "vllmfacts",
+        "scenarios",
+        "inventories",
+        "compose",
+        "playbooks",
+    ):
         shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=skip)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
@@ -160,6 +168,12 @@ def test_the_wheel_carries_the_catalogue(tmp_path: Path) -> None:
         "runner/builtin_labs/local.yaml"
     ]
     assert "runner/spec/starter_files/set-model.sh" in names
+    # the compose lab's Dockerfile, compose file and playbooks: `gameday lab build` and `lab up`
+    # from an installed package
+    playbooks = [f"playbooks/{p.name}" for p in sorted((ROOT / "playbooks").glob("*.yaml"))]
+    assert playbooks
+    for name in ("data/Dockerfile", "data/compose.yaml", *playbooks):
+        assert f"runner/labs/compose/{name}" in names, name
 
 
 def test_selection_errors_and_last_failed(team: Path) -> None:
