@@ -18,24 +18,23 @@ import httpx
 
 from runner.cli import output
 from runner.cli.drill_live import DrillView
-from runner.cli.options import VERDICT_EXITS, handled, lab_option, load_all, reports_option
+from runner.cli.options import (
+    VERDICT_EXIT,
+    VERDICT_EXITS,
+    handled,
+    lab_option,
+    load_all,
+    reports_option,
+)
 from runner.drill.launch import run_drill
 from runner.drill.server import start_server
 from runner.drill.session import Drill, DrillOptions, drill_folder
 from runner.errors import InputError, LabError
 from runner.labs import open_lab
-from runner.results.schema import Verdict
 from runner.run import Progress
 from runner.spec.inventory_load import load_inventory
 
 SERVER_FILE = "server.json"
-EXIT = {
-    Verdict.PASSED: 0,
-    Verdict.SKIPPED: 0,
-    Verdict.FAILED: 1,
-    Verdict.ERROR: 3,
-    Verdict.INCONCLUSIVE: 3,
-}
 VERBS = ("ack", "hint", "stop")
 
 
@@ -121,7 +120,7 @@ def start(
             entries[0].loaded, inventory, reports_dir, progress, options=options, on_start=on_start
         )
     output.drill_summary(outcome.result, str(outcome.report_dir))
-    sys.exit(EXIT[outcome.result.verdict])
+    sys.exit(VERDICT_EXIT[outcome.result.verdict])
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from runner.cli.options import (
     AUTO,
     COMMON_EXITS,
     TOP_EXITS,
+    VERDICT_EXIT,
     VERDICT_EXITS,
     check_writable,
     chosen,
@@ -58,7 +59,6 @@ from runner.errors import GamedayError, InputError
 from runner.fsutil import read_bytes
 from runner.labs import open_lab
 from runner.labs.capabilities import lacking
-from runner.results.schema import Verdict
 from runner.run.interrupt import shielded_from_sigint
 from runner.run.selection import Selection
 from runner.run.undo import cleanup_lab
@@ -73,13 +73,6 @@ if TYPE_CHECKING:
     from runner.run.suite import SuiteOutcome
 
 MAX_LOG_BYTES = 256 * 1024 * 1024
-EXIT = {
-    Verdict.PASSED: 0,
-    Verdict.SKIPPED: 0,
-    Verdict.FAILED: 1,
-    Verdict.ERROR: 3,
-    Verdict.INCONCLUSIVE: 3,
-}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=TOP_EXITS)
@@ -201,7 +194,7 @@ def run(
             _reported(stopped.outcome, copies, json_to)
         raise
     _reported(outcome, copies, json_to)
-    sys.exit(EXIT[outcome.result.verdict])
+    sys.exit(VERDICT_EXIT[outcome.result.verdict])
 
 
 def _reported(outcome: SuiteOutcome, copies: dict[str, Path | None], json_to: str | None) -> None:

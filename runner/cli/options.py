@@ -17,7 +17,7 @@ import click
 
 from runner.cli import output
 from runner.errors import GamedayError, InputError, ScenarioError
-from runner.results.schema import Interruption
+from runner.results.schema import Interruption, Verdict
 from runner.run.interrupt import Terminated, interruption
 from runner.run.selection import Selection, last_failed
 from runner.spec.catalogue import Entry, resolve
@@ -33,6 +33,14 @@ def _terminate(signum: int, frame: Any) -> None:
 
 EXIT_SIGINT = 130  # 128 + SIGINT, as a shell reports a program Ctrl-C ended
 EXIT_SIGTERM = 143  # 128 + SIGTERM: CI tells a cancelled job from a failed one
+# the exit code of a command that ends with a verdict (run, drill, report)
+VERDICT_EXIT = {
+    Verdict.PASSED: 0,
+    Verdict.SKIPPED: 0,
+    Verdict.FAILED: 1,
+    Verdict.ERROR: 3,
+    Verdict.INCONCLUSIVE: 3,
+}
 
 
 def interrupted_exit(exc: KeyboardInterrupt) -> int:

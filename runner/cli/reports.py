@@ -9,17 +9,8 @@ from pathlib import Path
 import click
 
 from runner.cli import output
-from runner.cli.options import VERDICT_EXITS, exit_codes, handled, reports_option
+from runner.cli.options import VERDICT_EXIT, VERDICT_EXITS, exit_codes, handled, reports_option
 from runner.errors import InputError
-from runner.results.schema import Verdict
-
-EXIT = {
-    Verdict.PASSED: 0,
-    Verdict.SKIPPED: 0,
-    Verdict.FAILED: 1,
-    Verdict.ERROR: 3,
-    Verdict.INCONCLUSIVE: 3,
-}
 
 
 @click.command(epilog=VERDICT_EXITS.replace("every scenario", "every scenario of that run", 1))
@@ -37,7 +28,7 @@ def report(run: str | None, reports_dir: Path) -> None:
     result = load_result(path)
     write_reports(result, path.parent)
     output.run_summary(result, str(path.parent))
-    sys.exit(EXIT[result.verdict])
+    sys.exit(VERDICT_EXIT[result.verdict])
 
 
 @click.command(

@@ -15,7 +15,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from runner.cli.main import EXIT, main
+from runner.cli.main import main
+from runner.cli.options import VERDICT_EXIT
 from runner.labs.base import LabDriver
 from runner.report import write_reports
 from runner.results.schema import Verdict, combine
@@ -210,7 +211,7 @@ def test_combine(verdicts: list[Verdict], worst: Verdict) -> None:
 
 
 def test_an_inconclusive_run_exits_3() -> None:
-    assert EXIT[Verdict.INCONCLUSIVE] == 3
+    assert VERDICT_EXIT[Verdict.INCONCLUSIVE] == 3
 
 
 # the fake lab's wrong flag exits after 0.2 lab s: 200 s real at x1000, over this 120 s window
