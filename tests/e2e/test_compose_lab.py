@@ -157,11 +157,9 @@ def _no_lab_objects(state: Path) -> list[str]:
 
 
 def _variant(tmp_path: Path, **replace: str) -> Path:
-    paths = {
-        "../compose/compose.yaml": str(ROOT / "compose" / "compose.yaml"),
-        "../playbooks": str(ROOT / "playbooks"),
-    }
-    return variant(INVENTORY, tmp_path, paths | replace)
+    """The compose inventory with `replace` made; it names no file of the checkout (the
+    compose file and playbooks are the package's), so the copy works wherever it is."""
+    return variant(INVENTORY, tmp_path, replace)
 
 
 def test_missing_image_is_one_message_and_nothing_created(state: Path, tmp_path: Path) -> None:

@@ -57,8 +57,6 @@ def lab_inventory(tmp_path: Path, project: str) -> Path:
         {
             "name: compose": "name: owncheck",
             "project: gameday-compose": f"project: {project}",
-            "../compose/compose.yaml": str(ROOT / "compose" / "compose.yaml"),
-            "../playbooks": str(ROOT / "playbooks"),
         },
     )
 

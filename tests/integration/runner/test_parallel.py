@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.labs.common.ansible import ansible_bin
+from runner.labs.compose.project import compose_file, playbooks_dir
 from runner.run.parallel import instance
 from runner.spec.inventory_load import load_inventory
 
@@ -27,8 +28,9 @@ def test_compose_instance_is_a_separate_project(
     assert one.lab.compose is not None and inv.lab.compose is not None
     assert one.lab.compose.project == "gameday-compose-p1"
     assert one.lab.compose.subnets == {"management": "172.30.82.0/24", "overlay": "172.30.83.0/24"}
-    assert Path(one.lab.compose.file) == ROOT / "compose" / "compose.yaml"
-    assert Path(one.lab.compose.playbooks) == ROOT / "playbooks"
+    # the inventory names no compose file or playbooks: every instance uses the package's
+    assert compose_file(one, one.lab.compose) == ROOT / "compose" / "compose.yaml"
+    assert playbooks_dir(one, one.lab.compose) == ROOT / "playbooks"
     assert one.lab.monitoring is not None and one.lab.monitoring.prometheus_listen == (
         "127.0.0.1:19190"
     )
@@ -55,9 +57,6 @@ def test_compose_instance_is_a_separate_project(
     assert instance(inv, 3).lab.compose.subnets["overlay"] == "172.30.87.0/24"  # type: ignore[union-attr]
     # an explicit Prometheus URL moves with its published port
     text = (ROOT / "inventories" / "compose.yaml").read_text()
-    text = text.replace("../compose/", str(ROOT / "compose") + "/").replace(
-        "../playbooks", str(ROOT / "playbooks")
-    )
     src = tmp_path / "with-url.yaml"
     src.write_text(
         text.replace(
