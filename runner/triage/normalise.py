@@ -183,7 +183,10 @@ def normalise(text: str, deadline: Deadline | None = None) -> Lines:
     for number, original in enumerate(originals, start=1):
         if deadline is not None and not number & 0xFFFF:
             deadline.check()
-        body = original if plain else fold_typography(original).replace("\t", " ")
+        if plain or (original.isascii() and "\t" not in original):
+            body = original  # nothing typeset, no tab: most lines
+        else:
+            body = fold_typography(original).replace("\t", " ")
         stripped = body.strip()
         node = None
         if _MAYBE_PREFIX.match(stripped):
