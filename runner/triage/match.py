@@ -209,10 +209,11 @@ class Log:
         if self.deadline is not None:
             self.deadline.check()
 
-    def candidates(self, finder: Any | None, start: int) -> Iterator[int]:
+    def candidates(self, finder: Any | None, start: int, windows: bool = True) -> Iterator[int]:
         """In increasing order from `start`, lines where the unanchored search (`finder`) finds a
         match beginning; no window starting before a yielded line's predecessor, nor between two
-        yielded lines, can match. Every line where there is no finder."""
+        yielded lines, can match. Every line where there is no finder. Without `windows` (a
+        pattern for one line alone) the spaced text, which holds every line, is enough."""
         n = len(self.lines)
         if finder is None:
             for k in range(start, n):
@@ -226,7 +227,8 @@ class Log:
             hi = min(n, pos + stretch)
             upto = min(n, hi + MAX_SPAN - 1)
             best = n
-            for data, at in ((self.spaced, self.spaced_at), (self.joined, self.joined_at)):
+            ways = ((self.spaced, self.spaced_at), (self.joined, self.joined_at))
+            for data, at in ways if windows else ways[:1]:
                 m = finder.search(data, at[pos], min(at[upto], len(data)))
                 if m is not None:
                     best = min(best, bisect_right(at, m.start(), pos, upto) - 1)
@@ -241,7 +243,7 @@ class Log:
         finder = None
         if self.ascii and not rx.flags & ~re.UNICODE:
             finder = _finder(rx.pattern)
-        for k in self.candidates(finder, 0):
+        for k in self.candidates(finder, 0, windows=False):
             m = rx.search(self.lines[k].text)
             if m:
                 return k, m
