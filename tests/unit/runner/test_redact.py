@@ -78,6 +78,8 @@ def test_redact_text(text: str, expected: str) -> None:
         ("key", True),
         ("api-key", True),
         ("num_tokens_secret", True),
+        ("Cookie", True),  # an http step's header
+        ("SESSION_COOKIE", True),
         ("max_tokenskey", True),  # what remains once a count is taken out is judged alone
         ("HF_HOME", False),
         ("max_tokens", False),
