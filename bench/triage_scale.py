@@ -2,7 +2,8 @@
 runs it (`gameday triage FILE --json`, in a process of its own), for a log of many short lines
 with known failures at its end, the case where every pattern has to read the whole log.
 
-    python bench/triage_scale.py [--lines 1000000[,20000,...]] [--goal-s 10] [--goal-mb 500]
+    python bench/triage_scale.py [--lines 1000000[,20000,...]] [--pad 0] [--goal-s 10]
+        [--goal-mb 500]
 
 The log mixes the shapes a pasted log has, most of them lines that continue the one before (no
 level, no stamp: every such line could take part in a wrapped message), then records of their
@@ -41,11 +42,13 @@ SHAPES = (
 )
 
 
-def make_log(path: Path, lines: int) -> None:
+def make_log(path: Path, lines: int, pad: int = 0) -> None:
     tail = "".join((CORPUS / name).read_text() for name in TAIL)
+    words = " and then some more words of no interest" * (pad // 40 + 1)
     with path.open("w") as f:
         for i in range(lines):
-            f.write(SHAPES[i % len(SHAPES)].format(i=i, j=i % 1000) + "\n")
+            line = SHAPES[i % len(SHAPES)].format(i=i, j=i % 1000)
+            f.write((line + words[:pad] if line else line) + "\n")
         f.write(tail)
 
 
@@ -76,6 +79,7 @@ def found(stdout: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", default="1000000", help="comma-separated sizes [1000000]")
+    ap.add_argument("--pad", type=int, default=0, help="characters added to every line [0]")
     ap.add_argument("--goal-s", type=float, default=10.0)
     ap.add_argument("--goal-mb", type=float, default=500.0)
     args = ap.parse_args()
@@ -86,7 +90,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             log = Path(tmp) / f"{n}.log"
-            make_log(log, n)
+            make_log(log, n, args.pad)
             seconds, peak, code, stdout, stderr = measure(log)
             size = log.stat().st_size / 2**20
             print(f"{n:>9} {size:>7.1f} {seconds:>8.2f} {peak:>9.0f} {code:>4}  {found(stdout)}")

@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
-from typing import Any
+from typing import Any, overload
 
 import re2
 
@@ -34,6 +34,7 @@ from runner.triage.normalise import Deadline, Line, Lines
 
 MAX_SPAN = 8  # lines one wrapped message may take
 STRETCH = 256  # lines a search reads on past a place whose windows did not match
+_BLOCK = 8192  # lines encoded at once
 
 # lines that begin a record of their own, so never continue the line before
 _RECORD_START = re.compile(
@@ -147,6 +148,28 @@ def _finder(pattern: str) -> Any | None:
         return None
 
 
+class _Texts(Sequence[str]):
+    """Each line's text, read back from the spaced UTF-8 (a lone surrogate reads as U+FFFD, as
+    RE2 reads it anyway)."""
+
+    def __init__(self, data: bytearray, at: array[int]) -> None:
+        self.data, self.at = data, at
+
+    def __len__(self) -> int:
+        return len(self.at) - 1
+
+    @overload
+    def __getitem__(self, k: int) -> str: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[str]: ...
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        return self.data[self.at[k] : self.at[k + 1] - 1].decode()
+
+
 class Log:
     """Normalised lines with what every pattern's search reuses: where each line's possible
     continuation ends, and the lines joined both ways (as UTF-8, with each line's offset)."""
@@ -177,17 +200,11 @@ class Log:
                 nxt = k
         self.ends = ends
         # the lines of each record joined by a space ("spaced") and by nothing ("joined"), the
-        # records by newlines, as UTF-8; *_at[k] is where line k begins in each
-        bounds = array("q", (k for k in range(n) if starts[k]))
-        bounds.append(n)
-        self.spaced = self._encode(" ", texts, bounds)
-        self.joined = self._encode("", texts, bounds)
-        self.ascii = len(self.spaced) == sum(map(len, texts)) + max(n - 1, 0)
-        sizes = (
-            array("q", map(len, texts))
-            if self.ascii
-            else array("q", (len(_utf8(t)) for t in texts))
-        )
+        # records by newlines, as UTF-8; *_at[k] is where line k begins in each. Both are
+        # written in place a block of lines at a time, so that no copy of the whole log is made
+        self.ascii = all(map(str.isascii, texts))
+        encode: Callable[[str], bytes] = str.encode if self.ascii else _utf8
+        sizes = array("q", map(len, texts) if self.ascii else (len(_utf8(t)) for t in texts))
         self.spaced_at = array("q", accumulate(sizes, lambda a, b: a + b + 1, initial=0))
         self.joined_at = array(
             "q",
@@ -195,15 +212,31 @@ class Log:
                 zip(sizes, starts[1:], strict=False), lambda a, b: a + b[0] + b[1], initial=0
             ),
         )
-        self.joined_at.append(len(self.joined) + 1)
+        joined_size = self.joined_at[-1] + sizes[-1] if n else 0
+        self.joined_at.append(joined_size + 1)
+        spaced, joined = bytearray(max(self.spaced_at[-1] - 1, 0)), bytearray(joined_size)
+        for c in range(0, n, _BLOCK):
+            d = min(n, c + _BLOCK)
+            block = texts[c:d]
+            chunk = encode("\n".join(block))
+            at = self.spaced_at[c]
+            spaced[at : at + len(chunk)] = chunk
+            for k in range(c + 1, min(d + 1, n)):  # a continuation follows a space
+                if not starts[k]:
+                    spaced[self.spaced_at[k] - 1] = 0x20
+            cuts = [k for k in range(c + 1, d) if starts[k]]
+            chunk = encode(
+                "\n".join("".join(block[i - c : j - c]) for i, j in pairwise([c, *cuts, d]))
+            )
+            at = self.joined_at[c]
+            joined[at : at + len(chunk)] = chunk
+            if d < n and starts[d]:  # the next block starts a record
+                spaced[self.spaced_at[d] - 1] = joined[self.joined_at[d] - 1] = 0x0A
+            self._check()
+        self.spaced, self.joined = spaced, joined
+        # the texts are in the spaced text now: each is read back from it when a line is made
+        lines.texts = _Texts(self.spaced, self.spaced_at)
         self._check()
-
-    def _encode(self, sep: str, texts: list[str], bounds: array[int]) -> bytes:
-        text = "\n".join(
-            texts[a] if b - a == 1 else sep.join(texts[a:b]) for a, b in pairwise(bounds)
-        )
-        self._check()
-        return text.encode() if text.isascii() else _utf8(text)
 
     def _check(self) -> None:
         if self.deadline is not None:

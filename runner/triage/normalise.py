@@ -152,7 +152,9 @@ class Lines(Sequence[Line]):
     `Line` when one is read: a million tuples and their numbers would double what a log of
     short lines holds."""
 
-    def __init__(self, originals: list[str], texts: list[str], nodes: list[str | None]) -> None:
+    def __init__(
+        self, originals: Sequence[str], texts: Sequence[str], nodes: Sequence[str | None]
+    ) -> None:
         self.originals, self.texts, self.nodes = originals, texts, nodes
 
     def __len__(self) -> int:

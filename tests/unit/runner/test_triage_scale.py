@@ -147,3 +147,30 @@ def test_the_command_says_which_budget_and_exits_2(tmp_path: Path) -> None:
     assert res.exit_code == 2, res.output
     assert "time budget" in res.output and "--timeout" in res.output
     assert CliRunner().invoke(main, args).exit_code == 0
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 8192])
+def test_the_joined_texts_whatever_the_block_they_are_written_in(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(match, "_BLOCK", block)
+    rng = random.Random(block)
+    for _ in range(30):
+        lines = normalise(random_log(rng) + rng.choice(["", "\n\u00e9 caf\u00e9 \udcff", "\n"]))
+        texts = [ln.text.replace("\udcff", "\ufffd") for ln in lines]
+        log = Log(lines)
+        records: list[list[str]] = []
+        for k, t in enumerate(texts):
+            if k and log.ends[k - 1] > k:  # line k continues line k-1
+                records[-1].append(t)
+            else:
+                records.append([t])
+        for sep, data in ((" ", log.spaced), ("", log.joined)):
+            assert bytes(data) == "\n".join(sep.join(r) for r in records).encode()
+        for k, t in enumerate(texts):
+            b = t.encode()
+            assert log.joined[log.joined_at[k] : log.joined_at[k] + len(b)] == b
+            assert log.spaced[log.spaced_at[k] : log.spaced_at[k] + len(b)] == b
+        assert [ln.text for ln in log.lines] == texts
+        for regex in PATTERNS:
+            assert find(log, regex) == every_window(log, regex), regex
