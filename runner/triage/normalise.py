@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, overload
@@ -176,24 +177,69 @@ class Lines(Sequence[Line]):
             yield self[k]
 
 
+class _Pasted(Sequence[str]):
+    """Each line as pasted, cut from the pasted text when it is read (the text is kept by whoever
+    pasted it anyway): `at[k]` is where line k begins, `at[k + 1]` where the next one does."""
+
+    def __init__(self, text: str, at: array[int]) -> None:
+        self.text, self.at = text, at
+
+    def __len__(self) -> int:
+        return len(self.at) - 1
+
+    @overload
+    def __getitem__(self, k: int) -> str: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[str]: ...
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        nxt = self.at[k + 1]
+        return self.text[self.at[k] : nxt - (2 if self.text.startswith("\r\n", nxt - 2) else 1)]
+
+
+_PIECE = 1 << 20  # characters split into lines at once
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """`text` in pieces of about _PIECE characters, each ending after a newline (or at the end),
+    so that their lines are the text's lines, and no list of every line is made at once."""
+    start = 0
+    while start < len(text):
+        cut = text.find("\n", start + _PIECE)
+        end = len(text) if cut < 0 else cut + 1
+        yield text if (start, end) == (0, len(text)) else text[start:end]
+        start = end
+
+
 def normalise(text: str, deadline: Deadline | None = None) -> Lines:
-    originals = text.splitlines()
     plain = text.isascii() and "\t" not in text
     texts: list[str] = []
     nodes: list[str | None] = []
+    at = array("q", bytes(8 * (count_lines(text) + 1)))
     add_text, add_node = texts.append, nodes.append
-    for number, original in enumerate(originals, start=1):
-        if deadline is not None and not number & 0xFFFF:
+    number, pos, crlf = 0, 0, "\r\n" in text
+    for piece in _pieces(text):
+        if deadline is not None:
             deadline.check()
-        if plain or (original.isascii() and "\t" not in original):
-            body = original  # nothing typeset, no tab: most lines
-        else:
-            body = fold_typography(original).replace("\t", " ")
-        stripped = body.strip()
-        node = None
-        if _MAYBE_PREFIX.match(stripped):
-            stripped, node = _strip_prefixes(body)
-        stripped = unmask(stripped)
-        add_text(original if stripped == original else stripped)
-        add_node(node)
-    return Lines(originals, texts, nodes)
+        for original in piece.splitlines():
+            at[number] = pos
+            number += 1
+            pos += len(original) + (
+                2 if crlf and text.startswith("\r\n", pos + len(original)) else 1
+            )
+            if plain or (original.isascii() and "\t" not in original):
+                body = original  # nothing typeset, no tab: most lines
+            else:
+                body = fold_typography(original).replace("\t", " ")
+            stripped = body.strip()
+            node = None
+            if _MAYBE_PREFIX.match(stripped):
+                stripped, node = _strip_prefixes(body)
+            stripped = unmask(stripped)
+            add_text(original if stripped == original else stripped)
+            add_node(node)
+    at[number] = pos
+    return Lines(_Pasted(text, at), texts, nodes)

@@ -4,6 +4,7 @@ window at every line, and a budget of lines and time."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from runner.spec.scenario import discover, load_scenario
 from runner.triage import BudgetExceeded, normalise, triage
 from runner.triage.match import Log, find, unanchored
 
+# the module, not the function runner.triage exports under its name
+normalise_module = importlib.import_module("runner.triage.normalise")
 ROOT = Path(__file__).resolve().parents[3]
 SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
 CORPUS = ROOT / "tests" / "data" / "triage"
@@ -174,3 +177,18 @@ def test_the_joined_texts_whatever_the_block_they_are_written_in(
         assert [ln.text for ln in log.lines] == texts
         for regex in PATTERNS:
             assert find(log, regex) == every_window(log, regex), regex
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a\r\r\nb", "a\nb\n", "a\r\nb\r\n", "x\x0by\x1cz\u2028w\r", "", "\n\n", "a\r\n\r\nb", "last"],
+)
+@pytest.mark.parametrize("piece", [1, 2, 5, 1 << 20])
+def test_each_line_as_pasted_is_cut_from_the_pasted_text(
+    monkeypatch: pytest.MonkeyPatch, text: str, piece: int
+) -> None:
+    monkeypatch.setattr(normalise_module, "_PIECE", piece)
+    lines = normalise(text * 3)
+    assert [ln.original for ln in lines] == (text * 3).splitlines()
+    assert [ln.number for ln in lines] == list(range(1, len(lines) + 1))
+    assert len(lines) == normalise_module.count_lines(text * 3)
