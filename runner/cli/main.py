@@ -67,6 +67,8 @@ from runner.spec.checks import check_engine_names, check_unique_ids
 from runner.spec.inventory import Inventory
 from runner.spec.inventory_load import check_scenario, load_inventory
 from runner.spec.scenario import LoadedScenario, discover, load_scenario
+from runner.triage import MAX_LINES as TRIAGE_MAX_LINES
+from runner.triage import TIMEOUT_S as TRIAGE_TIMEOUT_S
 
 if TYPE_CHECKING:
     from runner.run.capacity import AutoChoice
@@ -441,8 +443,29 @@ def _is_inventory(path: Path) -> bool:
     help="Print the findings as JSON on stdout (one entry per log: scenario, phase, each "
     "node's view with the evidence's line numbers, advice, recovery).",
 )
+@click.option(
+    "--max-lines",
+    type=click.IntRange(1),
+    default=TRIAGE_MAX_LINES,
+    show_default=True,
+    help="Refuse a log of more lines than this (exit 2), before reading it.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(0, min_open=True),
+    default=TRIAGE_TIMEOUT_S,
+    show_default=True,
+    help="Stop a log not triaged within this many seconds (exit 2; nothing is concluded).",
+)
 @handled
-def triage(logfiles: tuple[str, ...], scenario_dir: Path | None, as_json: bool) -> None:
+def triage(
+    logfiles: tuple[str, ...],
+    scenario_dir: Path | None,
+    as_json: bool,
+    max_lines: int,
+    timeout_s: float,
+) -> None:
     """Name the known failures in pasted or captured logs; `-` is stdin.
 
     Reads a log as people paste it: `kubectl logs` (with --timestamps or --prefix), `docker logs
@@ -460,7 +483,7 @@ def triage(logfiles: tuple[str, ...], scenario_dir: Path | None, as_json: bool) 
     any_found = False
     report: list[dict[str, Any]] = []
     for name in logfiles:
-        findings = do_triage(_read_log(name), loaded)
+        findings = do_triage(_read_log(name), loaded, max_lines, timeout_s)
         any_found |= bool(findings)
         report.append(as_dict(name, findings))
         if not as_json:
@@ -569,7 +592,11 @@ def cleanup(lab_path: Path, parallel: int) -> None:
 triage.epilog = exit_codes(
     (0, "a known failure is recognised in at least one log"),
     (1, "no known failure in any log"),
-    (2, "invalid input (a log file that cannot be read, a scenario folder that does not load)"),
+    (
+        2,
+        "invalid input (a log file that cannot be read, a scenario folder that does not load), "
+        "or a log over the budget: more lines than --max-lines, or not triaged within --timeout",
+    ),
 )
 document_exits(main, COMMON_EXITS)
 

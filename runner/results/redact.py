@@ -1,10 +1,18 @@
 """Secrets never reach a report: values whose names look like tokens, keys or passwords (in
 environment dumps, `NAME=value`, `NAME: value`, Python or JSON dicts, `--flag value` command
-lines, vLLM's "non-default args" line), authorization headers, passwords in URLs, and
-well-known token shapes (Hugging Face, OpenAI-style) are replaced by `<redacted>`.
+lines, vLLM's "non-default args" line), authorization and cookie headers, passwords in URLs,
+`curl -u user:password`, `mysql -pPASSWORD`, "password hunter2" in prose, PEM private keys (the
+block, or what is left of it after a cut), and token shapes are replaced by `<redacted>`.
 
-The patterns run on RE2 (runner.spec.patterns), so redaction takes time linear in the text, however
-long a log line is.
+The token shapes are a secret scanner's: the regex detectors of detect-secrets (AWS access keys,
+GitHub, GitLab, Slack, Stripe, PyPI and npm tokens, JSON Web Tokens, ...), maintained with the
+services' formats, plus Hugging Face's and OpenAI-style keys. Its detectors that need
+lookaround, and those whose matches are not secrets (public IP addresses) or that gameday's own
+rules cover with the context kept readable (a URL's password, a key's header line), are left
+out.
+
+The patterns run on RE2 (runner.spec.patterns), so redaction takes time linear in the text,
+however long a log line is; the token shapes run as one pattern, in one pass.
 
 The undo journal is the one place values are kept as they were (undo must restore them); it is
 written with owner-only permissions.
@@ -12,10 +20,12 @@ written with owner-only permissions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
-from runner.spec.patterns import Match, compile_user
+from runner.spec.patterns import Match, Regex, compile_user
 
 MASK = "<redacted>"
 
@@ -23,7 +33,7 @@ MASK = "<redacted>"
 # are counts and paths, not credentials; other plurals (API_TOKENS) are secrets.
 _SECRET_WORD = (
     r"token|secret|passw(?:or)?d|passphrase|credential|api[_-]?key|private[_-]?key|"
-    r"access[_-]?key|key[_-]data|certificate[_-]data|authorization"
+    r"access[_-]?key|key[_-]data|certificate[_-]data|authorization|cookie"
 )
 _SECRET_SUFFIX = r"(?:^|[_.-])(?:key|pass|auth|pwd)$"
 _SECRET_NAME = compile_user(rf"(?i)(?:{_SECRET_WORD})|{_SECRET_SUFFIX}")
@@ -54,7 +64,18 @@ _FLAG = compile_user(
     rf"(?i)(?P<name>--?{_NAME_CHARS}*(?:{_SECRET_WORD}|[_.-](?:key|pass|auth|pwd)))"
     rf"(?P<sep>\s+)(?P<scheme>)(?P<value>{_VALUE})"
 )
+# a PEM private key: the block from its header to its footer (or to the end of the text, where
+# the output was cut); and what a cut left of one, its last base64 lines before the footer
+_PEM = compile_user(
+    r"(?s)(?P<begin>-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----).*?"
+    r"(?P<end>-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\z)"
+)
+_PEM_TAIL = compile_user(
+    r"(?:[A-Za-z0-9+/=]{16,}(?:\r?\n|\\n))+(?P<end>-----END [A-Z0-9 ]{0,40}PRIVATE KEY)"
+)
 _PATTERNS = [
+    (_PEM, rf"\g<begin>{MASK}\g<end>"),
+    (_PEM_TAIL, rf"{MASK}\g<end>"),
     # bearer tokens outside a header
     (compile_user(r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\g<keep>{MASK}"),
     # user:password@ in a URL
@@ -62,9 +83,80 @@ _PATTERNS = [
         compile_user(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@"),
         rf"\g<keep>{MASK}@",
     ),
+    # curl -u / --user / -U / --proxy-user user:password (the user stays readable)
+    (
+        compile_user(
+            r"(?P<keep>(?:^|[\s'\"])(?:-u|-U|--user|--proxy-user)(?:=|\s+)?['\"]?[^\s:'\"]*:)"
+            r"[^\s'\"]+"
+        ),
+        rf"\g<keep>{MASK}",
+    ),
+    # a cookie header's value, to the end of its line or quote; curl's -b / --cookie
+    (
+        compile_user(r"(?i)(?P<keep>\b(?:set-)?cookie['\"]?\s*:\s*)[^\r\n'\"]*[^\s'\"]"),
+        rf"\g<keep>{MASK}",
+    ),
+    (
+        compile_user(r"(?P<keep>(?:^|\s)(?:-b|--cookie)\s+['\"]?)[^\s'\"]*=[^\s'\"]*"),
+        rf"\g<keep>{MASK}",
+    ),
+    # the MySQL and MariaDB clients take a password glued to -p
+    (
+        compile_user(
+            r"(?P<keep>\b(?:mysql|mariadb)[\w-]*(?:[ \t]+[^\s]+)*?[ \t]+-p)"
+            r"(?:'[^'\n]*'?|\"[^\"\n]*\"?|[^\s'\"<]\S*)"
+        ),
+        rf"\g<keep>{MASK}",
+    ),
     (compile_user(r"\bhf_[A-Za-z0-9]{20,}\b"), MASK),
     (compile_user(r"\bsk-[A-Za-z0-9_-]{20,}\b"), MASK),
 ]
+# "password hunter2": a password word then a bare value, in prose or an argument list; the words
+# a sentence about passwords goes on with are not values
+_PROSE = compile_user(
+    r"(?i)(?P<keep>\b(?:password|passwd|passphrase)\s+)(?P<value>[^\s'\",;<][^\s'\",;]*)"
+)
+_PROSE_WORD = re.compile(
+    r"(?i)is|was|are|were|for|of|to|and|or|the|an?|in|on|at|by|with|not|no|must|should|will"
+    r"|can(?:not)?|could|may|authentication|incorrect|invalid|required|expired|changed|reset"
+    r"|prompt|policy|file|updated|accepted|rejected"
+)
+# characters of a token a shape's match ends inside (a lazy JWT signature, a longer key)
+_TOKEN_TAIL = r"[A-Za-z0-9_.+/=~-]*"
+# detectors left out: their matches are not secrets, or gameday's rules above mask the secret
+# with its context kept readable
+_WORD_END = r"(?!\w)"
+_LEFT_OUT = frozenset({"IPPublicDetector", "BasicAuthDetector", "PrivateKeyDetector"})
+
+
+@cache
+def token_shapes() -> Regex:
+    """detect-secrets' regex detectors as one RE2 pattern (each detector's patterns that RE2
+    compiles; GitLab's trailing `(?!\\w)` is dropped, as the token tail runs to the word's end)."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    parts = []
+    detectors: list[type[Any]] = list(get_mapping_from_secret_type_to_class().values())
+    for cls in detectors:
+        if not issubclass(cls, RegexBasedDetector) or cls.__name__ in _LEFT_OUT:
+            continue
+        for rx in getattr(cls, "denylist", ()):
+            flags = "i" if rx.flags & re.IGNORECASE else ""
+            part = f"(?{flags}:{rx.pattern.removesuffix(_WORD_END)})"
+            try:
+                compile_user(part)
+            except ValueError:
+                continue  # lookaround: an assignment form the name rules above cover
+            parts.append(part)
+    return compile_user(f"(?:{'|'.join(parts)}){_TOKEN_TAIL}")
+
+
+def _prose(m: Match) -> str:
+    value = str(m.group("value"))
+    if _PROSE_WORD.fullmatch(value):
+        return str(m.group(0))
+    return f"{m.group('keep')}{MASK}"
 
 
 def secret_name(name: str) -> bool:
@@ -86,7 +178,8 @@ def redact(text: str) -> str:
     text = _FLAG.sub(_assignment, text)
     for rx, repl in _PATTERNS:
         text = rx.sub(repl, text)
-    return text
+    text = _PROSE.sub(_prose, text)
+    return token_shapes().sub(MASK, text)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:

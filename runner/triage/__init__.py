@@ -14,18 +14,41 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from runner.spec.expectations import NodeSignature, Pattern
 from runner.spec.kinds import Outcome
 from runner.spec.scenario import LoadedScenario
 from runner.triage.advice import advise
 from runner.triage.match import Evidence, Log, find_in_order
-from runner.triage.normalise import Line, fold_typography, normalise
+from runner.triage.normalise import (
+    BudgetExceeded,
+    Deadline,
+    Line,
+    count_lines,
+    fold_typography,
+    normalise,
+)
 from vllmfacts import startup
 from vllmfacts.startup import StartupPhase
 from vllmfacts.wording import Era, Platform
 
-__all__ = ["Finding", "Sighting", "identifying", "normalise", "signatures", "triage"]
+__all__ = [
+    "MAX_LINES",
+    "TIMEOUT_S",
+    "BudgetExceeded",
+    "Finding",
+    "Sighting",
+    "identifying",
+    "normalise",
+    "signatures",
+    "triage",
+]
+
+# A log's budget: a million short lines take a few seconds and a few hundred MB; a log past these
+# is refused (or stopped) with a message rather than left to run for minutes.
+MAX_LINES = 2_000_000
+TIMEOUT_S = 60.0
 
 # what only a serving engine logs: a failure after these is a serving-phase failure
 _SERVING = re.compile(
@@ -94,16 +117,25 @@ def _elsewhere(e: NodeSignature) -> tuple[str, str, list[Pattern]]:
     return "a worker's", e.node, identifying(e.in_order, all_if_none=True)
 
 
+def _marker_lines(log: Log) -> list[tuple[int, StartupPhase]]:
+    """(the first line index, phase) of every start-up marker the log shows."""
+    found = [(log.first(rx), p) for p, rx in MARKERS]
+    return [(hit[0], p) for hit, p in found if hit is not None]
+
+
 def phase_of(
-    lines: Sequence[Line], last: int, declared: StartupPhase | None
+    log: Log | Sequence[Line],
+    last: int,
+    declared: StartupPhase | None,
+    markers: list[tuple[int, StartupPhase]] | None = None,
 ) -> tuple[StartupPhase | None, str]:
     """The furthest phase shown by the log's own lines up to line number `last`, or by the
-    failure itself (the phase the scenario declares for it), whichever is later; else none."""
-    best = -1
-    for ln in lines[:last]:
-        for p, rx in MARKERS:
-            if _ORDER.index(p) > best and rx.search(ln.text):
-                best = _ORDER.index(p)
+    failure itself (the phase the scenario declares for it), whichever is later; else none.
+    `markers` are the log's (_marker_lines), where they have been read once for several
+    findings."""
+    log = log if isinstance(log, Log) else Log(log)
+    shown = _marker_lines(log) if markers is None else markers
+    best = max((_ORDER.index(p) for k, p in shown if k < last), default=-1)
     if declared is not None and _ORDER.index(declared) > best:
         return declared, "scenario"
     return (_ORDER[best], "log") if best >= 0 else (None, "none")
@@ -114,17 +146,22 @@ def _flat(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def _finding(ls: LoadedScenario, sightings: list[Sighting], lines: Sequence[Line]) -> Finding:
+def _finding(
+    ls: LoadedScenario,
+    sightings: list[Sighting],
+    log: Log,
+    markers: list[tuple[int, StartupPhase]],
+) -> Finding:
     sc = ls.scenario
     last = max(s.evidence[-1].lines[-1].number for s in sightings)
-    phase, source = phase_of(lines, last, sc.expect.phase)
+    phase, source = phase_of(log, last, sc.expect.phase, markers)
     evidence = [(ev.captures, ev.text) for s in sightings for ev in s.evidence]
     return Finding(
         scenario=ls,
         sightings=tuple(sightings),
         phase=phase,
         phase_source=source,
-        advice=tuple(advise(evidence, lines)),
+        advice=tuple(advise(evidence, log)),
         fixes=tuple(s.name for s in sc.recover if s.outcome is Outcome.RESTORES),
         shortcuts=tuple(
             f"{s.name}: {_flat(s.why) or 'does not restore service'}"
@@ -151,22 +188,43 @@ def _distinct(sightings: list[Sighting]) -> list[Sighting]:
     return sorted(kept, key=lambda s: s.evidence[0].number)
 
 
-def triage(text: str, scenarios: Sequence[LoadedScenario]) -> list[Finding]:
-    """The known failures `text` shows, in the order they first appear."""
-    lines = normalise(text)
-    log = Log(lines)
-    found = []
+@cache
+def _folded(regex: str) -> str:
+    return fold_typography(regex)
+
+
+def triage(
+    text: str,
+    scenarios: Sequence[LoadedScenario],
+    max_lines: int = MAX_LINES,
+    timeout_s: float = TIMEOUT_S,
+) -> list[Finding]:
+    """The known failures `text` shows, in the order they first appear. Raises BudgetExceeded
+    for a log of more than `max_lines` lines (before reading it) or one not triaged within
+    `timeout_s` seconds: time and memory grow with the log's size, once."""
+    deadline = Deadline.after(timeout_s)
+    count = count_lines(text)
+    if count > max_lines:
+        raise BudgetExceeded(
+            f"the log has {count} lines, more than triage reads ({max_lines}); nothing is "
+            "concluded",
+            hint="triage the lines around the failure, or raise the budget (--max-lines)",
+        )
+    log = Log(normalise(text, deadline), deadline)
+    found: list[tuple[LoadedScenario, list[Sighting]]] = []
     for ls in scenarios:
         sightings = []
         for view, node, pats in signatures(ls):
             # a pattern's literal typography is folded as the pasted text is (normalise)
-            ev = find_in_order(log, [(fold_typography(p.regex), p.description) for p in pats])
+            ev = find_in_order(log, [(_folded(p.regex), p.description) for p in pats])
             if ev is not None:
                 pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
                 sightings.append(Sighting(view, node, pod, tuple(ev)))
         if sightings:
-            found.append(_finding(ls, _distinct(sightings), lines))
-    return sorted(_most_telling(found), key=lambda f: f.first_line)
+            found.append((ls, _distinct(sightings)))
+    markers = _marker_lines(log) if found else []
+    findings = [_finding(ls, sightings, log, markers) for ls, sightings in found]
+    return sorted(_most_telling(findings), key=lambda f: f.first_line)
 
 
 def _most_telling(found: list[Finding]) -> list[Finding]:

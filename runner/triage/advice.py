@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from runner.triage.normalise import Line
+from runner.triage.match import Log
 from vllmfacts import memory
 from vllmfacts.gpu import gpu_types
 from vllmfacts.models import ModelInfo, ModelNotFound, resolve
@@ -45,8 +45,9 @@ AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the
 _LABEL = {"max_len": "max seq len", "needed": "GiB needed", "available": "GiB available"}
 
 
-def _first(rx: re.Pattern[str], lines: Sequence[Line]) -> re.Match[str] | None:
-    return next((m for ln in lines if (m := rx.search(ln.text))), None)
+def _first(rx: re.Pattern[str], log: Log) -> re.Match[str] | None:
+    hit = log.first(rx)
+    return hit[1] if hit else None
 
 
 class Unusable(Exception):
@@ -64,11 +65,11 @@ def _number(caps: Mapping[str, str], key: str) -> float | None:
     return v if v > 0 else None  # a masked figure reads as zeros: no figure
 
 
-def _tp(info: ModelInfo, lines: Sequence[Line]) -> int:
+def _tp(info: ModelInfo, log: Log) -> int:
     """The log's tensor-parallel size, checked as vLLM checks it: it divides the attention heads,
     and the KV heads divide it or it divides them (vllm/config/model.py,
     QKVParallelLinear)."""
-    m = _first(_TP, lines)
+    m = _first(_TP, log)
     tp = int(m.group("v")) if m else 1
     heads, kv = int(info.config["num_attention_heads"]), info.num_kv_heads
     if tp < 1:
@@ -81,8 +82,8 @@ def _tp(info: ModelInfo, lines: Sequence[Line]) -> int:
     return tp
 
 
-def _model(lines: Sequence[Line]) -> ModelInfo | None:
-    m = _first(_MODEL, lines)
+def _model(log: Log) -> ModelInfo | None:
+    m = _first(_MODEL, log)
     if m is None:
         return None
     try:
@@ -91,21 +92,21 @@ def _model(lines: Sequence[Line]) -> ModelInfo | None:
         return None
 
 
-def _gpu_total(lines: Sequence[Line]) -> tuple[float, str] | None:
+def _gpu_total(log: Log) -> tuple[float, str] | None:
     """The GPU's memory in GiB, and where it came from."""
-    m = _first(_TOTAL, lines)
+    m = _first(_TOTAL, log)
     if m:
         return float(m.group("v") or m.group("w")), "the log's total GPU memory"
     for gpu in gpu_types().values():
-        if any(gpu.name in ln.text for ln in lines):
+        if log.first(re.compile(re.escape(gpu.name))):
             return gpu.cuda_total_bytes / GIB, f"the {gpu.name} the log names"
     return None
 
 
-def _utilization(lines: Sequence[Line], short: float, max_len: int) -> str:
+def _utilization(log: Log, short: float, max_len: int) -> str:
     """The --gpu-memory-utilization line: how much more of the GPU the missing KV budget is."""
-    total = _gpu_total(lines)
-    util = _first(_UTIL, lines)
+    total = _gpu_total(log)
+    util = _first(_UTIL, log)
     if total is None:
         return (
             f"--gpu-memory-utilization: raise it by {short:.2f} GiB / the GPU's memory "
@@ -130,18 +131,18 @@ def _utilization(lines: Sequence[Line], short: float, max_len: int) -> str:
 
 def _fit_len_by_model(
     info: ModelInfo,
-    lines: Sequence[Line],
+    log: Log,
     era: Era,
     max_len: int,
     available: float,
     block: int = memory.BLOCK_SIZE,
 ) -> tuple[int, float]:
     """(the longest fitting length, GiB one request of max_len needs) from the lab engine."""
-    batched = _first(_BATCHED, lines)
+    batched = _first(_BATCHED, log)
     layout = memory.KvLayout(
         block_size=block,
         full_layers=info.num_layers - info.sliding_layers(),
-        per_token_per_layer=info.kv_bytes_per_token_per_layer(_tp(info, lines)),
+        per_token_per_layer=info.kv_bytes_per_token_per_layer(_tp(info, log)),
         sliding_layers=info.sliding_layers(),
         sliding_window=info.sliding_window,
         max_in_flight_tokens=int(batched.group("v")) if batched else DEFAULT_BATCHED,
@@ -164,7 +165,7 @@ def _cpu_budget(budget: float, needed: float, available: float, max_len: int) ->
     )
 
 
-def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> list[str]:
+def kv_shortage(caps: Mapping[str, str], text: str, log: Log) -> list[str]:
     """Advice for a KV shortage from its captured numbers, or none when the figures are missing.
     Raises Unusable for a figure no vLLM run could have shown."""
     max_len, needed, available = (_number(caps, k) for k in ("max_len", "needed", "available"))
@@ -173,8 +174,8 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
     if needed <= available:
         raise Unusable(f"the log's {needed:g} GiB needed is not more than its {available:g} GiB")
     era = Era.V0_33 if "model's max seq len" in text or "which also controls" in text else Era.V0_19
-    info = _model(lines)
-    cpu = _first(_CPU_BUDGET, lines)
+    info = _model(log)
+    cpu = _first(_CPU_BUDGET, log)
     block = memory.CPU_BLOCK_SIZE if cpu else memory.BLOCK_SIZE
     how = "by proportion from the message's own figures; the log names no model gameday knows"
     fit = int(available / needed * max_len) // block * block
@@ -183,7 +184,7 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
         # the null block, and vLLM's estimate searches it as it is
         fit_era = Era.V0_19 if cpu else era
         by_model, model_needed = _fit_len_by_model(
-            info, lines, fit_era, int(max_len), available, block
+            info, log, fit_era, int(max_len), available, block
         )
         if abs(model_needed - needed) <= AGREE * needed:
             fit, needed = by_model, model_needed
@@ -200,19 +201,17 @@ def kv_shortage(caps: Mapping[str, str], text: str, lines: Sequence[Line]) -> li
         f"--max-model-len {int(max_len)} needs {needed:.2f} GiB: {short:.2f} GiB more KV budget",
         _cpu_budget(float(cpu.group("v")), needed, available, int(max_len))
         if cpu
-        else _utilization(lines, short, int(max_len)),
+        else _utilization(log, short, int(max_len)),
     ]
 
 
-def advise(
-    evidence_caps: Sequence[tuple[Mapping[str, str], str]], lines: Sequence[Line]
-) -> list[str]:
+def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], log: Log) -> list[str]:
     """Advice from the first evidence with KV-shortage figures. Figures that cannot be computed
     with give one line saying why, in place of numbers."""
     for caps, text in evidence_caps:
         if {"max_len", "needed", "available"} <= caps.keys():
             try:
-                return kv_shortage(caps, text, lines)
+                return kv_shortage(caps, text, log)
             except Unusable as exc:
                 return [f"no numeric advice: {exc}"]
             except ArithmeticError as exc:

@@ -5,19 +5,36 @@ that continue it (up to `MAX_SPAN`; a continuation never starts a new record, co
 node and is not blank), joined both with a space (an editor wraps at a word) and with nothing (a
 terminal cuts mid-word). The evidence is the first line where the match starts, with the lines it
 needed.
+
+Trying those windows at every line reads each line dozens of times per pattern, so a log is read
+in one pass per pattern instead: its lines are joined once, both ways, into two texts in which
+only the lines that start a record begin after a newline, and the pattern without its anchors
+(`^`, `$`, `\\b`, ...) is searched there on RE2 (linear in the text), never across a newline. Any
+window that matches is a stretch of those texts, so the first such match starts on the line
+where the first window can start, or on the line after it (an anchor may need the character
+before). Windows are tried only there; where they fail, the search goes on after that line, over
+a bounded stretch of lines.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, pairwise
+from typing import Any, overload
+
+import re2
 
 from runner.spec.patterns import Regex, compile_user
 from runner.spec.signature import MAX_LINE
-from runner.triage.normalise import Line
+from runner.triage.normalise import Deadline, Line, Lines
 
 MAX_SPAN = 8  # lines one wrapped message may take
+STRETCH = 256  # lines a search reads on past a place whose windows did not match
+_BLOCK = 8192  # lines encoded at once
 
 # lines that begin a record of their own, so never continue the line before
 _RECORD_START = re.compile(
@@ -28,6 +45,12 @@ _RECORD_START = re.compile(
     r"|\d{4}-\d{2}-\d{2}[ T]\d|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}"
     r"|[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b:)"
 )
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str) -> bytes:
+    """As RE2 reads it (runner.spec.patterns): a lone surrogate is U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text).encode()
 
 
 @dataclass(frozen=True)
@@ -51,10 +74,6 @@ class Evidence:
         return " ".join(ln.text for ln in self.lines)
 
 
-def _continues(first: Line, line: Line) -> bool:
-    return bool(line.text) and line.node == first.node and not _RECORD_START.match(line.text)
-
-
 def _search(rx: Regex, lines: Sequence[Line]) -> tuple[str, dict[str, str]] | None:
     """The separator and the groups of the first joining of `lines` the pattern matches, where
     the match needs the first line (the same match without it belongs to a later start)."""
@@ -68,25 +87,218 @@ def _search(rx: Regex, lines: Sequence[Line]) -> tuple[str, dict[str, str]] | No
     return None
 
 
+def unanchored(pattern: str) -> str:
+    """`pattern` without its zero-width assertions (`^`, `$`, `\\A`, `\\z`, `\\b`, `\\B`) outside
+    character classes: it matches wherever `pattern` matches, whatever the text around."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            end = i + 2
+            if nxt == "Q":  # \Q...\E quotes literally
+                e = pattern.find("\\E", i + 2)
+                end = n if e < 0 else e + 2
+            elif nxt in ("p", "P", "x") and pattern[i + 2 : i + 3] == "{":
+                e = pattern.find("}", i + 3)
+                end = n if e < 0 else e + 1
+            elif not in_class and nxt in ("b", "B", "A", "z"):
+                i = end
+                continue
+            out.append(pattern[i:end])
+            i = end
+        elif in_class:
+            if c == "[" and pattern[i + 1 : i + 2] == ":" and (e := pattern.find(":]", i)) > 0:
+                out.append(pattern[i : e + 2])
+                i = e + 2
+                continue
+            in_class = c != "]"
+            out.append(c)
+            i += 1
+        elif c == "[":
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"  # a `]` first in a class is a character
+            out.append(pattern[i:j])
+            in_class, i = True, j
+        else:
+            if c not in "^$":
+                out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _options() -> Any:
+    opts = re2.Options()
+    opts.log_errors = False
+    opts.never_nl = True  # a match never runs from one record into the next
+    opts.never_capture = True
+    return opts
+
+
+_OPTIONS = _options()
+
+
+def _finder(pattern: str) -> Any | None:
+    """The unanchored pattern on RE2 for the one-pass search, or None where RE2 refuses it (then
+    every line is tried)."""
+    try:
+        return re2.compile(unanchored(pattern), _OPTIONS)
+    except re2.error:
+        return None
+
+
+class _Texts(Sequence[str]):
+    """Each line's text, read back from the spaced UTF-8 (a lone surrogate reads as U+FFFD, as
+    RE2 reads it anyway)."""
+
+    def __init__(self, data: bytearray, at: array[int]) -> None:
+        self.data, self.at = data, at
+
+    def __len__(self) -> int:
+        return len(self.at) - 1
+
+    @overload
+    def __getitem__(self, k: int) -> str: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[str]: ...
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        return self.data[self.at[k] : self.at[k + 1] - 1].decode()
+
+
 class Log:
     """Normalised lines with what every pattern's search reuses: where each line's possible
-    continuation ends, and the whole text joined both ways (a pattern with no anchor that
-    matches neither cannot match any window of it)."""
+    continuation ends, and the lines joined both ways (as UTF-8, with each line's offset)."""
 
-    def __init__(self, lines: Sequence[Line]) -> None:
-        self.lines = list(lines)
-        self.ends = [self._block_end(i) for i in range(len(self.lines))]
-        self.joined = tuple(sep.join(ln.text for ln in self.lines) for sep in (" ", ""))
+    def __init__(self, lines: Sequence[Line], deadline: Deadline | None = None) -> None:
+        if not isinstance(lines, Lines):
+            lines = Lines(
+                [ln.original for ln in lines], [ln.text for ln in lines], [ln.node for ln in lines]
+            )
+        self.lines = lines
+        self.deadline = deadline
+        n = len(lines)
+        texts, nodes = lines.texts, lines.nodes
+        # 1 where a line cannot continue the one before: blank, another node's, a record's start
+        starts = bytearray(n)
+        match = _RECORD_START.match
+        for k in range(n):
+            t = texts[k]
+            starts[k] = not k or not t or nodes[k] != nodes[k - 1] or match(t) is not None
+        self._check()
+        # the end of each line's longest window: MAX_SPAN lines, or the next record's start
+        ends = array("l", range(MAX_SPAN, n + MAX_SPAN))
+        nxt = n
+        for k in range(n - 1, -1, -1):
+            if nxt < ends[k]:
+                ends[k] = nxt
+            if starts[k]:
+                nxt = k
+        self.ends = ends
+        # the lines of each record joined by a space ("spaced") and by nothing ("joined"), the
+        # records by newlines, as UTF-8; *_at[k] is where line k begins in each. Both are
+        # written in place a block of lines at a time, so that no copy of the whole log is made
+        self.ascii = all(map(str.isascii, texts))
+        encode: Callable[[str], bytes] = str.encode if self.ascii else _utf8
+        sizes = array("q", map(len, texts) if self.ascii else (len(_utf8(t)) for t in texts))
+        self.spaced_at = array("q", accumulate(sizes, lambda a, b: a + b + 1, initial=0))
+        self.joined_at = array(
+            "q",
+            accumulate(
+                zip(sizes, starts[1:], strict=False), lambda a, b: a + b[0] + b[1], initial=0
+            ),
+        )
+        joined_size = self.joined_at[-1] + sizes[-1] if n else 0
+        self.joined_at.append(joined_size + 1)
+        spaced, joined = bytearray(max(self.spaced_at[-1] - 1, 0)), bytearray(joined_size)
+        for c in range(0, n, _BLOCK):
+            d = min(n, c + _BLOCK)
+            block = texts[c:d]
+            chunk = encode("\n".join(block))
+            at = self.spaced_at[c]
+            spaced[at : at + len(chunk)] = chunk
+            for k in range(c + 1, min(d + 1, n)):  # a continuation follows a space
+                if not starts[k]:
+                    spaced[self.spaced_at[k] - 1] = 0x20
+            cuts = [k for k in range(c + 1, d) if starts[k]]
+            chunk = encode(
+                "\n".join("".join(block[i - c : j - c]) for i, j in pairwise([c, *cuts, d]))
+            )
+            at = self.joined_at[c]
+            joined[at : at + len(chunk)] = chunk
+            if d < n and starts[d]:  # the next block starts a record
+                spaced[self.spaced_at[d] - 1] = joined[self.joined_at[d] - 1] = 0x0A
+            self._check()
+        self.spaced, self.joined = spaced, joined
+        # the texts are in the spaced text now: each is read back from it when a line is made
+        lines.texts = _Texts(self.spaced, self.spaced_at)
+        self._check()
 
-    def _block_end(self, i: int) -> int:
-        end = i + 1
-        while (
-            end < len(self.lines)
-            and end - i < MAX_SPAN
-            and _continues(self.lines[i], self.lines[end])
-        ):
-            end += 1
-        return end
+    def _check(self) -> None:
+        if self.deadline is not None:
+            self.deadline.check()
+
+    def candidates(self, finder: Any | None, start: int, windows: bool = True) -> Iterator[int]:
+        """In increasing order from `start`, lines where the unanchored search (`finder`) finds a
+        match beginning; no window starting before a yielded line's predecessor, nor between two
+        yielded lines, can match. Every line where there is no finder. Without `windows` (a
+        pattern for one line alone) the spaced text, which holds every line, is enough."""
+        n = len(self.lines)
+        if finder is None:
+            for k in range(start, n):
+                if not k & 0xFF:
+                    self._check()
+                yield k
+            return
+        pos, stretch = start, n
+        while pos < n:
+            self._check()
+            hi = min(n, pos + stretch)
+            upto = min(n, hi + MAX_SPAN - 1)
+            best = n
+            ways = ((self.spaced, self.spaced_at), (self.joined, self.joined_at))
+            for data, at in ways if windows else ways[:1]:
+                m = finder.search(data, at[pos], min(at[upto], len(data)))
+                if m is not None:
+                    best = min(best, bisect_right(at, m.start(), pos, upto) - 1)
+            if best > hi or best == n:  # no window starts in [pos, hi): each ends before upto
+                pos = hi
+                continue
+            yield best
+            pos, stretch = best + 1, STRETCH
+
+    def first(self, rx: re.Pattern[str]) -> tuple[int, re.Match[str]] | None:
+        """The first line `rx` matches alone (a line, not a window), and the match."""
+        finder = None
+        if self.ascii and not rx.flags & ~re.UNICODE:
+            finder = _finder(rx.pattern)
+        for k in self.candidates(finder, 0, windows=False):
+            m = rx.search(self.lines[k].text)
+            if m:
+                return k, m
+        return None
+
+
+def _window(
+    log: Log, rx: Regex, i: int, anchored: bool, description: str
+) -> tuple[int, Evidence] | None:
+    """The shortest window of lines from line index `i` that the pattern matches, needing `i`."""
+    lines = log.lines
+    last = log.ends[i]
+    if last - i > 1 and not anchored:
+        # a joining that does not match holds no shorter one that does
+        window = lines[i:last]
+        if not any(rx.search(sep.join(ln.text for ln in window)[:MAX_LINE]) for sep in (" ", "")):
+            return None
+    for end in range(i + 1, last + 1):
+        hit = _search(rx, lines[i:end])
+        if hit is not None:
+            return end, Evidence(description, tuple(lines[i:end]), hit[1])
+    return None
 
 
 def find(
@@ -97,22 +309,13 @@ def find(
     log = log if isinstance(log, Log) else Log(log)
     rx = compile_user(regex)
     anchored = "^" in regex or "$" in regex
-    if not anchored and not any(rx.search(text) for text in log.joined):
-        return None
-    lines = log.lines
-    for i in range(start, len(lines)):
-        last = log.ends[i]
-        if last - i > 1 and not anchored:
-            # a joining that does not match holds no shorter one that does
-            window = lines[i:last]
-            if not any(
-                rx.search(sep.join(ln.text for ln in window)[:MAX_LINE]) for sep in (" ", "")
-            ):
-                continue
-        for end in range(i + 1, last + 1):
-            hit = _search(rx, lines[i:end])
+    tried = start - 1
+    for c in log.candidates(_finder(regex), start):
+        for i in range(max(c - 1, tried + 1), c + 1):
+            hit = _window(log, rx, i, anchored, description or regex)
             if hit is not None:
-                return end, Evidence(description or regex, tuple(lines[i:end]), hit[1])
+                return hit
+        tried = c
     return None
 
 

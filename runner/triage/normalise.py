@@ -10,7 +10,13 @@ windows of lines (runner.triage.match), so no guess made here can lose a line.
 from __future__ import annotations
 
 import re
+import time
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, overload
+
+from runner.errors import InputError
 
 # Prefixes that collectors put in front of every line, tried repeatedly in any order (a quoted
 # `kubectl logs --prefix --timestamps` carries three). Each names its node where it can.
@@ -26,12 +32,19 @@ _JOURNALD_PREFIX = re.compile(
 _QUOTE = re.compile(r"^(?:>|&gt;|\|)(?: |$)")
 _LIST_MARKER = re.compile(r"^(?:[-*•→]|\d{1,2}[.)])\s+")
 _FENCE = re.compile(r"^(?:```|~~~)")
+# the start of any of the above: a line that begins with none of them carries none, so it is only
+# stripped of its surrounding spaces (most lines of a log)
+_MAYBE_PREFIX = re.compile(
+    r"```|~~~|>|&gt;|\||\d{4}-\d{2}-\d{2}T|\[pod/|[A-Z][a-z]{2} [ \d]\d \d{2}:|[-*•→]"
+    r"|\d{1,2}[.)]|[a-zA-Z0-9][\w.-]*\s+\|"
+)
 # masked digits: a run of x, X, * or # standing where digits stood (an address or a number):
 # two or more mask characters, or one beside a dot or colon that separates numbers
 _MASK = re.compile(
     r"(?<![A-Za-z_])(?:[xX]{2,}|\*{2,}|#{2,}|(?<=[.:])[xX*#](?=[.:\s]|$)|[xX*#](?=[.:][\dxX*#]))"
     r"(?![A-Za-z_])"
 )
+_MAYBE_MASK = re.compile(r"[xX*#][xX*#.:]|[.:][xX*#]")  # what every _MASK match holds
 
 
 # What a blog, a wiki, a word processor or a chat client does to pasted text: typographic
@@ -62,10 +75,10 @@ def fold_typography(text: str) -> str:
     return _DASH.sub("-", _FLAG_DASH.sub("--", text.translate(_TYPOGRAPHY)))
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(NamedTuple):
     """One pasted line: `number` is 1-based as an editor shows it; `text` is what signatures
-    read; `node` is the node or pod a collector's prefix named."""
+    read; `node` is the node or pod a collector's prefix named. A tuple: a log holds a million of
+    them, and a tuple is the smallest and quickest immutable record."""
 
     number: int
     original: str
@@ -75,6 +88,8 @@ class Line:
 
 def unmask(text: str) -> str:
     """Masked digits read as zeros, so `10.100.xxx.xx` is an address to a `[0-9.]+` pattern."""
+    if not _MAYBE_MASK.search(text):
+        return text
     return _MASK.sub(lambda m: "0" * len(m.group(0)), text)
 
 
@@ -98,9 +113,133 @@ def _strip_prefixes(text: str) -> tuple[str, str | None]:
     return text, node
 
 
-def normalise(text: str) -> list[Line]:
-    lines = []
-    for number, original in enumerate(text.splitlines(), start=1):
-        body, node = _strip_prefixes(fold_typography(original).replace("\t", " "))
-        lines.append(Line(number=number, original=original, text=unmask(body), node=node))
-    return lines
+class BudgetExceeded(InputError):
+    """The log is more than triage may read: more lines than its budget, or not read within its
+    time. Nothing is concluded from a part of it (exit 2, as for a log over the size limit)."""
+
+
+# the characters str.splitlines ends a line at (a CR LF pair ends one line)
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def count_lines(text: str) -> int:
+    """len(text.splitlines()), without making the lines."""
+    breaks = sum(text.count(c) for c in _LINE_BREAKS) - text.count("\r\n")
+    return breaks + (1 if text and text[-1] not in _LINE_BREAKS else 0)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When triage must have finished (time.monotonic()), and the budget it was given."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds)
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise BudgetExceeded(
+                f"triage did not finish within its time budget ({self.seconds:g} s); nothing "
+                "is concluded",
+                hint="triage the lines around the failure, or give it more time (--timeout)",
+            )
+
+
+class Lines(Sequence[Line]):
+    """A log's lines, kept as three columns (pasted text, what signatures read, node) and made a
+    `Line` when one is read: a million tuples and their numbers would double what a log of
+    short lines holds."""
+
+    def __init__(
+        self, originals: Sequence[str], texts: Sequence[str], nodes: Sequence[str | None]
+    ) -> None:
+        self.originals, self.texts, self.nodes = originals, texts, nodes
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @overload
+    def __getitem__(self, k: int) -> Line: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[Line]: ...
+    def __getitem__(self, k: int | slice) -> Line | list[Line]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        return Line(k + 1, self.originals[k], self.texts[k], self.nodes[k])
+
+    def __iter__(self) -> Iterator[Line]:
+        for k in range(len(self)):
+            yield self[k]
+
+
+class _Pasted(Sequence[str]):
+    """Each line as pasted, cut from the pasted text when it is read (the text is kept by whoever
+    pasted it anyway): `at[k]` is where line k begins, `at[k + 1]` where the next one does."""
+
+    def __init__(self, text: str, at: array[int]) -> None:
+        self.text, self.at = text, at
+
+    def __len__(self) -> int:
+        return len(self.at) - 1
+
+    @overload
+    def __getitem__(self, k: int) -> str: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[str]: ...
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        nxt = self.at[k + 1]
+        return self.text[self.at[k] : nxt - (2 if self.text.startswith("\r\n", nxt - 2) else 1)]
+
+
+_PIECE = 1 << 20  # characters split into lines at once
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """`text` in pieces of about _PIECE characters, each ending after a newline (or at the end),
+    so that their lines are the text's lines, and no list of every line is made at once."""
+    start = 0
+    while start < len(text):
+        cut = text.find("\n", start + _PIECE)
+        end = len(text) if cut < 0 else cut + 1
+        yield text if (start, end) == (0, len(text)) else text[start:end]
+        start = end
+
+
+def normalise(text: str, deadline: Deadline | None = None) -> Lines:
+    plain = text.isascii() and "\t" not in text
+    texts: list[str] = []
+    nodes: list[str | None] = []
+    at = array("q", bytes(8 * (count_lines(text) + 1)))
+    add_text, add_node = texts.append, nodes.append
+    number, pos, crlf = 0, 0, "\r\n" in text
+    for piece in _pieces(text):
+        if deadline is not None:
+            deadline.check()
+        for original in piece.splitlines():
+            at[number] = pos
+            number += 1
+            pos += len(original) + (
+                2 if crlf and text.startswith("\r\n", pos + len(original)) else 1
+            )
+            if plain or (original.isascii() and "\t" not in original):
+                body = original  # nothing typeset, no tab: most lines
+            else:
+                body = fold_typography(original).replace("\t", " ")
+            stripped = body.strip()
+            node = None
+            if _MAYBE_PREFIX.match(stripped):
+                stripped, node = _strip_prefixes(body)
+            stripped = unmask(stripped)
+            add_text(original if stripped == original else stripped)
+            add_node(node)
+    at[number] = pos
+    return Lines(_Pasted(text, at), texts, nodes)

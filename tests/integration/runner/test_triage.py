@@ -48,3 +48,23 @@ def test_a_reader_that_stops_early_does_not_change_the_exit_code(tmp_path: Path)
         proc.stdout.close()  # the reader is gone before the first line
         stderr = proc.stderr.read()
         assert (proc.wait(timeout=60), stderr) == (0, b""), extra
+
+
+def test_the_scale_benchmark_prints_its_figures() -> None:
+    """bench/triage_scale.py (a million lines by default) on a small log: a line of figures per
+    size, the failures at the log's end found, and whether the largest met the goals."""
+    p = subprocess.run(
+        [sys.executable, "bench/triage_scale.py", "--lines", "3000,6000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    rows = [ln.split() for ln in p.stdout.splitlines() if ln.split()[:1] in (["3000"], ["6000"])]
+    assert len(rows) == 2
+    for row in rows:
+        seconds, peak, code = float(row[2]), float(row[3]), int(row[4])
+        assert 0 < seconds < 60 and 10 < peak < 2000 and code == 0
+        assert "kv-cache-shortage," in row and "head-only-restart," in row
+    assert "largest:" in p.stdout and "met" in p.stdout

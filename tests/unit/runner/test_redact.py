@@ -78,6 +78,8 @@ def test_redact_text(text: str, expected: str) -> None:
         ("key", True),
         ("api-key", True),
         ("num_tokens_secret", True),
+        ("Cookie", True),  # an http step's header
+        ("SESSION_COOKIE", True),
         ("max_tokenskey", True),  # what remains once a count is taken out is judged alone
         ("HF_HOME", False),
         ("max_tokens", False),
@@ -164,3 +166,134 @@ def test_the_result_the_terminal_prints_is_the_redacted_one(tmp_path: Path) -> N
     written = write_reports(run_result(sc), tmp_path)
     assert SECRET not in written.model_dump_json()
     assert written.scenarios[0].assertions[0].observed.startswith("its last error line")
+
+
+# ---- what a command step's argv and output carry --------------------------------------------
+
+PEM_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"
+GHP = "ghp_" + "R7x2Kq9LmN4pWz8TvB3cYd6FgH1jS5aUe0oI"
+AKIA = "AKIAQYLPMN5HHHFPZAM2"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6ImpvaG4ifQ"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+# (text, what must not remain); the review's reproductions
+GAPS = [
+    ("curl -u alice:CurlPass123 https://api.example/x", "CurlPass123"),
+    ("curl --user alice:CurlPass123 https://api.example/x", "CurlPass123"),
+    ("curl -ualice:CurlPass123 https://api.example/x", "CurlPass123"),
+    ("curl -H 'Cookie: session=CookieVal456; theme=dark' https://x", "CookieVal456"),
+    ("Set-Cookie: sid=CookieVal456; Path=/; HttpOnly", "CookieVal456"),
+    ("curl -b session=CookieVal456 https://x", "CookieVal456"),
+    (
+        f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n{PEM_BODY[:40]}\n"
+        "-----END RSA PRIVATE KEY-----",
+        PEM_BODY[:40],
+    ),
+    (f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}\n[... 99 bytes", PEM_BODY[:40]),
+    (f"[... 99 bytes of output dropped ...]\n{PEM_BODY}\n-----END PRIVATE KEY-----", PEM_BODY),
+    (f"pushing with {GHP} now", GHP[4:]),
+    (f"AWS_ID={AKIA}", AKIA),
+    (f"aws configure set aws_access_key_id {AKIA}", AKIA),
+    (f"jwt {JWT} end", JWT[-20:]),
+    (f"Authorization header missing; token was {JWT}", JWT.split(".")[1]),
+    ("mysql -h db -u root -pMyPass789 shop", "MyPass789"),
+    ("mysqldump -u root -p'My Pass789' shop", "Pass789"),
+    ("password hunter2", "hunter2"),
+    ("vault login -method=userpass username=bob password hunter2", "hunter2"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), GAPS)
+def test_secrets_a_command_line_or_its_output_shows(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out, out
+    assert MASK in out
+    assert redact(out) == out  # a report redacts what a step already redacted
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the context stays readable
+        ("curl -u alice:pw1234 https://x", f"curl -u alice:{MASK} https://x"),
+        ("Cookie: a=b; c=d", f"Cookie: {MASK}"),
+        (
+            f"-----BEGIN EC PRIVATE KEY-----\n{PEM_BODY}\n-----END EC PRIVATE KEY-----\nnext",
+            f"-----BEGIN EC PRIVATE KEY-----{MASK}-----END EC PRIVATE KEY-----\nnext",
+        ),
+        ("mysql -u root -pMyPass789 shop", f"mysql -u root -p{MASK} shop"),
+        ("password hunter2 ok", f"password {MASK} ok"),
+        # not secrets: -p without a value, a sentence about a password, a -u without a colon
+        ("mysql -u root -p shop", "mysql -u root -p shop"),
+        ("Password authentication failed for user bob", None),
+        ("the password is wrong", None),
+        ("sort -u names.txt", None),
+        ("ps -u root", None),
+        ("-----BEGIN CERTIFICATE-----", None),
+    ],
+)
+def test_what_the_new_rules_keep(text: str, expected: str | None) -> None:
+    assert redact(text) == (text if expected is None else expected)
+
+
+def test_redaction_of_a_long_hostile_line_is_linear() -> None:
+    import time
+
+    for hostile in (
+        "-----BEGIN PRIVATE KEY-----" + "A" * 500_000,
+        "mysql " + "x " * 250_000,
+        "curl -u " + ":" * 500_000,
+        "Cookie: " + "a=b; " * 100_000,
+        "eyJ" + "a." * 250_000,
+    ):
+        t0 = time.monotonic()
+        redact(hostile)
+        assert time.monotonic() - t0 < 2, hostile[:20]
+
+
+def test_a_command_steps_argv_and_output_never_reach_a_report(tmp_path: Path) -> None:
+    """The review's reproduction: a `command` step's argv (the run's timeline) and its output
+    (redacted as a whole when captured, then one evidence line a line) in result.json, report.md
+    and report.html."""
+    from runner.results.schema import Evidence, EvidenceLine
+    from runner.run.stepexec import _Capture
+    from runner.spec.usersteps import CommandStep, describe_user_step
+
+    argv = [
+        "sh",
+        "-c",
+        f"curl -u alice:CurlPass123 -H 'Cookie: sid=CookieVal456' https://x; "
+        f"mysql -u root -pMyPass789 shop; echo password hunter2 {GHP} {AKIA} {JWT}",
+    ]
+    step = CommandStep(kind="command", argv=argv)
+    output = (
+        "fetched with curl -u alice:CurlPass123\n"
+        "> Cookie: sid=CookieVal456\n"
+        f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----\n"
+        f"token {GHP}\naws {AKIA}\n{JWT}\n"
+        "+ mysql -u root -pMyPass789 shop\n"
+        "mysql: [Warning] Using a password on the command line interface can be insecure.\n"
+        "password hunter2\n"
+    )
+    capture = _Capture()
+    capture.feed(output.encode())
+    lines = [EvidenceLine(ts=None, text=ln) for ln in capture.text().splitlines()]
+    sc = scenario_result(
+        "t",
+        verdict=Verdict.FAILED,
+        timeline=[
+            TimelineEvent(
+                ts=NOW, source="runner", clock="c", event=f"inject: {describe_user_step(step)}"
+            )
+        ],
+        evidence=[Evidence(title="inject: command: output", lines=lines)],
+        notes=[" ".join(argv)],
+    )
+    write_reports(run_result(sc), tmp_path)
+    written = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert {"result.json", "report.md", "report.html"} <= written.keys()
+    secrets = ["CurlPass123", "CookieVal456", PEM_BODY[:32], GHP[4:], AKIA]
+    secrets += [JWT.split(".")[1], "MyPass789", "hunter2"]
+    for name, text in written.items():
+        assert [s for s in secrets if s in text] == [], name
