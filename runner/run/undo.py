@@ -182,7 +182,7 @@ def _unwind_journals(
     spec = lab.inventory.lab
     scale = TimeScale.of(spec)
 
-    with httpx.Client() as client:
+    with httpx.Client(trust_env=False) as client:
 
         def undo_step(step: journal.OpenStep) -> None:
             if isinstance(step.undo, HttpStep):
