@@ -4,10 +4,19 @@ alert, lab traffic through a proxy, HTML in report.md)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from runner.cli.main import main
+from runner.errors import InputError, InventoryError
 from runner.report import markdown
 from runner.results.schema import Assertion, Phase, Verdict
+from runner.spec.config import builtin_lab, load_config
+from runner.spec.inventory_load import load_inventory
 from tests.support.results import run_result, scenario_result
 
 # ---- report.md: raw HTML in a scenario's own text ------------------------------------------
@@ -40,3 +49,90 @@ def test_report_md_escapes_raw_html() -> None:
     assert "<img" not in rendered and "<script" not in rendered and "<b>" not in rendered
     # what the viewer shows is the text as written
     assert rendered.count("&lt;img src=x onerror=alert(1)&gt;") >= 6
+
+
+# ---- a planted gameday.toml or inventory ---------------------------------------------------
+
+OTHER_UID = 65534  # nobody
+as_root = pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@as_root
+def test_a_planted_config_of_another_user_is_refused_with_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared parent folder (the system's temporary folder) holds another user's gameday.toml
+    whose lab would run its own engine command: gameday refuses it, naming it, and exits 2."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    planted = _write(tmp_path / "shared" / "gameday.toml", 'lab = "evil.yaml"\n')
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    work = tmp_path / "shared" / "work" / "sub"
+    work.mkdir(parents=True)
+    with pytest.raises(InputError) as err:
+        load_config(work, {})
+    assert err.value.exit_code == 2 and err.value.file == str(planted)
+    assert f"user id {OTHER_UID}" in str(err.value) and "copy it" in str(err.value)
+    monkeypatch.chdir(work)
+    res = CliRunner().invoke(main, ["list"])
+    assert res.exit_code == 2, res.output
+    assert str(planted) in res.output and "refused" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_config_others_can_write_is_refused(tmp_path: Path) -> None:
+    mine = _write(tmp_path / "repo" / "gameday.toml", "builtin = false\n")
+    (tmp_path / "repo" / ".git").mkdir()
+    for mode, who in ((0o666, "anyone"), (0o664, "its group")):
+        mine.chmod(mode)
+        with pytest.raises(InputError, match=f"{who} can write") as err:
+            load_config(tmp_path / "repo", {})
+        assert err.value.hint == f"if you trust its content, `chmod go-w {mine}`"
+    mine.chmod(0o644)
+    assert load_config(tmp_path / "repo", {}).file == mine
+
+
+def test_the_walk_stops_at_the_repository_root(tmp_path: Path) -> None:
+    """A gameday.toml above the repository (a `.git` folder or file) is none of its own."""
+    _write(tmp_path / "gameday.toml", 'lab = "above.yaml"\n')
+    for git in ("dir", "file"):
+        repo = tmp_path / git
+        (repo / "src").mkdir(parents=True)
+        if git == "dir":
+            (repo / ".git").mkdir()
+        else:
+            _write(repo / ".git", "gitdir: /elsewhere/.git/worktrees/x\n")  # a worktree
+        assert load_config(repo / "src", {}).file is None
+        own = _write(repo / "gameday.toml", "builtin = false\n")
+        assert load_config(repo / "src", {}).file == own
+
+
+def test_the_walk_stops_at_the_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / "gameday.toml", 'lab = "above.yaml"\n')
+    home = tmp_path / "home"
+    (home / "project").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    assert load_config(home / "project", {}).file is None
+    own = _write(home / "gameday.toml", "builtin = false\n")
+    assert load_config(home / "project", {}).file == own
+
+
+def test_an_inventory_of_another_user_or_others_can_write_is_refused(tmp_path: Path) -> None:
+    inv = tmp_path / "lab.yaml"
+    inv.write_bytes(builtin_lab().read_bytes())
+    inv.chmod(0o646)
+    with pytest.raises(InventoryError, match="anyone can write this inventory") as err:
+        load_inventory(inv)
+    assert err.value.exit_code == 2 and err.value.file == str(inv)
+    inv.chmod(0o644)
+    if os.getuid() == 0:
+        os.chown(inv, OTHER_UID, OTHER_UID)
+        with pytest.raises(InventoryError, match=f"belongs to user id {OTHER_UID}"):
+            load_inventory(inv)
+        os.chown(inv, 0, 0)  # root's own files (an installed package's) are trusted
+    assert load_inventory(inv).path == inv
