@@ -5,13 +5,25 @@ socket."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+
+from runner.run import journal, orphans
+from runner.run.stepexec import run_command
+from runner.run.undo import cleanup_lab
+from runner.spec.usersteps import CommandStep
+from tests.support.fakelab import fake_run, scenario_doc
 
 # ---- lab traffic never goes through the environment's proxy --------------------------------
 
@@ -112,3 +124,118 @@ def test_every_lab_http_client_ignores_the_environments_proxy() -> None:
     ]
     assert len(found) >= 7
     assert [(f, line) for f, line, off in found if not off] == []
+
+
+# ---- a `command` step's processes end with the step, and with its runner -------------------
+
+_RUNNER = r"""
+import signal, sys
+from pathlib import Path
+from runner.cli.options import _terminate
+from tests.support.fakelab import fake_run, scenario_doc
+
+signal.signal(signal.SIGTERM, _terminate)  # as the CLI does: SIGTERM stops a run like Ctrl-C
+doc = scenario_doc()
+doc["inject"].append({"kind": "command", "argv": ["sleep", sys.argv[2]], "timeout_s": 600})
+fake_run(Path(sys.argv[1]), doc).run()
+"""
+
+
+def _sleeps(secs: str) -> list[int]:
+    """The pids of `sleep SECS` running now (zombies left out)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_bytes().rsplit(b")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        argv = cmdline.split(b"\0")[:-1]  # argv[0]: the path the step resolved
+        if argv[1:] == [secs.encode()] and argv[0].endswith(b"sleep") and state != b"Z":
+            out.append(int(proc.name))
+    return out
+
+
+def _until(what: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _start_runner(tmp_path: Path, secs: str) -> subprocess.Popen[bytes]:
+    root = Path(__file__).resolve().parents[3]
+    env = os.environ | {"PYTHONPATH": str(root)}
+    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, str(tmp_path), secs], env=env)
+    assert _until(lambda: bool(_sleeps(secs)), 60), "the step never started"
+    return runner
+
+
+def _kill_sleeps(secs: str) -> None:
+    for pid in _sleeps(secs):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("sig", "secs"), [(signal.SIGTERM, "9871"), (signal.SIGINT, "9872")])
+def test_a_step_dies_with_its_runner_on_sigterm_and_ctrl_c(
+    tmp_path: Path, sig: signal.Signals, secs: str
+) -> None:
+    runner = _start_runner(tmp_path, secs)
+    try:
+        runner.send_signal(sig)
+        runner.wait(60)
+        assert _until(lambda: not _sleeps(secs), 10), f"sleep {secs} outlived its runner"
+    finally:
+        runner.kill()
+        _kill_sleeps(secs)
+
+
+def test_gameday_cleanup_stops_a_step_its_killed_runner_left_running(tmp_path: Path) -> None:
+    """kill -9 of the runner: the step's `sleep` runs on, in the session the step gave it; the
+    journal holds the mark its environment carries, and cleanup stops it."""
+    secs = "9873"
+    runner = _start_runner(tmp_path, secs)
+    try:
+        runner.kill()
+        runner.wait(10)
+        time.sleep(0.5)
+        pids = _sleeps(secs)
+        assert len(pids) == 1, "the kill -9 left no step behind to clean up"
+        lab = fake_run(tmp_path, scenario_doc()).lab  # the same state folder: its journal
+        outcome = cleanup_lab(lab)
+        assert _until(lambda: not _sleeps(secs), 10)
+        assert outcome.steps[0] == (
+            "cleanup stopped what command sleep 9873 (timeout 600 s) (scenario fake-startup) "
+            f"left running: pid {pids[0]}"
+        )
+        assert journal.open_steps(lab.state_dir) == []
+        assert orphans.marked([m for m in _marks(lab.state_dir)]) == {}
+    finally:
+        _kill_sleeps(secs)
+
+
+def _marks(state_dir: Path) -> list[str]:
+    return [
+        json.loads(line)["mark"]
+        for f in (state_dir / "journal").glob("*.jsonl")
+        for line in f.read_text().splitlines()
+        if json.loads(line).get("op") == "step"
+    ]
+
+
+def test_what_a_step_leaves_in_its_group_ends_with_it(tmp_path: Path) -> None:
+    """The step's first process exits, leaving a child in its group: the child goes too."""
+    step = CommandStep(kind="command", argv=["sh", "-c", "sleep 9874 & echo started"])
+    t0 = time.monotonic()
+    run = run_command(step, tmp_path, {"PATH": "/usr/bin:/bin"})
+    try:
+        assert (run.ok, run.observed) == (True, "exit 0")
+        assert _until(lambda: not _sleeps("9874"), 2)
+        assert time.monotonic() - t0 < 5  # SIGTERM ends sleep at once: no grace waited out
+    finally:
+        _kill_sleeps("9874")
