@@ -31,7 +31,7 @@ from runner.labs.base import LabDriver
 from runner.labs.common.ansible import ansible_bin, write_unsafe
 from runner.results.redact import redact
 from runner.run.journal import OpenStep
-from runner.run.orphans import MARK_ENV
+from runner.run.orphans import MARK_ENV, stop_marked
 from runner.spec.patterns import compile_user
 from runner.spec.usersteps import (
     AnyUserStep,
@@ -178,6 +178,8 @@ def run_command(
     if mark is not None:
         env = env | {MARK_ENV: mark}
     cap = _Capture()
+    proc: subprocess.Popen[bytes] | None = None
+    # one `try` from the start on, so that an interrupt at any point reaches the group
     try:
         proc = subprocess.Popen(
             [prog, *step.argv[1:]],
@@ -188,14 +190,17 @@ def run_command(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # the step's whole group is killed as one
         )
-    except OSError as exc:
-        return StepRun(False, f"cannot run {step.argv[0]!r}: {exc.strerror or exc}")
-    assert proc.stdout is not None
-    reader = threading.Thread(target=cap.read_all, args=(proc.stdout,), daemon=True)
-    reader.start()
-    try:
+        assert proc.stdout is not None
+        reader = threading.Thread(target=cap.read_all, args=(proc.stdout,), daemon=True)
+        reader.start()
         rc = proc.wait(step.timeout_s)
+    except OSError as exc:
+        if proc is not None:
+            _kill_group_now(proc)
+            raise
+        return StepRun(False, f"cannot run {step.argv[0]!r}: {exc.strerror or exc}")
     except subprocess.TimeoutExpired:
+        assert proc is not None
         _kill_group(proc)
         reader.join(DRAIN_S)
         out = cap.text()
@@ -206,7 +211,10 @@ def run_command(
             out,
         )
     except BaseException:
-        _kill_group_now(proc)
+        if proc is not None:
+            _kill_group_now(proc)
+        elif mark is not None:  # interrupted in Popen: a child may run, with its mark
+            stop_marked([mark])
         raise
     if _group_alive(proc.pid):
         _kill_group_now(proc)
