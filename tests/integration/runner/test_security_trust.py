@@ -9,7 +9,9 @@ import contextlib
 import http.server
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,11 +19,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
+from runner.labs.common.alertmanager_config import receiver_token, write_alertmanager
 from runner.run import journal, orphans
+from runner.run.receiver import WebhookReceiver
 from runner.run.stepexec import run_command
 from runner.run.undo import cleanup_lab
+from runner.spec.config import builtin_lab
+from runner.spec.inventory_load import load_inventory
 from runner.spec.usersteps import CommandStep
 from tests.support.fakelab import fake_run, scenario_doc
 
@@ -239,3 +246,64 @@ def test_what_a_step_leaves_in_its_group_ends_with_it(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 5  # SIGTERM ends sleep at once: no grace waited out
     finally:
         _kill_sleeps("9874")
+
+
+# ---- the alert receiver takes what the lab's real Alertmanager sends, and nothing forged ----
+
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(ALERTMANAGER is None, reason="Alertmanager is not installed")
+def test_the_labs_alertmanager_delivers_with_its_token_and_a_forgery_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Alertmanager (Debian's 0.25) with the alertmanager.yml `lab up` writes: its notification
+    carries the lab's token and is taken; a POST without it is refused."""
+    assert ALERTMANAGER is not None
+    inv = load_inventory(builtin_lab())  # time scale x100: group_wait 300 ms
+    state = tmp_path / "state"
+    rport, aport = _free_port(), _free_port()
+    with WebhookReceiver("127.0.0.1", rport, None, None) as probe:
+        url = probe.url
+    adir = write_alertmanager(state / "alertmanager", inv, url).parent
+    token = receiver_token(state)
+    assert token is not None
+    am = subprocess.Popen(
+        [
+            ALERTMANAGER,
+            f"--config.file={adir / 'alertmanager.yml'}",
+            f"--storage.path={adir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{aport}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with WebhookReceiver("127.0.0.1", rport, None, token) as rcv:
+            forged = httpx.post(rcv.url, json={"alerts": []}, trust_env=False)
+            assert forged.status_code == 401
+            api = f"http://127.0.0.1:{aport}"
+            assert _until(lambda: _answers(api + "/-/ready"), 30), "Alertmanager never ready"
+            alert = [{"labels": {"alertname": "TokenCheck", "gameday_lab": "local"}}]
+            httpx.post(api + "/api/v2/alerts", json=alert, trust_env=False).raise_for_status()
+            got = rcv.wait_for(lambda a: a.alertname == "TokenCheck", 30)
+            assert got is not None and got.status == "firing"
+            assert rcv.refused == 1
+    finally:
+        am.terminate()
+        am.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False

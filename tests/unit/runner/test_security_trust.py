@@ -4,17 +4,28 @@ alert, lab traffic through a proxy, HTML in report.md)."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
 from runner.cli.main import main
 from runner.errors import InputError, InventoryError
+from runner.labs.common.alertmanager_config import (
+    RECEIVER_PATH,
+    TOKEN_FILE,
+    receiver_token,
+    write_alertmanager,
+)
 from runner.report import markdown
 from runner.results.schema import Assertion, Phase, Verdict
+from runner.run.receiver import MAX_BODY, WebhookReceiver
 from runner.spec.config import builtin_lab, load_config
 from runner.spec.inventory_load import load_inventory
 from tests.support.results import run_result, scenario_result
@@ -136,3 +147,81 @@ def test_an_inventory_of_another_user_or_others_can_write_is_refused(tmp_path: P
             load_inventory(inv)
         os.chown(inv, 0, 0)  # root's own files (an installed package's) are trusted
     assert load_inventory(inv).path == inv
+
+
+# ---- the alert receiver: a secret, and a bounded body --------------------------------------
+
+FIRING = {
+    "version": "4",
+    "status": "firing",
+    "alerts": [
+        {
+            "status": "firing",
+            "labels": {"alertname": "ServingDown"},
+            "annotations": {},
+            "startsAt": "2026-12-03T10:00:00Z",
+        }
+    ],
+}
+
+
+def _raw_post(receiver: WebhookReceiver, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """A POST written by hand (its headers as given); the status and what else came back."""
+    with socket.create_connection((receiver.host, receiver.port), timeout=5) as s:
+        s.sendall(f"POST {RECEIVER_PATH} HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode() + body)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1]), answer
+
+
+def test_a_forged_alert_without_the_labs_token_is_refused() -> None:
+    with WebhookReceiver("127.0.0.1", _free_port(), "lab", token="s3cret") as rcv:
+        url = rcv.url
+        forged = httpx.post(url, json=FIRING, trust_env=False)
+        wrong = httpx.post(url, json=FIRING, headers={"Authorization": "Bearer x"}, trust_env=False)
+        good = httpx.post(
+            url, json=FIRING, headers={"Authorization": "Bearer s3cret"}, trust_env=False
+        )
+        assert (forged.status_code, wrong.status_code, good.status_code) == (401, 401, 200)
+        assert [a.alertname for a in rcv.received()] == ["ServingDown"]
+        assert rcv.refused == 2
+
+
+def test_a_bad_content_length_or_an_oversize_body_is_answered_without_a_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with WebhookReceiver("127.0.0.1", _free_port(), "lab") as rcv:
+        assert _raw_post(rcv, "Content-Length: abc\r\n")[0] == 400
+        assert _raw_post(rcv, "Content-Length: -5\r\n")[0] == 400
+        assert _raw_post(rcv, "")[0] == 400  # none at all
+        assert _raw_post(rcv, f"Content-Length: {'9' * 5000}\r\n")[0] == 400
+        # refused before a byte of the body is read: a sender cannot make it hold 1 GiB
+        assert _raw_post(rcv, f"Content-Length: {1 << 30}\r\n", b"{")[0] == 413
+        assert _raw_post(rcv, f"Content-Length: {MAX_BODY + 1}\r\n")[0] == 413
+        body = json.dumps(FIRING).encode()
+        assert _raw_post(rcv, f"Content-Length: {len(body)}\r\n", body)[0] == 200
+        assert len(rcv.received()) == 1
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception" not in err
+
+
+def test_lab_up_gives_alertmanager_the_labs_token_owner_only(tmp_path: Path) -> None:
+    inv = load_inventory(builtin_lab())
+    path = write_alertmanager(tmp_path / "state" / "alertmanager", inv, "http://127.0.0.1:9/a")
+    token = receiver_token(tmp_path / "state")
+    assert token is not None and len(token) >= 32
+    assert (tmp_path / "state" / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+    hook = yaml.safe_load(path.read_text())["receivers"][0]["webhook_configs"][0]
+    assert hook["http_config"] == {"authorization": {"type": "Bearer", "credentials": token}}
+    # the next `lab up` keeps it: a receiver started in between still takes the lab's alerts
+    write_alertmanager(tmp_path / "state" / "alertmanager", inv, "http://127.0.0.1:9/a")
+    assert receiver_token(tmp_path / "state") == token
+    assert receiver_token(tmp_path / "other") is None  # a lab without one asks for none
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
