@@ -299,7 +299,9 @@ class _Suite:
             host, port = entry(spec.kind).receiver_listen(lab.inventory)
             # one that cannot listen is reported by each scenario that needs it
             with contextlib.suppress(GamedayError):
-                stack.enter_context(held(host, port, spec.name, receiver_token(lab.state_dir)))
+                # a lab this run brings up gets its token now, which its `lab up` then writes
+                token = receiver_token(lab.state_dir, create=not lab.is_up())
+                stack.enter_context(held(host, port, spec.name, token))
         return stack
 
     def teardown(self, k: int) -> None:
