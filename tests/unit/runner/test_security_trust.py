@@ -225,3 +225,30 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_a_suite_that_brings_its_lab_up_asks_for_the_token_lab_up_writes(tmp_path: Path) -> None:
+    """The suite's receiver starts before the lab comes up: the lab's token is made first, so
+    the receiver asks for the one alertmanager.yml then carries."""
+    from runner.labs.fake import FakeLab
+    from runner.run import suite
+    from tests.support.fakelab import INVENTORY, wrong_flag
+
+    port = _free_port()
+    data = yaml.safe_load(yaml.safe_dump(INVENTORY))
+    data["all"]["vars"]["gameday_lab"]["monitoring"]["receiver_listen"] = f"127.0.0.1:{port}"
+    (tmp_path / "inventory.yaml").write_text(yaml.safe_dump(data))
+    state = tmp_path / "state"
+    lab = FakeLab(load_inventory(tmp_path / "inventory.yaml"), wrong_flag(), state_dir=state)
+    s = suite._Suite([lab], "run-1", tmp_path / "report", lambda _m: None, tagged=False)
+    s.receive = True
+    s.setup(0)
+    try:
+        token = receiver_token(state)
+        assert token is not None
+        url = f"http://127.0.0.1:{port}{RECEIVER_PATH}"
+        assert httpx.post(url, json=FIRING, trust_env=False).status_code == 401
+        auth = {"Authorization": f"Bearer {token}"}
+        assert httpx.post(url, json=FIRING, headers=auth, trust_env=False).status_code == 200
+    finally:
+        s.teardown(0)
