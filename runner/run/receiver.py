@@ -133,6 +133,8 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10  # s: a sender that stalls mid-request loses its connection, not a thread
+
             def do_POST(self) -> None:
                 if self.path.split("?")[0] != RECEIVER_PATH:
                     return self._answer(404)
