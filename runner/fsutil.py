@@ -5,7 +5,12 @@ the read, and the file is opened non-blocking, so `/dev/zero` or a FIFO named as
 or a result is refused at once instead of read (or waited on) forever.
 
 State files that hold secrets (raw environment values, the lab's control socket) are owner-only,
-and never seen half-written."""
+and never seen half-written.
+
+A file that says which programs gameday starts (`gameday.toml`, an inventory) is trusted only when
+it is the user's own (or root's, as an installed package's files are) and no one else can write
+it, as git trusts a repository (`safe.directory`, CVE-2022-24765): one planted in a shared folder
+would otherwise run its own engine command as whoever runs gameday below it."""
 
 from __future__ import annotations
 
@@ -62,9 +67,43 @@ def write_private(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
-def read_bytes(path: Path | str, limit: int, error_cls: type[InputError], what: str) -> bytes:
+def check_trusted(
+    path: Path | str, st: os.stat_result, error_cls: type[InputError], what: str
+) -> None:
+    """`error_cls` naming the file when it belongs to another user than the one running gameday
+    (root's files excepted: whoever is root can change anything anyway) or when its group or
+    anyone can write it."""
+    me = os.getuid()
+    if st.st_uid not in (me, 0):
+        raise error_cls(
+            f"refused: this {what} file belongs to user id {st.st_uid}, not to you (user id "
+            f"{me}); gameday runs no other user's {what}, which names the programs it starts",
+            file=path,
+            hint="if it is yours to use, copy it into a folder of your own (or `chown` it); "
+            "if not, delete it or run gameday from your own repository",
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        who = "anyone" if mode & 0o002 else "its group"
+        raise error_cls(
+            f"refused: {who} can write this {what} file (mode {mode:04o}), so another user "
+            "could change the programs it starts",
+            file=path,
+            hint=f"if you trust its content, `chmod go-w {path}`",
+        )
+
+
+def read_bytes(
+    path: Path | str,
+    limit: int,
+    error_cls: type[InputError],
+    what: str,
+    *,
+    trusted: bool = False,
+) -> bytes:
     """The file's bytes, or `error_cls` naming the file when it is missing, not a regular file
-    or larger than `limit` bytes."""
+    or larger than `limit` bytes; with `trusted`, also when check_trusted refuses it (checked on
+    the file opened, so it cannot be swapped between the check and the read)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -76,7 +115,8 @@ def read_bytes(path: Path | str, limit: int, error_cls: type[InputError], what: 
     except OSError as exc:
         raise error_cls(f"cannot read {what}: {exc.strerror}", file=path) from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if stat.S_ISDIR(mode):
             raise error_cls(f"is a directory, not a {what} file", file=path)
         if not stat.S_ISREG(mode):
@@ -85,6 +125,8 @@ def read_bytes(path: Path | str, limit: int, error_cls: type[InputError], what: 
                 file=path,
                 hint="save it to a file first",
             )
+        if trusted:
+            check_trusted(path, st, error_cls, what)
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
     except OSError as exc:

@@ -13,7 +13,7 @@ from runner.cli import output
 from runner.cli.options import handled, lab_option
 from runner.errors import LabError, LabNotUp
 from runner.labs import open_lab
-from runner.labs.common.alertmanager_config import alertmanager_url
+from runner.labs.common.alertmanager_config import alertmanager_url, receiver_token
 from runner.labs.registry import entry
 from runner.run.receiver import WebhookReceiver, check_path
 from runner.spec.inventory_load import load_inventory
@@ -62,7 +62,7 @@ def test(lab_path: Path, timeout_s: float) -> None:
     if prom is None:
         raise LabError(f"{inventory.path}: this lab has no Prometheus")
     host, port = kind.receiver_listen(inventory)
-    with WebhookReceiver(host, port, inventory.lab.name) as receiver:
+    with WebhookReceiver(host, port, inventory.lab.name, receiver_token(lab.state_dir)) as receiver:
         got = check_path(
             lab.state_dir / "prometheus" / "rules.yml",
             prom,

@@ -575,6 +575,8 @@ def cleanup(lab_path: Path, parallel: int) -> None:
         if not outcome.open_changes and not outcome.restarted:
             output.message(f"lab {name!r}: nothing to undo")
         elif outcome.lab_was_down:
+            for line in outcome.steps:  # processes a killed run's steps left running
+                output.message(line)
             output.message(
                 f"lab {name!r} is down: {outcome.open_changes} journalled change(s) need no "
                 "undo (it starts from its baseline)"

@@ -17,6 +17,7 @@ import errno
 import os
 import secrets
 import xml.etree.ElementTree as ET
+from html import escape as html_escape
 from pathlib import Path
 
 from runner.errors import InputError
@@ -204,7 +205,16 @@ def _testcase(suite: ET.Element, result: RunResult, s: ScenarioResult) -> None:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A value as Markdown text: a viewer renders raw HTML (`<img onerror=...>`, `<script>`)
+    that Markdown lets through, so `&`, `<` and `>` go as entities, which every viewer shows as
+    the characters; `|` would end a table cell, a newline the line."""
+    return html_escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """A value in a code span, which viewers show literally; one holding a backtick (which
+    would end the span early) as escaped text instead."""
+    return f"`{text}`" if "`" not in text and "\n" not in text else _md(text)
 
 
 _CLOCK_NOTE = (
@@ -222,8 +232,9 @@ def markdown(result: RunResult) -> str:
         f"# gameday {result.mode.value} {result.run_id}: {result.verdict.value.upper()}"
         + (f" (interrupted by {result.interrupted.value})" if result.interrupted else ""),
         "",
-        f"Lab **{result.lab.name}** ({result.lab.kind}, time scale x{result.lab.time_scale:g}, "
-        f"allowance {result.lab.timing_allowance_s:g} s), inventory `{result.lab.inventory}`.",
+        f"Lab **{_md(result.lab.name)}** ({_md(result.lab.kind)}, "
+        f"time scale x{result.lab.time_scale:g}, "
+        f"allowance {result.lab.timing_allowance_s:g} s), inventory {_code(result.lab.inventory)}.",
         f"Started {result.started_at.isoformat()}, "
         f"finished {result.finished_at.isoformat()} (UTC).",
         "",
@@ -235,9 +246,15 @@ def markdown(result: RunResult) -> str:
     ]
     for s in result.scenarios:
         cells = " | ".join(drill.scenario_times(s, result.lab.time_scale))
-        lines.append(f"| {s.id} | {s.verdict.value} | {cells} |")
+        lines.append(f"| {_md(s.id)} | {s.verdict.value} | {cells} |")
     for s in result.scenarios:
-        lines += ["", f"## {s.id}: {s.title} ({s.verdict.value})", "", f"File `{s.file}`.", ""]
+        lines += [
+            "",
+            f"## {_md(s.id)}: {_md(s.title)} ({s.verdict.value})",
+            "",
+            f"File {_code(s.file)}.",
+            "",
+        ]
         for n in s.notes:
             lines.append(f"> {_md(n)}")
         if s.notes:

@@ -3,6 +3,7 @@ journalled before it is applied and undone by `undo_all`."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from datetime import datetime
 
@@ -165,10 +166,11 @@ def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
         if why == SETUP
         else f"{why} ran a {step.kind}, which may change the lab behind the journal's back"
     )
-    seq = ctx.journal.record_step(ctx.scenario_id, ctx.folder, what, undo, reason)
+    mark = secrets.token_hex(12)  # journalled first: cleanup finds the step's processes by it
+    seq = ctx.journal.record_step(ctx.scenario_id, ctx.folder, what, undo, reason, mark)
     folder = ctx.folder.resolve()
     ctx.open_steps.append(
-        OpenStep(ctx.journal.path, seq, ctx.scenario_id, folder, what, undo, reason)
+        OpenStep(ctx.journal.path, seq, ctx.scenario_id, folder, what, undo, reason, mark)
     )
     ctx.rec.event(f"{why}: {what}")
 
@@ -181,6 +183,7 @@ def user_step(ctx: Context, step: UserStep, why: str) -> StepRun:
         target=ctx.target,
         client=ctx.http,
         on_event=ansible_event(ctx),
+        mark=mark,
     )
     ctx.rec.event(f"{why}: {step.name or step.kind}: {run.observed}")
     if run.output:

@@ -48,8 +48,10 @@ class ScenarioAborted(Exception):
 def http_client() -> httpx.Client:
     """The probes' HTTP client, one per process: building one reads and parses the CA bundle
     (30 ms of CPU per scenario in the profile of a suite run). httpx clients are thread-safe, so
-    `--parallel` workers share it; it lives as long as the process."""
-    return httpx.Client()
+    `--parallel` workers share it; it lives as long as the process. It ignores the environment's
+    proxies (HTTP_PROXY, ...; trust_env=False), as every client for a lab's own addresses does:
+    a proxy would see every probe, and an `http` step's Authorization header with them."""
+    return httpx.Client(trust_env=False)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ interrupted, even by SIGKILL, can be undone later by `gameday cleanup`.
 One JSON-lines file per run under <lab state dir>/journal/. Records:
     {"op": "change", "seq": 3, "run": ..., "scenario": ..., "change": {...}, "ts": ...}
     {"op": "step", "seq": 4, "run": ..., "scenario": ..., "folder": ..., "what": ...,
-     "undo": {...} | null, "reason": ..., "ts": ...}   (a user-written step, before it runs:
-                                                     its undo, or null: re-apply the baseline)
+     "undo": {...} | null, "reason": ..., "mark": ..., "ts": ...}
+                                (a user-written step, before it runs: its undo, or null:
+                                re-apply the baseline; the mark in a command's environment,
+                                by which cleanup finds its processes: runner.run.orphans)
     {"op": "undone", "seq": 3, "ts": ...}
     {"op": "closed", "ts": ...}                      (the run finished its cleanup)
 A change with no "undone" record is open; a journal with no "closed" record may have leftovers.
@@ -86,10 +88,16 @@ class Journal:
         return self._seq
 
     def record_step(
-        self, scenario: str, folder: Path, what: str, undo: AnyUndoStep | None, reason: str
+        self,
+        scenario: str,
+        folder: Path,
+        what: str,
+        undo: AnyUndoStep | None,
+        reason: str,
+        mark: str | None = None,
     ) -> int:
         """A user-written step about to run: its undo (None: cleanup re-applies the lab's
-        baseline, for `reason`) and the folder it runs in."""
+        baseline, for `reason`), the folder it runs in and the mark its processes carry."""
         self._seq += 1
         self._write(
             {
@@ -101,6 +109,7 @@ class Journal:
                 "what": what,
                 "undo": undo.model_dump(mode="json", by_alias=True) if undo else None,
                 "reason": reason,
+                "mark": mark,
                 "ts": _now(),
             }
         )
@@ -170,6 +179,7 @@ class OpenStep:
     what: str
     undo: AnyUndoStep | None
     reason: str
+    mark: str | None = None  # in its processes' environment (runner.run.orphans)
 
 
 def open_steps(lab_state_dir: Path) -> list[OpenStep]:
@@ -210,6 +220,7 @@ def _step(path: Path, rec: dict[str, Any]) -> OpenStep:
         rec.get("what", ""),
         undo,
         rec.get("reason", ""),
+        rec.get("mark") if isinstance(rec.get("mark"), str) else None,
     )
 
 

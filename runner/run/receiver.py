@@ -13,12 +13,18 @@ receiver from the instance's setup to its teardown (`held`), so that what Alertm
 between scenarios (the boot's alerts, a resolution after a scenario's end) is accepted, and its
 notification log stays true: a notification it could not deliver is retried into the next
 scenario's receiver, and one it believes delivered while the receiver was gone holds back the
-next firing of the same alert for its repeat_interval."""
+next firing of the same alert for its repeat_interval.
+
+A receiver given the lab's token (runner.labs.common.alertmanager_config.receiver_token) takes
+only a POST that carries it as its bearer token, compared in constant time: anyone who reaches
+the address could otherwise post a firing alert and fake a time to detect. A body is read only
+with a valid Content-Length (400 otherwise) of at most MAX_BODY bytes (413 above it)."""
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import hmac
 import json
 import threading
 import time
@@ -38,6 +44,9 @@ from runner.labs.common import prometheus_config as monitoring
 from runner.labs.common.alertmanager_config import RECEIVER_PATH
 from runner.labs.common.prometheus_config import LAB_LABEL
 from runner.run import prometheus_api as prometheus
+
+# An Alertmanager notification is a few KiB per alert; this holds thousands of them.
+MAX_BODY = 4 * 1024 * 1024
 
 
 class ReceivedAlert(BaseModel):
@@ -94,13 +103,22 @@ def parse_notification(body: Any, at: datetime) -> list[ReceivedAlert]:
     return out
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return  # a client that hangs up mid-request is its own problem; the library never prints
+
+
 class WebhookReceiver:
     """Serves Alertmanager's webhook on host:port until stopped; `received()` is every alert of
     lab `lab` delivered so far (every alert, when `lab` is None), `foreign()` every alert of
     another lab, `wait_for` blocks until one of the lab's matches."""
 
-    def __init__(self, host: str, port: int, lab: str | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, lab: str | None = None, token: str | None = None
+    ) -> None:
         self.host, self.port, self.lab = host, port, lab
+        self._expected = None if token is None else f"Bearer {token}".encode()
+        self.refused = 0  # POSTs refused for a missing or wrong token
         self._alerts: list[ReceivedAlert] = []
         self._foreign: list[ReceivedAlert] = []
         self._cond = threading.Condition()
@@ -115,17 +133,35 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10  # s: a sender that stalls mid-request loses its connection, not a thread
+
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
+                if self.path.split("?")[0] != RECEIVER_PATH:
+                    return self._answer(404)
+                if not receiver._authorised(self.headers.get("Authorization")):
+                    with receiver._cond:
+                        receiver.refused += 1
+                    return self._answer(401)
+                try:
+                    length = int(self.headers.get("Content-Length") or "")
+                except ValueError:
+                    return self._answer(400)
+                if length < 0:
+                    return self._answer(400)
+                if length > MAX_BODY:
+                    return self._answer(413)
                 raw = self.rfile.read(length)
-                ok = self.path.split("?")[0] == RECEIVER_PATH
-                if ok:
-                    try:
-                        body = json.loads(raw)
-                    except ValueError:
-                        body = None
-                    receiver._add(parse_notification(body, datetime.now(UTC)))
-                self.send_response(200 if ok else 404)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                receiver._add(parse_notification(body, datetime.now(UTC)))
+                self._answer(200)
+
+            def _answer(self, status: int) -> None:
+                if status != 200:
+                    self.close_connection = True  # a body left unread is not a next request
+                self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -133,7 +169,7 @@ class WebhookReceiver:
                 return  # the library never prints
 
         try:
-            self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+            self._server = _QuietServer((self.host, self.port), Handler)
         except OSError as exc:
             raise LabError(
                 f"the alert receiver cannot listen on {self.host}:{self.port}: {exc.strerror}",
@@ -159,6 +195,11 @@ class WebhookReceiver:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _authorised(self, header: str | None) -> bool:
+        if self._expected is None:
+            return True
+        return hmac.compare_digest((header or "").encode(), self._expected)
 
     def _add(self, alerts: list[ReceivedAlert]) -> None:
         with self._cond:
@@ -202,14 +243,17 @@ _HELD_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def held(host: str, port: int, lab: str | None) -> Iterator[WebhookReceiver]:
+def held(
+    host: str, port: int, lab: str | None, token: str | None = None
+) -> Iterator[WebhookReceiver]:
     """The receiver listening on host:port while the block runs: the one this process already
-    holds there (a suite's, for its lab instance), else a new one; it stops when its last
-    holder is done. Raises LabError when the address cannot be listened on."""
+    holds there (a suite's, for its lab instance), else a new one (taking only POSTs that carry
+    `token`); it stops when its last holder is done. Raises LabError when the address cannot be
+    listened on."""
     with _HELD_LOCK:
         receiver, holders = _HELD.get((host, port), (None, 0))
         if receiver is None:
-            receiver = WebhookReceiver(host, port, lab).start()
+            receiver = WebhookReceiver(host, port, lab, token).start()
         elif receiver.lab != lab:
             raise LabError(
                 f"the alert receiver on {host}:{port} is lab {receiver.lab!r}'s, not {lab!r}'s",
@@ -337,7 +381,7 @@ def check_path(
     `timeout` s; PathBroken names the first that fails."""
     original = rules.read_text()
     token = uuid.uuid4().hex[:12]
-    http = httpx.Client()
+    http = httpx.Client(trust_env=False)
     began = time.monotonic()
     try:
         tmp = rules.with_suffix(".test.tmp")

@@ -31,6 +31,7 @@ from runner.labs.base import LabDriver
 from runner.labs.common.ansible import ansible_bin, write_unsafe
 from runner.results.redact import redact
 from runner.run.journal import OpenStep
+from runner.run.orphans import MARK_ENV, stop_marked
 from runner.spec.patterns import compile_user
 from runner.spec.usersteps import (
     AnyUserStep,
@@ -42,9 +43,9 @@ from runner.spec.usersteps import (
 
 HEAD_BYTES = 64 * 1024  # output kept from the start
 TAIL_BYTES = 64 * 1024  # and from the end
-KILL_GRACE_S = 5.0  # SIGTERM to SIGKILL, for a step past its timeout
+KILL_GRACE_S = 5.0  # SIGTERM to SIGKILL, for a step's group
 POLL_S = 0.05  # how often a step's leftover group members are looked at while they have grace
-DRAIN_S = 1.0  # how long the output of a step that exited is read on (a daemon child holds it)
+DRAIN_S = 1.0  # how long a finished step's output is read on (a child of its own session holds it)
 PASSED_ENV = ("HOME", "LANG", "TMPDIR")
 OnEvent = Callable[[str, datetime | None], None]
 
@@ -149,12 +150,36 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def run_command(step: CommandStep, folder: Path, env: dict[str, str]) -> StepRun:
+def _kill_group_now(proc: subprocess.Popen[bytes]) -> None:
+    """_kill_group, for a runner that is stopping (Ctrl-C, SIGTERM, an error): should a second
+    interrupt cut its grace short, the group gets SIGKILL at once instead."""
+    done = False
+    try:
+        _kill_group(proc)
+        done = True
+    finally:
+        if not done:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_command(
+    step: CommandStep, folder: Path, env: dict[str, str], mark: str | None = None
+) -> StepRun:
+    """Run the step in a process group of its own, which ends with the step: past its timeout,
+    when the runner stops (Ctrl-C, SIGTERM), and once its first process exits (what it left
+    running in its group goes too; a process meant to outlive its step starts a session of its
+    own). `mark` goes into the step's environment (MARK_ENV) so that `gameday cleanup` finds
+    and stops the group after the runner was killed with no chance to (runner.run.orphans)."""
     prog = resolve_argv0(step.argv[0], folder, env["PATH"])
     if prog is None:
         where = f"in {folder}" if "/" in step.argv[0] else "on PATH"
         return StepRun(False, f"cannot run {step.argv[0]!r}: no such executable {where}")
+    if mark is not None:
+        env = env | {MARK_ENV: mark}
     cap = _Capture()
+    proc: subprocess.Popen[bytes] | None = None
+    # one `try` from the start on, so that an interrupt at any point reaches the group
     try:
         proc = subprocess.Popen(
             [prog, *step.argv[1:]],
@@ -163,16 +188,19 @@ def run_command(step: CommandStep, folder: Path, env: dict[str, str]) -> StepRun
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # a timeout kills the step's whole group
+            start_new_session=True,  # the step's whole group is killed as one
         )
-    except OSError as exc:
-        return StepRun(False, f"cannot run {step.argv[0]!r}: {exc.strerror or exc}")
-    assert proc.stdout is not None
-    reader = threading.Thread(target=cap.read_all, args=(proc.stdout,), daemon=True)
-    reader.start()
-    try:
+        assert proc.stdout is not None
+        reader = threading.Thread(target=cap.read_all, args=(proc.stdout,), daemon=True)
+        reader.start()
         rc = proc.wait(step.timeout_s)
+    except OSError as exc:
+        if proc is not None:
+            _kill_group_now(proc)
+            raise
+        return StepRun(False, f"cannot run {step.argv[0]!r}: {exc.strerror or exc}")
     except subprocess.TimeoutExpired:
+        assert proc is not None
         _kill_group(proc)
         reader.join(DRAIN_S)
         out = cap.text()
@@ -182,6 +210,14 @@ def run_command(step: CommandStep, folder: Path, env: dict[str, str]) -> StepRun
             f"last output: {_last_output(out)}",
             out,
         )
+    except BaseException:
+        if proc is not None:
+            _kill_group_now(proc)
+        elif mark is not None:  # interrupted in Popen: a child may run, with its mark
+            stop_marked([mark])
+        raise
+    if _group_alive(proc.pid):
+        _kill_group_now(proc)
     reader.join(DRAIN_S)
     out = cap.text()
     if rc != step.expect_exit:
@@ -333,9 +369,10 @@ def run_step(
     target: str,
     client: httpx.Client,
     on_event: OnEvent,
+    mark: str | None = None,
 ) -> StepRun:
     if isinstance(step, CommandStep):
-        return run_command(step, folder, env | step.env)
+        return run_command(step, folder, env | step.env, mark)
     if isinstance(step, PlaybookStep):
         return run_playbook(step, folder, inventory, env, on_event)
     return run_http(step, url_of(step.node or target), client)

@@ -15,6 +15,7 @@ from runner import __version__
 from runner.errors import GamedayError, LeftoversError
 from runner.labs import LabDriver, open_lab, wait_all_ready
 from runner.labs.capabilities import lacking
+from runner.labs.common.alertmanager_config import receiver_token
 from runner.labs.registry import entry
 from runner.report import write_reports
 from runner.results.repopaths import repository_root, shown
@@ -298,7 +299,9 @@ class _Suite:
             host, port = entry(spec.kind).receiver_listen(lab.inventory)
             # one that cannot listen is reported by each scenario that needs it
             with contextlib.suppress(GamedayError):
-                stack.enter_context(held(host, port, spec.name))
+                # a lab this run brings up gets its token now, which its `lab up` then writes
+                token = receiver_token(lab.state_dir, create=not lab.is_up())
+                stack.enter_context(held(host, port, spec.name, token))
         return stack
 
     def teardown(self, k: int) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from runner.errors import LabError
 from runner.labs import heal, wait_all_ready
 from runner.labs.base import Change, ChangeKind, LabDriver
-from runner.run import journal
+from runner.run import journal, orphans
 from runner.spec.timing import TimeScale
 from runner.spec.usersteps import HttpStep
 
@@ -125,11 +125,14 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
     restarted: list[list[str]] = []
     lines: list[str] = []
     failed: list[journal.OpenStep] = []
+    # a command step of a killed run may still be running (and changing the lab): first of all
+    lines += _stop_orphans(steps)
     down = not lab.is_up()
     # A local lab that is down holds no changes: its nodes start from the inventory's baseline.
     if not down:
         lab.settle()
-        applied, lines, failed = _unwind_journals(lab, items, steps)
+        applied, undone, failed = _unwind_journals(lab, items, steps)
+        lines += undone
         reasons = list(dict.fromkeys(s.reason for s in reversed(steps) if s.undo is None))
         if reasons:
             again = reapply_baseline(lab)
@@ -166,6 +169,17 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
     )
 
 
+def _stop_orphans(steps: Sequence[journal.OpenStep]) -> list[str]:
+    """Stop the processes the open steps' commands left running; the report's lines."""
+    by_mark = {s.mark: s for s in steps if s.mark}
+    stopped = orphans.stop_marked(by_mark.keys())
+    return [
+        f"cleanup stopped what {by_mark[m].what} (scenario {by_mark[m].scenario}) left running: "
+        f"pid {', '.join(map(str, pids))}"
+        for m, pids in stopped.items()
+    ]
+
+
 def _unwind_journals(
     lab: LabDriver, items: list[journal.OpenChange], steps: list[journal.OpenStep]
 ) -> tuple[list[Change], list[str], list[journal.OpenStep]]:
@@ -182,7 +196,7 @@ def _unwind_journals(
     spec = lab.inventory.lab
     scale = TimeScale.of(spec)
 
-    with httpx.Client() as client:
+    with httpx.Client(trust_env=False) as client:
 
         def undo_step(step: journal.OpenStep) -> None:
             if isinstance(step.undo, HttpStep):

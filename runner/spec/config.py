@@ -3,9 +3,11 @@ in a `pyproject.toml`, found by walking up from the current folder.
 
 The first folder that has a `gameday.toml`, or a `pyproject.toml` with a `[tool.gameday]` table,
 wins (a `pyproject.toml` without the table does not stop the walk; in one folder `gameday.toml`
-comes first). Paths in the file are relative to the file's folder. The environment
-(`GAMEDAY_LAB`, `GAMEDAY_REPORTS`, relative to the current folder) overrides the file, and the
-command line overrides both (the CLI applies its own options).
+comes first). The walk ends at the repository's root (`.git`) or the home folder, and a file of
+another user's, or one others can write, is refused (see `find_config`). Paths in the file are
+relative to the file's folder. The environment (`GAMEDAY_LAB`, `GAMEDAY_REPORTS`, relative to the
+current folder) overrides the file, and the command line overrides both (the CLI applies its own
+options).
 
     # gameday.toml                     # pyproject.toml
     scenarios = ["chaos/scenarios"]    [tool.gameday]
@@ -35,6 +37,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
 
 from runner.errors import InputError, plain_message
+from runner.fsutil import check_trusted
 
 CONFIG_NAME = "gameday.toml"
 PYPROJECT = "pyproject.toml"
@@ -88,15 +91,40 @@ def default_lab(base: Path) -> Path:
 
 def find_config(start: Path) -> tuple[Path, tuple[str, ...]] | None:
     """The configuration file that applies in `start`, with the table path that holds gameday's
-    keys in it (`()` for gameday.toml, `("tool", "gameday")` for pyproject.toml)."""
+    keys in it (`()` for gameday.toml, `("tool", "gameday")` for pyproject.toml).
+
+    The walk ends at the repository's root (a folder with `.git`) or at the home folder, as
+    git's own discovery would: a file above them is none of the repository's (a planted
+    /tmp/gameday.toml, a shared parent folder). A file found that another user owns or can
+    write is refused (runner.fsutil.check_trusted), never skipped: the user learns of it."""
+    home = _home()
     for folder in (start, *start.parents):
         own = folder / CONFIG_NAME
         if own.is_file():
+            _trusted(own)
             return own, ()
         py = folder / PYPROJECT
         if py.is_file() and "gameday" in _parse(py).get("tool", {}):
+            _trusted(py)
             return py, ("tool", "gameday")
+        if (folder / ".git").exists() or (home is not None and folder.resolve() == home):
+            break
     return None
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):  # no HOME and no password entry
+        return None
+
+
+def _trusted(path: Path) -> None:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=path) from None
+    check_trusted(path, st, InputError, "configuration")
 
 
 def load_config(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:

@@ -45,7 +45,8 @@ _ADOPTED_DEFAULTS = {"role": Role.SERVING, "address": "0.0.0.0", "args": ()}
 
 
 def load_inventory(path: Path) -> Inventory:
-    src = load(path, InventoryError, "inventory")
+    # an inventory names the engine command a lab starts: another user's is refused
+    src = load(path, InventoryError, "inventory", trusted=True)
     data = src.data
     if not isinstance(data, dict) or not isinstance(data.get("all"), dict):
         raise InventoryError(

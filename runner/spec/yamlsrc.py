@@ -92,8 +92,9 @@ def register_union_tags(*tags: str) -> None:
     _UNION_TAGS.update(tags)
 
 
-def load(path: Path, error_cls: type[InputError], what: str) -> Source:
-    raw = read_bytes(path, MAX_BYTES, error_cls, what)
+def load(path: Path, error_cls: type[InputError], what: str, *, trusted: bool = False) -> Source:
+    """`path` parsed, with the line of every value; `trusted`: see runner.fsutil.read_bytes."""
+    raw = read_bytes(path, MAX_BYTES, error_cls, what, trusted=trusted)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -125,7 +125,7 @@ class Watchdog:
             expect_finish_reason=None,
         )
         self.memory = start(clock.now_s())
-        with httpx.Client() as http:
+        with httpx.Client(trust_env=False) as http:
             env = ProbeEnv(http=http, lab=self.lab, scale=clock.scale, target=target)
             while True:
                 self.tick(clock, observer, env, probe, http)

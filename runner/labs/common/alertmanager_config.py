@@ -2,19 +2,30 @@
 serves) and where it and the receiver are unless a lab kind says otherwise (the registry's
 `receiver_listen`). Its group_wait, group_interval and
 repeat_interval are Alertmanager's defaults (30 s, 5 min, 4 h) in lab time, like the rules'
-`for:`."""
+`for:`.
+
+The receiver listens where others reach it too (any local process; on compose, every container
+on the lab's bridge): a forged firing alert would fake a time to detect. So the Alertmanager
+gameday configures sends a secret of the lab's (`receiver_token`, owner-only in the lab's state
+directory) as a bearer token (webhook_config's http_config.authorization, which Alertmanager has
+had since 0.22), and the receiver refuses a POST without it."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from runner.fsutil import fsync_dir, private_dir
 from runner.spec.inventory import Inventory, Monitoring
 
 RECEIVER_NAME = "gameday-runner"
 RECEIVER_PATH = "/alerts"
+TOKEN_FILE = "receiver-token"  # in the lab's state directory, 0600
 # Alertmanager's own defaults, real-world seconds
 GROUP_WAIT_S = 30.0
 GROUP_INTERVAL_S = 300.0
@@ -82,15 +93,46 @@ def webhook_url(listen: tuple[str, int]) -> str:
     return f"http://{host}:{port}{RECEIVER_PATH}"
 
 
+def receiver_token(folder: Path, *, create: bool = False) -> str | None:
+    """The receiver secret of the lab whose state directory is `folder`; with `create`, one is
+    made when the lab has none (lab up, as it writes alertmanager.yml). None: the lab's
+    Alertmanager sends none (a lab brought up before it had one, or an Alertmanager gameday
+    does not configure), so the receiver asks for none."""
+    path = folder / TOKEN_FILE
+    with contextlib.suppress(FileNotFoundError):
+        return path.read_text(encoding="utf-8").strip() or None
+    if not create:
+        return None
+    private_dir(folder)
+    tmp = folder / f".{TOKEN_FILE}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(secrets.token_urlsafe(32))
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)  # the first of two racing `lab up`s wins; the other reads its token
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    fsync_dir(folder)
+    return path.read_text(encoding="utf-8").strip()
+
+
 def alerts_api(inventory: Inventory) -> str | None:
     """The alerts API of the lab's Alertmanager where the host publishes it (local, compose)."""
     mon = inventory.lab.monitoring
     return None if mon is None else f"{alertmanager_url(mon)}/api/v2/alerts"
 
 
-def alertmanager_config(inventory: Inventory, url: str) -> dict[str, Any]:
-    """alertmanager.yml: every alert to the runner's webhook at `url`."""
+def alertmanager_config(inventory: Inventory, url: str, token: str | None = None) -> dict[str, Any]:
+    """alertmanager.yml: every alert to the runner's webhook at `url`, with `token` as its
+    bearer token when given."""
     scale = inventory.lab.time_scale
+    webhook: dict[str, Any] = {"url": url, "send_resolved": True}
+    if token is not None:
+        webhook["http_config"] = {"authorization": {"type": "Bearer", "credentials": token}}
     return {
         "route": {
             "receiver": RECEIVER_NAME,
@@ -102,17 +144,19 @@ def alertmanager_config(inventory: Inventory, url: str) -> dict[str, Any]:
         "receivers": [
             {
                 "name": RECEIVER_NAME,
-                "webhook_configs": [{"url": url, "send_resolved": True}],
+                "webhook_configs": [webhook],
             }
         ],
     }
 
 
 def write_alertmanager(adir: Path, inventory: Inventory, url: str) -> Path:
-    """Write alertmanager.yml into `adir` (atomically), its webhook `url`; its path."""
+    """Write alertmanager.yml into `adir` (atomically; `adir` is in the lab's state directory),
+    its webhook `url` with the lab's receiver token (made now if the lab has none); its path."""
     adir.mkdir(parents=True, exist_ok=True)
     tmp = adir / "alertmanager.yml.tmp"
-    tmp.write_text(yaml.safe_dump(alertmanager_config(inventory, url), sort_keys=False))
+    config = alertmanager_config(inventory, url, receiver_token(adir.parent, create=True))
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     tmp.replace(adir / "alertmanager.yml")
     return adir / "alertmanager.yml"
 

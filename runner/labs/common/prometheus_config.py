@@ -25,7 +25,7 @@ LAB_LABEL = "gameday_lab"
 # One client for every look at Prometheus: a new one per call builds a TLS context (the CA
 # bundle read and parsed, ~5 ms of CPU), and wait_scraped looks every 50 ms. httpx clients are
 # thread-safe.
-_HTTP = httpx.Client(timeout=1)
+_HTTP = httpx.Client(timeout=1, trust_env=False)
 
 
 def write_prometheus(

@@ -311,7 +311,7 @@ class DockerWatch:
 
     def _probe_loop(self, node: Node, inc: Incarnation) -> None:
         period = max(PROBE_PERIOD_S / self.inventory.lab.time_scale, 0.02)
-        with httpx.Client(timeout=max(period, 0.5)) as http:
+        with httpx.Client(timeout=max(period, 0.5), trust_env=False) as http:
             while inc.finished_at is None and self._synced:
                 try:
                     ok = http.get(node.url + "/health").status_code == 200
@@ -330,6 +330,6 @@ class DockerWatch:
         if node.role is Role.WORKER:
             return bool(container.logs(tail=1))
         try:
-            return httpx.get(node.url + "/health", timeout=2).status_code == 200
+            return httpx.get(node.url + "/health", timeout=2, trust_env=False).status_code == 200
         except httpx.HTTPError:
             return False

@@ -95,6 +95,7 @@ class LocalLab(LabDriver):
                 transport=httpx.HTTPTransport(uds=str(self.sock)),
                 base_url="http://supervisor",
                 timeout=30.0,
+                trust_env=False,  # the control socket is never proxied
             )
         return self._client
 

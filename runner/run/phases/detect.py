@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runner.errors import GamedayError
+from runner.labs.common.alertmanager_config import receiver_token
 from runner.labs.common.prometheus_config import LAB_LABEL
 from runner.labs.registry import entry
 from runner.results.schema import EventKind, Phase
@@ -80,7 +81,8 @@ def start_receiver(ctx: Context, stack: contextlib.ExitStack) -> WebhookReceiver
         return "this lab has no monitoring (gameday_lab.monitoring)"
     host, port = entry(ctx.lab.inventory.lab.kind).receiver_listen(ctx.lab.inventory)
     try:
-        return stack.enter_context(held(host, port, ctx.lab.inventory.lab.name))
+        token = receiver_token(ctx.lab.state_dir)
+        return stack.enter_context(held(host, port, ctx.lab.inventory.lab.name, token))
     except GamedayError as exc:
         return exc.message
 

@@ -87,7 +87,7 @@ def test_report_md_shows_times_against_windows_actions_and_hints(tmp_path: Path)
         "| hints used | 1 |",
         "| shortcuts tried | 1 |",
         "| 42.5 s | restart: restarted | node1 | SHORTCUT Restart the head alone: the workers "
-        "never rejoin <a new head> |",
+        "never rejoin &lt;a new head&gt; |",
         "| 130.2 s | group_restart: 2 nodes restarted together | node1, node2 | Restart all four "
         "nodes together |",
         "- hint 1 asked for at 60.0 s: look at node2",
