@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from runner.cli import options
 from runner.cli.main import main
 from runner.errors import InputError, InventoryError
 from runner.labs.common.alertmanager_config import (
@@ -90,6 +91,7 @@ def test_a_planted_config_of_another_user_is_refused_with_exit_2(
     assert err.value.exit_code == 2 and err.value.file == str(planted)
     assert f"user id {OTHER_UID}" in str(err.value) and "copy it" in str(err.value)
     monkeypatch.chdir(work)
+    options.config.cache_clear()  # the CLI reads its configuration once per process
     res = CliRunner().invoke(main, ["list"])
     assert res.exit_code == 2, res.output
     assert str(planted) in res.output and "refused" in res.output
