@@ -79,10 +79,10 @@ def inherit_anonymous_volumes(attrs: dict[str, Any]) -> dict[str, Any]:
     """The old container's host config, with each of its anonymous volumes (a volume mount no
     bind or mount of the host config names: from `-v /data`, a `volumes: [/data]` of Compose or
     an image's VOLUME) mounted by its name at the same place, read-only where it was."""
-    host = copy.deepcopy(attrs["HostConfig"])
+    host: dict[str, Any] = copy.deepcopy(attrs["HostConfig"])
     mounts: list[dict[str, Any]] = list(host.get("Mounts") or [])
     named = {_bind_target(b) for b in host.get("Binds") or []}
-    named |= {m.get("Target") for m in mounts if m.get("Source")}
+    named |= {str(m.get("Target")) for m in mounts if m.get("Source")}
     for m in attrs.get("Mounts") or []:
         target = m.get("Destination")
         if m.get("Type") != "volume" or not m.get("Name") or target in named:
