@@ -204,7 +204,8 @@ def _open_labs(
                 hint=f"gameday cleanup --lab {inventory.path}"
                 + (f" --parallel {parallel}" if parallel > 1 else ""),
             )
-        if nodes := lab.redeployed():  # its saved baseline is older than what runs
+        adopted = lab.inventory.lab.adopt is not None
+        if adopted and (nodes := lab.redeployed()):  # its saved baseline is older than what runs
             raise redeployed_error(
                 f"lab {lab.inventory.lab.name!r}", nodes, str(lab.inventory.path)
             )
