@@ -300,6 +300,9 @@ class AdoptedComposeLab(ComposeLab):
             self.watch.stopping[old.id] = time.time()  # back as it was: its exits are its own
             raise
         self.watch.stopping[old.id] = time.time()
+        with self._lease_lock:  # also as it reads back (Docker may fold the image's env in)
+            saved["written"] = adoption.remember(saved["written"], self.config(node))
+            write_private(self.baseline_path, json.dumps(record, indent=1))
         if cfg == baseline and all(
             self.config(n) == self.baseline_config(n) for n in self.services if n != node
         ):

@@ -264,8 +264,6 @@ class AdoptedKubernetesLab(KubernetesLab):
                 [f"container {saved['container']}"],
                 str(self.inventory.path),
             )
-        saved["written"] = adoption.remember(saved.get("written", []), cfg)
-        write_private(self.baseline_path, json.dumps(saved, indent=1))
         if cfg == baseline:
             args, env, links = saved["args"], saved["env"], saved["enableServiceLinks"]
         else:
@@ -284,10 +282,15 @@ class AdoptedKubernetesLab(KubernetesLab):
             pod.pop("enableServiceLinks", None)
         else:
             pod["enableServiceLinks"] = links
+        # remembered as it will read back (an unset enableServiceLinks reads as the pod's),
+        # before it is written
+        written = self._config_of(obj)
+        saved["written"] = adoption.remember(saved.get("written", []), written)
+        write_private(self.baseline_path, json.dumps(saved, indent=1))
         if cfg == baseline:
             obj = _without_lease(obj)
         else:
-            self._set_lease(obj, saved, cfg)
+            self._set_lease(obj, saved, written)
         self._replace(obj)
 
     def _replace(self, obj: dict[str, Any]) -> None:
