@@ -54,8 +54,8 @@ def test_cleanup_leaves_a_node_the_team_redeployed_and_restores_the_others(
     lab._nodes["serving"].config = team
     lab.applied.clear()
     outcome = cleanup_lab(lab)
-    assert outcome.redeployed == ["serving"]
     assert lab.config("serving") == team  # not the baseline saved at adoption
+    assert outcome.redeployed == ["serving"]
     assert [c.node for c in lab.applied] == ["node1"]
     assert lab.config("node1") == lab.baseline_config("node1")
     assert open_changes(lab.state_dir) == []  # closed: nothing is left for a later cleanup
