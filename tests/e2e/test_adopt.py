@@ -215,6 +215,29 @@ def test_after_a_crash_cleanup_returns_the_containers_to_the_saved_baseline(
     assert containers()[0]["Id"] == after["Id"]
 
 
+def test_a_project_the_team_redeployed_is_refused_with_an_offer_and_let_go_untouched(
+    opted_in: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    up = gd(state, "lab", "up", "--lab", str(opted_in))
+    assert up.returncode == 0, up.stdout + up.stderr
+    compose = tmp_path / "compose.yaml"  # the team's new release: another context length
+    compose.write_text(compose.read_text().replace('"4096"', '"8192"'))
+    cmd = [*compose_command(), "-p", PROJECT, "-f", str(compose)]
+    subprocess.run([*cmd, "up", "-d"], check=True, capture_output=True, timeout=120)
+    (deployed,) = containers()
+    assert "8192" in deployed["Config"]["Cmd"]
+    r = gd(state, "run", SCENARIO, "--lab", str(opted_in), "--reports", str(tmp_path))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "serving changed since gameday adopted it" in r.stderr
+    assert f"gameday lab up --lab {opted_in} --readopt" in r.stderr
+    down = gd(state, "lab", "down", "--lab", str(opted_in))
+    assert down.returncode == 0, down.stdout + down.stderr
+    (after,) = containers()
+    assert after["Id"] == deployed["Id"]  # never recreated with the old baseline
+    assert not (state / LAB / "adopted.json").exists()
+
+
 def test_a_recreated_container_keeps_its_docker_run_v_volume(lab_image: str) -> None:
     """`docker run -v /data`: the volume the container made for itself is the new one's."""
     from runner.labs.compose.recreate import recreate
