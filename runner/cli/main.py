@@ -610,10 +610,12 @@ def _cleanup_expired(inventory: Inventory) -> None:
         outcome = cleanup_lab(lab)
         for c in outcome.applied:
             output.message(f"restored {c.node}: {c.kind.value} {c.subject}".rstrip())
+        if outcome.redeployed:
+            output.message(f"left {', '.join(outcome.redeployed)} as the team deployed it anew")
     back = lab.end_lease()
     for node in back:
         output.message(f"restored {node} from the lease's record")
-    output.message(f"lab {name!r}: {late}; the deployment is back at its baseline")
+    output.message(f"lab {name!r}: {late}; gameday's changes are undone and the lease dropped")
 
 
 triage.epilog = exit_codes(
