@@ -16,6 +16,7 @@ from runner.labs import LabDriver, open_lab
 from runner.labs.capabilities import lacking
 from runner.results.schema import ScenarioResult, Verdict
 from runner.run import journal, run_scenario
+from runner.run.lease import LeaseKeeper
 from runner.run.suite import new_run_id
 from runner.spec.inventory import Inventory
 from runner.spec.inventory_load import load_inventory
@@ -115,12 +116,14 @@ def _session_lab(config: pytest.Config) -> dict[str, Any]:
         lab.up()
         state["lab"] = lab
         state["journal"] = journal.Journal(lab.state_dir, new_run_id())
+        state["lease"] = LeaseKeeper(lab)
     return state
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_LAB_KEY, {})
     if "lab" in state:
+        state["lease"].stop()
         state["journal"].close()
         if state.get("started_here"):
             state["lab"].down()

@@ -9,9 +9,10 @@ import click
 
 from runner.cli import output
 from runner.cli.options import handled, lab_option
-from runner.errors import InputError, LabError
+from runner.errors import InputError, LabError, LeftoversError
 from runner.labs import open_lab, wait_all_ready
 from runner.labs.registry import entry
+from runner.run import journal
 from runner.spec.inventory_load import load_inventory
 from runner.spec.timing import TimeScale
 
@@ -23,13 +24,33 @@ def lab() -> None:
 
 @lab.command("up")
 @lab_option
+@click.option(
+    "--readopt",
+    is_flag=True,
+    help="An adopted deployment the team deployed anew since gameday adopted it: take what it "
+    "runs now as its baseline (gameday otherwise refuses to touch it).",
+)
 @handled
-def lab_up(lab_path: Path) -> None:
+def lab_up(lab_path: Path, readopt: bool) -> None:
     """Start the lab and wait until every node serves. An adopted deployment (gameday_lab.adopt)
     is not started: it must be running and opted in; its baseline is saved."""
     inventory = load_inventory(lab_path)
     driver = open_lab(inventory)
     was_up = driver.is_up()
+    if readopt:
+        if journal.open_changes(driver.state_dir) or journal.open_steps(driver.state_dir):
+            raise LeftoversError(
+                f"lab {inventory.lab.name!r} has changes left by an interrupted run: "
+                "re-adopting now would take them for the team's",
+                hint=f"gameday cleanup --lab {lab_path}, then lab up --readopt",
+            )
+        again = driver.redeployed()
+        driver.readopt()
+        if again:
+            output.message(
+                f"lab {inventory.lab.name!r} re-adopted {', '.join(again)}: what runs now is "
+                "the baseline"
+            )
     driver.up()
     try:
         spec = inventory.lab

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -559,8 +560,15 @@ def _read_log(name: str) -> str:
     help="The N of the `run --parallel N` that was interrupted: undo on each of its N "
     "instances of the lab.",
 )
+@click.option(
+    "--expired",
+    is_flag=True,
+    help="Only once the fault lease on the adopted deployment has run out (its runner is "
+    "gone): what cron or a Kubernetes CronJob runs. Without this machine's journal (a CronJob), "
+    "the lease's own record puts the deployment back.",
+)
 @handled
-def cleanup(lab_path: Path, parallel: int) -> None:
+def cleanup(lab_path: Path, parallel: int, expired: bool) -> None:
     """Undo whatever an interrupted run left on the lab (idempotent); with --parallel N, on
     each of the N instances a `run --parallel N` used. Journalled undos of user-written steps run
     too, and the baseline is re-applied where a user step had no undo."""
@@ -568,10 +576,18 @@ def cleanup(lab_path: Path, parallel: int) -> None:
 
     inventory = load_inventory(lab_path)
     check_parallel(inventory, parallel)
+    if expired:
+        _cleanup_expired(inventory)
+        return
     for k in range(parallel):
         inst = instance(inventory, k)
         outcome = cleanup_lab(open_lab(inst))
         name = inst.lab.name
+        if outcome.redeployed:
+            output.message(
+                f"lab {name!r}: left {', '.join(outcome.redeployed)} as the team deployed it "
+                "anew since adoption (gameday lab up --readopt takes it as the baseline)"
+            )
         if not outcome.open_changes and not outcome.restarted:
             output.message(f"lab {name!r}: nothing to undo")
         elif outcome.lab_was_down:
@@ -589,6 +605,42 @@ def cleanup(lab_path: Path, parallel: int) -> None:
             output.message(f"lab {name!r}: undid {outcome.open_changes} change(s)")
         for group in outcome.restarted:
             output.message(f"restarted {', '.join(group)} together: they were not serving")
+
+
+def _cleanup_expired(inventory: Inventory) -> None:
+    """`cleanup --expired`: nothing while the adopted deployment's lease holds; once it has run
+    out, the journal's undo where this machine has it, then the lease's own record."""
+    if inventory.lab.adopt is None:
+        raise InputError(
+            f"lab {inventory.lab.name!r} adopts no deployment: only an adopted one holds a "
+            "fault lease",
+            file=inventory.path,
+            hint=f"gameday cleanup --lab {inventory.path}",
+        )
+    lab = open_lab(inventory)
+    name = inventory.lab.name
+    ends = lab.lease()
+    now = datetime.now(UTC)
+    if ends is None:
+        output.message(f"lab {name!r}: no fault lease is held; nothing to undo")
+        return
+    if ends > now:
+        output.message(
+            f"lab {name!r}: the fault lease holds until {ends.isoformat(timespec='seconds')} "
+            f"({(ends - now).total_seconds():.0f} s from now); nothing was touched"
+        )
+        return
+    late = f"the fault lease ran out at {ends.isoformat(timespec='seconds')}"
+    if lab.is_up():  # this machine's journal: every undo, user steps' too
+        outcome = cleanup_lab(lab)
+        for c in outcome.applied:
+            output.message(f"restored {c.node}: {c.kind.value} {c.subject}".rstrip())
+        if outcome.redeployed:
+            output.message(f"left {', '.join(outcome.redeployed)} as the team deployed it anew")
+    back = lab.end_lease()
+    for node in back:
+        output.message(f"restored {node} from the lease's record")
+    output.message(f"lab {name!r}: {late}; gameday's changes are undone and the lease dropped")
 
 
 triage.epilog = exit_codes(

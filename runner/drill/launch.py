@@ -15,6 +15,7 @@ from runner.results.schema import RunMode
 from runner.run import journal
 from runner.run.context import Progress, utcnow
 from runner.run.journal import Journal
+from runner.run.lease import LeaseKeeper
 from runner.run.suite import SuiteOutcome, _open_labs, _run_result, applies, new_run_id, skipped
 from runner.spec.inventory import Inventory
 from runner.spec.scenario import LoadedScenario
@@ -48,11 +49,13 @@ def run_drill(
         wait_all_ready(lab, TimeScale.of(inventory.lab).boot_timeout_lab(inventory.lab))
     lab.artifacts_dir = report_dir / "ansible"
     j = Journal(lab.state_dir, run_id)
+    lease = LeaseKeeper(lab)  # an adopted deployment's, renewed while the drill lasts
     try:
         drill = Drill(ls, lab, j, progress, options=options or DrillOptions())
         on_start(drill)
         res = drill.run()
     finally:
+        lease.stop()
         if not journal.open_changes(lab.state_dir):
             j.close()
         if brought_up:

@@ -308,6 +308,30 @@ class LabDriver(abc.ABC):
         """The command line a program started on a node runs as on this lab."""
         return tuple(command)
 
+    # ---- an adopted deployment's record (runner.labs.common.adoption); none on other labs ----
+    def redeployed(self) -> list[str]:
+        """The adopted nodes whose live spec is neither the saved baseline nor a change
+        gameday made: the team deployed them anew since adoption."""
+        return []
+
+    def readopt(self) -> None:
+        """Take what the adopted deployment runs now as its baseline."""
+        raise LabError(f"the {self.label} adopts no deployment: there is nothing to re-adopt")
+
+    def lease(self) -> datetime | None:
+        """When the fault lease on the adopted deployment ends (None: no change of gameday's
+        is held there)."""
+        return None
+
+    def renew_lease(self) -> None:
+        """Push a held fault lease forward (a live runner's heartbeat)."""
+        return None
+
+    def end_lease(self) -> list[str]:
+        """Put back what a lease covers from the lease's own record and drop it; the nodes
+        put back (one deployed anew is left as it is)."""
+        return []
+
     # ---- what only some labs can do (see `capabilities`) ----
     def signal(self, node: str, process: EngineProcess, signal: SignalName) -> None:
         raise self._lacks(Capability.SIGNALS)

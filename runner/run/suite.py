@@ -15,6 +15,7 @@ from runner import __version__
 from runner.errors import GamedayError, LeftoversError
 from runner.labs import LabDriver, open_lab, wait_all_ready
 from runner.labs.capabilities import lacking
+from runner.labs.common.adoption import redeployed_error
 from runner.labs.common.alertmanager_config import receiver_token
 from runner.labs.registry import entry
 from runner.report import write_reports
@@ -33,6 +34,7 @@ from runner.results.schema import (
 from runner.run import Progress, journal, run_scenario, shielded_from_sigint
 from runner.run.capacity import overload
 from runner.run.interrupt import Interrupted, ScenarioInterrupted, interruption
+from runner.run.lease import LeaseKeeper
 from runner.run.parallel import check_parallel, instance, run_workers
 from runner.run.receiver import held
 from runner.spec.checks import check_engine_names
@@ -203,6 +205,11 @@ def _open_labs(
                 hint=f"gameday cleanup --lab {inventory.path}"
                 + (f" --parallel {parallel}" if parallel > 1 else ""),
             )
+        adopted = lab.inventory.lab.adopt is not None
+        if adopted and (nodes := lab.redeployed()):  # its saved baseline is older than what runs
+            raise redeployed_error(
+                f"lab {lab.inventory.lab.name!r}", nodes, str(lab.inventory.path)
+            )
     return labs
 
 
@@ -231,6 +238,7 @@ class _Suite:
         self.journals: dict[int, journal.Journal] = {}
         self.started_here: set[int] = set()
         self.receivers: dict[int, contextlib.ExitStack] = {}  # each instance's, while it runs
+        self.leases: dict[int, LeaseKeeper] = {}  # an adopted deployment's, while it runs
         self.receive = False  # some scenario asks for an alert's delivery
 
     def run(self, todo: list[LoadedScenario], workers: int) -> list[ScenarioResult]:
@@ -260,6 +268,7 @@ class _Suite:
             wait_all_ready(lab, TimeScale.of(spec).boot_timeout_lab(spec))
         lab.artifacts_dir = self.report_dir / "ansible"  # host actions' Ansible events
         self.journals[k] = journal.Journal(lab.state_dir, self.run_id)
+        self.leases[k] = LeaseKeeper(lab)
 
     def work(self, k: int, ls: LoadedScenario) -> ScenarioResult:
         sid = ls.scenario.metadata.id
@@ -308,6 +317,8 @@ class _Suite:
         lab = self.labs[k]
         if k in self.receivers:
             self.receivers.pop(k).close()
+        if k in self.leases:
+            self.leases.pop(k).stop()
         if k in self.journals and not journal.open_changes(lab.state_dir):
             self.journals[k].close()
         if k in self.started_here:

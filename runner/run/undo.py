@@ -27,13 +27,19 @@ def restore(
 ) -> list[Change]:
     """Set every subject the `changes` touched (given oldest first) back to its state before the
     oldest change to it, newest subject first. Subjects already back are left alone, so a
-    process this run started and then stopped needs nothing. Returns what it applied;
+    process this run started and then stopped needs nothing, and so is an adopted node the team
+    deployed anew since (an old baseline is never written over a newer deployment). Returns
+    what it applied;
     `applied_hook` hears of each undo as it is applied, with the seconds it took."""
     firsts: dict[tuple[str, str, str], Change] = {}
     for change in changes:
         firsts.setdefault(change.key, change)
+    configs = any(c.kind is ChangeKind.NODE_CONFIG for c in firsts.values())
+    redeployed = set(lab.redeployed()) if configs else set()
     applied = []
     for first in reversed(list(firsts.values())):
+        if first.kind is ChangeKind.NODE_CONFIG and first.node in redeployed:
+            continue
         current = lab.current(first)
         if current == first.before:
             continue
@@ -86,6 +92,7 @@ class CleanupOutcome:
     lab_was_down: bool
     restarted: list[list[str]]
     steps: list[str] = field(default_factory=list)  # user-step undos run, baselines re-applied
+    redeployed: list[str] = field(default_factory=list)  # adopted nodes left as the team made them
 
 
 def unwind(
@@ -128,9 +135,11 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
     # a command step of a killed run may still be running (and changing the lab): first of all
     lines += _stop_orphans(steps)
     down = not lab.is_up()
+    redeployed: list[str] = []
     # A local lab that is down holds no changes: its nodes start from the inventory's baseline.
     if not down:
         lab.settle()
+        redeployed = lab.redeployed()
         applied, undone, failed = _unwind_journals(lab, items, steps)
         lines += undone
         reasons = list(dict.fromkeys(s.reason for s in reversed(steps) if s.undo is None))
@@ -166,6 +175,7 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
         lab_was_down=down,
         restarted=restarted,
         steps=lines,
+        redeployed=redeployed,
     )
 
 

@@ -266,6 +266,12 @@ class AdoptSpec(Model):
         default=None,
         description="Kubernetes: the pod's container that is the engine (default: the first).",
     )
+    lease_s: Annotated[float, Field(ge=5, le=7 * 24 * 3600)] = Field(
+        default=900.0,
+        description="Seconds a change of gameday's on the adopted deployment is leased for: a "
+        "running runner renews the lease, and `gameday cleanup --expired` puts the deployment "
+        "back once it has run out (after a runner was killed).",
+    )
 
     @property
     def workload(self) -> tuple[str, str] | None:

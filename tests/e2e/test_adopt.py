@@ -1,11 +1,15 @@
 """Adopting a deployment the team already runs: a Compose project the test
 creates with the Compose CLI (not gameday), with the opt-in label, adopted, faulted, recovered
-and left as found; the same project without the label refused with exit 3 and nothing touched;
-a Deployment the test creates through the Kubernetes API (tests/kubeapi) adopted, faulted with
-set_args and restored to its original spec."""
+and left as found, its anonymous volume with it; the same project without the label refused with
+exit 3 and nothing touched; a Deployment the test creates through the Kubernetes API
+(tests/kubeapi) adopted, faulted with set_args and restored to its original spec; a deployment
+the team changed after the adoption never overwritten with the old baseline, and re-adopted on
+request; a killed runner's fault lease running out and `cleanup --expired` putting the
+deployment back."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -15,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +60,7 @@ services:
       GAMEDAY_GPU_COUNT: "1"
       GAMEDAY_GPU_STATE: /var/lib/gameday/gpu
       HF_HOME: /root/.cache/huggingface
-    volumes: [gpu:/var/lib/gameday/gpu]
+    volumes: [gpu:/var/lib/gameday/gpu, /data]
     ports: ["127.0.0.1:28000:8000"]
     labels:
       team.example/owner: inference
@@ -94,7 +99,13 @@ def project(tmp_path: Path, opt_in: str) -> Iterator[Path]:
     try:
         yield inv
     finally:
+        # a volume a recreated container mounts by name is no longer removed with it (as after
+        # Compose's own recreate): the test removes what its containers held
+        held = [m["Name"] for c in containers() for m in c["Mounts"] if m["Type"] == "volume"]
         subprocess.run([*cmd, "down", "-v", "-t", "2"], check=True, capture_output=True)
+        for name in held:
+            with contextlib.suppress(Exception):
+                docker_client().volumes.get(name).remove(force=True)
 
 
 @pytest.fixture
@@ -115,10 +126,22 @@ def containers() -> list[dict[str, Any]]:
     return [c.attrs for c in found]
 
 
+def anonymous_volume(attrs: dict[str, Any], dest: str = "/data") -> str:
+    (name,) = [m["Name"] for m in attrs["Mounts"] if m["Destination"] == dest]
+    return str(name)
+
+
+def exec_in(container_id: str, *cmd: str) -> str:
+    code, out = docker_client().containers.get(container_id).exec_run(list(cmd))
+    assert code == 0, out
+    return str(out.decode())
+
+
 def test_an_opted_in_compose_project_is_adopted_faulted_recovered_and_left_as_found(
     opted_in: Path, tmp_path: Path
 ) -> None:
     (before,) = containers()
+    exec_in(before["Id"], "sh", "-c", "echo kept > /data/marker")
     state = tmp_path / "state"
     r = gd(state, "run", SCENARIO, "--lab", str(opted_in), "--reports", str(tmp_path), "--json")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -142,6 +165,9 @@ def test_an_opted_in_compose_project_is_adopted_faulted_recovered_and_left_as_fo
     assert list(after["NetworkSettings"]["Networks"]) == [f"{PROJECT}_default"]
     assert after["NetworkSettings"]["Networks"][f"{PROJECT}_default"]["Aliases"][0] == "vllm"
     assert after["State"]["Running"] is True
+    # recreated twice, it kept its anonymous volume (`- /data`), contents and all
+    assert anonymous_volume(after) == anonymous_volume(before)
+    assert exec_in(after["Id"], "cat", "/data/marker") == "kept\n"
     # the run adopted it and let go of it, still running: no record of it is left
     assert sorted(p.name for p in (state / LAB).iterdir()) == ["journal"]
 
@@ -169,8 +195,15 @@ def test_after_a_crash_cleanup_returns_the_containers_to_the_saved_baseline(
         proc.wait()
     (faulted,) = containers()
     assert "16384" in faulted["Config"]["Cmd"]  # killed with the fault in place
+    lease = json.loads((state / LAB / "lease.json").read_text())  # recorded with the fault
+    assert 800 < (datetime.fromisoformat(lease["expires"]) - datetime.now(UTC)).seconds <= 900
+    r = gd(state, "cleanup", "--expired", "--lab", str(opted_in))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "the fault lease holds until" in r.stderr  # (900 s by default): cron waits
+    assert containers()[0]["Id"] == faulted["Id"]
     r = gd(state, "cleanup", "--lab", str(opted_in))
     assert r.returncode == 0, r.stdout + r.stderr
+    assert not (state / LAB / "lease.json").exists()
     (after,) = containers()
     for key in ("Cmd", "Env", "Labels", "Image"):
         assert after["Config"][key] == before["Config"][key], key
@@ -180,6 +213,76 @@ def test_after_a_crash_cleanup_returns_the_containers_to_the_saved_baseline(
     assert f"lab '{LAB}' let go of compose project '{PROJECT}': it is still running" in down.stderr
     assert not (state / LAB / "adopted.json").exists()
     assert containers()[0]["Id"] == after["Id"]
+
+
+def test_a_project_the_team_redeployed_is_refused_with_an_offer_and_let_go_untouched(
+    opted_in: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    up = gd(state, "lab", "up", "--lab", str(opted_in))
+    assert up.returncode == 0, up.stdout + up.stderr
+    compose = tmp_path / "compose.yaml"  # the team's new release: another context length
+    compose.write_text(compose.read_text().replace('"4096"', '"8192"'))
+    cmd = [*compose_command(), "-p", PROJECT, "-f", str(compose)]
+    subprocess.run([*cmd, "up", "-d"], check=True, capture_output=True, timeout=120)
+    (deployed,) = containers()
+    assert "8192" in deployed["Config"]["Cmd"]
+    r = gd(state, "run", SCENARIO, "--lab", str(opted_in), "--reports", str(tmp_path))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "serving changed since gameday adopted it" in r.stderr
+    assert f"gameday lab up --lab {opted_in} --readopt" in r.stderr
+    down = gd(state, "lab", "down", "--lab", str(opted_in))
+    assert down.returncode == 0, down.stdout + down.stderr
+    (after,) = containers()
+    assert after["Id"] == deployed["Id"]  # never recreated with the old baseline
+    assert not (state / LAB / "adopted.json").exists()
+
+
+def test_a_recreated_container_keeps_its_docker_run_v_volume(lab_image: str) -> None:
+    """`docker run -v /data`: the volume the container made for itself is the new one's."""
+    from runner.labs.compose.recreate import recreate
+
+    docker = docker_client()
+    created = docker.api.create_container(
+        lab_image, ["sleep", "300"], volumes=["/data"], name="gameday-recreate-test"
+    )
+    old = docker.containers.get(created["Id"])
+    volume = ""
+    new = None
+    try:
+        old.start()
+        old.reload()
+        exec_in(old.id, "sh", "-c", "echo kept > /data/marker")
+        volume = anonymous_volume(old.attrs)
+        new = recreate(docker, old, ["sleep", "301"], old.attrs["Config"]["Env"], 1)
+        assert new.attrs["Config"]["Cmd"] == ["sleep", "301"]
+        assert anonymous_volume(new.attrs) == volume
+        assert exec_in(new.id, "cat", "/data/marker") == "kept\n"
+    finally:
+        for c in docker.containers.list(all=True, filters={"name": "gameday-recreate-test"}):
+            c.remove(force=True, v=True)
+        if volume:
+            docker.volumes.get(volume).remove(force=True)
+
+
+def killed_run(state: Path, inventory: Path, tmp_path: Path) -> None:
+    """A run of the scenario killed with -9 once its fault is in place."""
+    log = tmp_path / "run.log"
+    argv = ["run", SCENARIO, "--lab", str(inventory), "--reports", str(tmp_path)]
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", *argv],
+            cwd=ROOT,
+            env=os.environ | {"GAMEDAY_STATE_DIR": str(state)},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        deadline = time.monotonic() + 120
+        while "expect: waiting for the failure" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
 
 def test_a_project_without_the_opt_in_label_is_refused_and_untouched(
@@ -219,7 +322,7 @@ all:
       time_scale: 100
       timing_allowance_s: 0.3
       kubernetes: {{kubeconfig: {kubeconfig}, context: gameday-testserver, namespace: team-ml}}
-      adopt: {{deployment: team-vllm}}
+      adopt: {{deployment: team-vllm{lease}}}
   hosts:
     serving: {{gameday_port: 8000}}
 """
@@ -289,10 +392,101 @@ def kube(tmp_path: Path) -> Iterator[tuple[Path, Any, Any]]:
         srv.stop()
 
 
-def kube_inventory(tmp_path: Path, kubeconfig: Path, lab: str) -> Path:
+def kube_inventory(tmp_path: Path, kubeconfig: Path, lab: str, lease_s: int = 0) -> Path:
     inv = tmp_path / f"{lab}.yaml"
-    inv.write_text(KUBE_INVENTORY.format(lab=lab, kubeconfig=kubeconfig))
+    lease = f", lease_s: {lease_s}" if lease_s else ""
+    inv.write_text(KUBE_INVENTORY.format(lab=lab, kubeconfig=kubeconfig, lease=lease))
     return inv
+
+
+def engine_args(apps: Any) -> list[str]:
+    d = apps.read_namespaced_deployment("team-vllm", "team-ml")
+    return list(d.spec.template.spec.containers[0].args)
+
+
+def team_deploys(apps: Any, args: list[str]) -> None:
+    """The team's own rollout of new args (as `kubectl apply` of its edited manifest would)."""
+    d = apps.read_namespaced_deployment("team-vllm", "team-ml")
+    d.spec.template.spec.containers[0].args = args
+    apps.replace_namespaced_deployment("team-vllm", "team-ml", d)
+
+
+def lease_annotation(apps: Any) -> dict[str, Any] | None:
+    d = apps.read_namespaced_deployment("team-vllm", "team-ml")
+    text = (d.metadata.annotations or {}).get("gameday.io/fault-lease")
+    return json.loads(text) if text else None
+
+
+def test_a_deployment_the_team_changed_since_adoption_is_not_overwritten_and_is_readopted(
+    kube: tuple[Path, Any, Any], tmp_path: Path
+) -> None:
+    kubeconfig, core, apps = kube
+    core.create_namespace({"metadata": {"name": "team-ml", "labels": {"gameday.io/lab": LAB}}})
+    apps.create_namespaced_deployment("team-ml", team_deployment())
+    inv = kube_inventory(tmp_path, kubeconfig, LAB)
+    state = tmp_path / "state"
+    killed_run(state, inv, tmp_path)
+    assert "16384" in engine_args(apps)  # the fault, left by the killed run
+    newer = [a if a != "4096" else "8192" for a in ENGINE_ARGS]
+    team_deploys(apps, newer)  # the team fixes its service its own way meanwhile
+    r = gd(state, "cleanup", "--lab", str(inv))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert engine_args(apps) == newer  # not the baseline saved before
+    assert "left serving as the team deployed it anew since adoption" in r.stderr
+    r = gd(state, "run", SCENARIO, "--lab", str(inv), "--reports", str(tmp_path))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "serving changed since gameday adopted it" in r.stderr
+    assert f"hint: to take what runs now as the baseline: gameday lab up --lab {inv} --readopt" in (
+        r.stderr
+    )
+    assert engine_args(apps) == newer
+    r = gd(state, "lab", "up", "--lab", str(inv), "--readopt")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"lab '{LAB}' re-adopted serving: what runs now is the baseline" in r.stderr
+    saved = json.loads((state / LAB / "adopted.json").read_text())
+    assert saved["args"] == newer
+    assert lease_annotation(apps) is None  # the old lease went with the old baseline
+    down = gd(state, "lab", "down", "--lab", str(inv))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert engine_args(apps) == newer
+
+
+def test_a_killed_runners_fault_lease_runs_out_and_cleanup_expired_puts_it_back(
+    kube: tuple[Path, Any, Any], tmp_path: Path
+) -> None:
+    kubeconfig, core, apps = kube
+    core.create_namespace({"metadata": {"name": "team-ml", "labels": {"gameday.io/lab": LAB}}})
+    apps.create_namespaced_deployment("team-ml", team_deployment())
+    original = copy.deepcopy(apps.read_namespaced_deployment("team-vllm", "team-ml").spec)
+    inv = kube_inventory(tmp_path, kubeconfig, LAB, lease_s=20)
+    state = tmp_path / "state"
+    killed_run(state, inv, tmp_path)
+    lease = lease_annotation(apps)
+    assert lease is not None and lease["lab"] == LAB
+    assert lease["baseline"]["args"] == ENGINE_ARGS
+    ends = datetime.fromisoformat(lease["expires"])
+    assert 0 < (ends - datetime.now(UTC)).total_seconds() <= 20
+    # the CronJob: the cluster only, none of this machine's state
+    cron = tmp_path / "cronjob-state"
+    r = gd(cron, "cleanup", "--expired", "--lab", str(inv))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "the fault lease holds until" in r.stderr and "nothing was touched" in r.stderr
+    assert "16384" in engine_args(apps)
+    time.sleep(max(0.0, (ends - datetime.now(UTC)).total_seconds()) + 1)
+    r = gd(cron, "cleanup", "--expired", "--lab", str(inv))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "restored serving from the lease's record" in r.stderr
+    d = apps.read_namespaced_deployment("team-vllm", "team-ml")
+    assert d.spec.template == original.template
+    assert lease_annotation(apps) is None
+    r = gd(cron, "cleanup", "--expired", "--lab", str(inv))
+    assert "no fault lease is held; nothing to undo" in r.stderr
+    # the killed runner's machine: its journal finds the deployment already back
+    generation = apps.read_namespaced_deployment("team-vllm", "team-ml").metadata.generation
+    assert gd(state, "cleanup", "--lab", str(inv)).returncode == 0
+    assert gd(state, "lab", "down", "--lab", str(inv)).returncode == 0
+    d = apps.read_namespaced_deployment("team-vllm", "team-ml")
+    assert d.metadata.generation == generation and d.spec.template == original.template
 
 
 def test_a_deployment_in_a_labelled_namespace_is_adopted_faulted_and_restored(

@@ -11,19 +11,26 @@ and as a NodeConfig) and saved in the lab's state directory, so `gameday cleanup
 returns them to it. A changed command or environment recreates the service's container from
 its own configuration (runner.labs.compose.recreate says why the docker SDK, not Compose);
 restart, signals, logs and events work as on gameday's own compose lab.
+
+Each configuration gameday writes is remembered in that record first, and a change away from the
+baseline records its fault lease (`lease.json` beside it, pushed forward by a running runner):
+runner.labs.common.adoption says what both are for.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import write_private
 from runner.labs.base import Capability, Change, ChangeKind, NodeConfig, ProcessState, Value
+from runner.labs.common import adoption
 from runner.labs.common import helpers as common
 from runner.labs.compose.configs import config_of
 from runner.labs.compose.driver import STOP_TIMEOUT_S, ComposeLab
@@ -46,12 +53,15 @@ class AdoptedComposeLab(ComposeLab):
         if adopt is None or adopt.project is None:
             raise LabError(f"{inventory.path}: gameday_lab.adopt.project is not set")
         self.adopted = adopt.project
+        self.lease_s = adopt.lease_s
         # signals go to the engine in the container; programs, addresses and GPU lists need
         # the lab's own host containers and tools
         self.capabilities = frozenset({Capability.SIGNALS})
         self.services = {n.name: n.service or n.name for n in inventory.nodes}
         nodes = {svc: node for node, svc in self.services.items()}
         self.baseline_path = self.state_dir / "adopted.json"
+        self.lease_path = self.state_dir / "lease.json"
+        self._lease_lock = threading.Lock()  # the runner's renewals beside its changes
         self.watch = DockerWatch(
             inventory,
             docker=lambda: self.docker,
@@ -136,17 +146,49 @@ class AdoptedComposeLab(ComposeLab):
         self.check_opt_in()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if not self.baseline_path.exists():  # after a crash the saved one is the baseline
-            saved = {
-                node: {
-                    "container": c.name,
-                    "cmd": list(c.attrs["Config"]["Cmd"] or []),
-                    "env": list(c.attrs["Config"].get("Env") or []),
-                    "config": self._config_of(c).model_dump(mode="json"),
-                }
-                for node, c in engines.items()
-            }
-            write_private(self.baseline_path, json.dumps(saved, indent=1))
+            self._save(engines)
+        elif redeployed := self.redeployed():
+            raise adoption.redeployed_error(
+                f"compose project {self.adopted!r}",
+                [f"service {self.services[n]}" for n in redeployed],
+                str(self.inventory.path),
+            )
         self.watch.sync()
+
+    def _save(self, engines: dict[str, Any]) -> None:
+        """The live containers' command and environment as the baseline."""
+        saved = {
+            node: {
+                "container": c.name,
+                "cmd": list(c.attrs["Config"]["Cmd"] or []),
+                "env": list(c.attrs["Config"].get("Env") or []),
+                "config": self._config_of(c).model_dump(mode="json"),
+            }
+            for node, c in engines.items()
+        }
+        write_private(self.baseline_path, json.dumps(saved, indent=1))
+
+    def readopt(self) -> None:
+        """What the project runs now becomes the baseline; an old lease is dropped with it."""
+        engines = {node: self.engine(node) for node in self.services}
+        self.check_opt_in()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._save(engines)
+        self.lease_path.unlink(missing_ok=True)
+
+    def redeployed(self) -> list[str]:
+        if not self.baseline_path.exists():
+            return []
+        saved = self._saved()
+        engines = self._engines()
+        return [
+            n
+            for n in self.services
+            if n in engines
+            and not adoption.is_own(
+                self._config_of(engines[n]), self.baseline_config(n), saved[n].get("written", [])
+            )
+        ]
 
     def down(self) -> None:
         """Let go of the project, which keeps running: refused while a container differs from
@@ -154,10 +196,13 @@ class AdoptedComposeLab(ComposeLab):
         self.watch.close()
         if not self.baseline_path.exists():
             return
+        redeployed = self.redeployed()  # the team's: let go with the rest
         drift = [
             n
             for n in self.services
-            if n in self._engines() and self.config(n) != self.baseline_config(n)
+            if n in self._engines()
+            and n not in redeployed
+            and self.config(n) != self.baseline_config(n)
         ]
         if drift:
             raise LabError(
@@ -166,6 +211,7 @@ class AdoptedComposeLab(ComposeLab):
                 hint=f"gameday cleanup --lab {self.inventory.path}, then lab down again",
             )
         self.baseline_path.unlink()
+        self.lease_path.unlink(missing_ok=True)
         self.files.remove()
 
     def leftover_objects(self) -> list[str]:
@@ -179,7 +225,8 @@ class AdoptedComposeLab(ComposeLab):
             if c.name.endswith(PARKED_SUFFIX)
         ]
         saved = [f"adoption record {self.baseline_path}"] if self.baseline_path.exists() else []
-        return saved + parked
+        lease = [f"fault lease {self.lease_path}"] if self.lease_path.exists() else []
+        return saved + lease + parked
 
     def leftovers(self) -> list[str]:
         return common.leftovers(self, [o for o in self.leftover_objects() if "container" in o])
@@ -220,9 +267,22 @@ class AdoptedComposeLab(ComposeLab):
         """Recreate the service's container with `cfg`; at the baseline, with the command and
         environment it had at adoption, exactly."""
         self.check_opt_in()
-        saved = self._saved()[node]
+        record = self._saved()
+        saved = record[node]
         old = self.engine(node)
-        if cfg == self.baseline_config(node):
+        baseline = self.baseline_config(node)
+        if not adoption.is_own(self._config_of(old), baseline, saved.get("written", [])):
+            raise adoption.redeployed_error(
+                f"compose project {self.adopted!r}",
+                [f"service {self.services[node]}"],
+                str(self.inventory.path),
+            )
+        with self._lease_lock:  # the change's record and its lease before the change
+            saved["written"] = adoption.remember(saved.get("written", []), cfg)
+            write_private(self.baseline_path, json.dumps(record, indent=1))
+            if cfg != baseline:
+                self._write_lease()
+        if cfg == baseline:
             cmd, env = list(saved["cmd"]), list(saved["env"])
         else:
             prefix = list(self.inventory.lab.engine_command)
@@ -240,6 +300,52 @@ class AdoptedComposeLab(ComposeLab):
             self.watch.stopping[old.id] = time.time()  # back as it was: its exits are its own
             raise
         self.watch.stopping[old.id] = time.time()
+        with self._lease_lock:  # also as it reads back (Docker may fold the image's env in)
+            saved["written"] = adoption.remember(saved["written"], self.config(node))
+            write_private(self.baseline_path, json.dumps(record, indent=1))
+        if cfg == baseline and all(
+            self.config(n) == self.baseline_config(n) for n in self.services if n != node
+        ):
+            with self._lease_lock:
+                self.lease_path.unlink(missing_ok=True)
+
+    # ---- the fault lease --------------------------------------------------------------------
+
+    def _write_lease(self) -> None:
+        lease = {
+            "lab": self.inventory.lab.name,
+            "project": self.adopted,
+            "expires": adoption.deadline(self.lease_s).isoformat(),
+        }
+        write_private(self.lease_path, json.dumps(lease, indent=1))
+
+    def lease(self) -> datetime | None:
+        if not self.lease_path.exists():
+            return None
+        text = json.loads(self.lease_path.read_text()).get("expires", "")
+        return adoption.parse_deadline(text, str(self.lease_path))
+
+    def renew_lease(self) -> None:
+        with self._lease_lock:
+            if self.lease_path.exists():
+                self._write_lease()
+
+    def end_lease(self) -> list[str]:
+        """Every node still running a change of gameday's gets its baseline back; one the team
+        deployed anew is left as it is."""
+        if self.lease_path.exists() and self.baseline_path.exists():
+            redeployed = self.redeployed()
+            back = [
+                n
+                for n in self.services
+                if n not in redeployed and self.config(n) != self.baseline_config(n)
+            ]
+            for n in back:
+                self._reapply(n, self.baseline_config(n))
+        else:
+            back = []
+        self.lease_path.unlink(missing_ok=True)
+        return back
 
     def restart(self, nodes: Sequence[str]) -> None:
         self.check_opt_in()

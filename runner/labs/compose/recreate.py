@@ -1,6 +1,9 @@
 """Recreating a container with another command or environment, through the docker SDK: a new
 container from the old one's own configuration (image, labels, host config, networks and their
-aliases), with the same name. Nothing is read from a compose file: the container as it runs is
+aliases), with the same name, and with the old container's anonymous volumes (a `-v /data`, an
+image's `VOLUME`) mounted again by name, as Compose does when it recreates a container: a new
+container would otherwise get new, empty ones and leave the old ones orphaned. Nothing is read
+from a compose file: the container as it runs is
 the whole truth, so a project whose compose file, `.env` or working folder gameday never saw is
 recreated exactly, and Compose still counts the new container as its service's (same labels).
 
@@ -34,7 +37,7 @@ def recreate(
     config["Cmd"] = list(command)
     config["Env"] = list(env)
     config["Image"] = _image(docker, attrs)
-    config["HostConfig"] = copy.deepcopy(attrs["HostConfig"])
+    config["HostConfig"] = inherit_anonymous_volumes(attrs)
     endpoints = [
         (net, _endpoint(ep, old.id))
         for net, ep in (attrs["NetworkSettings"].get("Networks") or {}).items()
@@ -70,6 +73,33 @@ def recreate(
     with contextlib.suppress(docker_sdk.errors.NotFound):
         old.remove(force=True)
     return docker.containers.get(new_id)
+
+
+def inherit_anonymous_volumes(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The old container's host config, with each of its anonymous volumes (a volume mount no
+    bind or mount of the host config names: from `-v /data`, a `volumes: [/data]` of Compose or
+    an image's VOLUME) mounted by its name at the same place, read-only where it was."""
+    host: dict[str, Any] = copy.deepcopy(attrs["HostConfig"])
+    mounts: list[dict[str, Any]] = list(host.get("Mounts") or [])
+    named = {_bind_target(b) for b in host.get("Binds") or []}
+    named |= {str(m.get("Target")) for m in mounts if m.get("Source")}
+    for m in attrs.get("Mounts") or []:
+        target = m.get("Destination")
+        if m.get("Type") != "volume" or not m.get("Name") or target in named:
+            continue
+        mounts = [x for x in mounts if x.get("Target") != target]  # its unnamed spec, if any
+        mounts.append(
+            {"Type": "volume", "Source": m["Name"], "Target": target, "ReadOnly": not m["RW"]}
+        )
+    if mounts:
+        host["Mounts"] = mounts
+    return host
+
+
+def _bind_target(bind: str) -> str:
+    """Where a `Binds` entry (SOURCE:TARGET[:OPTIONS]) mounts."""
+    parts = bind.split(":")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def _image(docker: Any, attrs: dict[str, Any]) -> str:

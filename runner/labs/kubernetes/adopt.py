@@ -10,21 +10,32 @@ enableServiceLinks, saved in the lab's state directory at adoption. A changed co
 to the live object (read, changed in the container, replaced with the resourceVersion that was
 read: a concurrent edit is a 409 on a real API server, never overwritten); the undo writes the
 saved spec back verbatim. Pods are found by the workload's own selector.
+
+Each configuration gameday writes is remembered in the saved record first, and a change away from
+the baseline carries its fault lease on the object itself: the annotation `gameday.io/fault-lease`
+on the workload's metadata (never on the pod template, so it rolls no pod) holds the deadline, the
+change and the baseline to put back, so `gameday cleanup --expired` run by a CronJob in the
+cluster, without this machine's state, can undo it (runner.labs.common.adoption says why).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import write_private
 from runner.labs.base import Capability, Change, ChangeKind, NodeConfig
+from runner.labs.common import adoption
 from runner.labs.common import helpers as common
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.spec.inventory import Inventory
+
+LEASE_ANNOTATION = "gameday.io/fault-lease"
 
 
 class AdoptedKubernetesLab(KubernetesLab):
@@ -46,6 +57,8 @@ class AdoptedKubernetesLab(KubernetesLab):
         self.node = inventory.nodes[0].name
         self.baseline_path = self.state_dir / "adopted.json"
         self.pods.adopted_node = self.node
+        self.lease_s = adopt.lease_s
+        self._lease_lock = threading.RLock()  # the runner's renewals beside its writes
 
     # ---- the namespace's opt-in and the workload ----------------------------------------------
 
@@ -121,20 +134,50 @@ class AdoptedKubernetesLab(KubernetesLab):
                 hint=f"kubectl -n {self.ns} get {self.workload_kind}s",
             )
         if not self.baseline_path.exists():  # after a crash the saved one is the baseline
-            obj = self._read()
-            c = self._container(obj)
-            pod = obj["spec"]["template"]["spec"]
-            saved = {
-                "container": c["name"],
-                "selector": obj["spec"]["selector"].get("matchLabels") or {},
-                "args": c.get("args"),
-                "env": c.get("env"),
-                "enableServiceLinks": pod.get("enableServiceLinks"),
-                "config": self._config_of(obj).model_dump(mode="json"),
-            }
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            write_private(self.baseline_path, json.dumps(saved, indent=1))
+            self._save(self._read())
+        elif self.redeployed():
+            raise adoption.redeployed_error(
+                f"{self.workload_kind} {self.workload}",
+                [f"container {self._saved()['container']}"],
+                str(self.inventory.path),
+            )
         self._sync()
+
+    def _save(self, obj: dict[str, Any]) -> None:
+        """The live object's engine container and enableServiceLinks as the baseline."""
+        c = self._container(obj)
+        pod = obj["spec"]["template"]["spec"]
+        saved = {
+            "container": c["name"],
+            "selector": obj["spec"]["selector"].get("matchLabels") or {},
+            "args": c.get("args"),
+            "env": c.get("env"),
+            "enableServiceLinks": pod.get("enableServiceLinks"),
+            "config": self._config_of(obj).model_dump(mode="json"),
+        }
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        write_private(self.baseline_path, json.dumps(saved, indent=1))
+
+    def readopt(self) -> None:
+        """What the workload runs now becomes the baseline; an old lease on it is dropped."""
+        ns = self.kube.namespace()
+        if ns is None:
+            raise LabError(f"namespace {self.ns!r} does not exist: there is nothing to adopt")
+        self.guard(ns)
+        with self._lease_lock:
+            obj = self._read()
+            self._save(obj)
+            if self._lease_of(obj) is not None:
+                self._replace(_without_lease(obj))
+
+    def redeployed(self) -> list[str]:
+        if not self.baseline_path.exists():
+            return []
+        saved = self._saved()
+        own = adoption.is_own(
+            self.config(self.node), self.baseline_config(self.node), saved.get("written", [])
+        )
+        return [] if own else [self.node]
 
     def down(self) -> None:
         """Let go of the workload, which keeps running: refused while it differs from the saved
@@ -142,7 +185,7 @@ class AdoptedKubernetesLab(KubernetesLab):
         self.pods.close()
         if not self.baseline_path.exists():
             return
-        if self.config(self.node) != self.baseline_config(self.node):
+        if self.config(self.node) != self.baseline_config(self.node) and not self.redeployed():
             raise LabError(
                 f"{self.workload_kind} {self.workload} differs from the baseline gameday saved; "
                 "nothing was changed",
@@ -206,11 +249,22 @@ class AdoptedKubernetesLab(KubernetesLab):
     def _write(self, cfg: NodeConfig) -> None:
         """The live object with `cfg` in its engine container; at the baseline, the saved
         container args, env and enableServiceLinks verbatim."""
+        with self._lease_lock:
+            self._write_locked(cfg)
+
+    def _write_locked(self, cfg: NodeConfig) -> None:
         saved = self._saved()
         obj = self._read()
         pod = obj["spec"]["template"]["spec"]
         c = next(c for c in pod["containers"] if c["name"] == saved["container"])
-        if cfg == self.baseline_config(self.node):
+        baseline = self.baseline_config(self.node)
+        if not adoption.is_own(self._config_of(obj), baseline, saved.get("written", [])):
+            raise adoption.redeployed_error(
+                f"{self.workload_kind} {self.workload}",
+                [f"container {saved['container']}"],
+                str(self.inventory.path),
+            )
+        if cfg == baseline:
             args, env, links = saved["args"], saved["env"], saved["enableServiceLinks"]
         else:
             kept = [e for e in c.get("env") or [] if "valueFrom" in e]
@@ -228,11 +282,120 @@ class AdoptedKubernetesLab(KubernetesLab):
             pod.pop("enableServiceLinks", None)
         else:
             pod["enableServiceLinks"] = links
+        # remembered as it will read back (an unset enableServiceLinks reads as the pod's),
+        # before it is written
+        written = self._config_of(obj)
+        saved["written"] = adoption.remember(saved.get("written", []), written)
+        write_private(self.baseline_path, json.dumps(saved, indent=1))
+        if cfg == baseline:
+            obj = _without_lease(obj)
+        else:
+            self._set_lease(obj, saved, written)
+        self._replace(obj)
+
+    def _replace(self, obj: dict[str, Any]) -> None:
         _, replace = self._api()
         self.kube.call(
             f"replace {self.workload_kind} {self.workload}", replace, self.workload, self.ns, obj
         )
 
+    # ---- the fault lease, on the object -------------------------------------------------------
+
+    def _set_lease(
+        self, obj: dict[str, Any], saved: dict[str, Any], cfg: NodeConfig | None = None
+    ) -> None:
+        """The lease annotation on `obj`: a new deadline, the change (`cfg`, else the one the
+        lease already names) and the saved baseline of the engine container."""
+        old = self._lease_of(obj) or {}
+        lease = {
+            "lab": self.inventory.lab.name,
+            "expires": adoption.deadline(self.lease_s).isoformat(),
+            "change": cfg.model_dump(mode="json") if cfg is not None else old.get("change"),
+            "baseline": {k: saved[k] for k in ("container", "args", "env", "enableServiceLinks")},
+        }
+        meta = obj.setdefault("metadata", {})
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            LEASE_ANNOTATION: json.dumps(lease),
+        }
+
+    def _lease_of(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """This lab's lease on the object, if it holds one."""
+        text = ((obj.get("metadata") or {}).get("annotations") or {}).get(LEASE_ANNOTATION)
+        if not text:
+            return None
+        try:
+            lease = json.loads(text)
+        except json.JSONDecodeError:
+            raise LabError(
+                f"{self.workload_kind} {self.workload}: annotation {LEASE_ANNOTATION} is not "
+                "gameday's JSON",
+                hint=f"kubectl -n {self.ns} annotate {self.workload_kind} {self.workload} "
+                f"{LEASE_ANNOTATION}-",
+            ) from None
+        if not isinstance(lease, dict) or lease.get("lab") != self.inventory.lab.name:
+            return None
+        return lease
+
+    def _lease_read(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The object and its lease, once the namespace is known to be opted in: a CronJob's
+        cleanup has no saved record, only the cluster."""
+        ns = self.kube.namespace()
+        if ns is None:
+            raise LabError(f"namespace {self.ns!r} does not exist")
+        self.guard(ns)
+        obj = self._read()
+        return obj, self._lease_of(obj)
+
+    def lease(self) -> datetime | None:
+        _, lease = self._lease_read()
+        if lease is None:
+            return None
+        return adoption.parse_deadline(
+            str(lease.get("expires", "")), f"{self.workload_kind} {self.workload}"
+        )
+
+    def renew_lease(self) -> None:
+        with self._lease_lock:
+            obj, lease = self._lease_read()
+            if lease is not None and self.baseline_path.exists():
+                self._set_lease(obj, self._saved())
+                self._replace(obj)
+
+    def end_lease(self) -> list[str]:
+        """The lease's baseline written back, verbatim, while the object still runs the change
+        the lease names; one deployed anew since keeps its spec. The lease is dropped."""
+        with self._lease_lock:
+            obj, lease = self._lease_read()
+            if lease is None:
+                return []
+            base = lease.get("baseline") or {}
+            pod = obj["spec"]["template"]["spec"]
+            found = [c for c in pod["containers"] if c["name"] == base.get("container")]
+            back = bool(found) and self._config_of(obj).model_dump(mode="json") == lease.get(
+                "change"
+            )
+            if back:
+                for key in ("args", "env"):
+                    if base.get(key) is None:
+                        found[0].pop(key, None)
+                    else:
+                        found[0][key] = base[key]
+                if base.get("enableServiceLinks") is None:
+                    pod.pop("enableServiceLinks", None)
+                else:
+                    pod["enableServiceLinks"] = base["enableServiceLinks"]
+            self._replace(_without_lease(obj))
+            return [self.node] if back else []
+
     def restart(self, nodes: Sequence[str]) -> None:
         self._require_lab_namespace()
         super().restart(nodes)
+
+
+def _without_lease(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.setdefault("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop(LEASE_ANNOTATION, None)
+    meta["annotations"] = annotations
+    return obj

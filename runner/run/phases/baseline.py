@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from runner.errors import GamedayError, LabError
 from runner.labs.base import ChangeKind
+from runner.labs.common.adoption import redeployed_error
 from runner.results.schema import EventKind, Phase, Verdict
 from runner.run.apply import SETUP, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
@@ -35,6 +36,10 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
     ctx.progress("baseline: waiting for the target to be ready")
     ctx.rec.event("phase baseline", kind=EventKind.PHASE)
     if ctx.lab.config(ctx.target) != ctx.lab.baseline_config(ctx.target):
+        if ctx.target in ctx.lab.redeployed():  # the team's newer deployment, not a leftover
+            raise redeployed_error(
+                f"lab {ctx.lab.inventory.lab.name!r}", [ctx.target], str(ctx.lab.inventory.path)
+            )
         raise LabError(
             f"node {ctx.target} is not at its baseline configuration",
             hint="a previous run left changes behind: run `gameday cleanup`",

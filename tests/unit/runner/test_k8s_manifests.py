@@ -63,7 +63,10 @@ def test_every_generated_and_shipped_manifest_validates(tmp_path: Path, version:
     docs = generated(tmp_path) + shipped()
     kinds = sorted({d["kind"] for d in docs})
     assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ConfigMap",
+        "CronJob",
         "Deployment",
         "LeaderWorkerSet",
         "Namespace",
@@ -80,8 +83,54 @@ def test_every_generated_and_shipped_manifest_validates(tmp_path: Path, version:
     # eks and kind (3 each, their Prometheus's 5 and Alertmanager's 3), the test server (its 5
     # nodes, the group's headless Service, its Prometheus's 5, Alertmanager's 3 and the API
     # token's Secret), the LWS lab, the StatefulSet lab, a stray pod each, k8s/ (the eks lab's 3,
-    # Prometheus's 5, Alertmanager's 3)
-    assert len(docs) == 2 * (3 + 5 + 3) + (3 + 5 + 3 + 6) + 4 + 8 + 5 + (3 + 5 + 3)
+    # Prometheus's 5, Alertmanager's 3; the lease CronJob's 7)
+    assert len(docs) == 2 * (3 + 5 + 3) + (3 + 5 + 3 + 6) + 4 + 8 + 5 + (3 + 5 + 3) + 7
+
+
+def test_the_lease_cronjob_runs_cleanup_expired_on_its_configmaps_adopting_inventory(
+    tmp_path: Path,
+) -> None:
+    """k8s/adopted-lease-cronjob.yaml: its ConfigMap holds an inventory that loads as an adopted
+    Deployment with a lease and the kubeconfig it names, mounted where the job's command reads
+    it; the command is one the CLI takes; its rights reach that Deployment only."""
+    from runner.cli.main import cleanup
+
+    docs = {
+        d["kind"]: d
+        for d in yaml.safe_load_all((ROOT / "k8s" / "adopted-lease-cronjob.yaml").read_text())
+        if d
+    }
+    for name, text in docs["ConfigMap"]["data"].items():
+        (tmp_path / name).write_text(text)
+    inv = load_inventory(tmp_path / "inventory.yaml")
+    assert inv.lab.adopt is not None and inv.lab.adopt.workload == ("deployment", "team-vllm")
+    assert inv.lab.kubernetes.kubeconfig == "kubeconfig"
+    kubeconfig = yaml.safe_load((tmp_path / "kubeconfig").read_text())
+    assert [c["name"] for c in kubeconfig["contexts"]] == [inv.lab.kubernetes.context]
+    pod = docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    assert volume["configMap"]["name"] == docs["ConfigMap"]["metadata"]["name"]
+    assert container["command"] == [
+        "gameday",
+        "cleanup",
+        "--expired",
+        "--lab",
+        f"{mount['mountPath']}/inventory.yaml",
+    ]
+    ctx = cleanup.make_context("cleanup", container["command"][2:])  # the CLI takes it
+    assert ctx.params["expired"] is True
+    rules = docs["Role"]["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments"],
+            "resourceNames": ["team-vllm"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    assert pod["serviceAccountName"] == docs["RoleBinding"]["subjects"][0]["name"]
 
 
 def lws_doc(tmp_path: Path) -> dict[str, Any]:
