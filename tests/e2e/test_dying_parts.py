@@ -80,9 +80,15 @@ def test_a_local_monitoring_process_that_exits_at_start_ends_the_run_in_seconds(
     assert took < 15, took
     died = _reported(reports, p.stdout + p.stderr)
     assert f"{part} died: exited with status 1" in p.stdout
-    assert died["part"] == part and died["log"] == str(
-        tmp_path / "state" / "local" / "services" / f"{part.lower()}.log"
-    )
+    log = tmp_path / "state" / "local" / "services" / f"{part.lower()}.log"
+    assert died["part"] == part and died["log"] == str(log)
+    # `lab up` says the same, and takes down what it started
+    t0 = time.monotonic()
+    up = gameday("lab", "up", "--lab", str(inv), env={"GAMEDAY_STATE_DIR": str(tmp_path / "state")})
+    assert up.returncode == 3 and time.monotonic() - t0 < 15, up.stderr
+    said = " ".join(up.stderr.split())
+    assert f"{part} died: exited with status 1" in said and LAST in said, up.stderr
+    assert f"its whole output: {log}" in said
 
 
 @pytest.fixture(scope="module")
