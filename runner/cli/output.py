@@ -221,6 +221,9 @@ def run_summary(result: RunResult, report_dir: str) -> None:
             out.print(f"{verdict} {escape(s.id)}: {escape(a.name)}")
             out.print(f"    expected: {escape(a.expected)}")
             out.print(f"    observed: {escape(a.observed)}")
+            if a.died is not None and a.died.last_lines:
+                out.print(f"    last lines of {escape(a.died.part)}:")
+                out.print(escape("\n".join(f"      {ln}" for ln in a.died.last_lines)))
             if a.detail.strip():
                 # a failure's detail says why (a step's output): shown; an error's is a
                 # traceback, for -v

@@ -19,6 +19,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.errors import LabError
+from runner.results.redact import redact
+from runner.results.schema import PartDeath as PartDeath  # the lab reports it, a result keeps it
+from runner.results.schema import truncate
 from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import Inventory
 from runner.spec.kinds import LabKind, LogSource, NodeStatus
@@ -95,6 +98,27 @@ class RuntimeEvent(Frozen):
     ts: datetime
     text: str
     warning: bool = False
+
+
+LAST_LINES = 10  # of a dead part's output, kept in its record
+MAX_LINE = 500  # characters of each of those lines
+
+
+class PartDied(LabError):
+    """A part the lab started died while something waited on it: the wait stops at once."""
+
+    def __init__(self, death: PartDeath) -> None:
+        super().__init__(
+            death.summary(), hint=f"its whole output: {death.log}" if death.log else None
+        )
+        self.death = death
+
+
+def last_lines(text: str, n: int = LAST_LINES) -> tuple[str, ...]:
+    """The last `n` non-blank lines of a part's output, redacted (secrets a program printed,
+    its command line with a token, never reach a report)."""
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return tuple(truncate(redact(ln), MAX_LINE) for ln in lines[-n:])
 
 
 class EventType(enum.StrEnum):
@@ -233,6 +257,12 @@ class LabDriver(abc.ABC):
         """Block until the lab's Prometheus has scraped every target once (no monitoring:
         return). `up()` does not wait for it: Prometheus hands its first targets over only after
         5 s of wall time, so only what reads or changes monitoring waits."""
+        return None
+
+    def dead_part(self) -> PartDeath | None:
+        """The first part the lab started beside the engines (its monitoring) that has exited
+        or crash-loops since the lab came up; None when all of them run (or the lab has none).
+        Every wait on those parts asks, so that it stops at a death instead of at its timeout."""
         return None
 
     def prometheus_url(self) -> str | None:

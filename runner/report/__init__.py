@@ -25,7 +25,7 @@ from runner.report import drill_times as drill
 from runner.report import html as html_page
 from runner.results.printable import printable
 from runner.results.redact import redact_obj
-from runner.results.schema import RunResult, ScenarioResult, Verdict
+from runner.results.schema import Assertion, RunResult, ScenarioResult, Verdict
 
 FILES = ("result.json", "junit.xml", "report.md", "report.html")
 
@@ -90,10 +90,19 @@ def _failure_text(s: ScenarioResult, verdict: Verdict) -> str:
     step's output, a traceback), so that CI's page of the failure says why."""
     return "\n\n".join(
         f"{a.name}\n  expected: {a.expected}\n  observed: {a.observed}"
+        + "".join(f"\n  {ln}" for ln in _death_lines(a))
         + ("\n  " + a.detail.rstrip().replace("\n", "\n  ") if a.detail.strip() else "")
         for a in s.assertions
         if a.verdict is verdict
     )
+
+
+def _death_lines(a: Assertion) -> list[str]:
+    """The dead part's last lines, under a line that names it (none: no part died)."""
+    d = a.died
+    if d is None or not d.last_lines:
+        return []
+    return [f"last lines of {d.part}:", *(f"  {ln}" for ln in d.last_lines)]
 
 
 MESSAGE_CHARS = 500  # of a <failure>'s message: CI shows it as the test's one-line reason
@@ -278,6 +287,11 @@ def markdown(result: RunResult) -> str:
                 lines.append(
                     f"| {mark[a.verdict]} | {_md(a.name)} | {_md(a.expected)} | {_md(a.observed)} |"
                 )
+            for a in s.assertions:
+                if a.died is not None and a.died.last_lines:
+                    # an indented code block: no line it holds can end it
+                    lines += ["", f"Last lines of {_md(a.died.part)} ({_md(a.name)}):", ""]
+                    lines += [f"    {ln}" for ln in a.died.last_lines]
     return "\n".join(lines) + "\n"
 
 

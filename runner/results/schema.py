@@ -69,6 +69,34 @@ class Phase(enum.StrEnum):
     CLEANUP = "cleanup"
 
 
+class PartDeath(Frozen):
+    """A part a lab starts beside the engines (Prometheus, Alertmanager, an exporter, a
+    monitoring pod) that exited or crash-loops: what a person needs to know why, without
+    opening the lab. `last_lines` are what it printed last, redacted where they were read
+    (runner.labs.base.last_lines). A failed step's `died` in result.json."""
+
+    part: str  # "Prometheus", "node-exporter of node serving", "Prometheus pod prometheus-0"
+    exit_code: int | None = None  # its last exit status (None: not known, or never started)
+    reason: str = ""  # a pod's waiting reason (CrashLoopBackOff), or a container's state
+    restarts: int = 0  # how often the runtime has started it again
+    last_lines: tuple[str, ...] = ()
+    log: str = ""  # where its whole output is: a file, or the command that shows it
+
+    def summary(self) -> str:
+        """One sentence: the part, how it died, and the last line it printed."""
+        how = []
+        if self.exit_code is not None:
+            how.append(f"exited with status {self.exit_code}")
+        if self.reason:
+            how.append(self.reason)
+        if self.restarts:
+            how.append(f"restarted {self.restarts} time{'s' if self.restarts != 1 else ''}")
+        text = f"{self.part} died: " + (", ".join(how) if how else "it stopped")
+        if self.last_lines:
+            return f"{text}; its last line: {self.last_lines[-1]}"
+        return f"{text}; it printed nothing"
+
+
 class Assertion(Frozen):
     name: str
     phase: Phase
@@ -76,6 +104,15 @@ class Assertion(Frozen):
     expected: str
     observed: str
     detail: str = ""
+    # the part of the lab whose death ended this step (left out of result.json when none)
+    died: PartDeath | None = None
+
+    @model_serializer(mode="wrap")
+    def _deaths_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.died is None:
+            data.pop("died", None)
+        return data
 
     @field_validator("phase", mode="before")
     @classmethod

@@ -8,7 +8,7 @@ from datetime import datetime
 import httpx
 
 from runner.errors import GamedayError, LabError
-from runner.labs.base import LabDriver
+from runner.labs.base import LabDriver, PartDied
 from runner.results.repopaths import repository_root, shown, shown_runbook
 from runner.results.schema import EventKind, Interruption, Phase, ScenarioResult, combine
 from runner.run.context import Context, Progress, ScenarioAborted, http_client, utcnow
@@ -70,7 +70,13 @@ def run_scenario(
     except ScenarioAborted:
         pass
     except GamedayError as exc:
-        ctx.rec.error(phase=Phase.RUN, name="lab", expected=LAB_CARRIES_OUT, observed=str(exc))
+        ctx.rec.error(
+            phase=Phase.RUN,
+            name="lab",
+            expected=LAB_CARRIES_OUT,
+            observed=str(exc),
+            died=exc.death if isinstance(exc, PartDied) else None,
+        )
     except Exception as exc:  # a bug or an unmapped error: this scenario's verdict is `error`
         ctx.rec.error(
             phase=Phase.RUN,

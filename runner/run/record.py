@@ -13,6 +13,7 @@ from runner.results.schema import (
     EventKind,
     Evidence,
     EvidenceLine,
+    PartDeath,
     Phase,
     TimelineEvent,
     Verdict,
@@ -56,6 +57,7 @@ class Recorder:
         expected: str,
         observed: str,
         detail: str = "",
+        died: PartDeath | None = None,
     ) -> Verdict:
         self.assertions.append(
             Assertion(
@@ -65,6 +67,7 @@ class Recorder:
                 expected=expected,
                 observed=observed,
                 detail=detail,
+                died=died,
             )
         )
         return verdict
@@ -80,9 +83,17 @@ class Recorder:
         return ok
 
     def error(
-        self, *, phase: Phase, name: str, expected: str, observed: str, detail: str = ""
+        self,
+        *,
+        phase: Phase,
+        name: str,
+        expected: str,
+        observed: str,
+        detail: str = "",
+        died: PartDeath | None = None,
     ) -> None:
-        """gameday could not tell: the lab misbehaved, a probe could not be made."""
+        """gameday could not tell: the lab misbehaved (`died`: one of its parts died), a probe
+        could not be made."""
         self.verdict(
             phase=phase,
             name=name,
@@ -90,6 +101,7 @@ class Recorder:
             expected=expected,
             observed=observed,
             detail=detail,
+            died=died,
         )
 
     def probe(self, phase: Phase, r: ProbeResult, *, verdict: Verdict | None = None) -> None:

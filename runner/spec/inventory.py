@@ -16,6 +16,8 @@ vars apply to the group's hosts, host vars win, as in Ansible.
 from __future__ import annotations
 
 import enum
+import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -57,6 +59,26 @@ class GpuSpec(Model):
     count: Annotated[int, Field(ge=0, le=16)] = 1
 
 
+# a host name's label (RFC 1123): letters, digits and hyphens, neither first nor last a hyphen
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def is_address(text: str) -> bool:
+    """Whether `text` can name a node's address: an IP address, or a host name by its form (one
+    a lab resolves is checked by the lab kind's rules, which know where it is resolved)."""
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    labels = text.removesuffix(".").split(".")
+    return (
+        0 < len(text) <= 253
+        and all(_LABEL.fullmatch(lb) for lb in labels)
+        and not labels[-1].isdigit()  # 10.0.0.300 is a wrong address, not a name
+    )
+
+
 class Node(Model):
     name: str
     role: Role
@@ -93,6 +115,16 @@ class Node(Model):
 
     def network_address(self, network: str) -> str | None:
         return {"management": self.management_address, "overlay": self.overlay_address}.get(network)
+
+    @field_validator("address", "management_address", "overlay_address")
+    @classmethod
+    def _an_address(cls, v: str | None) -> str | None:
+        if v is not None and not is_address(v):
+            raise ValueError(
+                f"{v!r} is neither an IP address nor a host name (letters, digits and hyphens, "
+                "in dot-separated labels)"
+            )
+        return v
 
     @field_validator("restart", mode="before")
     @classmethod

@@ -1603,7 +1603,10 @@ class Server:
         nodes: int = 5,
         host: str = "127.0.0.1",
     ) -> None:
-        state = kubeconfig.parent / "state"
+        # absolute: a container runs with the state directory as its working directory, and the
+        # volume paths its command is given must not be relative to that (the README's
+        # `python -m tests.kubeapi` passes the relative default)
+        state = (kubeconfig.parent / "state").resolve()
         state.mkdir(parents=True, exist_ok=True)
         self.cluster = Cluster(time_scale, state, gpus, nodes)
         self.token = secrets.token_urlsafe(24)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pydantic
 
 from runner.errors import LabError
-from runner.labs.base import Capability, GpuProcess, LabDriver, LogLine, NodeState
+from runner.labs.base import Capability, GpuProcess, LabDriver, LogLine, NodeState, PartDeath
 from runner.labs.common.events import Incarnation
 from runner.labs.common.prometheus_config import reload, wait_scraped
 from runner.spec.inventory import Inventory, LabSpec
@@ -174,21 +174,33 @@ def scrape_drift(inventory: Inventory, network: str) -> list[str]:
     return [f"Prometheus scrapes the {network} network"]
 
 
-def monitoring_ready(inventory: Inventory, pdir: Path, timeout_s: float, hint: str) -> None:
-    """Block until the lab's Prometheus (if it has one) has scraped every target in `pdir`."""
+def monitoring_ready(
+    inventory: Inventory,
+    pdir: Path,
+    timeout_s: float,
+    hint: str,
+    dead: Callable[[], PartDeath | None] = lambda: None,
+) -> None:
+    """Block until the lab's Prometheus (if it has one) has scraped every target in `pdir`;
+    PartDied as soon as `dead` (the driver's `dead_part`) names a part of the lab that died."""
     url = inventory.lab.prometheus
     if inventory.lab.monitoring is not None and url is not None:
-        wait_scraped(url, pdir, timeout_s, hint=hint)
+        wait_scraped(url, pdir, timeout_s, hint=hint, dead=dead)
 
 
 def apply_scrape_targets(
-    inventory: Inventory, pdir: Path, write: Callable[[str], None], network: str, hint: str
+    inventory: Inventory,
+    pdir: Path,
+    write: Callable[[str], None],
+    network: str,
+    hint: str,
+    dead: Callable[[], PartDeath | None] = lambda: None,
 ) -> None:
     """Point the exporters' scrape job at `network` (`write`: the driver's way of writing the
     config into `pdir`), reload Prometheus and wait until it has scraped the new targets."""
     write(network)
     reload(inventory.lab.prometheus)
-    monitoring_ready(inventory, pdir, 30, hint)
+    monitoring_ready(inventory, pdir, 30, hint, dead)
 
 
 def host_capabilities(inventory: Inventory) -> frozenset[Capability]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 
 from runner.errors import LabError
@@ -9,17 +10,43 @@ from runner.spec.inventory import Inventory
 
 
 def ensure_free(host: str, port: int, what: str) -> None:
-    """LabError (`what host:port: taken (reason)`) when nothing can listen there now."""
+    """LabError when nothing can listen at host:port now, saying what the OS said: the address
+    is taken (EADDRINUSE), is not an address (a name that does not resolve), is not one of this
+    machine's (EADDRNOTAVAIL), or anything else in the OS's own words; never one for another."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError as exc:
+        except socket.gaierror as exc:
             raise LabError(
-                f"{what} {host}:{port}, which is taken ({exc.strerror})",
-                hint="another program uses that address: stop it (is another lab up?), or "
-                "change the address in the inventory",
+                f"{what} {host}:{port}: {host!r} is not an address ({exc.strerror})",
+                hint="give an IP address, or a host name this machine resolves, in the inventory",
             ) from exc
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise LabError(
+                    f"{what} {host}:{port}, which is taken ({exc.strerror})",
+                    hint="another program uses that address: stop it (is another lab up?), or "
+                    "change the address in the inventory",
+                ) from exc
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise LabError(
+                    f"{what} {host}:{port}: {host} is not an address of this machine "
+                    f"({exc.strerror})",
+                    hint="give one of this machine's addresses (any of 127.0.0.0/8 is)",
+                ) from exc
+            raise LabError(f"{what} {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def resolution_error(host: str) -> str | None:
+    """Why this machine cannot resolve `host` to an address (None: it can, or it is one)."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return str(exc.strerror)
+    except UnicodeError as exc:
+        return str(exc)
+    return None
 
 
 def configured_addresses(inventory: Inventory) -> dict[str, dict[str, str]]:

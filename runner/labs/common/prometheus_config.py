@@ -14,6 +14,7 @@ import httpx
 import yaml
 
 from runner.errors import LabError
+from runner.labs.base import PartDeath, PartDied
 from runner.labs.common.alertmanager_config import prometheus_alerting
 from runner.spec.inventory import Inventory, Monitoring, Role
 
@@ -146,33 +147,84 @@ def expected_scrape_urls(pdir: Path) -> set[str]:
     }
 
 
-def scraped(url: str, want: set[str]) -> bool:
-    """Prometheus has scraped exactly the targets `want`, each at least once."""
+def active_targets(url: str) -> list[dict[str, Any]] | str:
+    """Prometheus's active targets (its targets API), or why they could not be read."""
     try:
         data: Any = _HTTP.get(url + "/api/v1/targets?state=active").json()
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError) as exc:
+        return f"its targets API did not answer ({type(exc).__name__}: {exc})"
+    targets = data.get("data", {}).get("activeTargets", []) if isinstance(data, dict) else []
+    return [t for t in targets if isinstance(t, dict)] if isinstance(targets, list) else []
+
+
+def _scraped(targets: list[dict[str, Any]] | str, want: set[str]) -> bool:
+    """Prometheus has scraped exactly the targets `want`, each at least once."""
+    if isinstance(targets, str):
         return False
-    got = {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
+    got = {t.get("scrapeUrl"): t.get("health") for t in targets}
     return set(got) == want and all(h != "unknown" for h in got.values())
 
 
-def wait_scraped(url: str, pdir: Path, timeout: float, hint: str) -> None:
+def seen(targets: list[dict[str, Any]] | str, want: set[str]) -> str:
+    """What a wait last saw of Prometheus's targets, for its timeout: each target's health and
+    last error, and those it was to scrape but had not."""
+    if isinstance(targets, str):
+        return targets
+    shown = [
+        f"{t.get('scrapeUrl')} {t.get('health')}"
+        + (f" ({t['lastError']})" if t.get("lastError") else "")
+        for t in sorted(targets, key=lambda t: str(t.get("scrapeUrl")))
+    ]
+    missing = sorted(want - {t.get("scrapeUrl") for t in targets})
+    text = "it had " + ("; ".join(shown) if shown else "no targets")
+    return text + (f"; not among them: {', '.join(missing)}" if missing else "")
+
+
+def wait_scraped(
+    url: str,
+    pdir: Path,
+    timeout: float,
+    hint: str,
+    dead: Callable[[], PartDeath | None] = lambda: None,
+) -> None:
     """Block until Prometheus has scraped every target of the config in `pdir` once. It has no
     push API, and its discovery hands new targets over only every 5 s (a cost that does not
     scale), so this looks every 50 ms; it runs at bring-up and after a scrape-config change."""
     want = expected_scrape_urls(pdir)
-    wait_targets(url, lambda: want, timeout, hint)
+    wait_targets(url, lambda: want, timeout, hint, dead)
 
 
-def wait_targets(url: str, want: Callable[[], set[str]], timeout: float, hint: str) -> None:
+DEATH_CHECK_S = 0.25  # wall seconds between two looks at whether the lab's parts still run
+
+
+def wait_targets(
+    url: str,
+    want: Callable[[], set[str]],
+    timeout: float,
+    hint: str,
+    dead: Callable[[], PartDeath | None] = lambda: None,
+) -> None:
     """Block until Prometheus has scraped exactly the scrape URLs `want()` gives, each once.
     `want` is asked on every look: on Kubernetes the targets are pod IPs, known only once the
-    pods have them."""
+    pods have them. `dead` (the lab's `dead_part`) is asked every DEATH_CHECK_S: a part of the
+    lab that died stops the wait with PartDied at once; a timeout says what Prometheus last
+    showed of its targets."""
     deadline = time.monotonic() + timeout
-    while not scraped(url, want()):
+    checked = 0.0
+    while True:
+        if time.monotonic() - checked >= DEATH_CHECK_S:
+            checked = time.monotonic()
+            if (death := dead()) is not None:
+                raise PartDied(death)
+        targets, wanted = active_targets(url), want()
+        if _scraped(targets, wanted):
+            return
         if time.monotonic() > deadline:
+            if (death := dead()) is not None:
+                raise PartDied(death)
             raise LabError(
-                f"Prometheus at {url} did not scrape its targets within {timeout:.0f} s",
+                f"Prometheus at {url} did not scrape its targets within {timeout:.0f} s: "
+                + seen(targets, wanted),
                 hint=hint,
             )
         time.sleep(0.05)

@@ -47,8 +47,10 @@ from runner.labs.base import (
     LogLine,
     NodeConfig,
     NodeState,
+    PartDeath,
     ProcessState,
     Value,
+    last_lines,
 )
 from runner.labs.common import helpers as common
 from runner.labs.common.alertmanager_config import webhook_url, write_alertmanager
@@ -65,6 +67,9 @@ from runner.spec.inventory import ComposeSpec, Inventory
 from runner.spec.kinds import LabKind
 
 STOP_TIMEOUT_S = 3
+# the monitoring's containers by their gameday.role, as a report names them
+_PARTS = {"prometheus": "Prometheus", "alertmanager": "Alertmanager", "host": "node-exporter"}
+LOG_TAIL = 50  # lines of a dead monitoring container's log read for its last lines
 PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
 
 
@@ -369,7 +374,12 @@ class ComposeLab(LabDriver):
             self.hosts.set_address(change.node, change.subject, after.value, self._ansible_dir)
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
             common.apply_scrape_targets(
-                self.inventory, self._pdir, self._write_prometheus, after.value, self._prom_hint
+                self.inventory,
+                self._pdir,
+                self._write_prometheus,
+                after.value,
+                self._prom_hint,
+                self.dead_part,
             )
         else:
             raise LabError(f"the compose lab cannot apply a {change.kind.value} change")
@@ -430,7 +440,40 @@ class ComposeLab(LabDriver):
         return f"docker logs {self.project}-prometheus"
 
     def monitoring_ready(self, timeout_s: float) -> None:
-        common.monitoring_ready(self.inventory, self._pdir, timeout_s, self._prom_hint)
+        common.monitoring_ready(
+            self.inventory, self._pdir, timeout_s, self._prom_hint, self.dead_part
+        )
+
+    def dead_part(self) -> PartDeath | None:
+        """The first of the lab's monitoring containers (Prometheus, Alertmanager, a node's
+        host container, whose command is its node-exporter) that Docker has restarted, or that
+        exited or is restarting, with the last lines of its log."""
+        if self.inventory.lab.monitoring is None:
+            return None
+        import docker
+
+        for role, what in _PARTS.items():
+            for c in self._containers(role):
+                st = c.attrs.get("State") or {}
+                restarts = int(c.attrs.get("RestartCount") or 0)
+                status = str(st.get("Status", ""))
+                if not restarts and status not in ("exited", "dead", "restarting"):
+                    continue
+                try:
+                    tail = c.logs(tail=LOG_TAIL).decode(errors="replace")
+                except docker.errors.DockerException as exc:
+                    tail = f"(its log cannot be read: {exc})"
+                node = c.labels.get("gameday.node")
+                return PartDeath(
+                    part=what + (f" of node {node}" if node else "") + f" (container {c.name})",
+                    # Docker clears a container's exit code when it starts it again
+                    exit_code=st.get("ExitCode") if status != "running" else None,
+                    reason=status if status != "running" else "",
+                    restarts=restarts,
+                    last_lines=last_lines(tail),
+                    log=f"docker logs {c.name}",
+                )
+        return None
 
     def applied_via(self, kind: ChangeKind) -> str:
         playbook = {ChangeKind.PROCESS: "process", ChangeKind.ADDRESS: "change-address"}

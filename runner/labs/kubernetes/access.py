@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from runner.errors import LabError, LabNotUp
-from runner.labs.base import GpuProcess, ProcessState
+from runner.labs.base import GpuProcess, PartDeath, ProcessState, last_lines
 from runner.labs.common import helpers as common
 from runner.labs.common.events import EventFeed
+from runner.labs.kubernetes import alertmanager as kam
 from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes import stray
 from runner.labs.kubernetes.api import KubeApi
@@ -27,6 +28,21 @@ from runner.labs.kubernetes.podexec import (
 from runner.labs.kubernetes.watch import PodWatch
 from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import Inventory
+
+# A container waiting for one of these will not run without a change: it has died as surely
+# as one that exited (ContainerCreating and PodInitializing are on their way up).
+DEAD_WAITING = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+LOG_TAIL = 50  # lines of a dead monitoring container's log asked of the kubelet
 
 
 class PodAccess:
@@ -187,4 +203,65 @@ class PodAccess:
             lambda: kmon.engine_targets(self.inventory, pod_ips()),
             timeout_s,
             hint=f"kubectl -n {self.ns} logs deploy/{kmon.NAME}; its targets page says why",
+            dead=self.dead_part,
+        )
+
+    def dead_part(self) -> PartDeath | None:
+        """The first container of the monitoring's pods (Prometheus's, Alertmanager's) that has
+        restarted, ended, or waits for what will not come by itself (DEAD_WAITING), with its
+        waiting reason, restart count, last exit status and the last lines of its log (the
+        kubelet's: the dead container's while it waits to restart)."""
+        if self.inventory.lab.monitoring is None:
+            return None
+        for what, sel in (
+            ("Prometheus", kmon.selector(self.inventory)),
+            ("Alertmanager", kam.selector(self.inventory)),
+        ):
+            pods = self.kube.call(
+                f"list {what}'s pods",
+                self.kube.core.list_namespaced_pod,
+                self.ns,
+                label_selector=sel,
+            ).items
+            for p in pods:
+                if p.metadata.deletion_timestamp is not None or p.status is None:
+                    continue
+                for cs in p.status.container_statuses or []:
+                    if (death := self._death(what, p.metadata.name, cs)) is not None:
+                        return death
+        return None
+
+    def _death(self, what: str, pod: str, cs: Any) -> PartDeath | None:
+        state, last = cs.state, cs.last_state
+        waiting = state.waiting if state else None
+        ended = state.terminated if state else None
+        before = last.terminated if last else None
+        dead_wait = waiting is not None and waiting.reason in DEAD_WAITING
+        if not (cs.restart_count or ended is not None or dead_wait):
+            return None
+        exited = ended if ended is not None else before
+        exit_code = exited.exit_code if exited is not None else None
+        reason = (waiting.reason if waiting else "") or (ended.reason if ended else "") or ""
+        # a container running again after a restart: the one that died is the previous
+        previous = state is not None and state.running is not None
+        try:
+            text = self.kube.call(
+                f"read the log of pod {pod}",
+                self.kube.core.read_namespaced_pod_log,
+                pod,
+                self.ns,
+                container=cs.name,
+                previous=previous,
+                tail_lines=LOG_TAIL,
+            )
+            lines = last_lines(str(text))
+        except LabError as exc:
+            lines = (f"(its log cannot be read: {exc.message})",)
+        return PartDeath(
+            part=f"{what} (pod {pod})",
+            exit_code=exit_code,
+            reason=reason,
+            restarts=int(cs.restart_count or 0),
+            last_lines=lines,
+            log=f"kubectl -n {self.ns} logs {pod}" + (" --previous" if previous else ""),
         )

@@ -37,6 +37,7 @@ from runner.labs.base import (
     LogLine,
     NodeConfig,
     NodeState,
+    PartDeath,
     ProcessState,
     RuntimeEvent,
     Value,
@@ -124,6 +125,9 @@ class KubernetesLab(LabDriver):
 
     def monitoring_ready(self, timeout_s: float) -> None:
         self.access.monitoring_ready(timeout_s)
+
+    def dead_part(self) -> PartDeath | None:
+        return self.access.dead_part()
 
     # ---- the blast-radius guard ---------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from runner.errors import InventoryError, LabError
+from runner.labs.base import PartDeath, PartDied
 from runner.labs.common import alertmanager_config as am_config
 from runner.labs.common import prometheus_config as prom
 from runner.labs.kubernetes import alertmanager as am
@@ -401,15 +402,22 @@ def pod_url(kube: KubeApi, inventory: Inventory) -> str | None:
 
 
 def wait_scraped(
-    find_url: Callable[[], str | None], want: Callable[[], set[str]], timeout_s: float, hint: str
+    find_url: Callable[[], str | None],
+    want: Callable[[], set[str]],
+    timeout_s: float,
+    hint: str,
+    dead: Callable[[], PartDeath | None] = lambda: None,
 ) -> None:
     """Until Prometheus is found (`find_url`: None while its pod has no IP) and has scraped the
-    targets `want()` names, each once; LabError after `timeout_s`."""
+    targets `want()` names, each once; LabError after `timeout_s`, PartDied as soon as `dead`
+    (the lab's `dead_part`) names a monitoring pod that died."""
     deadline = time.monotonic() + timeout_s
     while (url := find_url()) is None:
+        if (death := dead()) is not None:
+            raise PartDied(death)
         if time.monotonic() > deadline:
             raise LabError(
                 f"the lab's Prometheus pod had no IP within {timeout_s:.0f} s", hint=hint
             )
         time.sleep(0.2)
-    prom.wait_targets(url, want, max(deadline - time.monotonic(), 0.0), hint)
+    prom.wait_targets(url, want, max(deadline - time.monotonic(), 0.0), hint, dead)

@@ -31,8 +31,10 @@ from runner.labs.base import (
     LogLine,
     NodeConfig,
     NodeState,
+    PartDeath,
     ProcessState,
     Value,
+    last_lines,
 )
 from runner.labs.common import helpers as common
 from runner.labs.common.alertmanager_config import (
@@ -65,6 +67,11 @@ PASSTHROUGH_ENV = (
     "VIRTUAL_ENV",
     "GAMEDAY_MODELS_PATH",
 )
+
+
+# how the lab's own processes are named in a report
+_PARTS = {"prometheus": "Prometheus", "alertmanager": "Alertmanager"}
+TAIL_BYTES = 16 * 1024  # of a dead process's log, read for its last lines
 
 
 class LocalLab(LabDriver):
@@ -218,7 +225,34 @@ class LocalLab(LabDriver):
         return f"see {self._state_dir / 'services' / 'prometheus.log'}"
 
     def monitoring_ready(self, timeout_s: float) -> None:
-        common.monitoring_ready(self.inventory, self._pdir, timeout_s, self._prom_hint)
+        common.monitoring_ready(
+            self.inventory, self._pdir, timeout_s, self._prom_hint, self.dead_part
+        )
+
+    def dead_part(self) -> PartDeath | None:
+        """The first of the lab's own processes beside the engines (Prometheus, Alertmanager,
+        a node's exporter: those the supervisor keeps running) that has exited on its own since
+        it was started, with the last lines of its log."""
+        if self.inventory.lab.monitoring is None:
+            return None
+        for owner, procs in self.aux_processes().items():
+            for name, p in procs.items():
+                if not p.get("restart") or not p.get("exits"):
+                    continue
+                try:
+                    with open(p["log"], "rb") as f:
+                        f.seek(max(f.seek(0, os.SEEK_END) - TAIL_BYTES, 0))
+                        tail = f.read().decode(errors="replace")
+                except OSError as exc:
+                    tail = f"(its log {p['log']} cannot be read: {exc.strerror})"
+                return PartDeath(
+                    part=_PARTS.get(name, name) + ("" if owner == "lab" else f" of node {owner}"),
+                    exit_code=p.get("last_exit_code"),
+                    restarts=max(int(p["exits"]) - (0 if p.get("running") else 1), 0),
+                    last_lines=last_lines(tail),
+                    log=str(p["log"]),
+                )
+        return None
 
     def _base_env(self, n: Node) -> dict[str, str]:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
@@ -437,7 +471,12 @@ class LocalLab(LabDriver):
             self._move(change.node, change.subject, after.value)
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
             common.apply_scrape_targets(
-                self.inventory, self._pdir, self._write_prometheus, after.value, self._prom_hint
+                self.inventory,
+                self._pdir,
+                self._write_prometheus,
+                after.value,
+                self._prom_hint,
+                self.dead_part,
             )
         else:
             raise LabError(f"the local lab cannot apply a {change.kind.value} change")

@@ -1,11 +1,14 @@
 """The inventory rules only a local lab has: it adopts nothing (its nodes are processes gameday
-starts), so it has no Compose services either."""
+starts), so it has no Compose services either; and its nodes listen on this machine, so a node's
+address that is a host name must be one this machine resolves."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runner.errors import InventoryError
 from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_services
+from runner.labs.common.network import resolution_error
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
 from runner.spec.yamlsrc import Source
@@ -21,3 +24,25 @@ def check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLin
             "adopt a Compose project (kind: compose) or a Kubernetes workload (kind: kubernetes)",
         )
     refuse_services(src, nodes, hosts)
+    check_addresses(src, nodes, hosts)
+
+
+def check_addresses(src: Source, nodes: Sequence[Node], hosts: HostLines) -> None:
+    """InventoryError for a node address (gameday_address, _management_, _overlay_) that is a
+    host name this machine does not resolve: the lab would find out only when it binds it."""
+    for n in nodes:
+        for key, value in (
+            ("gameday_address", n.address),
+            ("gameday_management_address", n.management_address),
+            ("gameday_overlay_address", n.overlay_address),
+        ):
+            if value is None or (why := resolution_error(value)) is None:
+                continue
+            raise InventoryError(
+                f"{value!r} is neither an IP address nor a host name this machine resolves ({why})",
+                file=src.path,
+                line=src.line_of((*hosts[n.name], key)),
+                field=f"{n.name}.{key}",
+                hint="a local lab's node listens on this machine: give one of its addresses "
+                "(any of 127.0.0.0/8 is)",
+            )

@@ -138,6 +138,10 @@ class Aux:
     proc: asyncio.subprocess.Process | None = None
     wanted: bool = True
     task: asyncio.Task[None] | None = None
+    # its exits on its own (not stopped by the lab), and the last one's status: a lab service
+    # that exits has died, even when `restart` has started it again
+    exits: int = 0
+    last_exit_code: int | None = None
 
     def snapshot(self) -> dict[str, Any]:
         running = self.proc is not None and self.proc.returncode is None
@@ -147,6 +151,10 @@ class Aux:
             "pid": self.proc.pid if running and self.proc else None,
             "running": running,
             "exit_code": None if running or self.proc is None else self.proc.returncode,
+            "restart": self.restart,
+            "exits": self.exits,
+            "last_exit_code": self.last_exit_code,
+            "log": str(self.log),
         }
 
     async def run(self) -> None:
@@ -162,8 +170,11 @@ class Aux:
                     )
                 except OSError as exc:
                     out.write(f"exec {self.command[0]}: {exc.strerror}\n".encode())
+                    self.exits, self.last_exit_code = self.exits + 1, 127
                     return
-                await self.proc.wait()
+                rc = await self.proc.wait()
+            if self.wanted:
+                self.exits, self.last_exit_code = self.exits + 1, rc if rc >= 0 else 128 - rc
             if not self.restart:
                 return
             await asyncio.sleep(0.2)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import NoReturn
 
 from runner.errors import GamedayError, LabError
-from runner.labs.base import ChangeKind
+from runner.labs.base import ChangeKind, PartDied
 from runner.labs.common.adoption import redeployed_error
 from runner.results.schema import EventKind, Phase, Verdict
 from runner.run.apply import SETUP, UserStepFailed, apply_actions
@@ -55,6 +55,7 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
                 expected="Prometheus has scraped every target of its configuration",
                 observed=exc.message,
                 detail=exc.hint or "",
+                died=exc.death if isinstance(exc, PartDied) else None,
             )
             raise ScenarioAborted from exc
     gen0 = ctx.lab.states()[ctx.target].generation

@@ -6,6 +6,7 @@ paged needs."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,9 +14,9 @@ from typing import Any
 
 from runner.errors import GamedayError
 from runner.labs.common.alertmanager_config import receiver_token
-from runner.labs.common.prometheus_config import LAB_LABEL
+from runner.labs.common.prometheus_config import DEATH_CHECK_S, LAB_LABEL
 from runner.labs.registry import entry
-from runner.results.schema import EventKind, Phase
+from runner.results.schema import EventKind, PartDeath, Phase
 from runner.run import prometheus_api as prometheus
 from runner.run.context import LOAD_RECHECK_S, Context, utcnow
 from runner.run.receiver import ReceivedAlert, WebhookReceiver, held
@@ -35,6 +36,7 @@ class AlertSeen:
     state: str  # inactive | pending | firing
     alert: dict[str, Any] | None  # Prometheus's record of it
     error: str  # why Prometheus could not be asked ("" when it answered)
+    died: PartDeath | None = None  # the part of the lab's monitoring that died meanwhile
 
 
 @contextlib.contextmanager
@@ -113,7 +115,20 @@ def check_delivered(
             and (r.started() or earliest) >= earliest
         )
 
-    got = receiver.wait_for(mine, max(0.0, left))
+    # looked at in slices, so that a part of the alert path that died ends the wait at once
+    deadline = time.monotonic() + max(0.0, left)
+    got = receiver.wait_for(mine, min(DEATH_CHECK_S * 4, max(0.0, left)))
+    while got is None and time.monotonic() < deadline:
+        if (death := ctx.lab.dead_part()) is not None:
+            ctx.rec.error(
+                phase=Phase.DETECT,
+                name=name,
+                expected=expected,
+                observed=death.summary(),
+                died=death,
+            )
+            return
+        got = receiver.wait_for(mine, min(DEATH_CHECK_S * 4, deadline - time.monotonic()))
     # the time the machine's CPUs were contended is waited for too (ctx.window_over)
     while got is None and not ctx.window_over(since, window_lab):
         got = receiver.wait_for(mine, LOAD_RECHECK_S)
@@ -193,7 +208,11 @@ def one_alert(ctx: Context, a: AlertExpectation, since: datetime) -> float | Non
     seen = watch_alert(ctx, a, prom, since)
     if seen.error:
         ctx.rec.error(
-            phase=Phase.DETECT, name=name, expected=expected, observed=f"probe error: {seen.error}"
+            phase=Phase.DETECT,
+            name=name,
+            expected=expected,
+            observed=seen.error if seen.died else f"probe error: {seen.error}",
+            died=seen.died,
         )
         return None
     window = Window(max_s=a.within_s)
@@ -224,7 +243,12 @@ def watch_alert(ctx: Context, a: AlertExpectation, prom: str, since: datetime) -
     contended time not counted: ctx.window_over) is over."""
     window_lab = ctx.scale.to_lab(a.within_s) + ctx.scale.allowance_s
     seen = AlertSeen("inactive", None, "")
+    checked = 0.0
     while True:
+        if time.monotonic() - checked >= DEATH_CHECK_S:
+            checked = time.monotonic()
+            if (death := ctx.lab.dead_part()) is not None:  # nothing will fire: stop now
+                return AlertSeen(seen.state, seen.alert, death.summary(), death)
         try:
             mine = [
                 x

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from tests.integration.kubeapi.conftest import wait_for
 from tests.kubeapi.server import Server
@@ -174,3 +174,40 @@ def test_mode_bits_are_the_files(tmp_path: Path) -> None:
         lambda res, name: {"data": {"k": "v"}},
     )
     assert stat.S_IMODE((dirs["c"] / "p").stat().st_mode) == 0o755
+
+
+def test_a_relative_kubeconfig_path_still_gives_containers_their_volumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m tests.kubeapi` by hand: the default kubeconfig is the relative
+    build/kubeapi/kubeconfig, from the folder the server is started in."""
+    monkeypatch.chdir(tmp_path)
+    srv = Server(0, Path("build/kubeapi/kubeconfig"), time_scale=100).start()
+    try:
+        assert srv.cluster.state_dir == tmp_path / "build" / "kubeapi" / "state"
+        core = client.CoreV1Api(config.new_client_from_config("build/kubeapi/kubeconfig"))
+        core.create_namespace({"metadata": {"name": "lab"}})
+        core.create_namespaced_config_map(
+            "lab", {"metadata": {"name": "conf"}, "data": {"prometheus.yml": "a: 1\n"}}
+        )
+        core.create_namespaced_pod(
+            "lab",
+            {
+                "metadata": {"name": "reader"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "volumes": [{"name": "conf", "configMap": {"name": "conf"}}],
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "busybox",
+                            "command": ["cat", "/etc/prometheus/prometheus.yml"],
+                            "volumeMounts": [{"name": "conf", "mountPath": "/etc/prometheus"}],
+                        }
+                    ],
+                },
+            },
+        )
+        assert finished_log(core, "reader") == "a: 1\n"
+    finally:
+        srv.stop()

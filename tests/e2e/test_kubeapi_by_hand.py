@@ -1,0 +1,74 @@
+"""The Kubernetes test server as docs/labs/kubernetes.md has a person start it: `python -m
+tests.kubeapi` from the checkout with its relative defaults (build/kubeapi/kubeconfig, port
+16443), then `gameday run` of the Kubernetes scenarios with `--lab
+inventories/kube-testserver.yaml`, also from the checkout. Monitoring included: the scenarios
+that use Prometheus (head-only-restart, stray-gpu-process) need its pod to find its volumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import ROOT, gameday
+
+pytestmark = pytest.mark.e2e
+
+KUBERNETES = [
+    "context-window-overflow",
+    "head-only-restart",
+    "kv-cache-shortage",
+    "service-name-collision",
+    "stray-gpu-process",
+    "tp-mismatch",
+]
+
+
+@pytest.fixture
+def by_hand() -> Iterator[None]:
+    """`python -m tests.kubeapi` in the checkout, nothing but the module named."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.kubeapi"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("kubeapi: serving http://127.0.0.1:16443"), line
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+def test_the_six_kubernetes_scenarios_pass_on_the_server_started_by_hand(
+    by_hand: None, tmp_path: Path
+) -> None:
+    files = [f"scenarios/{s}.yaml" for s in KUBERNETES]
+    p = gameday(
+        "run",
+        *files,
+        "--lab",
+        "inventories/kube-testserver.yaml",
+        "--reports",
+        str(tmp_path),
+        "--json",
+        cwd=ROOT,
+        env={"GAMEDAY_STATE_DIR": str(tmp_path / "state")},
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    result = json.loads(p.stdout)
+    assert {s["id"]: s["verdict"] for s in result["scenarios"]} == dict.fromkeys(
+        KUBERNETES, "passed"
+    )

@@ -1,0 +1,55 @@
+"""A part of the lab's monitoring that dies ends the phase that waits on it, and the step's
+record names it (`died`): at baseline, while Prometheus's first scrape is awaited, and at detect,
+while an alert is awaited that a dead Prometheus will never fire."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runner.labs.base import PartDeath, PartDied
+from runner.results.schema import Phase, Verdict
+from tests.support.fakelab import fake_run, scenario_doc, wrong_flag
+
+DEATH = PartDeath(part="Prometheus", exit_code=1, last_lines=("err: lock DB directory",))
+
+
+def _alerting(doc: dict[str, object]) -> dict[str, object]:
+    doc["detect"] = {"alerts": [{"name": "ServingDown", "within_s": 86400}]}
+    return doc
+
+
+def test_a_prometheus_that_died_before_its_first_scrape_is_the_baselines_error(
+    tmp_path: Path,
+) -> None:
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=list)
+
+    def died(timeout_s: float) -> None:
+        raise PartDied(DEATH)
+
+    run.lab.monitoring_ready = died  # type: ignore[method-assign]
+    result = run.run()
+    assert result.verdict is Verdict.ERROR
+    [a] = [a for a in result.assertions if a.verdict is Verdict.ERROR]
+    assert (a.phase, a.name, a.died) == (Phase.BASELINE, "baseline: Prometheus scraping", DEATH)
+    assert (
+        a.observed == "Prometheus died: exited with status 1; its last line: err: lock DB directory"
+    )
+
+
+def test_a_part_that_dies_while_an_alert_is_awaited_ends_the_wait(tmp_path: Path) -> None:
+    # a window of 86 lab seconds (x1000): the death, not the window, must end the wait
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=list)
+    looks: list[float] = []
+
+    def dead_part() -> PartDeath | None:
+        looks.append(time.monotonic())
+        return DEATH if len(looks) > 1 else None
+
+    run.lab.dead_part = dead_part  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    result = run.run()
+    assert time.monotonic() - t0 < 30
+    detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
+    assert (detect.verdict, detect.died) == (Verdict.ERROR, DEATH)
+    assert detect.observed == DEATH.summary()
