@@ -156,13 +156,15 @@ def workshop_start(scenario: str, lab_path: Path, chosen: str) -> None:
 @workshop.command("status")
 @lab_option
 @click.option("--json", "as_json", is_flag=True, help="The scoreboard as JSON.")
-@click.option("--serve", is_flag=True, help="Serve the facilitator's live page (Ctrl-C ends).")
+@click.option("--serve", is_flag=True, help="Serve the host page, live (Ctrl-C ends).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="The page's port [default: the workshop's --page-base].")  # fmt: skip
 @handled
 def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None) -> None:
-    """The scoreboard: per seat, the drill's state (or idle / down), the time since the fault,
-    hints used, shortcuts tried, acknowledged and recovered at. Exit 3 without a workshop."""
+    """The scoreboard: per seat, its attendee, the drill's state (or idle / down), the time since
+    the fault, hints used, shortcuts tried, acknowledged and recovered at. `--serve`: the same
+    as the host page on 127.0.0.1, behind the workshop's host token, with every seat's page
+    address. Exit 3 without a workshop."""
     from runner.workshop.scoreboard import scoreboard, status_files, table
     from runner.workshop.seats import load_workshop
 
