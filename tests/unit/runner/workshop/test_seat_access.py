@@ -180,3 +180,11 @@ def test_status_json_names_the_attendees(state: Path) -> None:
     assert r.exit_code == 0, r.output
     seats = json.loads(r.stdout)["seats"]
     assert [(s["seat"], s["attendee"]) for s in seats] == [(1, "Ada"), (2, None)]
+
+
+def test_up_needs_a_number_of_seats_or_the_attendees(state: Path) -> None:
+    r = CliRunner().invoke(main, ["workshop", "up", "--lab", str(LOCAL)])
+    assert (r.exit_code, r.stderr) == (
+        2,
+        "error: [--seats]: how many seats? --seats N, or --attendees FILE\n",
+    )
