@@ -116,7 +116,8 @@ def test_a_seat_page_opens_with_its_token_acts_and_is_refused_without_it(
         wait.until(lambda b: text(b, "#refused") == "This drill's page needs its token")
         page = driver.page_source + driver.title
         assert SCENARIO not in page and TITLE not in page
-        assert post_from_page(driver, "ack") == [401, json.dumps({"message": REFUSED})]
+        status, body = post_from_page(driver, "ack")
+        assert (status, json.loads(body)) == (401, {"message": REFUSED})
         assert post_from_page(driver, "responder/x/ack")[0] == 401
         # another seat's token, on this seat's page: refused the same way
         driver.get(server.root + f"responder/{two.server.token}/")
