@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -27,9 +28,10 @@ from runner.cli.options import (
     reports_option,
 )
 from runner.drill.launch import run_drill
-from runner.drill.server import start_server
+from runner.drill.server import HOST, check_listen, check_name, check_token, start_server
 from runner.drill.session import Drill, DrillOptions, drill_folder
 from runner.errors import InputError, LabError
+from runner.fsutil import private_dir, read_bytes, write_private
 from runner.labs import open_lab
 from runner.run import Progress
 from runner.spec.inventory_load import load_inventory
@@ -70,6 +72,25 @@ def drill() -> None:
 @click.option("--page-port", type=click.IntRange(0, 65535), default=0, help="Port of the page.")
 @click.option("--no-page", is_flag=True, help="Serve no page (use the terminal).")
 @click.option(
+    "--listen",
+    default=HOST,
+    show_default=True,
+    help="The address the page listens on: an IPv4 address of this machine that others reach "
+    "(never a wildcard). The page needs its token whatever the address.",
+)
+@click.option(
+    "--public-name",
+    default=None,
+    help="The name browsers reach the page by, in its address [default: the --listen address].",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file holding the page's token (a workshop seat's, on its card) [default: a new "
+    "random token].",
+)
+@click.option(
     "--seat",
     type=click.IntRange(1, 64),
     default=None,
@@ -84,6 +105,9 @@ def start(
     timeout_s: float | None,
     page_port: int,
     no_page: bool,
+    listen: str,
+    public_name: str | None,
+    token_file: Path | None,
     seat: int | None,
     reports_dir: Path,
 ) -> None:
@@ -102,6 +126,12 @@ def start(
     if len(entries) != 1:
         raise InputError(f"a drill takes one scenario; {scenario!r} names {len(entries)}")
     inventory = load_inventory(lab_path)
+    page = Page(
+        port=page_port,
+        host=check_listen(listen) if listen != HOST else HOST,
+        public_name=check_name(public_name) if public_name else None,
+        token=read_token(token_file) if token_file is not None else None,
+    )
     options = DrillOptions(timeout_s=timeout_s, seat=seat)
     # On a terminal the drill's own view (rich Live, keys a/h/q) shows the phases: no second
     # live display beside it. Elsewhere (CI, a pipe) the run's timestamped progress lines and
@@ -113,7 +143,7 @@ def start(
         )
 
         def on_start(d: Drill) -> None:
-            stack.enter_context(_served(d, page_port, no_page))
+            stack.enter_context(_served(d, page, no_page))
             stack.enter_context(DrillView(d.bus))
 
         outcome = run_drill(
@@ -123,22 +153,53 @@ def start(
     sys.exit(VERDICT_EXIT[outcome.result.verdict])
 
 
+@dataclass(frozen=True)
+class Page:
+    """Where and behind which token the drill's page is served."""
+
+    port: int = 0
+    host: str = HOST
+    public_name: str | None = None
+    token: str | None = None  # None: a new random one
+
+
+def read_token(path: Path) -> str:
+    """The token in `path` (a workshop seat's, written 0600 by `workshop up`)."""
+    text = read_bytes(path, 4096, InputError, "token").decode("utf-8", "replace").strip()
+    try:
+        return check_token(text)
+    except ValueError as exc:
+        raise InputError(str(exc), file=path, field="--token-file") from None
+
+
 @contextlib.contextmanager
-def _served(d: Drill, port: int, no_page: bool) -> Iterator[None]:
-    """The page while the drill runs, and `server.json` saying where it is (no page: url
-    null), for `gameday drill ack|hint|stop`: the responders' page, and the facilitator's (its
-    token is told only here and to the terminal that started the drill)."""
-    folder = drill_folder(d.lab)
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = None if no_page else start_server(d.bus, port)
+def _served(d: Drill, page: Page, no_page: bool) -> Iterator[None]:
+    """The page while the drill runs, and `server.json` saying where it is and its tokens (no
+    page: url null), for `gameday drill ack|hint|stop`: the responders' page, and the
+    facilitator's (its token is told only here and to the terminal that started the drill).
+    The drill's folder is owner-only and server.json 0600: they hold the tokens."""
+    folder = private_dir(drill_folder(d.lab))
+    handle = (
+        None
+        if no_page
+        else start_server(
+            d.bus, page.port, page.host, token=page.token, public_name=page.public_name
+        )
+    )
     if handle is not None:
         output.message(f"drill page (responders): {handle.url}")
         output.message(f"facilitator's page: {handle.facilitator_url}")
     url = handle.url if handle is not None else None
-    facilitator = handle.facilitator_url if handle is not None else None
     d.bus.update(d.bus.status.model_copy(update={"page_url": url}))
     info = folder / SERVER_FILE
-    info.write_text(json.dumps({"url": url, "facilitator_url": facilitator, "pid": os.getpid()}))
+    served = {
+        "url": url,
+        "local_url": handle.local_url if handle is not None else None,
+        "token": handle.token if handle is not None else None,
+        "facilitator_url": handle.facilitator_url if handle is not None else None,
+        "pid": os.getpid(),
+    }
+    write_private(info, json.dumps(served))
     try:
         yield
     finally:
@@ -165,8 +226,11 @@ def _post(lab_path: Path, path: str) -> str:
             "the drill on this lab has no page (--no-page)",
             hint="use the keys in the drill's terminal",
         )
+    # the page's address on this machine, its token in the path (a drill that listens on
+    # another address for its attendees wrote both)
+    base = str(info.get("local_url") or info["url"])
     try:
-        url = str(info["url"]).rstrip("/") + "/" + path
+        url = base.rstrip("/") + "/" + path
         r = httpx.post(url, headers={"X-Gameday": "1"}, timeout=10)
     except httpx.HTTPError as exc:
         raise LabError(f"the drill's page at {info['url']} did not answer: {exc}") from None

@@ -16,6 +16,7 @@ from rich.text import Text
 from runner.cli import output
 from runner.cli.options import config, handled, lab_option, load_all, reports_option
 from runner.errors import GamedayError, InputError, LabError
+from runner.fsutil import write_private
 from runner.spec.inventory_load import check_scenario, load_inventory
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ def workshop() -> None:
 
 
 @workshop.command("up")
-@click.option("--seats", "n", type=int, required=True, help="How many seats (1..32).")
+@click.option("--seats", "n", type=int, default=None, help="How many seats (1..32) [default: one "
+              "per name in --attendees].")  # fmt: skip
 @lab_option
 @click.option("--jobs", type=click.IntRange(1, 32), default=None, help=JOBS_HELP)
 @click.option(
@@ -41,37 +43,85 @@ def workshop() -> None:
     type=click.IntRange(1024, 65000),
     default=8700,
     show_default=True,
-    help="Seat k's drill page listens on this port + k; the scoreboard on this port.",
+    help="Seat k's drill page listens on this port + k; the host page on this port.",
+)
+@click.option(
+    "--listen",
+    default=None,
+    help="The address the seats' drill pages listen on, for attendees on their own machines: "
+    "an IPv4 address of this machine, never a wildcard [default: 127.0.0.1]. Each page opens "
+    "with its seat's token only.",
+)
+@click.option(
+    "--public-name",
+    default=None,
+    help="The name attendees reach this machine by, on the cards [default: the --listen address].",
+)
+@click.option(
+    "--attendees",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file of attendees' names, one a line: seat k is the k-th, on its card and the "
+    "host page.",
 )
 @reports_option
 @handled
 def workshop_up(
-    n: int, lab_path: Path, jobs: int | None, page_base: int, reports_dir: Path
+    n: int | None,
+    lab_path: Path,
+    jobs: int | None,
+    page_base: int,
+    listen: str | None,
+    public_name: str | None,
+    attendees: Path | None,
+    reports_dir: Path,
 ) -> None:
-    """Bring up N seats at once and write a seat card per seat (seat-<k>.md, also printed).
-    The seats' drills write their reports to REPORTS/workshops/<lab>-<time>/, out of the team's
-    `gameday history`. Exit 2 for N out of 1..32 or a workshop of this lab already up; exit 3
-    when a seat cannot come up (then every seat is taken down again)."""
-    from runner.workshop.cards import Seat, seat_card
-    from runner.workshop.seats import bring_up, create_workshop
+    """Bring up N seats at once and write a seat card per seat (seat-<k>.md, also printed, and
+    cards.html with every card, to print): the seat's lab, its commands, its drill page's
+    address and its token. The seats' drills write their reports to
+    REPORTS/workshops/<lab>-<time>/, out of the team's `gameday history`. Exit 2 for N out of
+    1..32, a workshop of this lab already up, or a --listen address this machine does not
+    have; exit 3 when a seat cannot come up (then every seat is taken down again)."""
+    from runner.drill.server import HOST, check_listen, check_name
+    from runner.workshop.cards import Seat, cards_page, seat_card
+    from runner.workshop.seats import Listen, bring_up, create_workshop, read_attendees
 
+    names = read_attendees(attendees) if attendees is not None else ()
+    if n is None:
+        if not names:
+            raise InputError("how many seats? --seats N, or --attendees FILE", field="--seats")
+        n = len(names)
+    where = Listen(
+        check_listen(listen) if listen is not None else HOST,
+        check_name(public_name) if public_name is not None else None,
+    )
     inventory = load_inventory(lab_path)
-    ws = create_workshop(inventory, n, page_base, reports_dir)
+    ws = create_workshop(inventory, n, page_base, reports_dir, listen=where, attendees=names)
     seconds, urls = bring_up(ws, jobs or n)
-    for k in ws.seats:
-        seat = Seat(
+    seats = [
+        Seat(
             k=k,
             inventory=ws.seat(k),
             inventory_file=str(ws.seat_path(k)),
             urls=urls[k],
             page_url=ws.page_url(k),
+            token=ws.token(k),
+            attendee=ws.attendee(k),
         )
+        for k in ws.seats
+    ]
+    for seat in seats:
         card = seat_card(seat)
-        (ws.folder / f"seat-{k}.md").write_text(card)
+        write_private(ws.folder / f"seat-{seat.k}.md", card)  # it holds the seat's token
         output.out.print(card, markup=False, highlight=False)
+    write_private(ws.folder / "cards.html", cards_page(seats, ws.manifest.lab))
     output.message(
         f"workshop of lab {inventory.lab.name!r}: {n} seat(s) up in {seconds:.1f} s; cards in "
-        f"{ws.folder}"
+        f"{ws.folder} (cards.html to print)"
+    )
+    output.message(
+        f"the host page: gameday workshop status --serve --lab {lab_path} "
+        f"(http://127.0.0.1:{page_base}/host/{ws.manifest.host_token}/)"
     )
 
 
@@ -106,13 +156,15 @@ def workshop_start(scenario: str, lab_path: Path, chosen: str) -> None:
 @workshop.command("status")
 @lab_option
 @click.option("--json", "as_json", is_flag=True, help="The scoreboard as JSON.")
-@click.option("--serve", is_flag=True, help="Serve the facilitator's live page (Ctrl-C ends).")
+@click.option("--serve", is_flag=True, help="Serve the host page, live (Ctrl-C ends).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="The page's port [default: the workshop's --page-base].")  # fmt: skip
 @handled
 def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None) -> None:
-    """The scoreboard: per seat, the drill's state (or idle / down), the time since the fault,
-    hints used, shortcuts tried, acknowledged and recovered at. Exit 3 without a workshop."""
+    """The scoreboard: per seat, its attendee, the drill's state (or idle / down), the time since
+    the fault, hints used, shortcuts tried, acknowledged and recovered at. `--serve`: the same
+    as the host page on 127.0.0.1, behind the workshop's host token, with every seat's page
+    address. Exit 3 without a workshop."""
     from runner.workshop.scoreboard import scoreboard, status_files, table
     from runner.workshop.seats import load_workshop
 
@@ -120,11 +172,17 @@ def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None
     if serve:
         from runner.workshop.board_server import Feed, start_server
 
+        if not ws.manifest.host_token:
+            raise LabError(
+                "this workshop has no host token (brought up by an older gameday)",
+                hint=f"gameday workshop down --lab {lab_path}, then up again",
+            )
         handle = start_server(
             Feed(lambda: scoreboard(ws), lambda: status_files(ws)),
             ws.manifest.page_base if port is None else port,
+            ws.manifest.host_token,
         )
-        output.message(f"scoreboard of lab {ws.manifest.lab!r} on {handle.url} (Ctrl-C ends)")
+        output.message(f"host page of lab {ws.manifest.lab!r} on {handle.url} (Ctrl-C ends)")
         try:
             handle.wait()
         except KeyboardInterrupt:  # how a facilitator ends the page: nothing to clean up
@@ -155,6 +213,7 @@ def print_board(board: Scoreboard, wide: Table) -> None:
         grid.add_column(no_wrap=True, width=12)  # the widest label, "recovered at"
         grid.add_column(overflow="fold")  # a word longer than the line is the only fold
         rows = [
+            *((("attendee", r.attendee),) if r.attendee else ()),
             ("scenario", r.scenario or "-"),
             ("elapsed", clock(r.elapsed_s)),
             ("hints", str(r.hints_used)),

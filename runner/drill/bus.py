@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.drill.model import DrillEvent, DrillStatus, EventKind
+from runner.fsutil import private_dir
 
 STATUS_FILE = "status.json"
 MAX_QUEUE = 10_000  # events a reader may fall behind by before it is dropped
@@ -84,7 +85,9 @@ class DrillBus:
         self._handler: Callable[[Request, dict[str, Any]], str] | None = None
         self._closed = False
         if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
+            # owner-only whatever the lab's state directory is (a compose or Kubernetes lab's
+            # is not): the folder holds the page's tokens (server.json) and what people did
+            private_dir(folder)
             self._write(status)
 
     @property
@@ -168,7 +171,12 @@ class DrillBus:
         if self._folder is None:
             return
         tmp = self._folder / f".{STATUS_FILE}.{os.getpid()}.{threading.get_ident()}"
-        tmp.write_text(status.model_dump_json())
+        # 0600 from its creation (no fsync: it is replaced at least once a second, and a
+        # reader after a crash needs a whole file, which the rename gives)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o600)  # a leftover of a killed writer keeps no other mode
+            f.write(status.model_dump_json())
         os.replace(tmp, self._folder / STATUS_FILE)
 
 

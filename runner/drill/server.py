@@ -1,8 +1,9 @@
 """The drill's live page: a small starlette app on uvicorn, in a thread of the drill's process,
 reading nothing but a DrillBus. It serves two views of the drill (runner.drill.views): the
-responder's at `/`, which gives nothing of the answer away until the drill has ended, and the
-facilitator's at `/facilitator/<token>/`, which shows everything; the token is the server's own,
-random, and only the one who started the drill is told it. Under either root:
+responder's at `/responder/<token>/`, which gives nothing of the answer away until the drill has
+ended, and the facilitator's at `/facilitator/<token>/`, which shows everything. Each view has a
+token of its own, random: the responder's is the drill's (a workshop gives each seat one, printed
+on its card), the facilitator's is told only to the one who started the drill. Under either root:
 
     GET  ./         the page (one self-contained HTML file: no external asset, works offline)
     GET  ./events   server-sent events: `snapshot` ({"view", "status", "events", "lines",
@@ -14,25 +15,33 @@ random, and only the one who started the drill is told it. Under either root:
 
 `lines` and `line` are the page's event list, a node's crash loop folded into one line.
 
-It listens on 127.0.0.1 only. A POST needs the header `X-Gameday: 1`, which a cross-site form
-cannot send and a cross-site script cannot send without a CORS preflight that this app never
-grants; the Host header must name the loopback address, so that a DNS-rebound name reaches
-nothing. Each open stream has its own subscription, read by its own thread, so a slow browser
-never slows the drill.
+Every route needs its view's token: whoever can reach the port (any local user, another seat's
+attendee) reads and acts on nothing without it. `/` is a page that asks for the token and
+tells nothing; a missing or wrong token is a 401, the tokens compared in constant time. The page
+carries its token in its own address, so its requests (relative) carry it too.
+
+It listens on 127.0.0.1 unless the caller names another address (a workshop whose attendees
+reach it from their own machines). A POST needs the header `X-Gameday: 1`, which a cross-site
+form cannot send and a cross-site script cannot send without a CORS preflight that this app never
+grants; the Host header must name the address it listens on (or the name it is reached by, or
+loopback), so that a DNS-rebound name reaches nothing. Each open stream has its own
+subscription, read by its own thread, so a slow browser never slows the drill.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import errno
+import hmac
+import ipaddress
 import json
+import re
 import secrets
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -49,19 +58,37 @@ from starlette.routing import Route
 from runner.drill.bus import DrillBus, Request, Subscription
 from runner.drill.model import DrillEvent, DrillStatus
 from runner.drill.views import Lines, View, event_for, lines, revealed, status_for
-from runner.errors import LabError
+from runner.errors import InputError, LabError
 from runner.results.drill_record import Actor
 
-__all__ = ["HOST", "KEEPALIVE_S", "ServerHandle", "sse_frame", "start_server"]
+__all__ = [
+    "FACILITATOR",
+    "HOST",
+    "KEEPALIVE_S",
+    "RESPONDER",
+    "ServerHandle",
+    "check_listen",
+    "check_name",
+    "check_token",
+    "new_token",
+    "sse_frame",
+    "start_server",
+]
 
 HOST = "127.0.0.1"
 KEEPALIVE_S = 15.0
 STOP_S = 2.0  # stop() returns within this, open streams or not
 _NONCE = "__GAMEDAY_NONCE__"
 _PAGE = resources.files("runner.drill").joinpath("templates/page.html")
+_ASK = resources.files("runner.drill").joinpath("templates/token.html")
 _VIEW = "__GAMEDAY_VIEW__"
 _POSTS = {"ack": Request.ACK, "hint": Request.HINT, "give-up": Request.GIVE_UP}
+RESPONDER = "/responder/{token}/"
 FACILITATOR = "/facilitator/{token}/"
+MIN_TOKEN, MAX_TOKEN = 16, 128
+TOKEN_SHAPE = re.compile(rf"[A-Za-z0-9_-]{{{MIN_TOKEN},{MAX_TOKEN}}}")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*")
 _ACTORS = {a.value: a.label for a in Actor}
 
 
@@ -123,74 +150,110 @@ def _pump(sub: Subscription, loop: asyncio.AbstractEventLoop, q: asyncio.Queue[A
         loop.call_soon_threadsafe(q.put_nowait, None)
 
 
-class _Missing(Exception):
-    """A facilitator's path with a token that is not the server's."""
+_REFUSED = "refused: this page needs its token (the address on the seat card, or the drill's)"
 
 
-class _Kind(enum.Enum):
-    PAGE = enum.auto()
-    EVENTS = enum.auto()
-    STATUS = enum.auto()
+def _same(given: str, token: str) -> bool:
+    """Whether `given` is `token`, in time that does not depend on where they differ."""
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def check_token(token: str) -> str:
+    """`token` when it is one a URL path carries as it is (letters, digits, `-`, `_`) and long
+    enough not to be guessed; ValueError otherwise."""
+    if not TOKEN_SHAPE.fullmatch(token):
+        raise ValueError(f"a drill's token is {MIN_TOKEN}..{MAX_TOKEN} letters, digits, '-' or '_'")
+    return token
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(18)
 
 
 class _App:
-    def __init__(self, bus: DrillBus, keepalive_s: float, token: str) -> None:
+    def __init__(self, bus: DrillBus, keepalive_s: float, token: str, hosts: list[str]) -> None:
         self.bus = bus
         self.keepalive_s = keepalive_s
-        self.token = token
+        self.token = token  # the responder's
+        self.facilitator_token = new_token()
+        self.hosts = hosts
         self.streams = _Streams()
         self.page = _PAGE.read_text(encoding="utf-8")
+        self.ask = _ASK.read_text(encoding="utf-8")
 
     def build(self) -> Starlette:
-        routes: list[Route] = []
-        for root in ("/", FACILITATOR):
-            routes += [
-                Route(root, self.index),
-                Route(root + "events", self.events),
-                Route(root + "status", self.status),
-                *(Route(root + path, self.post, methods=["POST"]) for path in _POSTS),
+        routes: list[Route] = [
+            Route("/", self.asking),
+            Route("/{rest:path}", self.refused, methods=["GET", "POST"]),
+        ]
+        for root, view in ((RESPONDER, View.RESPONDER), (FACILITATOR, View.FACILITATOR)):
+            routes[-1:-1] = [
+                Route(root, self.guarded(view, self.index)),
+                Route(root + "events", self.guarded(view, self.events)),
+                Route(root + "status", self.guarded(view, self.status)),
+                *(
+                    Route(root + path, self.guarded(view, self.post), methods=["POST"])
+                    for path in _POSTS
+                ),
             ]
-        hosts = [HOST, "localhost"]
         return Starlette(
-            routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
+            routes=routes,
+            middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=self.hosts)],
         )
 
-    def view(self, request: HttpRequest) -> View:
-        """The view the path asks for; _Missing for a facilitator's path with a wrong token."""
-        token = request.path_params.get("token")
-        if token is None:
-            return View.RESPONDER
-        if not secrets.compare_digest(str(token).encode(), self.token.encode()):
-            raise _Missing
-        return View.FACILITATOR
+    def guarded(
+        self, view: View, endpoint: Callable[[HttpRequest, View], Awaitable[Response]]
+    ) -> Callable[[HttpRequest], Awaitable[Response]]:
+        """`endpoint` for `view`, reached only with that view's token in the path."""
+        token = self.token if view is View.RESPONDER else self.facilitator_token
 
-    async def index(self, request: HttpRequest) -> Response:
-        try:
-            view = self.view(request)
-        except _Missing:
-            return _not_found()
+        async def route(request: HttpRequest) -> Response:
+            if not _same(str(request.path_params.get("token", "")), token):
+                return await self.refused(request)
+            return await endpoint(request, view)
+
+        return route
+
+    def _headers(self) -> tuple[str, dict[str, str]]:
         nonce = secrets.token_urlsafe(16)
         csp = (
             "default-src 'none'; connect-src 'self'; img-src 'self' data:; "
             f"script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
             "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
         )
-        headers = {"Content-Security-Policy": csp, "Cache-Control": "no-store"}
+        # no-referrer: the page's address holds its token
+        headers = {
+            "Content-Security-Policy": csp,
+            "Cache-Control": "no-store",
+            "Referrer-Policy": "no-referrer",
+        }
+        return nonce, headers
+
+    async def asking(self, request: HttpRequest) -> Response:
+        """`/`: a page that asks for the token, and tells nothing of the drill."""
+        nonce, headers = self._headers()
+        return HTMLResponse(self.ask.replace(_NONCE, nonce), 401, headers=headers)
+
+    async def refused(self, request: HttpRequest) -> Response:
+        """A route without its token, or with a wrong one: the asking page for a page's
+        address, else a 401 in JSON (nothing says which tokens exist)."""
+        if (
+            request.method == "GET"
+            and request.url.path.endswith("/")
+            and ("text/html" in request.headers.get("accept", ""))
+        ):
+            return await self.asking(request)
+        return JSONResponse({"message": _REFUSED}, 401, headers={"Cache-Control": "no-store"})
+
+    async def index(self, request: HttpRequest, view: View) -> Response:
+        nonce, headers = self._headers()
         page = self.page.replace(_NONCE, nonce).replace(_VIEW, view.value)
         return HTMLResponse(page, headers=headers)
 
-    async def status(self, request: HttpRequest) -> Response:
-        try:
-            view = self.view(request)
-        except _Missing:
-            return _not_found()
+    async def status(self, request: HttpRequest, view: View) -> Response:
         return JSONResponse(status_for(view, self.bus.status).model_dump(mode="json"))
 
-    async def post(self, request: HttpRequest) -> Response:
-        try:
-            self.view(request)
-        except _Missing:
-            return _not_found()
+    async def post(self, request: HttpRequest, view: View) -> Response:
         if request.headers.get("x-gameday") != "1":
             return JSONResponse({"message": "refused: the header X-Gameday: 1 is missing"}, 403)
         req = _POSTS[request.url.path.rsplit("/", 1)[-1]]
@@ -200,11 +263,7 @@ class _App:
             return JSONResponse({"message": str(exc)}, 409)
         return JSONResponse({"message": answer})
 
-    async def events(self, request: HttpRequest) -> Response:
-        try:
-            view = self.view(request)
-        except _Missing:
-            return _not_found()
+    async def events(self, request: HttpRequest, view: View) -> Response:
         sub = self.bus.subscribe()
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(
@@ -264,19 +323,22 @@ class _App:
             self.streams.remove(sub)
 
 
-def _not_found() -> Response:
-    return JSONResponse({"message": "not found"}, 404)
-
-
 class ServerHandle:
-    """A running page server: its `url` (the responder's page), `facilitator_url`, `stop()`."""
+    """A running page server: its `url` (the responder's page, its token in the path),
+    `facilitator_url`, `token` (the responder's), `stop()`."""
 
-    def __init__(self, app: _App, server: uvicorn.Server, thread: threading.Thread, url: str):
+    def __init__(
+        self, app: _App, server: uvicorn.Server, thread: threading.Thread, root: str, local: str
+    ):
         self._app = app
         self._server = server
         self._thread = thread
-        self.url = url
-        self.facilitator_url = url.rstrip("/") + FACILITATOR.format(token=app.token)
+        self.root = root  # the page that asks for the token
+        self.token = app.token
+        self.url = root.rstrip("/") + RESPONDER.format(token=app.token)
+        self.facilitator_url = root.rstrip("/") + FACILITATOR.format(token=app.facilitator_token)
+        # the responder's page at the address it listens on, as this machine reaches it
+        self.local_url = local.rstrip("/") + RESPONDER.format(token=app.token)
 
     def stop(self) -> None:
         """Ends every open stream, then the server; returns within STOP_S."""
@@ -286,6 +348,37 @@ class ServerHandle:
         if self._thread.is_alive():
             self._server.force_exit = True
             self._thread.join(0.2)
+
+
+def check_listen(address: str) -> str:
+    """`address` when a page may listen on it: an IPv4 address of one interface. A wildcard
+    (0.0.0.0) is refused: it would serve every network the machine is on, and no card could
+    name the address attendees reach. InputError (exit 2) otherwise."""
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        raise InputError(
+            f"--listen takes an IPv4 address of this machine, not {address!r}",
+            field="--listen",
+            hint="the address attendees reach, e.g. 192.168.1.20 (`ip -4 addr` lists them)",
+        ) from None
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        raise InputError(
+            f"--listen {address} is no one interface's address: name the one attendees reach",
+            field="--listen",
+            hint="e.g. 192.168.1.20 (`ip -4 addr` lists this machine's)",
+        )
+    return address
+
+
+def check_name(name: str) -> str:
+    """A host name (or address) browsers reach the page by, as a Host header names it."""
+    if not HOST_NAME.fullmatch(name):
+        raise InputError(
+            f"--public-name takes a host name or an IPv4 address, not {name!r}",
+            field="--public-name",
+        )
+    return name.lower()
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -306,18 +399,32 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def start_server(
-    bus: DrillBus, port: int = 0, host: str = HOST, *, keepalive_s: float = KEEPALIVE_S
+    bus: DrillBus,
+    port: int = 0,
+    host: str = HOST,
+    *,
+    keepalive_s: float = KEEPALIVE_S,
+    token: str | None = None,
+    public_name: str | None = None,
 ) -> ServerHandle:
-    """Serves the drill's page for `bus` on http://127.0.0.1:`port`/ (0: any free port) in a
-    background thread, and returns once it answers.
+    """Serves the drill's page for `bus` on http://`host`:`port`/ (0: any free port) in a
+    background thread, and returns once it answers. `token`: the responder's (a workshop
+    seat's; None: a new random one); `public_name`: the name browsers reach `host` by, in the
+    page's address and accepted as its Host (default: `host`).
 
-    ValueError for any host but 127.0.0.1 (the page takes requests from whoever reaches it);
-    LabError when the port is in use."""
+    InputError for a `host` that is no interface's address or a malformed name, ValueError for
+    a malformed token; LabError when the port is in use."""
     if host != HOST:
-        raise ValueError(f"the drill page listens on {HOST} only, not {host!r}")
+        check_listen(host)
+    name = check_name(public_name) if public_name else host
+    app = _App(
+        bus,
+        keepalive_s,
+        check_token(token) if token is not None else new_token(),
+        sorted({HOST, "localhost", host, name}),
+    )
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
-    app = _App(bus, keepalive_s, secrets.token_urlsafe(18))
     config = uvicorn.Config(
         app.build(),
         log_config=None,
@@ -338,5 +445,4 @@ def start_server(
             sock.close()
             raise LabError(f"the drill page did not start on {host}:{bound}")
         time.sleep(0.01)
-    url = f"http://{host}:{bound}/"
-    return ServerHandle(app, server, thread, url)
+    return ServerHandle(app, server, thread, f"http://{name}:{bound}/", f"http://{host}:{bound}/")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from runner.fsutil import private_dir
 from runner.results.drill_record import ActionKind
 
 LOG_FILE = "lab-verbs.jsonl"
@@ -53,9 +54,10 @@ class VerbRecord:
 
 
 def _append(path: Path, line: dict[str, object]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)  # the drill's folder, owner-only as the drill makes it
     # one write of one short line, opened for append: lines of several verbs never interleave
-    with path.open("a", encoding="utf-8") as f:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
 
 

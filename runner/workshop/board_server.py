@@ -1,4 +1,7 @@
-"""The facilitator's page: the scoreboard on 127.0.0.1, pushed to the page by server-sent events.
+"""The host's page: the scoreboard on 127.0.0.1, pushed to the page by server-sent events, every
+seat with its attendee's name and its drill page (its token in the address). It is served at
+`/host/<token>/` only, the workshop's host token compared in constant time: the page carries
+every seat's token, and any local user can reach a loopback port.
 
 The server stats the seats' status files every 100 ms and rebuilds the scoreboard when one
 changed (and every few seconds, for a seat's lab that went up or down, which writes no file);
@@ -11,19 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runner.errors import LabError
@@ -35,6 +40,7 @@ REFRESH_S = 2.0  # how often the board is rebuilt without a file change (a lab u
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies and browsers from timing out
 CLOSE_CHECK_S = 0.25  # how soon an open stream ends once the server is stopping
 HOST = "127.0.0.1"
+ROOT = "/host/{token}/"
 
 
 class Feed:
@@ -92,9 +98,24 @@ def _frame(board: Scoreboard) -> str:
     return f"event: scoreboard\ndata: {board.model_dump_json()}\n\n"
 
 
-def app(feed: Feed) -> Starlette:
+def app(feed: Feed, token: str) -> Starlette:
+    refused = {"message": "refused: the host page needs its token (`gameday workshop status`)"}
+
+    def guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+        async def route(request: Request) -> Response:
+            given = str(request.path_params.get("token", "")).encode()
+            if not token or not hmac.compare_digest(given, token.encode()):
+                return JSONResponse(refused, 401)
+            return await endpoint(request)
+
+        return route
+
+    async def nothing(request: Request) -> Response:
+        return JSONResponse(refused, 401)
+
     async def page(request: Request) -> Response:
-        return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
+        headers = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+        return HTMLResponse(PAGE, headers=headers)
 
     async def board(request: Request) -> Response:
         body = feed.current.model_dump_json() if feed.current else "null"
@@ -136,9 +157,10 @@ def app(feed: Feed) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/", page),
-            Route("/scoreboard.json", board),
-            Route("/events", events),
+            Route(ROOT, guarded(page)),
+            Route(ROOT + "scoreboard.json", guarded(board)),
+            Route(ROOT + "events", guarded(events)),
+            Route("/{rest:path}", nothing, methods=["GET", "POST"]),
         ],
         # a page of another site, reached through a rebound DNS name, is not served
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=[HOST, "localhost"])],
@@ -165,9 +187,9 @@ class ServerHandle:
             self._thread.join(0.5)
 
 
-def start_server(feed: Feed, port: int = 0) -> ServerHandle:
-    """Serve the page on 127.0.0.1:`port` (0: any free port) from a thread; LabError when the
-    port is taken."""
+def start_server(feed: Feed, port: int = 0, token: str = "") -> ServerHandle:
+    """Serve the page on 127.0.0.1:`port` (0: any free port) at `/host/<token>/` from a thread
+    (an empty token: nothing is served); LabError when the port is taken."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -180,7 +202,7 @@ def start_server(feed: Feed, port: int = 0) -> ServerHandle:
         ) from exc
     actual = sock.getsockname()[1]
     config = uvicorn.Config(
-        app(feed), log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+        app(feed, token), log_level="warning", lifespan="on", timeout_graceful_shutdown=1
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(
@@ -191,4 +213,4 @@ def start_server(feed: Feed, port: int = 0) -> ServerHandle:
         if not thread.is_alive():
             raise LabError(f"the scoreboard server on {HOST}:{actual} did not start")
         threading.Event().wait(0.02)
-    return ServerHandle(f"http://{HOST}:{actual}/", feed, server, thread)
+    return ServerHandle(f"http://{HOST}:{actual}" + ROOT.format(token=token), feed, server, thread)

@@ -1,10 +1,13 @@
-"""A seat card: what one attendee needs to reach their lab, and the commands preset to it. Plain
-Markdown (`seat-<k>.md`), printed as it is written."""
+"""A seat card: what one attendee needs to reach their lab, the commands preset to it, and their
+drill page's address and token. Plain Markdown (`seat-<k>.md`), printed as it is written, and
+every card on one page to print (`cards.html`, a card a sheet)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runner.report.templating import ENV
+from runner.results.printable import printable
 from runner.spec.inventory import Inventory
 
 
@@ -14,7 +17,9 @@ class Seat:
     inventory: Inventory
     inventory_file: str  # absolute: the card works from any folder
     urls: dict[str, str]  # node -> its API URL
-    page_url: str  # where the seat's drill page is once a drill runs
+    page_url: str  # where the seat's drill page is once a drill runs, its token in the path
+    token: str = ""  # the seat's token, to type at the page's root
+    attendee: str | None = None
 
 
 def restart_group(inventory: Inventory) -> str | None:
@@ -32,6 +37,7 @@ def seat_card(seat: Seat) -> str:
     lines = [
         f"# Seat {seat.k}: lab {inv.lab.name} ({inv.lab.kind.value})",
         "",
+        *([f"Attendee: {printable(seat.attendee)}", ""] if seat.attendee else []),
         "Your lab's nodes:",
         "",
         *(f"    {n:<{width}}  {url}" for n, url in seat.urls.items()),
@@ -56,4 +62,18 @@ def seat_card(seat: Seat) -> str:
         f"Your drill's page, once the drill runs: {seat.page_url}",
         "",
     ]
+    if seat.token:
+        root = seat.page_url.split("/responder/", 1)[0] + "/"
+        lines += [
+            f"Or open {root} and type your seat's token: {seat.token}",
+            "",
+            "Keep the token to yourself: whoever holds it acts on your drill.",
+            "",
+        ]
     return "\n".join(lines)
+
+
+def cards_page(seats: list[Seat], lab: str) -> str:
+    """Every seat's card on one self-contained page, a card a printed sheet."""
+    cards = [(s, seat_card(s)) for s in seats]
+    return ENV.get_template("seat_cards.html.j2").render(lab=lab, cards=cards)

@@ -71,7 +71,15 @@ def drill_argv(ws: Workshop, k: int, scenario: str) -> list[str]:
         str(k),
         "--page-port",
         str(ws.manifest.page_base + k),
+        "--listen",
+        ws.manifest.listen,
+        # the seat's own token, from its 0600 file: never on a command line, which every user
+        # of the machine can read
+        "--token-file",
+        str(ws.token_path(k)),
     ]
+    if ws.manifest.public_name is not None:
+        argv += ["--public-name", ws.manifest.public_name]
     if ws.manifest.reports is not None:  # the workshop's own folder: out of the team's history
         argv += ["--reports", ws.manifest.reports]
     return argv

@@ -1,6 +1,7 @@
-"""The facilitator's page: one self-contained HTML document (inline CSS and JS, no external
-assets). It opens one EventSource on /events and redraws the table from each scoreboard pushed;
-every value goes in as textContent."""
+"""The host's page: one self-contained HTML document (inline CSS and JS, no external assets). It
+opens one EventSource on `events` (beside it, under its token) and redraws the table from each
+scoreboard pushed: every seat, its attendee's name, and its drill page's address with the seat's
+token, to hand out; every value goes in as textContent."""
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -28,7 +29,7 @@ PAGE = """<!doctype html>
 <div id="conn">connecting...</div>
 <table>
   <thead><tr>
-    <th>seat</th><th>lab</th><th>state</th><th>scenario</th><th>elapsed</th><th>hints</th>
+    <th>seat</th><th>attendee</th><th>lab</th><th>state</th><th>scenario</th><th>elapsed</th><th>hints</th>
     <th>shortcuts tried</th><th>acked</th><th>recovered at</th><th>page</th>
   </tr></thead>
   <tbody id="seats"></tbody>
@@ -56,6 +57,7 @@ function draw(board) {
     tr.className = r.state;
     tr.dataset.seat = String(r.seat);
     cell(tr, String(r.seat));
+    cell(tr, r.attendee || "-", "attendee");
     cell(tr, r.lab);
     cell(tr, r.state, "state");
     cell(tr, r.scenario || "-");
@@ -65,14 +67,17 @@ function draw(board) {
     cell(tr, secs(r.acked_at_s));
     cell(tr, secs(r.recovered_at_s));
     const td = cell(tr, "");
-    if (r.page_url && /^http:\\/\\/127\\.0\\.0\\.1:\\d+\\/?$/.test(r.page_url)) {
+    // the seat's page, its token in the address: what the host hands the attendee
+    const seat = /^http:\\/\\/[A-Za-z0-9.-]+:\\d+\\/responder\\/[A-Za-z0-9_-]+\\/$/;
+    if (r.page_url && seat.test(r.page_url)) {
       const a = document.createElement("a");
       a.href = r.page_url;
-      a.textContent = "open";
+      a.textContent = r.page_url;
+      a.className = "seat-page";
       td.appendChild(a);
     }
     // the seat's drill page with the answers: the scoreboard is the facilitator's page
-    const view = /^http:\\/\\/127\\.0\\.0\\.1:\\d+\\/facilitator\\/[A-Za-z0-9_-]+\\/$/;
+    const view = /^http:\\/\\/[A-Za-z0-9.-]+:\\d+\\/facilitator\\/[A-Za-z0-9_-]+\\/$/;
     if (r.facilitator_url && view.test(r.facilitator_url)) {
       const f = document.createElement("a");
       f.href = r.facilitator_url;
@@ -87,7 +92,7 @@ function draw(board) {
   const at = new Date(board.at).toLocaleTimeString();
   document.getElementById("conn").textContent = "live (updated " + at + ")";
 }
-const source = new EventSource("/events");
+const source = new EventSource("events");
 source.addEventListener("scoreboard", (ev) => draw(JSON.parse(ev.data)));
 source.onerror = () => { document.getElementById("conn").textContent = "reconnecting..."; };
 </script>

@@ -27,6 +27,7 @@ class SeatRow(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
     seat: int
     lab: str
+    attendee: str | None = None  # as `workshop up --attendees` named them
     state: str  # a DrillPhase value, IDLE or DOWN
     scenario: str | None = None
     elapsed_s: float | None = None  # wall seconds since the fault
@@ -53,20 +54,31 @@ def seat_row(
     up: bool,
     drill_pid: int | None = None,
     failed_start: bool = False,
+    attendee: str | None = None,
+    seat_url: str | None = None,
 ) -> SeatRow:
     """Seat k's row: its drill's last status when it has one (a drill that ended keeps its
     row: recovered-at is the point), else idle or down; `failed_start`: a drill was started
-    there and exited before it wrote any status (its output is in seat-<k>.drill.err)."""
+    there and exited before it wrote any status (its output is in seat-<k>.drill.err);
+    `seat_url`: the seat's page as its card gives it, shown before any drill runs."""
     status = read_status(drill_dir)
     if status is None:
         state = IDLE if up else DOWN
         if failed_start:
             state = FAILED_START
-        return SeatRow(seat=k, lab=lab, state=state, drill_pid=drill_pid)
+        return SeatRow(
+            seat=k,
+            lab=lab,
+            attendee=attendee,
+            state=state,
+            drill_pid=drill_pid,
+            page_url=seat_url,
+        )
     shortcuts = tuple(a.step or a.kind.value for a in status.shortcuts)
     return SeatRow(
         seat=k,
         lab=lab,
+        attendee=attendee,
         state=status.phase.value,
         scenario=status.scenario,
         elapsed_s=status.clock_s,
@@ -74,7 +86,7 @@ def seat_row(
         shortcuts=shortcuts,
         acked_at_s=status.acked_at_s,
         recovered_at_s=status.recovered_at_s,
-        page_url=status.page_url or _server_url(drill_dir),
+        page_url=status.page_url or _server_url(drill_dir) or seat_url,
         facilitator_url=_server_url(drill_dir, "facilitator_url"),
         drill_pid=drill_pid,
     )
@@ -88,6 +100,15 @@ def _server_url(drill_dir: Path, key: str = "url") -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return url if isinstance(url, str) else None
+
+
+def _seat_url(ws: Workshop, k: int) -> str | None:
+    """The seat's page as its card gives it; None for a seat without a token (a workshop
+    brought up before seats had one)."""
+    try:
+        return ws.page_url(k)
+    except OSError:
+        return None
 
 
 def scoreboard(ws: Workshop) -> Scoreboard:
@@ -104,6 +125,8 @@ def scoreboard(ws: Workshop) -> Scoreboard:
                 open_lab(inv).is_up(),
                 rec.pid if rec is not None else None,
                 failed_start=started and rec is None,
+                attendee=ws.attendee(k),
+                seat_url=_seat_url(ws, k),
             )
         )
     return Scoreboard(lab=ws.manifest.lab, at=datetime.now(UTC), seats=tuple(rows))
@@ -120,12 +143,14 @@ def status_files(ws: Workshop) -> list[Path]:
 
 def table(board: Scoreboard) -> Table:
     t = Table(title=f"workshop of lab {board.lab}", title_justify="left")
-    for col in ("seat", "lab", "state", "scenario", "elapsed", "hints", "shortcuts", "acked",
-                "recovered"):  # fmt: skip
+    named = any(r.attendee for r in board.seats)  # the column only when the host named them
+    for col in ("seat", *(("attendee",) if named else ()), "lab", "state", "scenario", "elapsed",
+                "hints", "shortcuts", "acked", "recovered"):  # fmt: skip
         t.add_column(col)
     for r in board.seats:
         cells = (
             str(r.seat),
+            *((r.attendee or "-",) if named else ()),
             r.lab,
             r.state,
             r.scenario or "-",

@@ -2,9 +2,11 @@
 written (instance 0) stays the facilitator's. Everything of a workshop lives in one folder,
 `<state>/workshop/<lab name>/`:
 
-    workshop.json       the lab's inventory, the seats, the drill pages' base port
+    workshop.json       the lab's inventory, the seats and their attendees, where the drill
+                        pages listen, the host page's token
     seat-<k>.yaml       the seat's inventory (every command given it reaches that seat only)
-    seat-<k>.md         the seat's card
+    seat-<k>.token      the seat's token: its drill page opens with it and no other
+    seat-<k>.md         the seat's card (cards.html: every card, to print)
     seat-<k>.drill.json the drill `workshop start` started there (pid, scenario)
     seat-<k>.drill.out/.err  its output
 
@@ -17,6 +19,7 @@ deeper than a run's folder, so that `gameday history` of the team's runs leaves 
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +30,9 @@ from pathlib import Path
 import pydantic
 import yaml
 
+from runner.drill.server import HOST, RESPONDER, new_token
 from runner.errors import InputError, LabError
-from runner.fsutil import private_dir, write_private
+from runner.fsutil import private_dir, read_bytes, write_private
 from runner.labs import open_lab, wait_all_ready
 from runner.labs.common.helpers import state_dir, state_root
 from runner.run.parallel import check_parallel, instance
@@ -40,6 +44,7 @@ from runner.spec.timing import TimeScale
 MAX_SEATS = 32
 PAGE_BASE = 8700  # seat k's drill page listens on PAGE_BASE + k; the scoreboard on PAGE_BASE
 MANIFEST = "workshop.json"
+MAX_NAME = 80  # an attendee's name, as cards and the host page show it
 
 
 class Manifest(pydantic.BaseModel):
@@ -52,6 +57,10 @@ class Manifest(pydantic.BaseModel):
     # where the seats' drills write their reports and `down` the summary (absolute); None in a
     # workshop brought up by a gameday that did not keep one
     reports: str | None = None
+    listen: str = HOST  # the address the seats' drill pages listen on
+    public_name: str | None = None  # the name attendees reach it by (None: `listen`)
+    host_token: str = ""  # the host page's; "" in a workshop brought up without one
+    attendees: tuple[str, ...] = ()  # seat k's attendee is attendees[k - 1], when named
 
 
 def workshop_dir(lab_name: str) -> Path:
@@ -133,8 +142,22 @@ class Workshop:
         """Where seat k's drill keeps its status.json and server.json."""
         return state_dir(self.seat(k).lab) / "drill"
 
+    def token_path(self, k: int) -> Path:
+        return self.folder / f"seat-{k}.token"
+
+    def token(self, k: int) -> str:
+        """Seat k's token (its drill page opens with it and no other)."""
+        return self.token_path(k).read_text(encoding="utf-8").strip()
+
     def page_url(self, k: int) -> str:
-        return f"http://127.0.0.1:{self.manifest.page_base + k}/"
+        """Seat k's drill page as its attendee reaches it, its token in the path."""
+        name = self.manifest.public_name or self.manifest.listen
+        port = self.manifest.page_base + k
+        return f"http://{name}:{port}" + RESPONDER.format(token=self.token(k))
+
+    def attendee(self, k: int) -> str | None:
+        names = self.manifest.attendees
+        return names[k - 1] if k <= len(names) else None
 
 
 def load_workshop(inventory: Inventory) -> Workshop:
@@ -150,12 +173,71 @@ def load_workshop(inventory: Inventory) -> Workshop:
     return Workshop(folder, manifest)
 
 
+@dataclass(frozen=True)
+class Listen:
+    """Where the seats' drill pages listen, and the name attendees reach them by."""
+
+    address: str = HOST
+    public_name: str | None = None
+
+
+def check_address(listen: Listen) -> None:
+    """Refuse (exit 2) an address this machine does not have, before any seat comes up: the
+    seats' drills bind it only when they start."""
+    if listen.address == HOST:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((listen.address, 0))
+        except OSError as exc:
+            raise InputError(
+                f"--listen {listen.address}: this machine cannot listen there ({exc.strerror})",
+                field="--listen",
+                hint="`ip -4 addr` lists this machine's addresses",
+            ) from None
+
+
+def read_attendees(path: Path) -> tuple[str, ...]:
+    """Attendees' names, one a line (blank lines and `#` comments skipped): seat k is the
+    k-th. InputError (exit 2) for a name with control characters or longer than 80."""
+    text = read_bytes(path, 64 * 1024, InputError, "attendees").decode("utf-8", "replace")
+    names: list[str] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        name = " ".join(line.split())
+        if not name or name.startswith("#"):
+            continue
+        if len(name) > MAX_NAME or any(not c.isprintable() for c in name):
+            raise InputError(
+                f"line {no}: a name is up to {MAX_NAME} printable characters",
+                file=path,
+                field="--attendees",
+            )
+        names.append(name)
+    if not names:
+        raise InputError("no attendee's name in the file", file=path, field="--attendees")
+    return tuple(names)
+
+
 def create_workshop(
-    inventory: Inventory, n: int, page_base: int, reports_root: Path | None = None
+    inventory: Inventory,
+    n: int,
+    page_base: int,
+    reports_root: Path | None = None,
+    *,
+    listen: Listen = Listen(),
+    attendees: tuple[str, ...] = (),
 ) -> Workshop:
-    """The workshop's folder, manifest and seat inventories (no lab started yet); the seats'
-    reports go to a folder of the workshop's own under `reports_root` (see the module's doc)."""
+    """The workshop's folder, manifest, seat inventories and seat tokens (no lab started yet);
+    the seats' reports go to a folder of the workshop's own under `reports_root` (see the
+    module's doc). `attendees`: the seats' attendees, seat k the k-th (at most `n`)."""
     check_seats(inventory, n)
+    if len(attendees) > n:
+        raise InputError(
+            f"{len(attendees)} attendees for {n} seat(s)",
+            field="--attendees",
+            hint="one name a line, one line per seat (or leave --seats out)",
+        )
+    check_address(listen)
     folder = workshop_dir(inventory.lab.name)
     if (folder / MANIFEST).exists():
         raise InputError(
@@ -173,11 +255,16 @@ def create_workshop(
         reports=None
         if reports_root is None
         else str(workshop_reports(reports_root, inventory.lab.name)),
+        listen=listen.address,
+        public_name=listen.public_name,
+        host_token=new_token(),
+        attendees=attendees,
     )
     write_private(folder / MANIFEST, manifest.model_dump_json(indent=2))
     ws = Workshop(folder, manifest)
     for k in ws.seats:
         write_seat_inventory(inventory, k, folder)
+        write_private(ws.token_path(k), new_token() + "\n")
     return ws
 
 

@@ -64,3 +64,32 @@ def test_requests_reach_the_drill() -> None:
 
 def test_no_status_file_is_none(tmp_path: Path) -> None:
     assert read_status(tmp_path) is None
+
+
+def test_the_drill_folder_and_its_status_are_owner_only_in_any_state_dir(
+    tmp_path: Path,
+) -> None:
+    """A compose or Kubernetes lab's state directory is not owner-only (0755): the drill's folder
+    in it is, and its status.json is 0600 from its creation, whatever the umask; a folder a
+    `gameday lab` verb made first is tightened."""
+    import os
+    import stat
+
+    from runner.drill import verb_log
+
+    state = tmp_path / "compose-lab"
+    state.mkdir(mode=0o755)
+    old = os.umask(0o022)
+    try:
+        verb_log._append(state / "drill" / "lab-verbs.jsonl", {"verb": "restart"})
+        assert stat.S_IMODE((state / "drill" / "lab-verbs.jsonl").stat().st_mode) == 0o600
+        os.chmod(state / "drill", 0o755)  # as a gameday that made it with mkdir left it
+        bus = DrillBus(status(), state / "drill")
+        bus.update(status(DrillPhase.HANDED_OVER, 1.0))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((state / "drill").stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "drill" / "status.json").stat().st_mode) == 0o600
+    assert sorted(p.name for p in (state / "drill").iterdir()) == ["lab-verbs.jsonl", "status.json"]
+    st = read_status(state / "drill")
+    assert st is not None and st.phase is DrillPhase.HANDED_OVER

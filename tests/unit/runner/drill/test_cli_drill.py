@@ -95,3 +95,62 @@ def test_ack_hint_stop_post_to_the_page_with_the_header(
         (0, "done: /give-up"),
     ]
     assert seen == [("/ack", "1"), ("/hint", "1"), ("/give-up", "1")]
+
+
+def test_the_served_page_s_tokens_are_in_an_owner_only_server_json_and_ack_carries_them(
+    tmp_path: Path,
+) -> None:
+    """The drill's server.json holds its page's tokens: 0600, in a 0700 folder, even in a state
+    directory that is not owner-only. `gameday drill ack` reaches the page with the token; with
+    another seat's token in its place, the page refuses."""
+    import stat
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from runner.cli.drill import Page, _served
+    from runner.drill.bus import DrillBus
+    from runner.drill.model import DrillPhase, DrillStatus
+    from runner.spec.inventory_load import load_inventory
+
+    inv = inventory(tmp_path).path
+    lab = open_lab(load_inventory(inv))
+    lab.state_dir.mkdir(parents=True, mode=0o755, exist_ok=True)
+    os.chmod(lab.state_dir, 0o755)
+    bus = DrillBus(
+        DrillStatus(
+            scenario="s", title="t", lab="l", phase=DrillPhase.HANDED_OVER,
+            started_at=datetime.now(UTC),
+        )
+    )  # fmt: skip
+    acked: list[str] = []
+    bus.on_request(lambda req, data: acked.append(req.value) or "acknowledged")
+    token = "seat-token-" + "q" * 16
+    with _served(SimpleNamespace(lab=lab, bus=bus), Page(token=token), no_page=False):  # type: ignore[arg-type]
+        folder = folder_of(inv)
+        info = json.loads((folder / "server.json").read_text())
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE((folder / "server.json").stat().st_mode) == 0o600
+        assert info["token"] == token and info["url"].endswith(f"/responder/{token}/")
+        assert info["facilitator_url"] != info["url"] and token not in info["facilitator_url"]
+        r = CliRunner().invoke(main, ["drill", "ack", "--lab", str(inv)])
+        assert (r.exit_code, r.output.strip()) == (0, "acknowledged")
+        assert acked == ["ack"]
+        other = info["local_url"].replace(token, "seat-token-" + "w" * 16)
+        (folder / "server.json").write_text(json.dumps(info | {"local_url": other}))
+        r = CliRunner().invoke(main, ["drill", "hint", "--lab", str(inv)])
+        assert r.exit_code == 3
+        assert "the drill's page refused: HTTP 401" in r.output
+        assert acked == ["ack"]
+    assert not (folder / "server.json").exists()
+
+
+def test_a_token_file_that_holds_no_token_is_refused(tmp_path: Path) -> None:
+    from runner.cli.drill import read_token
+    from runner.errors import InputError
+
+    f = tmp_path / "seat-1.token"
+    f.write_text("abc/../x\n")
+    with pytest.raises(InputError, match="letters, digits"):
+        read_token(f)
+    f.write_text("A" * 24 + "\n")
+    assert read_token(f) == "A" * 24

@@ -1,5 +1,6 @@
 """The drill's page server: its SSE stream (snapshot, one frame per event, keep-alives, the end),
-/status, the POSTs and their header, the loopback-only rules, and stop() with streams open."""
+/status, the POSTs and their header, the tokens every route needs, the Host rules, the address it
+listens on, and stop() with streams open."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from runner.drill.bus import DrillBus, Request
 from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView
 from runner.drill.server import ServerHandle, sse_frame, start_server
-from runner.errors import LabError
+from runner.errors import InputError, LabError
 from runner.results.drill_record import ActionKind, ObservedAction
 from runner.spec.kinds import NodeStatus, Outcome
 
@@ -205,7 +206,7 @@ def test_the_responder_reads_no_answer_until_the_drill_ends_then_all_of_it(
 def test_the_facilitator_reads_everything_at_its_token_s_path_only(
     bus: DrillBus, server: ServerHandle
 ) -> None:
-    assert server.facilitator_url.startswith(server.url + "facilitator/")
+    assert server.facilitator_url.startswith(server.root + "facilitator/")
     st = status().model_copy(update={"actions": (SHORTCUT,)})
 
     def act() -> None:
@@ -219,10 +220,12 @@ def test_the_facilitator_reads_everything_at_its_token_s_path_only(
     page = httpx.get(server.facilitator_url)
     assert page.status_code == 200 and "facilitator's view" in page.text
     assert "responder's view" in httpx.get(server.url).text
-    wrong = server.url + "facilitator/" + "x" * 24 + "/"
+    wrong = server.root + "facilitator/" + "x" * 24 + "/"
     for path in ("", "events", "status"):
-        assert httpx.get(wrong + path).status_code == 404
-    assert httpx.post(wrong + "ack", headers={"X-Gameday": "1"}).status_code == 404
+        assert httpx.get(wrong + path).status_code == 401
+    assert httpx.post(wrong + "ack", headers={"X-Gameday": "1"}).status_code == 401
+    # the responder's token opens the responder's view only
+    assert httpx.get(server.root + f"facilitator/{server.token}/status").status_code == 401
     # the facilitator's buttons need the header too
     assert httpx.post(server.facilitator_url + "hint").status_code == 403
 
@@ -311,10 +314,14 @@ def test_stop_returns_quickly_with_a_stream_open(bus: DrillBus) -> None:
         httpx.get(handle.url + "status")
 
 
-def test_only_the_loopback_address() -> None:
-    with pytest.raises(ValueError) as exc:
-        start_server(DrillBus(status()), host="0.0.0.0")
-    assert str(exc.value) == "the drill page listens on 127.0.0.1 only, not '0.0.0.0'"
+def test_no_wildcard_address_and_no_malformed_token() -> None:
+    for address in ("0.0.0.0", "255.255.255.255", "localhost", "::"):
+        with pytest.raises(InputError) as exc:
+            start_server(DrillBus(status()), host=address)
+        assert exc.value.exit_code == 2 and exc.value.field == "--listen", address
+    for token in ("short", "x" * 20 + "/../", "x" * 20 + "?a=1"):
+        with pytest.raises(ValueError):
+            start_server(DrillBus(status()), token=token)
 
 
 def test_a_port_in_use_is_a_lab_error() -> None:
@@ -328,3 +335,92 @@ def test_a_port_in_use_is_a_lab_error() -> None:
         f"the drill page cannot listen on 127.0.0.1:{port}: the port is in use"
     )
     assert exc.value.exit_code == 3
+
+
+REFUSED = "refused: this page needs its token (the address on the seat card, or the drill's)"
+
+
+def test_every_route_needs_the_drill_s_token(bus: DrillBus, server: ServerHandle) -> None:
+    """Whoever reaches the port (another local user, another seat's attendee) reads and acts on
+    nothing without the token: the POSTs, the stream and /status are 401, the root a page that
+    asks for the token and tells nothing of the drill."""
+    seen: list[Request] = []
+    bus.on_request(lambda req, data: seen.append(req) or "ok")
+    assert server.url == server.root + f"responder/{server.token}/"
+    root, wrong = server.root, server.root + "responder/" + "A" * 24 + "/"
+    for base in (root, wrong, root + "responder/", root + f"responder/{server.token[:-1]}/"):
+        for path in ("ack", "hint", "give-up"):
+            r = httpx.post(base + path, headers={"X-Gameday": "1"})
+            assert (r.status_code, r.json()) == (401, {"message": REFUSED}), base + path
+        for path in ("events", "status"):
+            r = httpx.get(base + path, timeout=5)
+            assert (r.status_code, r.json()) == (401, {"message": REFUSED}), base + path
+    assert seen == []
+    page = httpx.get(root, headers={"Accept": "text/html"})
+    assert page.status_code == 401 and "needs its token" in page.text
+    assert "head-only-restart" not in page.text and "Head restarted alone" not in page.text
+    assert httpx.get(wrong, headers={"Accept": "text/html"}).status_code == 401
+    # with it, all of it
+    assert httpx.get(server.url + "status").status_code == 200
+    assert httpx.post(server.url + "ack", headers={"X-Gameday": "1"}).json() == {"message": "ok"}
+    assert seen == [Request.ACK]
+
+
+def test_another_seat_s_token_is_refused() -> None:
+    """Two seats' pages, each with the token the workshop gave it: neither opens with the
+    other's."""
+    one, two = "seat1-" + "a" * 20, "seat2-" + "b" * 20
+    buses = [DrillBus(status()), DrillBus(status())]
+    seats = [start_server(buses[0], token=one), start_server(buses[1], token=two)]
+    try:
+        assert seats[0].url.endswith(f"/responder/{one}/")
+        for bus in buses:
+            bus.on_request(lambda req, data: "acted")
+        for mine, theirs in ((seats[0], two), (seats[1], one)):
+            other = mine.root + f"responder/{theirs}/"
+            assert httpx.post(other + "ack", headers={"X-Gameday": "1"}).status_code == 401
+            assert httpx.get(other + "status").status_code == 401
+            assert httpx.post(mine.url + "ack", headers={"X-Gameday": "1"}).status_code == 200
+    finally:
+        for s in seats:
+            s.stop()
+
+
+def test_tokens_are_compared_in_constant_time(
+    server: ServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runner.drill.server as mod
+
+    compared: list[tuple[bytes, bytes]] = []
+    real = mod.hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(mod.hmac, "compare_digest", spy)
+    assert httpx.get(server.url + "status").status_code == 200
+    assert httpx.get(server.root + "responder/" + "z" * 24 + "/status").status_code == 401
+    assert compared == [
+        (server.token.encode(), server.token.encode()),
+        (b"z" * 24, server.token.encode()),
+    ]
+
+
+def test_a_page_on_another_address_is_named_as_browsers_reach_it() -> None:
+    """--listen: an address of one interface (127.0.0.2 stands for a LAN address here), and the
+    name the cards give: the page's address uses it, its Host is accepted, any other refused."""
+    bus = DrillBus(status())
+    handle = start_server(bus, host="127.0.0.2", public_name="Seat-Host.example")
+    try:
+        port = handle.root.rsplit(":", 1)[1].strip("/")
+        assert handle.root == f"http://seat-host.example:{port}/"
+        direct = f"http://127.0.0.2:{port}/responder/{handle.token}/status"
+        assert httpx.get(direct).status_code == 200
+        named = httpx.get(direct, headers={"Host": f"seat-host.example:{port}"})
+        assert named.status_code == 200
+        assert httpx.get(direct, headers={"Host": "evil.example"}).status_code == 400
+        with pytest.raises(httpx.ConnectError):  # not on 127.0.0.1
+            httpx.get(f"http://127.0.0.1:{port}/")
+    finally:
+        handle.stop()

@@ -151,7 +151,9 @@ def test_the_scoreboard_of_a_workshop_whose_labs_are_not_up(state: Path) -> None
 
 def test_the_page_is_pushed_a_new_scoreboard_when_a_status_file_changes(state: Path) -> None:
     ws = create_workshop(load_inventory(LOCAL), 2, 8700)
-    handle = start_server(Feed(lambda: scoreboard(ws), lambda: status_files(ws)), 0)
+    token = ws.manifest.host_token
+    handle = start_server(Feed(lambda: scoreboard(ws), lambda: status_files(ws)), 0, token)
+    assert handle.url.endswith(f"/host/{token}/")
     boards: queue.Queue[dict[str, object]] = queue.Queue()
 
     def read() -> None:
@@ -177,7 +179,7 @@ def test_the_page_is_pushed_a_new_scoreboard_when_a_status_file_changes(state: P
         assert pushed["seats"][0]["shortcuts"] == ["restart the head alone"]  # type: ignore[index]
         page = httpx.get(handle.url, timeout=5)
         assert page.status_code == 200
-        assert 'new EventSource("/events")' in page.text
+        assert 'new EventSource("events")' in page.text
         assert ("<link" in page.text, "src=" in page.text) == (False, False)  # self-contained
         # a request naming another host (DNS rebinding) is refused
         assert httpx.get(handle.url, headers={"Host": "evil.example"}).status_code == 400
@@ -208,9 +210,10 @@ def test_the_board_links_each_seat_s_facilitator_view(tmp_path: Path) -> None:
     assert shape.match(url)
     for other in (
         "javascript:alert(1)//http://127.0.0.1:8702/facilitator/x/",
-        "http://127.0.0.1.evil:8702/facilitator/x/",
+        "http://user@127.0.0.1:8702/facilitator/x/",
         "http://127.0.0.1:8702/facilitator/x/../../",
         "http://127.0.0.1:8702/",
+        "http://127.0.0.1:8702/responder/x/",
     ):
         assert not shape.match(other), other
     # a seat whose drill wrote no facilitator address (an older drill) has none

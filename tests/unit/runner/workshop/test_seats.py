@@ -70,7 +70,9 @@ def test_a_local_seat_inventory_is_the_parallel_instance_in_a_file(state: Path) 
     ws = create_workshop(inv, 2, 8700)
     assert ws.folder == state / "workshop" / "local"
     assert sorted(p.name for p in ws.folder.iterdir()) == [
+        "seat-1.token",
         "seat-1.yaml",
+        "seat-2.token",
         "seat-2.yaml",
         "workshop.json",
     ]
@@ -83,7 +85,7 @@ def test_a_local_seat_inventory_is_the_parallel_instance_in_a_file(state: Path) 
     assert seat.lab == want.lab.model_copy(update={"state_dir": str(state / "local-p2")})
     assert seat.nodes == want.nodes
     assert seat.node("node2").args[8] == "127.2.81.1"  # --master-addr moved with the group
-    assert ws.page_url(2) == "http://127.0.0.1:8702/"
+    assert ws.page_url(2) == f"http://127.0.0.1:8702/responder/{ws.token(2)}/"
     assert ws.drill_dir(2) == state / "local-p2" / "drill"
     assert (ws.folder / "seat-2.yaml").stat().st_mode & 0o777 == 0o600
 
@@ -154,7 +156,9 @@ def test_start_refuses_before_any_drill(state: Path) -> None:
     assert r.exit_code == 2
     assert r.stderr.startswith("error: [SCENARIO]: a workshop drills one scenario; ")
     assert sorted(p.name for p in (state / "workshop" / "local").iterdir()) == [
+        "seat-1.token",
         "seat-1.yaml",
+        "seat-2.token",
         "seat-2.yaml",
         "workshop.json",
     ]
