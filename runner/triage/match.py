@@ -24,13 +24,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
-from typing import Any, overload
+from typing import Any
 
 import re2
 
 from runner.spec.patterns import Regex, compile_user
 from runner.spec.signature import MAX_LINE
-from runner.triage.normalise import Deadline, Line, Lines
+from runner.triage.normalise import Deadline, Line, Lines, LineViews
 
 MAX_SPAN = 8  # lines one wrapped message may take
 STRETCH = 256  # lines a search reads on past a place whose windows did not match
@@ -148,25 +148,15 @@ def _finder(pattern: str) -> Any | None:
         return None
 
 
-class _Texts(Sequence[str]):
+class _Texts(LineViews):
     """Each line's text, read back from the spaced UTF-8 (a lone surrogate reads as U+FFFD, as
     RE2 reads it anyway)."""
 
     def __init__(self, data: bytearray, at: array[int]) -> None:
-        self.data, self.at = data, at
+        super().__init__(at)
+        self.data = data
 
-    def __len__(self) -> int:
-        return len(self.at) - 1
-
-    @overload
-    def __getitem__(self, k: int) -> str: ...
-    @overload
-    def __getitem__(self, k: slice) -> list[str]: ...
-    def __getitem__(self, k: int | slice) -> str | list[str]:
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        if k < 0:
-            k += len(self)
+    def line(self, k: int) -> str:
         return self.data[self.at[k] : self.at[k + 1] - 1].decode()
 
 

@@ -177,15 +177,18 @@ class Lines(Sequence[Line]):
             yield self[k]
 
 
-class _Pasted(Sequence[str]):
-    """Each line as pasted, cut from the pasted text when it is read (the text is kept by whoever
-    pasted it anyway): `at[k]` is where line k begins, `at[k + 1]` where the next one does."""
+class LineViews(Sequence[str]):
+    """Lines read from one buffer on demand, where `at[k]` is where line k begins and
+    `at[k + 1]` where the next one does: a million lines cost two arrays, not a million strings."""
 
-    def __init__(self, text: str, at: array[int]) -> None:
-        self.text, self.at = text, at
+    def __init__(self, at: array[int]) -> None:
+        self.at = at
 
     def __len__(self) -> int:
         return len(self.at) - 1
+
+    def line(self, k: int) -> str:
+        raise NotImplementedError
 
     @overload
     def __getitem__(self, k: int) -> str: ...
@@ -193,9 +196,19 @@ class _Pasted(Sequence[str]):
     def __getitem__(self, k: slice) -> list[str]: ...
     def __getitem__(self, k: int | slice) -> str | list[str]:
         if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        if k < 0:
-            k += len(self)
+            return [self.line(i) for i in range(*k.indices(len(self)))]
+        return self.line(k + len(self) if k < 0 else k)
+
+
+class _Pasted(LineViews):
+    """Each line as pasted, cut from the pasted text when it is read (the text is kept by whoever
+    pasted it anyway)."""
+
+    def __init__(self, text: str, at: array[int]) -> None:
+        super().__init__(at)
+        self.text = text
+
+    def line(self, k: int) -> str:
         nxt = self.at[k + 1]
         return self.text[self.at[k] : nxt - (2 if self.text.startswith("\r\n", nxt - 2) else 1)]
 
