@@ -126,13 +126,24 @@ def alerts_api(inventory: Inventory) -> str | None:
     return None if mon is None else f"{alertmanager_url(mon)}/api/v2/alerts"
 
 
-def alertmanager_config(inventory: Inventory, url: str, token: str | None = None) -> dict[str, Any]:
+def alertmanager_config(
+    inventory: Inventory,
+    url: str,
+    token: str | None = None,
+    *,
+    token_file: str | None = None,
+) -> dict[str, Any]:
     """alertmanager.yml: every alert to the runner's webhook at `url`, with `token` as its
-    bearer token when given."""
+    bearer token when given, or the token Alertmanager reads from `token_file` (a mounted
+    Secret: the ConfigMap, which `lab manifests` prints, then holds no secret)."""
     scale = inventory.lab.time_scale
     webhook: dict[str, Any] = {"url": url, "send_resolved": True}
     if token is not None:
         webhook["http_config"] = {"authorization": {"type": "Bearer", "credentials": token}}
+    elif token_file is not None:
+        webhook["http_config"] = {
+            "authorization": {"type": "Bearer", "credentials_file": token_file}
+        }
     return {
         "route": {
             "receiver": RECEIVER_NAME,

@@ -3,7 +3,11 @@ same name in the lab's namespace, next to Prometheus (monitoring.py), with alert
 ConfigMap. Prometheus's `alerting:` section names the Service (`<name>.<namespace>.svc:9093`);
 the route and the receiver are the other labs' (runner/labs/common/alertmanager_config.py):
 every alert to the runner's webhook at `monitoring.receiver_listen`, which must then be an address
-the cluster's pods reach (the runner's own machine, seen from the cluster).
+the cluster's pods reach (the runner's own machine, seen from the cluster). The webhook carries
+the lab's receiver token (runner/labs/common/alertmanager_config.py), which Alertmanager reads
+from the file `receiver-token` beside its configuration (relative paths in alertmanager.yml are
+the configuration's folder): a Secret projected into the same folder as the ConfigMap, so the
+ConfigMap holds no secret and `lab manifests` prints the Secret masked.
 
 The container runs `monitoring.alertmanager_command` (default `alertmanager`, the binary of the
 `prom/alertmanager` image; Debian names it `prometheus-alertmanager`) with no cluster port: one
@@ -22,11 +26,14 @@ from runner.labs.common.alertmanager_config import (
     webhook_url,
 )
 from runner.labs.kubernetes import manifests as mf
+from runner.results.redact import MASK
 from runner.spec.inventory import Inventory, Monitoring
 
 NAME = "gameday-alertmanager"
 PORT = 9093
 CONFIG_DIR = "/etc/alertmanager"
+TOKEN_SECRET = "gameday-alertmanager-receiver"  # the receiver token, key `token`
+TOKEN_FILE = "receiver-token"  # beside alertmanager.yml
 DATA_DIR = "/alertmanager"
 APP_LABEL = "app.kubernetes.io/name"
 # The prom/alertmanager image's binary; a lab that runs Debian's sets alertmanager_command.
@@ -59,10 +66,27 @@ def config_map(inventory: Inventory) -> dict[str, Any]:
         "metadata": _meta(inventory),
         "data": {
             "alertmanager.yml": yaml.safe_dump(
-                alertmanager_config(inventory, webhook_url(receiver_listen(inventory))),
+                alertmanager_config(
+                    inventory,
+                    webhook_url(receiver_listen(inventory)),
+                    token_file=TOKEN_FILE,
+                ),
                 sort_keys=False,
             )
         },
+    }
+
+
+def token_secret(inventory: Inventory, token: str | None) -> dict[str, Any]:
+    """The lab's receiver token, which Alertmanager presents to the runner's webhook; printed
+    masked (None)."""
+    meta = _meta(inventory) | {"name": TOKEN_SECRET}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "stringData": {"token": MASK if token is None else token},
     }
 
 
@@ -105,7 +129,20 @@ def deployment(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "containers": [container],
         "volumes": [
-            {"name": "config", "configMap": {"name": NAME}},
+            {
+                "name": "config",
+                "projected": {
+                    "sources": [
+                        {"configMap": {"name": NAME}},
+                        {
+                            "secret": {
+                                "name": TOKEN_SECRET,
+                                "items": [{"key": "token", "path": TOKEN_FILE}],
+                            }
+                        },
+                    ]
+                },
+            },
             {"name": "data", "emptyDir": {}},
         ],
     }
@@ -125,6 +162,14 @@ def deployment(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
     }
 
 
-def manifests(inventory: Inventory, mon: Monitoring) -> list[dict[str, Any]]:
-    """The ConfigMap, Service and Deployment, in the order `lab up` applies them."""
-    return [config_map(inventory), service(inventory), deployment(inventory, mon)]
+def manifests(
+    inventory: Inventory, mon: Monitoring, token: str | None = None
+) -> list[dict[str, Any]]:
+    """The token's Secret, the ConfigMap, Service and Deployment, in the order `lab up` applies
+    them (`token` None: as printed, masked)."""
+    return [
+        token_secret(inventory, token),
+        config_map(inventory),
+        service(inventory),
+        deployment(inventory, mon),
+    ]

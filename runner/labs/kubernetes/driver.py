@@ -43,6 +43,7 @@ from runner.labs.base import (
     Value,
 )
 from runner.labs.common import helpers as common
+from runner.labs.common.alertmanager_config import receiver_token
 from runner.labs.common.events import EventFeed
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as kmon
@@ -178,6 +179,10 @@ class KubernetesLab(LabDriver):
             for n in self.inventory.nodes
         )
 
+    def _receiver_token(self) -> str | None:
+        """The lab's receiver token (made now if the lab has none), for Alertmanager's Secret."""
+        return receiver_token(self.state_dir, create=True)
+
     def up(self) -> None:
         if self.spec.group_workload is GroupWorkload.LEADERWORKERSET:
             from runner.labs.kubernetes import lws
@@ -188,7 +193,7 @@ class KubernetesLab(LabDriver):
         if ns is not None:
             self.guard(ns)
             if self._workloads_exist():
-                kmon.apply(self.kube, self.inventory)
+                kmon.apply(self.kube, self.inventory, self._receiver_token())
                 self._sync()
                 return
         created_ns = ns is None
@@ -219,7 +224,8 @@ class KubernetesLab(LabDriver):
                         self.ns,
                         mf.headless_service(self.inventory, group),
                     )
-            kmon.apply(self.kube, self.inventory)  # Prometheus starts while the engines boot
+            # Prometheus starts while the engines boot
+            kmon.apply(self.kube, self.inventory, self._receiver_token())
             for n in self.inventory.nodes:
                 self._apply_workload(n, None)
             self._sync()

@@ -255,9 +255,12 @@ def deployment(inventory: Inventory, mon: Monitoring) -> dict[str, Any]:
     }
 
 
-def manifests(inventory: Inventory, api: ApiServer | None = None) -> list[dict[str, Any]]:
+def manifests(
+    inventory: Inventory, api: ApiServer | None = None, receiver_token: str | None = None
+) -> list[dict[str, Any]]:
     """What `lab up` applies for the inventory's monitoring, in order (none without it). `api`:
-    `monitoring.api_server` resolved (None: as printed, the token masked)."""
+    `monitoring.api_server` resolved, `receiver_token` the lab's (None: as printed, the tokens
+    masked)."""
     mon = inventory.lab.monitoring
     if mon is None:
         return []
@@ -268,7 +271,7 @@ def manifests(inventory: Inventory, api: ApiServer | None = None) -> list[dict[s
         role_binding(inventory),
         *secret,
         config_map(inventory, mon, api),
-        *am.manifests(inventory, mon),
+        *am.manifests(inventory, mon, receiver_token),
         deployment(inventory, mon),
     ]
 
@@ -341,8 +344,9 @@ def kubeconfig_token(kube: KubeApi, inventory: Inventory) -> str:
     return token
 
 
-def apply(kube: KubeApi, inventory: Inventory) -> None:
-    """Create or replace the monitoring objects (none without `gameday_lab.monitoring`)."""
+def apply(kube: KubeApi, inventory: Inventory, receiver_token: str | None = None) -> None:
+    """Create or replace the monitoring objects (none without `gameday_lab.monitoring`), with
+    the lab's receiver token in Alertmanager's Secret."""
     mon = inventory.lab.monitoring
     if mon is None:
         return
@@ -351,7 +355,7 @@ def apply(kube: KubeApi, inventory: Inventory) -> None:
         url = kube.client.configuration.host if mon.api_server == "kubeconfig" else mon.api_server
         api = ApiServer(url=url, token=kubeconfig_token(kube, inventory))
     calls = _calls(kube)
-    for doc in manifests(inventory, api):
+    for doc in manifests(inventory, api, receiver_token):
         c, name = calls[doc["kind"]], doc["metadata"]["name"]
         status, _ = kube.status_of(c.read, name, kube.ns)
         if status == 404:

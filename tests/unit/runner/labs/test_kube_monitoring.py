@@ -41,6 +41,7 @@ def test_the_test_servers_manifests_in_order_all_valid() -> None:
         ("RoleBinding", "gameday-prometheus"),
         ("Secret", "gameday-prometheus-api"),
         ("ConfigMap", "gameday-prometheus"),
+        ("Secret", "gameday-alertmanager-receiver"),
         ("ConfigMap", "gameday-alertmanager"),
         ("Service", "gameday-alertmanager"),
         ("Deployment", "gameday-alertmanager"),
@@ -52,7 +53,9 @@ def test_the_test_servers_manifests_in_order_all_valid() -> None:
         assert d["metadata"]["labels"] == {
             "gameday.io/lab": "kube-testserver",
             "app.kubernetes.io/managed-by": "gameday",
-            "app.kubernetes.io/name": d["metadata"]["name"].removesuffix("-api"),
+            "app.kubernetes.io/name": d["metadata"]["name"]
+            .removesuffix("-api")
+            .removesuffix("-receiver"),
         }
     assert docs[3]["stringData"] == {"token": "s3cret"}
     sd = yaml.safe_load(docs[4]["data"]["prometheus.yml"])["scrape_configs"][0]
@@ -119,7 +122,7 @@ def test_the_deployment_runs_prometheus_on_its_config_volume() -> None:
     assert mf.NODE_LABEL not in d["spec"]["template"]["metadata"]["labels"]
 
 
-def test_on_a_real_cluster_no_secret_and_in_cluster_discovery() -> None:
+def test_on_a_real_cluster_no_api_secret_and_in_cluster_discovery() -> None:
     inv = load_inventory(ROOT / "inventories" / "eks.yaml")
     docs = km.manifests(inv)
     assert [d["kind"] for d in docs] == [
@@ -127,6 +130,7 @@ def test_on_a_real_cluster_no_secret_and_in_cluster_discovery() -> None:
         "Role",
         "RoleBinding",
         "ConfigMap",
+        "Secret",  # Alertmanager's receiver token, not an API server's
         "ConfigMap",
         "Service",
         "Deployment",
@@ -294,7 +298,20 @@ def test_prometheus_sends_its_alerts_to_the_alertmanager_service() -> None:
         "--cluster.listen-address=",
     ]
     assert template["spec"]["volumes"] == [
-        {"name": "config", "configMap": {"name": "gameday-alertmanager"}},
+        {
+            "name": "config",
+            "projected": {
+                "sources": [
+                    {"configMap": {"name": "gameday-alertmanager"}},
+                    {
+                        "secret": {
+                            "name": "gameday-alertmanager-receiver",
+                            "items": [{"key": "token", "path": "receiver-token"}],
+                        }
+                    },
+                ]
+            },
+        },
         {"name": "data", "emptyDir": {}},
     ]
     assert mf.NODE_LABEL not in template["metadata"]["labels"]
@@ -313,3 +330,31 @@ def test_the_test_server_runs_debians_alertmanager() -> None:
     assert dep["spec"]["template"]["spec"]["containers"][0]["command"] == [
         "prometheus-alertmanager"
     ]
+
+
+def test_alertmanager_presents_the_labs_receiver_token_from_a_secret_never_the_configmap() -> None:
+    """The webhook carries the lab's receiver token (a forged alert without it is refused), read
+    from a mounted Secret: the ConfigMap, which `lab manifests` prints, holds no secret."""
+    from runner.labs.kubernetes import alertmanager as kam
+
+    inv = load_inventory(TESTSERVER)
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in km.manifests(inv, None, "tok-123")}
+    secret = docs[("Secret", kam.TOKEN_SECRET)]
+    assert secret["stringData"] == {"token": "tok-123"}
+    config = docs[("ConfigMap", kam.NAME)]["data"]["alertmanager.yml"]
+    assert "tok-123" not in config
+    webhook = yaml.safe_load(config)["receivers"][0]["webhook_configs"][0]
+    assert webhook["http_config"]["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": "receiver-token",  # relative: beside alertmanager.yml
+    }
+    pod = docs[("Deployment", kam.NAME)]["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["config"] == kam.CONFIG_DIR
+    assert {
+        "secret": {"name": kam.TOKEN_SECRET, "items": [{"key": "token", "path": kam.TOKEN_FILE}]}
+    } in volumes["config"]["projected"]["sources"]
+    # printed: masked
+    printed = {(d["kind"], d["metadata"]["name"]): d for d in km.manifests(inv)}
+    assert printed[("Secret", kam.TOKEN_SECRET)]["stringData"]["token"] != "tok-123"
