@@ -1,10 +1,13 @@
 """A seat card: what one attendee needs to reach their lab, the commands preset to it, and their
 drill page's address and token. Plain Markdown (`seat-<k>.md`), printed as it is written, and
-every card on one page to print (`cards.html`, a card a sheet)."""
+every card on one page to print (`cards.html`, a card a sheet), where each card carries its page's
+address as a QR code too, for an attendee to open on a phone or scan from the printout."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import segno
 
 from runner.report.templating import ENV
 from runner.results.printable import printable
@@ -73,7 +76,13 @@ def seat_card(seat: Seat) -> str:
     return "\n".join(lines)
 
 
+def qr_code(url: str) -> str:
+    """The QR code of `url` as an SVG data URI (error correction M: a creased or smudged
+    printout still scans), embedded so the page stays self-contained."""
+    return str(segno.make(url, error="m").svg_data_uri(scale=4))
+
+
 def cards_page(seats: list[Seat], lab: str) -> str:
     """Every seat's card on one self-contained page, a card a printed sheet."""
-    cards = [(s, seat_card(s)) for s in seats]
+    cards = [(s, seat_card(s), qr_code(s.page_url)) for s in seats]
     return ENV.get_template("seat_cards.html.j2").render(lab=lab, cards=cards)

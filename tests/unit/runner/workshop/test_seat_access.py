@@ -5,7 +5,9 @@ token."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import stat
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from runner.cli.main import main
 from runner.errors import InputError
 from runner.spec.inventory_load import load_inventory
 from runner.workshop.board_server import Feed, start_server
-from runner.workshop.cards import Seat, cards_page, seat_card
+from runner.workshop.cards import Seat, cards_page, qr_code, seat_card
 from runner.workshop.drills import drill_argv
 from runner.workshop.scoreboard import scoreboard, status_files
 from runner.workshop.seats import Listen, create_workshop, read_attendees
@@ -106,6 +108,12 @@ def test_the_printable_cards_are_one_page_with_every_seat_its_name_escaped(state
     for k in ws.seats:
         assert ws.page_url(k) in page and ws.token(k) in page
     assert "http" not in page.split("<body>")[0]  # no external asset
+    # each card's QR code is its own page's address, embedded
+    codes = re.findall(r'<img class="qr" src="([^"]+)"', page)
+    assert len(codes) == 2 and codes[0] != codes[1]
+    for k, code in zip(ws.seats, codes, strict=True):
+        assert code.startswith("data:image/svg+xml")
+        assert html.unescape(code) == qr_code(ws.page_url(k))
 
 
 def test_attendees_one_a_line(tmp_path: Path) -> None:
