@@ -15,7 +15,9 @@ would otherwise run its own engine command as whoever runs gameday below it."""
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
+import pwd
 import stat
 import tempfile
 from pathlib import Path
@@ -83,7 +85,7 @@ def check_trusted(
             "if not, delete it or run gameday from your own repository",
         )
     mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022:
+    if mode & 0o002 or (mode & 0o020 and not _own_group(st.st_gid)):
         who = "anyone" if mode & 0o002 else "its group"
         raise error_cls(
             f"refused: {who} can write this {what} file (mode {mode:04o}), so another user "
@@ -91,6 +93,19 @@ def check_trusted(
             file=path,
             hint=f"if you trust its content, `chmod go-w {path}`",
         )
+
+
+def _own_group(gid: int) -> bool:
+    """Whether group `gid` is the user's own private group (a umask of 0002 makes files
+    group-writable there, and no other user is in it): its write bit lets no one else in."""
+    if gid != os.getgid():
+        return False
+    try:
+        members = grp.getgrgid(gid).gr_mem
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, OSError):
+        return False
+    return set(members) <= {me}
 
 
 def read_bytes(

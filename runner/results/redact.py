@@ -83,10 +83,12 @@ _PATTERNS = [
         compile_user(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@"),
         rf"\g<keep>{MASK}@",
     ),
-    # curl -u / --user / -U / --proxy-user user:password (the user stays readable)
+    # curl -u / --user / -U / --proxy-user user:password (the user stays readable), on a curl
+    # command line only (`sort -u a:b` is no password)
     (
         compile_user(
-            r"(?P<keep>(?:^|[\s'\"])(?:-u|-U|--user|--proxy-user)(?:=|\s+)?['\"]?[^\s:'\"]*:)"
+            r"(?P<keep>\bcurl\b(?:[ \t]+[^\s]+)*?[ \t]+['\"]?(?:-u|-U|--user|--proxy-user)"
+            r"(?:=|\s+)?['\"]?[^\s:'\"]*:)"
             r"[^\s'\"]+"
         ),
         rf"\g<keep>{MASK}",
@@ -126,13 +128,18 @@ _TOKEN_TAIL = r"[A-Za-z0-9_.+/=~-]*"
 # detectors left out: their matches are not secrets, or gameday's rules above mask the secret
 # with its context kept readable
 _WORD_END = r"(?!\w)"
+# separators a detector's pattern consumes around its token (Artifactory's): the token's word
+# boundary instead, so the separator and the next word stay readable
+_SEP_BEFORE = r'(?:\s|=|:|"|^)'
+_SEP_AFTER = r'(?:\s|"|$)'
 _LEFT_OUT = frozenset({"IPPublicDetector", "BasicAuthDetector", "PrivateKeyDetector"})
 
 
 @cache
 def token_shapes() -> Regex:
     """detect-secrets' regex detectors as one RE2 pattern (each detector's patterns that RE2
-    compiles; GitLab's trailing `(?!\\w)` is dropped, as the token tail runs to the word's end)."""
+    compiles; GitLab's trailing `(?!\\w)` and Artifactory's separators are dropped, as the token
+    tail runs to the word's end)."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import RegexBasedDetector
 
@@ -143,7 +150,10 @@ def token_shapes() -> Regex:
             continue
         for rx in getattr(cls, "denylist", ()):
             flags = "i" if rx.flags & re.IGNORECASE else ""
-            part = f"(?{flags}:{rx.pattern.removesuffix(_WORD_END)})"
+            body = rx.pattern.removesuffix(_WORD_END).removesuffix(_SEP_AFTER)
+            if body.startswith(_SEP_BEFORE):
+                body = r"\b" + body.removeprefix(_SEP_BEFORE)
+            part = f"(?{flags}:{body})"
             try:
                 compile_user(part)
             except ValueError:

@@ -26,6 +26,7 @@ import contextlib
 import enum
 import hmac
 import json
+import sys
 import threading
 import time
 import uuid
@@ -104,8 +105,16 @@ def parse_notification(body: Any, at: datetime) -> list[ReceivedAlert]:
 
 
 class _QuietServer(ThreadingHTTPServer):
+    """The library never prints: a client that hangs up mid-request is its own problem, and any
+    other failure of a handler is kept (`failures`) for a failed delivery's evidence."""
+
+    failures: list[str]
+
     def handle_error(self, request: Any, client_address: Any) -> None:
-        return  # a client that hangs up mid-request is its own problem; the library never prints
+        exc = sys.exc_info()[1]
+        if exc is None or isinstance(exc, ConnectionError | TimeoutError):
+            return
+        self.failures = [*getattr(self, "failures", [])[-4:], f"{type(exc).__name__}: {exc}"]
 
 
 class WebhookReceiver:
@@ -217,6 +226,11 @@ class WebhookReceiver:
         """The lab's alerts delivered (since `since`, when given)."""
         with self._cond:
             return [a for a in self._alerts if since is None or a.received_at >= since]
+
+    def failures(self) -> list[str]:
+        """The last few requests the receiver failed to handle (not a client hanging up)."""
+        server = self._server
+        return list(getattr(server, "failures", [])) if server is not None else []
 
     def foreign(self, since: datetime | None = None) -> list[ReceivedAlert]:
         """Alerts of another lab delivered here (since `since`): never one, when each lab's

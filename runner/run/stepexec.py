@@ -374,7 +374,10 @@ def run_step(
     if isinstance(step, CommandStep):
         return run_command(step, folder, env | step.env, mark)
     if isinstance(step, PlaybookStep):
-        return run_playbook(step, folder, inventory, env, on_event)
+        # the mark reaches ansible-playbook and what it starts, for cleanup after a kill -9
+        return run_playbook(
+            step, folder, inventory, env if mark is None else env | {MARK_ENV: mark}, on_event
+        )
     return run_http(step, url_of(step.node or target), client)
 
 

@@ -37,7 +37,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
 
 from runner.errors import InputError, plain_message
-from runner.fsutil import check_trusted
+from runner.fsutil import check_trusted, read_bytes
 
 CONFIG_NAME = "gameday.toml"
 PYPROJECT = "pyproject.toml"
@@ -149,7 +149,9 @@ def load_config(cwd: Path | None = None, environ: Mapping[str, str] | None = Non
 
 
 def _from_file(path: Path, table: tuple[str, ...]) -> Config:
-    data: Any = _parse(path)
+    # read through the descriptor that is checked: a file swapped in after find_config's check
+    # is refused, not read
+    data: Any = _parse(path, trusted=True)
     for key in table:
         data = data[key]
     if not isinstance(data, dict):
@@ -186,14 +188,8 @@ def _from_file(path: Path, table: tuple[str, ...]) -> Config:
     )
 
 
-def _parse(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=path) from None
-    if len(raw) > MAX_BYTES:
-        raise InputError(f"larger than {MAX_BYTES} bytes", file=path)
+def _parse(path: Path, *, trusted: bool = False) -> dict[str, Any]:
+    raw = read_bytes(path, MAX_BYTES, InputError, "configuration", trusted=trusted)
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

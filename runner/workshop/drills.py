@@ -13,6 +13,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import pydantic
 
@@ -102,8 +103,8 @@ def start_drills(ws: Workshop, seats: list[int], scenario: str) -> dict[int, Dri
     for k in seats:
         argv = drill_argv(ws, k, scenario)
         with (
-            (ws.folder / f"seat-{k}.drill.out").open("ab") as out,
-            (ws.folder / f"seat-{k}.drill.err").open("ab") as err,
+            _private_append(ws.folder / f"seat-{k}.drill.out") as out,
+            _private_append(ws.folder / f"seat-{k}.drill.err") as err,
         ):
             proc = subprocess.Popen(
                 argv,
@@ -137,3 +138,11 @@ def stop_drill(rec: DrillRecord, grace_s: float = GRACE_S) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def _private_append(path: Path) -> BinaryIO:
+    """`path` opened to append, owner-only whatever the umask: a drill's output names its pages'
+    addresses, tokens included."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")

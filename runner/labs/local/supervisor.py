@@ -223,7 +223,8 @@ class Supervisor:
         self.cond = asyncio.Condition()
         self.events_file = (state_dir / "events.jsonl").open("a", buffering=1)
         self.server: uvicorn.Server | None = None
-        self.http = httpx.AsyncClient(timeout=1.0)
+        # the lab's own addresses: never through a proxy from the environment
+        self.http = httpx.AsyncClient(timeout=1.0, trust_env=False)
 
     def add_aux(self, owner: str, a: dict[str, Any]) -> Aux:
         d = self.dir / "nodes" / owner if owner != "lab" else self.dir / "services"

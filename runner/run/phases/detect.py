@@ -171,7 +171,10 @@ def received_since(receiver: WebhookReceiver, since: datetime) -> str:
             for r in receiver.received(since)
         }
     )
-    return f" (received: {', '.join(seen)})" if seen else ""
+    failed = receiver.failures()
+    return (f" (received: {', '.join(seen)})" if seen else "") + (
+        f" (requests the receiver failed on: {'; '.join(failed)})" if failed else ""
+    )
 
 
 def check_own(ctx: Context, receiver: WebhookReceiver, since: datetime) -> None:

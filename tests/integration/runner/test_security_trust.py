@@ -108,7 +108,8 @@ def _lab_http_calls(path: Path) -> list[tuple[int, bool]]:
             and isinstance(node.func, ast.Attribute)
             and isinstance(node.func.value, ast.Name)
             and node.func.value.id == "httpx"
-            and node.func.attr in {"Client", "get", "post", "request", "stream", "put", "delete"}
+            and node.func.attr
+            in {"Client", "AsyncClient", "get", "post", "request", "stream", "put", "delete"}
         ):
             off = any(
                 k.arg == "trust_env"
@@ -125,7 +126,7 @@ def test_every_lab_http_client_ignores_the_environments_proxy() -> None:
     root = Path(__file__).resolve().parents[3] / "runner"
     found = [
         (str(f.relative_to(root)), line, off)
-        for folder in ("run", "labs", "watchdog")
+        for folder in ("run", "labs", "watchdog", "cli", "drill", "workshop")
         for f in sorted((root / folder).rglob("*.py"))
         for line, off in _lab_http_calls(f)
     ]

@@ -27,6 +27,7 @@ from runner.run.stepexec import (
     run_command,
     run_http,
     run_playbook,
+    run_step,
     step_env,
 )
 from runner.run.undo import cleanup_lab
@@ -452,3 +453,32 @@ def test_a_setup_command_that_fails_is_an_error_and_its_journalled_undo_runs(
     assert marker.exists()  # cleanup ran the setup step's own undo
     assert run.lab.applied == []  # no engine change: neither setup's nor the injection's
     assert run.open_changes() == 0 and journal.open_steps(run.lab.state_dir) == []
+
+
+def test_a_playbook_step_carries_its_mark_to_what_it_starts(tmp_path: Path) -> None:
+    """ansible-playbook and its tasks' processes carry the step's mark, so `gameday cleanup`
+    stops them after a kill -9 of the runner, as it stops a command step's."""
+    (tmp_path / "mark.yaml").write_text(
+        "- hosts: serving\n"
+        "  gather_facts: false\n"
+        "  tasks:\n"
+        "    - name: the mark as the task's process sees it\n"
+        '      ansible.builtin.shell: printf %s "$GAMEDAY_STEP_MARK" > {{ out }}\n'
+    )
+    out = tmp_path / "mark.txt"
+    step = PlaybookStep(
+        kind="playbook", playbook="mark.yaml", extra_vars={"out": str(out)}, timeout_s=120
+    )
+    run = run_step(
+        step,
+        folder=tmp_path,
+        env=step_env({}, "t", {}),
+        inventory=_inventory(tmp_path),
+        url_of=lambda n: "",
+        target="",
+        client=None,  # type: ignore[arg-type]
+        on_event=lambda t, ts: None,
+        mark="m-0123456789",
+    )
+    assert run.ok, run.observed
+    assert out.read_text() == "m-0123456789"

@@ -297,3 +297,18 @@ def test_a_command_steps_argv_and_output_never_reach_a_report(tmp_path: Path) ->
     secrets += [JWT.split(".")[1], "MyPass789", "hunter2"]
     for name, text in written.items():
         assert [s for s in secrets if s in text] == [], name
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # a detector's token is masked; the separator and the next word stay
+        ("build AP1234567890 finished in 3 s", f"build {MASK} finished in 3 s"),
+        ("key=AKCabcdefghij123 next", f"key={MASK} next"),
+        # -u and -U are passwords only on a curl command line
+        ("sort -u file:1 notes.txt", "sort -u file:1 notes.txt"),
+        ("ls -U a:b", "ls -U a:b"),
+    ],
+)
+def test_what_is_no_secret_around_a_token_stays_readable(text: str, shown: str) -> None:
+    assert redact(text) == shown

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from runner import fsutil
 from runner.cli import options
 from runner.cli.main import main
 from runner.errors import InputError, InventoryError
@@ -101,13 +103,31 @@ def test_a_planted_config_of_another_user_is_refused_with_exit_2(
 def test_a_config_others_can_write_is_refused(tmp_path: Path) -> None:
     mine = _write(tmp_path / "repo" / "gameday.toml", "builtin = false\n")
     (tmp_path / "repo" / ".git").mkdir()
-    for mode, who in ((0o666, "anyone"), (0o664, "its group")):
-        mine.chmod(mode)
-        with pytest.raises(InputError, match=f"{who} can write") as err:
-            load_config(tmp_path / "repo", {})
-        assert err.value.hint == f"if you trust its content, `chmod go-w {mine}`"
+    mine.chmod(0o666)
+    with pytest.raises(InputError, match="anyone can write") as err:
+        load_config(tmp_path / "repo", {})
+    assert err.value.hint == f"if you trust its content, `chmod go-w {mine}`"
     mine.chmod(0o644)
     assert load_config(tmp_path / "repo", {}).file == mine
+
+
+def test_group_write_is_refused_unless_the_group_is_the_users_own(tmp_path: Path) -> None:
+    """A umask of 0002 (per-user groups: Debian, Ubuntu, Fedora) makes `gameday init`'s files
+    0664 in the user's own group, which lets no one else in: accepted, as git does. Group
+    write for a group others are in is refused."""
+    mine = _write(tmp_path / "repo" / "gameday.toml", "builtin = false\n")
+    (tmp_path / "repo" / ".git").mkdir()
+    mine.chmod(0o664)
+    own = fsutil._own_group(os.getgid())
+    if own:
+        assert load_config(tmp_path / "repo", {}).file == mine
+    if os.getuid() == 0:  # another group: only root can give the file one
+        os.chown(mine, -1, OTHER_UID)
+        with pytest.raises(InputError, match="its group can write"):
+            load_config(tmp_path / "repo", {})
+    elif not own:
+        with pytest.raises(InputError, match="its group can write"):
+            load_config(tmp_path / "repo", {})
 
 
 def test_the_walk_stops_at_the_repository_root(tmp_path: Path) -> None:
@@ -254,3 +274,39 @@ def test_a_suite_that_brings_its_lab_up_asks_for_the_token_lab_up_writes(tmp_pat
         assert httpx.post(url, json=FIRING, headers=auth, trust_env=False).status_code == 200
     finally:
         s.teardown(0)
+
+
+def test_a_request_the_receiver_fails_on_is_kept_as_evidence_a_hang_up_is_not() -> None:
+    """A handler's failure is not printed (the library never prints) but kept, so that a run
+    that ends "nothing delivered" says why; a client hanging up is its own problem."""
+    from runner.run.phases.detect import received_since
+    from runner.run.receiver import _QuietServer
+
+    with WebhookReceiver("127.0.0.1", 0, "lab-a", "tok") as receiver:
+        server = receiver._server
+        assert isinstance(server, _QuietServer)
+        for exc in (ConnectionResetError("reset"), ValueError("bad group key")):
+            try:
+                raise exc
+            except Exception:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert receiver.failures() == ["ValueError: bad group key"]
+        since = datetime.now(UTC)
+        assert "failed on: ValueError: bad group key" in received_since(receiver, since)
+
+
+@as_root
+def test_a_planted_scenario_of_another_user_is_refused(tmp_path: Path) -> None:
+    """A scenario's command steps run programs: one another user planted in a shared folder is
+    refused, as a planted gameday.toml is."""
+    from runner.errors import ScenarioError
+    from runner.spec.scenario import load_scenario
+
+    planted = _write(tmp_path / "scenarios" / "x.yaml", "apiVersion: gameday/v1\n")
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    with pytest.raises(ScenarioError, match="belongs to user id 65534"):
+        load_scenario(planted)
+    planted.chmod(0o666)
+    os.chown(planted, os.getuid(), os.getgid())
+    with pytest.raises(ScenarioError, match="anyone can write"):
+        load_scenario(planted)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import stat
 import time
@@ -196,3 +197,16 @@ def test_up_needs_a_number_of_seats_or_the_attendees(state: Path) -> None:
         2,
         "error: [--seats]: how many seats? --seats N, or --attendees FILE\n",
     )
+
+
+def test_a_seat_drills_output_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    """A seat drill's output names its pages' addresses, tokens included."""
+    from runner.workshop.drills import _private_append
+
+    old = os.umask(0o002)
+    try:
+        with _private_append(tmp_path / "seat-1.drill.out") as f:
+            f.write(b"http://127.0.0.1:8701/responder/tok/\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "seat-1.drill.out").stat().st_mode) == 0o600
