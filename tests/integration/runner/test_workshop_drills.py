@@ -94,7 +94,10 @@ def test_a_drill_is_started_detached_with_this_interpreter(ws: Workshop) -> None
     assert list(rec.argv) == [
         sys.executable, "-m", "runner.cli", "drill", "head-only-restart",
         "--lab", str(ws.folder / "seat-2.yaml"), "--seat", "2", "--page-port", "8702",
+        "--listen", "127.0.0.1", "--token-file", str(ws.token_path(2)),
     ]  # fmt: skip
+    # the token itself is never on the command line, which every user of the machine can read
+    assert ws.token(2) not in " ".join(rec.argv)
     assert read_record(ws, 2) == rec
     assert (ws.folder / "seat-2.drill.out").exists()
     assert (ws.folder / "seat-2.drill.err").exists()
