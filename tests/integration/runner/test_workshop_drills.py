@@ -90,15 +90,17 @@ def test_a_drill_that_ignores_sigint_is_killed_after_the_grace(ws: Workshop) -> 
 def test_a_drill_is_started_detached_with_this_interpreter(ws: Workshop) -> None:
     started = start_drills(ws, [2], "head-only-restart")
     rec = started[2]
-    assert rec.argv == tuple(drill_argv(ws, 2, "head-only-restart"))
-    assert list(rec.argv) == [
-        sys.executable, "-m", "runner.cli", "drill", "head-only-restart",
-        "--lab", str(ws.folder / "seat-2.yaml"), "--seat", "2", "--page-port", "8702",
-        "--listen", "127.0.0.1", "--token-file", str(ws.token_path(2)),
-    ]  # fmt: skip
-    # the token itself is never on the command line, which every user of the machine can read
-    assert ws.token(2) not in " ".join(rec.argv)
-    assert read_record(ws, 2) == rec
-    assert (ws.folder / "seat-2.drill.out").exists()
-    assert (ws.folder / "seat-2.drill.err").exists()
-    stop_drill(rec, grace_s=10)
+    try:
+        assert rec.argv == tuple(drill_argv(ws, 2, "head-only-restart"))
+        assert list(rec.argv) == [
+            sys.executable, "-m", "runner.cli", "drill", "head-only-restart",
+            "--lab", str(ws.folder / "seat-2.yaml"), "--seat", "2", "--page-port", "8702",
+            "--listen", "127.0.0.1", "--token-file", str(ws.token_path(2)),
+        ]  # fmt: skip
+        # the token itself is never on the command line, which every user of the machine can read
+        assert ws.token(2) not in " ".join(rec.argv)
+        assert read_record(ws, 2) == rec
+        assert (ws.folder / "seat-2.drill.out").exists()
+        assert (ws.folder / "seat-2.drill.err").exists()
+    finally:  # a failed check leaves no drill (and its lab) running
+        stop_drill(rec, grace_s=10)
