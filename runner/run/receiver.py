@@ -108,13 +108,15 @@ class _QuietServer(ThreadingHTTPServer):
     """The library never prints: a client that hangs up mid-request is its own problem, and any
     other failure of a handler is kept (`failures`) for a failed delivery's evidence."""
 
-    failures: list[str]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failures: list[str] = []
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
         if exc is None or isinstance(exc, ConnectionError | TimeoutError):
             return
-        self.failures = [*getattr(self, "failures", [])[-4:], f"{type(exc).__name__}: {exc}"]
+        self.failures = [*self.failures[-4:], f"{type(exc).__name__}: {exc}"]
 
 
 class WebhookReceiver:
@@ -230,7 +232,7 @@ class WebhookReceiver:
     def failures(self) -> list[str]:
         """The last few requests the receiver failed to handle (not a client hanging up)."""
         server = self._server
-        return list(getattr(server, "failures", [])) if server is not None else []
+        return list(server.failures) if isinstance(server, _QuietServer) else []
 
     def foreign(self, since: datetime | None = None) -> list[ReceivedAlert]:
         """Alerts of another lab delivered here (since `since`): never one, when each lab's
