@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -426,11 +427,25 @@ class Supervisor:
     def app(self) -> Starlette:
         return ControlApi(self).app()
 
-    async def main(self) -> None:
+    async def main(self) -> int:
+        """Serve the control API until asked to shut down or signalled, then stop every node and
+        lab service: 0, or 128 + the signal that ended it."""
         sock = self.dir / "supervisor.sock"
         listener = bind_private(sock)
         config = uvicorn.Config(self.app(), log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
+        signalled: list[int] = []
+
+        def on_signal(sig: int, _frame: FrameType | None) -> None:
+            # uvicorn takes these over while it serves and, once it has stopped, raises the
+            # signal again for the handler it found: this one, so that the nodes and services
+            # below are stopped rather than left running without their supervisor
+            signalled.append(sig)
+            assert self.server is not None
+            self.server.should_exit = True
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
         for d in self.aux.values():
             for a in d.values():
                 a.start()
@@ -444,6 +459,7 @@ class Supervisor:
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
         (self.dir / "supervisor.pid").unlink(missing_ok=True)
+        return 128 + signalled[0] if signalled else 0
 
 
 def bind_private(path: Path) -> socket.socket:
@@ -495,8 +511,7 @@ def _noted(kept: bytearray, length: int) -> bytes:
 def main() -> int:
     state_dir = private_dir(Path(sys.argv[1]).resolve())
     write_private(state_dir / "supervisor.pid", str(os.getpid()))
-    asyncio.run(Supervisor(state_dir).main())
-    return 0
+    return asyncio.run(Supervisor(state_dir).main())
 
 
 if __name__ == "__main__":

@@ -5,8 +5,17 @@ the supervisor has started it again; a process the lab stops is not counted."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from runner.labs.local.supervisor import Aux
 
@@ -46,3 +55,68 @@ def test_the_supervisor_counts_a_lab_program_that_cannot_start(tmp_path: Path) -
     asyncio.run(aux.run())
     assert (aux.exits, aux.last_exit_code) == (1, 127)
     assert "exec " in (tmp_path / "p.log").read_text()
+
+
+def _marked(mark: str) -> list[int]:
+    """The processes whose environment carries `mark`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_supervisor_stopped_by_a_signal_stops_what_it_started(tmp_path: Path, sig: int) -> None:
+    """A signal ends the supervisor only after it has stopped its nodes and lab services: none of
+    them is left running without it."""
+    mark = f"GAMEDAY_TEST_MARK={uuid.uuid4().hex}"
+    env = {"PATH": "/usr/bin:/bin", mark.split("=")[0]: mark.split("=")[1]}
+    state = tmp_path / "lab"
+    state.mkdir(mode=0o700)
+    (state / "lab.json").write_text(
+        json.dumps(
+            {
+                "time_scale": 100,
+                "nodes": [
+                    {
+                        "name": "serving",
+                        "address": "127.0.0.1",
+                        "port": 1,
+                        "restart": "always",
+                        "http_health": False,
+                        "command": ["sh", "-c", "echo up; exec sleep 300"],
+                        "args": [],
+                        "env": {},
+                        "base_env": env,
+                        "aux": [{"name": "exporter", "command": ["sleep", "301"], "env": env}],
+                    }
+                ],
+                "services": [
+                    {"name": "prometheus", "command": ["sleep", "302"], "env": env, "restart": True}
+                ],
+            }
+        )
+    )
+    sup = subprocess.Popen(
+        [sys.executable, "-m", "runner.labs.local.supervisor", str(state)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(_marked(mark)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_marked(mark)) == 3, "the node, its exporter and the service did not start"
+        sup.send_signal(sig)
+        sup.wait(timeout=30)
+        assert _marked(mark) == []
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        for pid in _marked(mark):
+            os.kill(pid, signal.SIGKILL)
