@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from labengine import loading, mamba
+from labengine import clock, loading, mamba
 from labengine.logs import VllmLog
 from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
@@ -587,11 +587,10 @@ class _Steps:
 
 
 def heartbeat_line(rank: int) -> str:
-    now = time.time()
-    t = time.localtime(now)
-    stamp = time.strftime("%m%d %H:%M:%S", t) + f".{int((now % 1) * 1e9):09d}"
+    """The heartbeat monitor's warning, under c10's prefix with the group's rank set."""
     return (
-        f"[rank{rank}]:[W{stamp} ProcessGroupNCCL.cpp:1826] [PG ID 0 PG GUID 0 Rank {rank}] "
+        f"{clock.pytorch_prefix('W', 'ProcessGroupNCCL.cpp', 1826, rank)}"
+        f"[PG ID 0 PG GUID 0 Rank {rank}] "
         'Failed to check the "should dump" flag on TCPStore, (maybe TCPStore server has shut '
         "down too early), with error: Broken pipe"
     )

@@ -19,6 +19,7 @@ import time
 import traceback
 from typing import NamedTuple, TextIO
 
+from labengine import clock
 from vllmfacts.wording import Era, era_of
 
 
@@ -82,7 +83,7 @@ class VllmLog:
         self.raw("\n")
 
     def _log(self, level: str, where: str, msg: str) -> None:
-        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
+        stamp = time.strftime("%m-%d %H:%M:%S", clock.localtime())
         lines = msg.splitlines() or [""]
         head = f"{level} {stamp} [{where}] "
         # 0.33's log format names the process always; 0.19's records are prefixed by the
