@@ -27,6 +27,18 @@ from runner.spec.signature import match
 ROOT = Path(__file__).resolve().parents[3]
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 # one day a month: single-digit days and months give three-digit c10 dates
+LAUNCH = [sys.executable, "-m", "labengine", "serve", QWEN]
+HEADLESS = [
+    "--headless",
+    "--nnodes",
+    "2",
+    "--node-rank",
+    "1",
+    "-tp",
+    "2",
+    "--master-addr",
+    "127.0.0.1",
+]
 DAYS = [9, 28, 31, 1, 15, 4, 7, 31, 30, 1, 11, 29]
 
 
@@ -52,8 +64,7 @@ def engine_env(start: str, **extra: str) -> dict[str, str]:
 
 def serve(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "labengine", "serve", QWEN, "--host", "127.0.0.1"]
-        + ["--port", str(free_port()), *args],
+        [*LAUNCH, "--host", "127.0.0.1", "--port", str(free_port()), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -95,9 +106,7 @@ def worker_heartbeat(env: dict[str, str]) -> str:
         store.bind(("127.0.0.1", 0))
         store.listen()
         p = subprocess.Popen(
-            [sys.executable, "-m", "labengine", "serve", QWEN, "--headless", "--nnodes", "2"]
-            + ["--node-rank", "1", "-tp", "2", "--master-addr", "127.0.0.1"]
-            + ["--master-port", str(store.getsockname()[1])],
+            [*LAUNCH, *HEADLESS, "--master-port", str(store.getsockname()[1])],
             env=env | {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "1"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
