@@ -222,12 +222,12 @@ def kv_tokens(caps: Mapping[str, str], log: Log) -> list[str]:
     if max_len <= tokens:
         raise Unusable(f"the log's max seq len {max_len:g} fits its {tokens:g} tokens of KV cache")
     cpu = log.first(_CPU_V0) is not None
-    budget = "VLLM_CPU_KVCACHE_SPACE" if cpu else "--gpu-memory-utilization's KV share"
+    budget = "VLLM_CPU_KVCACHE_SPACE" if cpu else "--gpu-memory-utilization"
     return [
         f"--max-model-len {int(tokens)} fits the KV cache the V0 engine allocated (the message's "
         f"own figure: {int(tokens)} tokens)",
-        f"--max-model-len {int(max_len)} needs {max_len / tokens:.2f}x that KV cache: raise "
-        f"{budget} by that factor",
+        f"--max-model-len {int(max_len)} needs {max_len / tokens:.2f}x the KV cache it got: give "
+        f"the KV cache that much more memory ({budget})",
     ]
 
 
