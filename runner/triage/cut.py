@@ -152,8 +152,26 @@ def prefixes(pattern: str) -> tuple[str, ...]:
     return tuple(sorted(set(out), key=len))
 
 
-def _window_text(log: Log, i: int) -> str:
-    return " ".join(ln.text for ln in log.lines[i : log.ends[i]])
+def _windows(log: Log, i: int) -> tuple[str, str]:
+    """Line index i's record from there on, joined as an editor wraps (a space) and as a
+    terminal cuts (nothing)."""
+    texts = [ln.text for ln in log.lines[i : log.ends[i]]]
+    return " ".join(texts), "".join(texts)
+
+
+def _longest(ps: tuple[str, ...], text: str) -> int | None:
+    """The index of the longest prefix in `ps` that matches in `text` (None: not even the
+    shortest), by bisection."""
+    if not compile_user(ps[0]).search(text):
+        return None
+    lo, hi = 0, len(ps) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if compile_user(ps[mid]).search(text):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
@@ -161,21 +179,13 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
     ps = prefixes(pattern.regex)
     if not ps:
         return None
-    for i in log.candidates(_finder(ps[0]), start, windows=False):
+    for i in log.candidates(_finder(ps[0]), start):
         for k in (i - 1, i) if i > start else (i,):
-            text = _window_text(log, k)
-            lo, hi = 0, len(ps) - 1
-            if not compile_user(ps[0]).search(text):
-                continue
-            while lo < hi:  # the longest prefix that matches here
-                mid = (lo + hi + 1) // 2
-                if compile_user(ps[mid]).search(text):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            if compile_user(f"(?:{ps[lo]})\\s*$").search(text):
-                lines = tuple(log.lines[k : log.ends[k]])
-                return Cut("message", Evidence(pattern.description, lines))
+            for text in _windows(log, k):
+                best = _longest(ps, text)
+                if best is not None and compile_user(f"(?:{ps[best]})\\s*$").search(text):
+                    lines = tuple(log.lines[k : log.ends[k]])
+                    return Cut("message", Evidence(pattern.description, lines))
     return None
 
 

@@ -168,3 +168,13 @@ def test_every_month_prints_as_vllm_and_pytorch_do(month: int) -> None:
         rf"\[rank1\]:\[W{month * 100 + day} 13:43:3\d\.\d{{9}} ProcessGroupNCCL\.cpp:1826\] ",
         heartbeat,
     ), heartbeat
+
+
+def test_a_clock_start_that_is_no_date_is_refused_at_config_resolution() -> None:
+    p = serve(env=engine_env("next tuesday"))
+    out = p.communicate(timeout=60)[0]
+    assert p.returncode == 1
+    assert (
+        "ValueError: VLLM_LAB_CLOCK_START='next tuesday': not an ISO 8601 date and time (the lab "
+        "engine's clock start, e.g. 2026-06-04T13:43:33)"
+    ) in out
