@@ -14,6 +14,7 @@ converts them with its time scale (see runner.spec.timing).
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -23,7 +24,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StringConstraints,
+    PlainValidator,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -49,9 +51,26 @@ from vllmfacts.wording import Era, Platform
 # vLLM releases no lab engine speaks, as per_vllm names them to date a wording: one release
 # (`0.9.0`) or a range, both ends included (`0.2.7-0.10.2`), each end a release whose source was
 # read, so a range claims no more than was seen
-Releases = Annotated[
-    str,
-    StringConstraints(pattern=r"^\d+\.\d+\.\d+(?:\.\d+)?(?:-\d+\.\d+\.\d+(?:\.\d+)?)?$"),
+RELEASES = r"^\d+\.\d+\.\d+(?:\.\d+)?(?:-\d+\.\d+\.\d+(?:\.\d+)?)?$"
+
+
+def _vllm_key(v: Any) -> Era | str:
+    v = version_text(v)
+    if isinstance(v, str):
+        if v in set(Era):
+            return Era(v)
+        if re.fullmatch(RELEASES, v):
+            return v
+    raise ValueError(
+        f"Input should be {' or '.join(repr(e.value) for e in Era)} (a version the labs run), "
+        "or vLLM releases no lab runs ('0.9.0', '0.2.7-0.10.2')"
+    )
+
+
+VllmKey = Annotated[
+    Era | str,
+    PlainValidator(_vllm_key),
+    WithJsonSchema({"anyOf": [{"enum": [e.value for e in Era]}, {"pattern": RELEASES}]}),
 ]
 
 
@@ -224,7 +243,7 @@ class Scenario(Model):
         "behaves otherwise on Kubernetes), each replacing the shared section whole.",
     )
 
-    per_vllm: dict[Era | Releases, VllmVariant] = Field(
+    per_vllm: dict[VllmKey, VllmVariant] = Field(
         default={},
         description="Sections that differ on a lab whose engine is another vLLM version (the "
         "inventory's gameday_lab.vllm_version), each replacing the shared section whole, with a "
@@ -246,9 +265,7 @@ class Scenario(Model):
 
     @field_validator("per_vllm")
     @classmethod
-    def _wordings_only_expect(
-        cls, v: dict[Era | Releases, VllmVariant]
-    ) -> dict[Era | Releases, VllmVariant]:
+    def _wordings_only_expect(cls, v: dict[Era | str, VllmVariant]) -> dict[Era | str, VllmVariant]:
         """An entry for releases no lab runs is never run: it says how those releases word
         the failure, and nothing a run would do."""
         for key, entry in v.items():
