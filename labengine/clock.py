@@ -1,7 +1,7 @@
 """The wall clock the lab engine's log lines are stamped with.
 
 Real vLLM stamps its records with the process's local time (`%m-%d %H:%M:%S`) and PyTorch's c10
-logger with its own (`[W604 13:43:33.738075649 file:line]`, see pytorch_line), so what a line
+logger with its own (`[W604 13:43:33.738075649 file:line]`, labengine.pytorch), so what a line
 looks like depends on the day. The lab engine's own variable VLLM_LAB_CLOCK_START (envs.LAB: no
 vLLM reads it) starts the process's wall clock at an ISO 8601 instant (`2026-06-04T13:43:33`, a
 time without a zone is local time) and lets it run on from there at the real rate, so that a
@@ -59,22 +59,3 @@ def now() -> float:
 
 def localtime() -> time.struct_time:
     return time.localtime(now())
-
-
-def pytorch_prefix(severity: str, file: str, line: int, rank: int | None = None) -> str:
-    """What PyTorch's c10 logger puts before a message (c10/util/Logging.cpp,
-    MessageLogger::MessageLogger, the non-glog build the PyPI wheels are): `[rank<N>]:` once
-    the process group has set the global rank (SetGlobalRank), then `[`, the severity letter,
-    the date as `(tm_mon + 1) * 100 + tm_mday` with no padding (`W604` on 4 June, `W1229` on 29
-    December), the time `%H:%M:%S` padded, a dot and `std::setw(9)` of CLOCK_MONOTONIC's
-    tv_nsec (nine digits, not the wall clock's fraction), the file's basename and line, `] `.
-    Checked against torch 2.13's libc10 run under faketime: `[rank0]:[I109 08:05:07.983353369
-    socket.cpp:955] `."""
-    t = localtime()
-    ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC) % 1_000_000_000
-    date = (t.tm_mon) * 100 + t.tm_mday  # struct_time's tm_mon is already 1-based
-    ranked = f"[rank{rank}]:" if rank is not None else ""
-    return (
-        f"{ranked}[{severity}{date} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{ns:09d} "
-        f"{file}:{line}] "
-    )

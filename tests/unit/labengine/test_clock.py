@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from labengine import clock
+from labengine import clock, pytorch
 
 
 @pytest.fixture
@@ -32,9 +32,9 @@ def at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
 def test_c10_prints_the_month_unpadded(at: Callable[[str], None], when: str, date: str) -> None:
     at(when)
     rx = rf"\[rank2\]:\[W{date} 08:05:0[78]\.\d{{9}} ProcessGroupNCCL\.cpp:1826\] "
-    assert re.fullmatch(rx, clock.pytorch_prefix("W", "ProcessGroupNCCL.cpp", 1826, 2))
+    assert re.fullmatch(rx, pytorch.c10_prefix("W", "ProcessGroupNCCL.cpp", 1826, 2))
     # before the process group sets the global rank, no rank
-    assert clock.pytorch_prefix("I", "socket.cpp", 955).startswith(f"[I{date} 08:05:0")
+    assert pytorch.c10_prefix("I", "socket.cpp", 955).startswith(f"[I{date} 08:05:0")
 
 
 def test_the_clock_runs_on_from_its_start(at: Callable[[str], None]) -> None:
