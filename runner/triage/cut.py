@@ -5,28 +5,32 @@ People paste what fits: a terminal's first screen, a message hard-wrapped and cu
 first line, a traceback whose last line (the exception and its message) was left out. Such a
 paste still names the failure by what is there:
 
-- the message's start: a prefix of the identifying pattern (the pattern cut after one of its
-  top-level parts, a group without alternatives cut inside it too) that holds at least
-  `MIN_LITERAL` of its literal characters, and matches up to the end of a record: the paste, or
+- the message's start: the identifying pattern cut after any of its parts (a group without
+  alternatives or quantifier opened up, so that it can be cut inside), keeping at least
+  `MIN_LITERAL` of its literal characters, matching up to the end of a record: the paste, or
   the message, ends there;
 - the raise: the traceback's last frame is a place the pattern says the message is raised in
   (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
   exception after it.
 
-Each search reads the log once for the shortest acceptable prefix (on RE2, as runner.triage.match
-does), and tries the longer ones only on the few records that hold it, by bisection: a prefix
-that matches from a place implies its shorter prefixes do.
+Each form reads the log once on RE2 (as runner.triage.match does): for the shortest start the
+message can have, or for a traceback's frame line; only the few records found are tried further,
+the message's every start at once, as one regex of nested optional parts (`a(?:b(?:c)?)?$`).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
+
+import re2
 
 from runner.spec.expectations import Pattern
 from runner.spec.patterns import compile_user
-from runner.triage.match import Evidence, Log, _finder
+from runner.triage.match import _OPTIONS, Evidence, Log, _finder
 
 MIN_LITERAL = 24  # literal characters a cut message must still show
 _QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
@@ -114,79 +118,97 @@ def _literal(token: str) -> int:
     return 1 if len(base) == 1 or not base[1].isalnum() else 0
 
 
-def _prefixes(tokens: list[str]) -> list[str]:
-    """Every regex made of the first parts of `tokens`, a group without alternatives or
-    quantifier also cut inside (and closed), shortest first; the whole is left out."""
+_OPENER = re.compile(r"\((?:\?P<\w+>|\?:)?")
+
+
+def _flat(tokens: list[str]) -> list[str]:
+    """`tokens` with every group that has neither quantifier nor alternatives opened up into its
+    parts (a message can be cut inside it), the others made non-capturing (a cut regex needs no
+    names, and one name may not stand twice)."""
     out: list[str] = []
-    for k in range(1, len(tokens)):
-        head, part = "".join(tokens[: k - 1]), tokens[k - 1]
-        out.append(head + part)
-        nxt = tokens[k]
-        if nxt.startswith("(") and nxt.endswith(")") and not nxt.startswith("(?:)"):
-            opener = re.match(r"\((?:\?P<\w+>|\?:)?", nxt)
-            assert opener is not None
-            inner = _tokens(nxt[opener.end() : -1])
-            if "|" not in inner:
-                out += [
-                    head + part + opener.group(0) + p + ")"
-                    for p in _prefixes(inner)
-                    if not p.startswith("(?")
-                ]
+    for t in tokens:
+        if not t.startswith("("):
+            out.append(t)
+            continue
+        opener = _OPENER.match(t)
+        assert opener is not None
+        close = t.rindex(")")
+        body = t[opener.end() : close]
+        if body.startswith("?"):  # a construct of its own, such as a flags group
+            out.append(t)
+            continue
+        inner = _tokens(body)
+        if t.endswith(")") and "|" not in inner:
+            out += _flat(inner)
+        else:
+            out.append("(?:" + t[opener.end() :])
+    return out
+
+
+def _nested(parts: list[str]) -> str:
+    """Each part optional after the one before it: `a(?:b(?:c)?)?`."""
+    out = ""
+    for part in reversed(parts):
+        out = f"(?:{part}{out})?"
     return out
 
 
 @cache
-def prefixes(pattern: str) -> tuple[str, ...]:
-    """The prefixes of `pattern` a cut message can match, shortest first: each keeps at least
-    MIN_LITERAL literal characters and compiles on RE2."""
-    out: list[str] = []
+def cut_pattern(pattern: str) -> tuple[str, str] | None:
+    """(the regex a cut message matches, its shortest start) for `pattern`, or None where too
+    little of it is literal: a start of the message with at least MIN_LITERAL of its literal
+    characters, and not the whole, up to the end of the text."""
+    alts = []
+    starts = []
     for alt in _top_alternatives(_tokens(pattern)):
-        for p in _prefixes(alt):
-            if sum(map(_literal, _tokens(p))) < MIN_LITERAL:
-                continue
-            try:
-                compile_user(p)
-            except ValueError:
-                continue
-            out.append(p)
-    return tuple(sorted(set(out), key=len))
-
-
-def _windows(log: Log, i: int) -> tuple[str, str]:
-    """Line index i's record from there on, joined as an editor wraps (a space) and as a
-    terminal cuts (nothing)."""
-    texts = [ln.text for ln in log.lines[i : log.ends[i]]]
-    return " ".join(texts), "".join(texts)
-
-
-def _longest(ps: tuple[str, ...], text: str) -> int | None:
-    """The index of the longest prefix in `ps` that matches in `text` (None: not even the
-    shortest), by bisection."""
-    if not compile_user(ps[0]).search(text):
+        parts = _flat(alt)
+        seen, k = 0, 0
+        while k < len(parts) and seen < MIN_LITERAL:
+            seen += _literal(parts[k])
+            k += 1
+        if seen < MIN_LITERAL or k >= len(parts):
+            continue
+        start = "".join(parts[:k])
+        alts.append(start + _nested(parts[k:-1]))
+        starts.append(start)
+    if not alts:
         return None
-    lo, hi = 0, len(ps) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if compile_user(ps[mid]).search(text):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    whole = "|".join(f"(?:{a})" for a in alts)
+    rx, start = f"(?:{whole})\\s*$", "|".join(f"(?:{s})" for s in starts)
+    try:
+        compile_user(rx)
+    except ValueError:
+        return None
+    return rx, start
+
+
+@cache
+def _record_end_finder(regex: str) -> Any | None:
+    """`regex` on RE2 with `$` at the end of each record of a Log's joined texts (records are
+    lines there, a message's wrapped lines joined within one)."""
+    try:
+        return re2.compile("(?m)" + regex, _OPTIONS)
+    except re2.error:
+        return None
 
 
 def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
-    """The first record from line index `start` that ends in a start of `pattern`'s message."""
-    ps = prefixes(pattern.regex)
-    if not ps:
+    """The first record from line index `start` that ends in a start of `pattern`'s message:
+    one RE2 pass over each of the log's joined texts."""
+    cut = cut_pattern(pattern.regex)
+    finder = _record_end_finder(cut[0]) if cut else None
+    if finder is None or start >= len(log.lines):
         return None
-    for i in log.candidates(_finder(ps[0]), start):
-        for k in (i - 1, i) if i > start else (i,):
-            for text in _windows(log, k):
-                best = _longest(ps, text)
-                if best is not None and compile_user(f"(?:{ps[best]})\\s*$").search(text):
-                    lines = tuple(log.lines[k : log.ends[k]])
-                    return Cut("message", Evidence(pattern.description, lines))
-    return None
+    first: int | None = None
+    for data, at in ((log.spaced, log.spaced_at), (log.joined, log.joined_at)):
+        m = finder.search(data, at[start], len(data))
+        if m is not None:
+            k = bisect_right(at, m.start(), start, len(log.lines)) - 1
+            first = k if first is None else min(first, k)
+    if first is None:
+        return None
+    lines = tuple(log.lines[first : log.ends[first]])
+    return Cut("message", Evidence(pattern.description, lines))
 
 
 def at_raise(log: Log, pattern: Pattern, start: int) -> Cut | None:

@@ -4,6 +4,7 @@ short, and of PyTorch's c10 prefixes in every month and form."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from runner.cli.main import main
 from runner.errors import ScenarioError
 from runner.spec.scenario import discover, load_scenario
 from runner.triage import triage
-from runner.triage.cut import MIN_LITERAL, prefixes
+from runner.triage.cut import MIN_LITERAL, cut_pattern
 from runner.triage.match import Log
 from runner.triage.normalise import normalise
 
@@ -106,17 +107,23 @@ def test_a_traceback_ending_at_the_raise_is_named_and_said_cut() -> None:
     assert triage(other, SCEN) == []
 
 
-def test_cut_prefixes_keep_enough_of_the_message() -> None:
+def test_a_cut_keeps_enough_of_the_message() -> None:
     sc = load_scenario(ROOT / "scenarios" / "service-name-collision.yaml").scenario
     assert sc.expect.signature is not None
     [rx] = [p.regex for p in sc.expect.signature.in_order if p.identifies]
-    ps = prefixes(rx)
-    assert ps[0] == r"VLLM_PORT '(?P<value>tcp://[0-9.]+:(?P<port>\d+))' appears to "
-    assert rx not in ps  # the whole pattern is no cut
-    assert all(len(p) <= len(rx) for p in ps)
-    # a cut inside a group closes it
-    assert r"VLLM_PORT '(?P<value>tcp://[0-9.]+:(?P<port>\d+))' appears to be a URI\. " in ps
+    cut = cut_pattern(rx)
+    assert cut is not None
+    regex, shortest = cut
+    # the named groups opened up: cut inside them too, MIN_LITERAL literal characters kept
+    assert shortest == r"(?:VLLM_PORT 'tcp://[0-9.]+:\d+' appe)"
     assert MIN_LITERAL == 24
+    ok = "VLLM_PORT 'tcp://10.43.1.39:8000' appears to be a URI. This may be caused by a Kube"
+    assert re.search(regex, ok) and re.search(regex, ok[:38])
+    assert not re.search(regex, ok[:36])  # "...:8000' app": too little
+    assert not re.search(regex, ok + "rnetes service discovery issue")  # the whole is no cut
+    assert not re.search(regex, ok + " and then")  # it must end where the paste does
+    # a pattern with too little literal text gives none
+    assert cut_pattern(r"\d+ [\w.]+") is None
 
 
 def test_the_view_and_json_say_releases_and_cut(tmp_path: Path) -> None:
