@@ -22,10 +22,9 @@ import pydantic
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    PlainValidator,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -67,11 +66,7 @@ def _vllm_key(v: Any) -> Era | str:
     )
 
 
-VllmKey = Annotated[
-    Era | str,
-    PlainValidator(_vllm_key),
-    WithJsonSchema({"anyOf": [{"enum": [e.value for e in Era]}, {"pattern": RELEASES}]}),
-]
+VllmKey = Annotated[Era | str, BeforeValidator(_vllm_key)]
 
 
 def _setup_action(action: Any) -> Any:
@@ -250,6 +245,9 @@ class Scenario(Model):
         "note on what that vLLM prints. Over per_lab where both replace a section. A key that "
         "names releases no lab runs (`0.2.7-0.10.2`, `0.9.0`) holds only an `expect`: those "
         "releases' wording of the failure, for `gameday triage`, which names the releases.",
+        json_schema_extra={
+            "propertyNames": {"anyOf": [{"enum": list(Era)}, {"pattern": RELEASES}]}
+        },
     )
     per_platform: dict[Platform, PlatformVariant] = Field(
         default={},

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from runner.cli.main import main
 from runner.errors import ScenarioError
-from runner.spec.scenario import discover, load_scenario
+from runner.spec.scenario import Scenario, discover, load_scenario
 from runner.triage import triage
 from runner.triage.cut import MIN_LITERAL, cut_pattern
 from runner.triage.match import Log
@@ -186,3 +186,11 @@ def test_an_entry_for_releases_no_lab_runs_holds_only_expect(tmp_path: Path) -> 
     (tmp_path / "s.yaml").write_text(source.replace('  "0.9.0":\n', '  "0.9":\n'))
     with pytest.raises(ScenarioError):
         load_scenario(tmp_path / "s.yaml")  # neither an era a lab runs nor a release
+
+
+def test_the_schema_offers_eras_and_releases_as_per_vllm_keys() -> None:
+    names = Scenario.model_json_schema(by_alias=True)["properties"]["per_vllm"]["propertyNames"]
+    enum, pattern = names["anyOf"]
+    assert enum == {"enum": ["0.19", "0.33"]}
+    assert all(re.fullmatch(pattern["pattern"], k) for k in ("0.9.0", "0.2.7-0.10.2", "0.10.1.1"))
+    assert not any(re.fullmatch(pattern["pattern"], k) for k in ("0.9", "0.9.0-", "latest"))
