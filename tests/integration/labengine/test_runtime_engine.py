@@ -73,3 +73,19 @@ def test_a_stranger_on_the_gpu_is_in_the_engines_oom(gpu: SharedGpu) -> None:
     with stray_on(gpu) as stray, pytest.raises(core.EngineStartError) as exc:
         core._load_weights(settings(LLAMA, dtype="float32"), VllmLog("E", io.StringIO()), gpu)
     assert f"Process {stray.pid} has 1.38 GiB memory in use. " in exc.value.message
+
+
+def test_the_stray_that_does_not_fit_says_so_as_pytorch_does(gpu: SharedGpu) -> None:
+    """`vllm-lab stray` on a GPU the engine fills: the allocator's message, the engine named."""
+    gpu.allocate("VLLM::Worker_TP0", 22_000 * MIB)  # this process stands for the engine
+    env = os.environ | {"GAMEDAY_GPU_STATE": str(gpu.dir), "GAMEDAY_GPU": "a10g"}
+    p = subprocess.run(
+        [sys.executable, "-m", "labengine", "stray"], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 1
+    assert (
+        "[omniparser] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.38 GiB. GPU "
+        f"0 has a total capacity of 22.30 GiB of which 838.00 MiB is free. Process {os.getpid()} "
+        "has 21.48 GiB memory in use. Of the allocated memory 0 bytes is allocated by PyTorch, "
+        "and 0 bytes is reserved by PyTorch but unallocated."
+    ) in p.stdout
