@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
 from typing import Any
 
-from labengine import core, loading, mamba
+from labengine import clock, core, loading, mamba
 from labengine.core import API_START_S, CONFIG_RESOLVE_S, CoreSettings, sleep_real
 from labengine.logs import VllmLog
 from labengine.sites import Site, where
@@ -161,7 +161,14 @@ def _settings(
         model = resolve(model_tag, args.download_dir)
         mamba.build_bugs(env)
         loading.storage_gib_s(env)
-    except (ModelNotFound, GpuConfigError, mamba.BuildError, loading.StorageError) as exc:
+        clock.start_of(env)
+    except (
+        ModelNotFound,
+        GpuConfigError,
+        mamba.BuildError,
+        loading.StorageError,
+        clock.ClockError,
+    ) as exc:
         log.traceback(frames(era, Traceback.SERVE_CONFIG), f"ValueError: {exc}")
         raise _Failed from exc
     log.info(where(era, Site.RESOLVED_ARCHITECTURE), f"Resolved architecture: {model.architecture}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import time
 from collections import deque
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from labengine import loading, mamba
+from labengine import loading, mamba, pytorch
 from labengine.logs import VllmLog
 from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
@@ -322,16 +323,10 @@ def _check_fits_while_loading(s: CoreSettings, loaded: int, shared: SharedGpu | 
     allocated = (total - held) // layer * layer
     free = total - held - allocated
     in_use = s.gpus.gpu.non_torch_mib * MIB + allocated
-    msg = (
-        f"CUDA out of memory. Tried to allocate {layer / MIB:.2f} MiB. GPU 0 has a total "
-        f"capacity of {total / 2**30:.2f} GiB of which {free / MIB:.2f} MiB is free. "
-        f"Including non-PyTorch memory, this process has {in_use / 2**30:.2f} GiB memory in use. "
-        f"Of the allocated memory {allocated / 2**30:.2f} GiB is allocated by PyTorch, and "
-        "0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
-        "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
-        "fragmentation.  See documentation for Memory Management  "
-        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
-    )
+    # the device's processes in NVML's list (by pid here): this one, and any other on the GPU
+    others = [(p.pid, p.mib * MIB) for p in shared.processes()] if shared else []
+    procs = sorted([*[o for o in others if o[0] != os.getpid()], (os.getpid(), in_use)])
+    msg = pytorch.cuda_oom(layer, total, free, procs, allocated, allocated)
     raise EngineStartError("torch.OutOfMemoryError", msg, Traceback.CORE_INIT)
 
 
@@ -467,6 +462,13 @@ def _host_ip(s: CoreSettings) -> str:
     return s.env.get("VLLM_HOST_IP") or s.master_addr
 
 
+# vLLM's pynccl raises RuntimeError(f"NCCL error: {error_str}") with NCCL's own
+# ncclGetErrorString(ncclRemoteError) (vllm/distributed/device_communicators/pynccl_wrapper.py
+# NCCL_CHECK; NCCL src/init.cc ncclGetErrorString). The ", NCCL version X" suffix is PyTorch's
+# (c10d ncclGetErrorWithVersion), on a path this all-reduce does not take.
+NCCL_REMOTE_ERROR = "RuntimeError: NCCL error: remote process exited or there was a network error"
+
+
 def _fatal(s: CoreSettings, log: VllmLog, traceback: Traceback, final: str) -> int:
     _log_exception(s, log, "EngineCore encountered a fatal error.", traceback, final)
     return 1
@@ -530,13 +532,7 @@ def _serve(
                 try:
                     _exchange(group, rid)
                 except OSError:
-                    return _fatal(
-                        s,
-                        log,
-                        Traceback.BUSY_LOOP_NCCL,
-                        "RuntimeError: NCCL error: remote process "
-                        "exited or there was a network error, NCCL version 2.27.3",
-                    )
+                    return _fatal(s, log, Traceback.BUSY_LOOP_NCCL, NCCL_REMOTE_ERROR)
             time.sleep(per_token)
             conn.send(("tok", rid, tok))
         conn.send(("end", rid, reason, len(tokens)))
@@ -587,11 +583,10 @@ class _Steps:
 
 
 def heartbeat_line(rank: int) -> str:
-    now = time.time()
-    t = time.localtime(now)
-    stamp = time.strftime("%m%d %H:%M:%S", t) + f".{int((now % 1) * 1e9):09d}"
+    """The heartbeat monitor's warning, under c10's prefix with the group's rank set."""
     return (
-        f"[rank{rank}]:[W{stamp} ProcessGroupNCCL.cpp:1826] [PG ID 0 PG GUID 0 Rank {rank}] "
+        f"{pytorch.c10_prefix('W', 'ProcessGroupNCCL.cpp', 1826, rank)}"
+        f"[PG ID 0 PG GUID 0 Rank {rank}] "
         'Failed to check the "should dump" flag on TCPStore, (maybe TCPStore server has shut '
         "down too early), with error: Broken pipe"
     )

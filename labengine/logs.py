@@ -7,8 +7,9 @@ process writes depends on the release: vLLM 0.19 decorates stdout and stderr the
 (`decorate_logs` wraps their `write`), so tracebacks, multiprocessing's `Process EngineCore:`
 and tqdm's bars carry the prefix too; vLLM 0.33 puts the process name into its log format
 instead (`set_vllm_process_name`), and those lines come out bare. Timestamps are the process's
-local time, no year or zone. The `[file:line]` tags are the ones real vLLM prints for the same
-message.
+local time, no year or zone, padded (vllm/logger.py `_DATE_FORMAT = "%m-%d %H:%M:%S"`, the
+same from 0.2.7 to 0.33.0), on the lab engine's clock (labengine.clock). The `[file:line]` tags
+are the ones real vLLM prints for the same message.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import traceback
 from typing import NamedTuple, TextIO
 
+from labengine import clock
 from vllmfacts.wording import Era, era_of
 
 
@@ -82,7 +84,7 @@ class VllmLog:
         self.raw("\n")
 
     def _log(self, level: str, where: str, msg: str) -> None:
-        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
+        stamp = time.strftime("%m-%d %H:%M:%S", clock.localtime())
         lines = msg.splitlines() or [""]
         head = f"{level} {stamp} [{where}] "
         # 0.33's log format names the process always; 0.19's records are prefixed by the

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 
+from labengine.pytorch import cuda_oom
 from vllmfacts.gpu import MIB, GpuConfigError, SharedGpu, node_gpus
 
 
@@ -41,11 +42,13 @@ def run(name: str, mib: int, env: dict[str, str]) -> int:
             )
             return 1
         if shared.free_mib() < mib:
-            print(
-                "[omniparser] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                f"{mib} MiB",
-                flush=True,
-            )
+            # the allocator's own message, every other process on the device named (this one
+            # holds nothing yet)
+            others = sorted((p.pid, p.mib * MIB) for p in shared.processes())
+            total = gpus.gpu.cuda_total_bytes  # what CUDA reports, as the engine's OOM does
+            free = max(0, total - shared.used_mib() * MIB)
+            oom = cuda_oom(mib * MIB, total, free, others, 0, 0)
+            print(f"[omniparser] torch.OutOfMemoryError: {oom}", flush=True)
             return 1
         shared.allocate(name, mib * MIB)
     print("[omniparser] warmup failed: name 'torch' is not defined", flush=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from labengine import clock
 from labengine.server.metrics import CONTENT_TYPE
 from labengine.server.state import EngineDead, ServerState, generate
 from labengine.sites import Site, where
@@ -372,7 +372,7 @@ class Api:
         model = {
             "id": self.st.served_name,
             "object": "model",
-            "created": int(time.time()),
+            "created": int(clock.now()),
             "owned_by": "vllm",
             "root": self.st.model_root,
             "parent": None,
@@ -404,7 +404,7 @@ class Api:
         # serving/engine/serving.py: _base_request_id takes the client's X-Request-Id
         base = request.headers.get("X-Request-Id") or f"{next(st.ids):032x}"
         cid = f"{'chatcmpl' if chat else 'cmpl'}-{base}"
-        out = Completion(chat, cid, int(time.time()), st.served_name)
+        out = Completion(chat, cid, int(clock.now()), st.served_name)
         if p.stream:
             return StreamingResponse(_events(st, p, out), media_type="text/event-stream")
         return await _whole(st, p, out)

@@ -12,6 +12,12 @@ from runner.triage import Finding, Sighting
 # A pasted line longer than this (a Python repr, a config dump) is folded on a terminal.
 LINE_LIMIT = 1000
 
+_CUT = {
+    "message": "the paste is cut: the message stops part way, and its start names the failure",
+    "raise": "the paste is cut: the traceback ends at the line that raises the message, and the "
+    "message is not in it",
+}
+
 _PHASE_SOURCE = {
     "log": "the furthest the log's own lines show",
     "scenario": "where this failure happens, by its scenario; the log shows no later phase",
@@ -32,11 +38,16 @@ def as_dict(name: str, findings: Sequence[Finding]) -> dict[str, Any]:
                 "title": f.scenario.scenario.metadata.title,
                 "phase": f.phase.value if f.phase else None,
                 "phase_source": f.phase_source,
+                "releases": list(f.releases),
+                "cut": f.cut,
                 "views": [
                     {
                         "view": s.view,
                         "node": s.node,
                         "pod": s.pod,
+                        "releases": s.releases,
+                        "releases_note": " ".join(s.note.split()) if s.note else None,
+                        "cut": s.cut,
                         "evidence": [
                             {
                                 "line": e.number,
@@ -74,6 +85,12 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
             out.append(f"  phase reached: {f.phase.value} ({_PHASE_SOURCE[f.phase_source]})")
         for s in f.sightings:
             out.append(f"  view: {esc(_where(s))}")
+            if s.cut:
+                out.append(f"  {_CUT[s.cut]}")
+            if s.releases:
+                out.append(
+                    f"  wording of vLLM {esc(s.releases)}: {esc(' '.join((s.note or '').split()))}"
+                )
             for e in s.evidence:
                 head = f"  matched line {e.number}: "
                 for i, ln in enumerate(e.lines):

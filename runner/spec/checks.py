@@ -37,9 +37,9 @@ def _edits(ls: LoadedScenario) -> Iterator[tuple[tuple[Any, ...], SetArgs | SetE
         (("per_lab", k.value), v) for k, v in sc.per_lab.items()
     ]
     for version, entry in sc.per_vllm.items():
-        variants.append((("per_vllm", version.value), entry))
+        variants.append((("per_vllm", str(version)), entry))
         variants += [
-            (("per_vllm", version.value, "per_lab", k.value), v) for k, v in entry.per_lab.items()
+            (("per_vllm", str(version), "per_lab", k.value), v) for k, v in entry.per_lab.items()
         ]
     variants += [(("per_platform", p.value), v) for p, v in sc.per_platform.items()]
     for at, variant in variants:

@@ -61,6 +61,12 @@ class Pattern(Model):
         description="This pattern alone names the failure: `gameday triage` recognises the "
         "scenario in a captured log when all its identifying patterns match.",
     )
+    raised_in: list[Annotated[str, Field(pattern=r"^[\w./-]+\.py [\w<>.]+$")]] = Field(
+        default=[],
+        description="Where vLLM raises this message (`vllm/envs.py get_vllm_port`: the file "
+        "and function a traceback's frame names): `gameday triage` recognises a paste whose "
+        "traceback ends at that frame's source line, the message cut off.",
+    )
 
     @field_validator("regex")
     @classmethod

@@ -14,6 +14,7 @@ converts them with its time scale (see runner.spec.timing).
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -21,6 +22,7 @@ import pydantic
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -44,6 +46,27 @@ from runner.spec.probes import Probe, PromQLProbe, TargetsProbe
 from runner.spec.usersteps import check_files
 from runner.spec.yamlsrc import load
 from vllmfacts.wording import Era, Platform
+
+# vLLM releases no lab engine speaks, as per_vllm names them to date a wording: one release
+# (`0.9.0`) or a range, both ends included (`0.2.7-0.10.2`), each end a release whose source was
+# read, so a range claims no more than was seen
+RELEASES = r"^\d+\.\d+\.\d+(?:\.\d+)?(?:-\d+\.\d+\.\d+(?:\.\d+)?)?$"
+
+
+def _vllm_key(v: Any) -> Era | str:
+    v = version_text(v)
+    if isinstance(v, str):
+        if v in set(Era):
+            return Era(v)
+        if re.fullmatch(RELEASES, v):
+            return v
+    raise ValueError(
+        f"Input should be {' or '.join(repr(e.value) for e in Era)} (a version the labs run), "
+        "or vLLM releases no lab runs ('0.9.0', '0.2.7-0.10.2')"
+    )
+
+
+VllmKey = Annotated[Era | str, BeforeValidator(_vllm_key)]
 
 
 def _setup_action(action: Any) -> Any:
@@ -215,11 +238,16 @@ class Scenario(Model):
         "behaves otherwise on Kubernetes), each replacing the shared section whole.",
     )
 
-    per_vllm: dict[Era, VllmVariant] = Field(
+    per_vllm: dict[VllmKey, VllmVariant] = Field(
         default={},
         description="Sections that differ on a lab whose engine is another vLLM version (the "
         "inventory's gameday_lab.vllm_version), each replacing the shared section whole, with a "
-        "note on what that vLLM prints. Over per_lab where both replace a section.",
+        "note on what that vLLM prints. Over per_lab where both replace a section. A key that "
+        "names releases no lab runs (`0.2.7-0.10.2`, `0.9.0`) holds only an `expect`: those "
+        "releases' wording of the failure, for `gameday triage`, which names the releases.",
+        json_schema_extra={
+            "propertyNames": {"anyOf": [{"enum": list(Era)}, {"pattern": RELEASES}]}
+        },
     )
     per_platform: dict[Platform, PlatformVariant] = Field(
         default={},
@@ -232,6 +260,25 @@ class Scenario(Model):
     @classmethod
     def _yaml_number_keys(cls, v: Any) -> Any:
         return {version_text(k): e for k, e in v.items()} if isinstance(v, dict) else v
+
+    @field_validator("per_vllm")
+    @classmethod
+    def _wordings_only_expect(cls, v: dict[Era | str, VllmVariant]) -> dict[Era | str, VllmVariant]:
+        """An entry for releases no lab runs is never run: it says how those releases word
+        the failure, and nothing a run would do."""
+        for key, entry in v.items():
+            if isinstance(key, Era):
+                continue
+            if set(entry.sections()) != {"expect"} or entry.per_lab:
+                raise ValueError(
+                    f"per_vllm.{key} names releases no lab runs: it holds a note and an expect "
+                    "(those releases' wording of the failure, for triage), nothing else"
+                )
+        return v
+
+    def wordings(self) -> dict[str, VllmVariant]:
+        """The per_vllm entries for releases no lab runs (triage reads their signatures)."""
+        return {str(k): e for k, e in self.per_vllm.items() if not isinstance(k, Era)}
 
     def for_lab(
         self, kind: LabKind, vllm: Era = Era.V0_19, platform: Platform = Platform.GPU
@@ -348,7 +395,7 @@ class Scenario(Model):
             raise ValueError("recover needs at least one step with outcome: restores")
         kinds = [("per_lab", kind) for kind in self.per_lab]
         kinds += [
-            (f"per_vllm.{v.value}.per_lab", kind)
+            (f"per_vllm.{v}.per_lab", kind)
             for v, variant in self.per_vllm.items()
             for kind in variant.per_lab
         ]

@@ -158,9 +158,9 @@ def check_files(src: Source, path: Path, data: Any) -> None:
     for kind, lab_variant in data.per_lab.items():
         refs += _section_refs(("per_lab", kind.value), lab_variant)
     for era, vllm_variant in data.per_vllm.items():
-        refs += _section_refs(("per_vllm", era.value), vllm_variant)
+        refs += _section_refs(("per_vllm", str(era)), vllm_variant)
         for kind, both in vllm_variant.per_lab.items():
-            refs += _section_refs(("per_vllm", era.value, "per_lab", kind.value), both)
+            refs += _section_refs(("per_vllm", str(era), "per_lab", kind.value), both)
     for platform, on_platform in data.per_platform.items():
         refs += _section_refs(("per_platform", platform.value), on_platform)
     for loc, ref, what in refs:

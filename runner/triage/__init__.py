@@ -18,8 +18,9 @@ from functools import cache
 
 from runner.spec.expectations import NodeSignature, Pattern
 from runner.spec.kinds import Outcome
-from runner.spec.scenario import LoadedScenario
+from runner.spec.scenario import LoadedScenario, Scenario
 from runner.triage.advice import advise
+from runner.triage.cut import find_cut
 from runner.triage.match import Evidence, Log, find_in_order
 from runner.triage.normalise import (
     BudgetExceeded,
@@ -69,6 +70,9 @@ class Sighting:
     node: str
     pod: str | None
     evidence: tuple[Evidence, ...]
+    releases: str | None = None  # the per_vllm releases whose wording matched, if dated
+    note: str | None = None  # that entry's note: what those releases print, and where
+    cut: str | None = None  # the paste is cut: "message" (its start only) or "raise"
 
 
 @dataclass(frozen=True)
@@ -85,20 +89,42 @@ class Finding:
     def first_line(self) -> int:
         return min(s.evidence[0].number for s in self.sightings)
 
+    @property
+    def cut(self) -> bool:
+        """The paste was cut short: the failure is named from what is left of it."""
+        return any(s.cut for s in self.sightings)
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """The vLLM releases whose own wording the log shows (per_vllm entries that date one);
+        empty for the wording of the releases the labs run."""
+        return tuple(dict.fromkeys(s.releases for s in self.sightings if s.releases))
+
 
 def identifying(patterns: Sequence[Pattern], all_if_none: bool = False) -> list[Pattern]:
     marked = [p for p in patterns if p.identifies]
     return marked if marked or not all_if_none else list(patterns)
 
 
-def signatures(ls: LoadedScenario) -> list[tuple[str, str, list[Pattern]]]:
-    """(view, node, identifying patterns) of every signature the scenario declares, on every
-    lab kind it runs on, for every vLLM version and platform (a pasted log may be any's), each
-    once."""
-    out: list[tuple[str, str, list[Pattern]]] = []
+Signature = tuple[str, str, list[Pattern], str | None]
+
+
+def signatures(ls: LoadedScenario) -> list[Signature]:
+    """(view, node, identifying patterns, releases) of every signature the scenario declares,
+    on every lab kind it runs on, for every vLLM version and platform (a pasted log may be
+    any's), each once; then those of its per_vllm entries for releases no lab runs, with the
+    releases they date."""
+    out: list[Signature] = []
     seen: set[tuple[str, ...]] = set()
-    for kind, vllm, platform in itertools.product(ls.scenario.labs, Era, Platform):
-        sc = ls.scenario.for_lab(kind, vllm, platform)
+    variants: list[tuple[Scenario, str | None]] = [
+        (ls.scenario.for_lab(kind, vllm, platform), None)
+        for kind, vllm, platform in itertools.product(ls.scenario.labs, Era, Platform)
+    ]
+    variants += [
+        (ls.scenario.model_copy(update={"expect": entry.expect}), releases)
+        for releases, entry in ls.scenario.wordings().items()
+    ]
+    for sc, releases in variants:
         group = bool(sc.expect.elsewhere)
         sigs: list[tuple[str, str, list[Pattern]]] = []
         if sc.expect.signature:
@@ -109,7 +135,7 @@ def signatures(ls: LoadedScenario) -> list[tuple[str, str, list[Pattern]]]:
             key = (view, *(p.regex for p in pats))
             if pats and key not in seen:
                 seen.add(key)
-                out.append((view, node, pats))
+                out.append((view, node, pats, releases))
     return out
 
 
@@ -214,17 +240,49 @@ def triage(
     found: list[tuple[LoadedScenario, list[Sighting]]] = []
     for ls in scenarios:
         sightings = []
-        for view, node, pats in signatures(ls):
+        sigs = signatures(ls)
+        for view, node, pats, releases in sigs:
             # a pattern's literal typography is folded as the pasted text is (normalise)
             ev = find_in_order(log, [(_folded(p.regex), p.description) for p in pats])
             if ev is not None:
-                pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
-                sightings.append(Sighting(view, node, pod, tuple(ev)))
+                sightings.append(_sighting(ls, view, node, ev, releases))
+        # only a failure the log does not show whole is looked for cut short
+        for view, node, pats, releases in sigs if not sightings else ():
+            hit = _cut_short(log, pats)
+            if hit is not None:
+                ev, how = hit
+                sightings.append(_sighting(ls, view, node, ev, releases, how))
         if sightings:
             found.append((ls, _distinct(sightings)))
     markers = _marker_lines(log) if found else []
     findings = [_finding(ls, sightings, log, markers) for ls, sightings in found]
     return sorted(_most_telling(findings), key=lambda f: f.first_line)
+
+
+def _sighting(
+    ls: LoadedScenario,
+    view: str,
+    node: str,
+    ev: list[Evidence],
+    releases: str | None,
+    cut: str | None = None,
+) -> Sighting:
+    pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
+    note = ls.scenario.wordings()[releases].note if releases else None
+    return Sighting(view, node, pod, tuple(ev), releases, note, cut)
+
+
+def _cut_short(log: Log, pats: list[Pattern]) -> tuple[list[Evidence], str] | None:
+    """The signature's identifying patterns but the last in order, and the last one's message
+    cut short after them (runner.triage.cut)."""
+    head = find_in_order(log, [(_folded(p.regex), p.description) for p in pats[:-1]])
+    if head is None:
+        return None
+    start = head[-1].lines[-1].number if head else 0  # the index after the last line
+    frame_start = max(head[-1].number - 2, 0) if head else 0
+    last = pats[-1].model_copy(update={"regex": _folded(pats[-1].regex)})
+    cut = find_cut(log, last, start, frame_start)
+    return None if cut is None else ([*head, cut.evidence], cut.how)
 
 
 def _most_telling(found: list[Finding]) -> list[Finding]:

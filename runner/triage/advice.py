@@ -40,9 +40,16 @@ _TOTAL = re.compile(
 _CPU_BUDGET = re.compile(
     r"(?:Explicitly|Auto) set \((?P<v>\d+(?:\.\d+)?)/\d+(?:\.\d+)?\) GiB for KV cache on node"
 )
+# the V0 CPU worker's shortage names its own budget (vllm/worker/cpu_worker.py)
+_CPU_V0 = re.compile(r"Try increasing `VLLM_CPU_KVCACHE_SPACE`")
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
 AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the message's
-_LABEL = {"max_len": "max seq len", "needed": "GiB needed", "available": "GiB available"}
+_LABEL = {
+    "max_len": "max seq len",
+    "needed": "GiB needed",
+    "available": "GiB available",
+    "tokens": "KV cache tokens",
+}
 
 
 def _first(rx: re.Pattern[str], log: Log) -> re.Match[str] | None:
@@ -205,10 +212,34 @@ def kv_shortage(caps: Mapping[str, str], text: str, log: Log) -> list[str]:
     ]
 
 
+def kv_tokens(caps: Mapping[str, str], log: Log) -> list[str]:
+    """Advice for the V0 engine's shortage, worded in tokens (vllm/worker/worker.py
+    raise_if_cache_size_invalid): the message's own capacity is the length that fits, and the
+    requested length needs that many times the KV budget."""
+    max_len, tokens = _number(caps, "max_len"), _number(caps, "tokens")
+    if max_len is None or tokens is None:
+        return []
+    if max_len <= tokens:
+        raise Unusable(f"the log's max seq len {max_len:g} fits its {tokens:g} tokens of KV cache")
+    cpu = log.first(_CPU_V0) is not None
+    budget = "VLLM_CPU_KVCACHE_SPACE" if cpu else "--gpu-memory-utilization"
+    return [
+        f"--max-model-len {int(tokens)} fits the KV cache the V0 engine allocated (the message's "
+        f"own figure: {int(tokens)} tokens)",
+        f"--max-model-len {int(max_len)} needs {max_len / tokens:.2f}x the KV cache it got: give "
+        f"the KV cache that much more memory ({budget})",
+    ]
+
+
 def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], log: Log) -> list[str]:
     """Advice from the first evidence with KV-shortage figures. Figures that cannot be computed
     with give one line saying why, in place of numbers."""
     for caps, text in evidence_caps:
+        if {"max_len", "tokens"} <= caps.keys():
+            try:
+                return kv_tokens(caps, log)
+            except Unusable as exc:
+                return [f"no numeric advice: {exc}"]
         if {"max_len", "needed", "available"} <= caps.keys():
             try:
                 return kv_shortage(caps, text, log)

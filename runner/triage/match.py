@@ -40,7 +40,7 @@ _BLOCK = 8192  # lines encoded at once
 _RECORD_START = re.compile(
     r"^(?:\((?:APIServer|EngineCore\w*|Worker\w*|VllmWorker\w*|\w+) pid=\d+\)"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
-    r"|\[rank\d+\]|\[[WEIF]\d{4} "
+    r"|\[rank\d+\]|\[[WEIF](?:\d{3,4} [\d:.]+)? [\w.-]+:\d+\] "
     r"|Traceback \(most recent call last\)|File \""
     r"|\d{4}-\d{2}-\d{2}[ T]\d|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}"
     r"|[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b:)"

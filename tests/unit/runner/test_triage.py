@@ -96,7 +96,7 @@ def test_runtime_stamps_are_stripped() -> None:
 def test_every_signature_a_scenario_declares() -> None:
     by_id = {
         ls.scenario.metadata.id: [
-            (view, node, [p.description for p in pats]) for view, node, pats in signatures(ls)
+            (view, node, [p.description for p in pats]) for view, node, pats, _ in signatures(ls)
         ]
         for ls in SCEN
     }
@@ -118,8 +118,28 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["the budget is gone before one request's need is computed"],
             ),
+            # per_vllm entries for releases no lab runs: their own wordings, dated
+            ("the serving node's", "serving", ["the V0 engine's wording, in tokens"]),
+            ("the serving node's", "serving", ["the first V1 wording, in GB, no estimate"]),
+            ("the serving node's", "serving", ["the estimate lost to a line break"]),
         ],
-        "service-name-collision": [("the serving node's", "serving", [""])],
+        "service-name-collision": [
+            ("the serving node's", "serving", [""]),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "the traceback's last frame, envs.py's getter (the int() error alone could "
+                    "be any program's)",
+                    "Python's own int() error, naming neither VLLM_PORT nor Kubernetes",
+                ],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["the URI message swallowed, the integer one raised"],
+            ),
+        ],
         "silent-wrong-output": [],  # silent: no log line, only the correctness probe
         "stray-gpu-process": [
             ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"])

@@ -1,5 +1,6 @@
 """Triage on a corpus of pasted excerpts (tests/data/triage): the operations write-ups' own, both
-vLLM wordings, wrapped, masked, quoted, stamped and prefixed, and healthy or unrelated logs."""
+vLLM wordings and older releases' (dated), wrapped, masked, quoted, stamped and prefixed, cut
+short, PyTorch's prefixes in every month, and healthy or unrelated logs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from runner.spec.scenario import discover, load_scenario
-from runner.triage import triage
+from runner.triage import Finding, triage
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = ROOT / "tests" / "data" / "triage"
@@ -22,7 +23,7 @@ def test_every_excerpt_has_an_expectation() -> None:
     files = sorted(p.name for p in CORPUS.iterdir() if p.name != "expected.yaml")
     assert files == sorted(EXPECTED)
     failures = [k for k, v in EXPECTED.items() if v]
-    assert (len(failures), len(EXPECTED) - len(failures)) == (51, 11)
+    assert (len(failures), len(EXPECTED) - len(failures)) == (66, 13)
     assert len([k for k in failures if k.startswith("seed")]) == 8
 
 
@@ -35,7 +36,13 @@ def test_corpus(name: str) -> None:
             " + ".join(s.view for s in f.sightings),
             f.phase.value if f.phase else None,
             " + ".join(s.pod for s in f.sightings if s.pod) or None,
+            *_paste(f),
         ]
         for f in triage(text, SCEN)
     ]
     assert got == EXPECTED[name]
+
+
+def _paste(f: Finding) -> list[str]:
+    said = [f"vLLM {r}" for r in f.releases] + (["cut"] if f.cut else [])
+    return [", ".join(said)] if said else []

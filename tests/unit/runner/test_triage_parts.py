@@ -177,6 +177,9 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
             "view": "a worker's",
             "node": "node2",
             "pod": "node2-0",
+            "releases": None,  # the wording of the releases the labs run
+            "releases_note": None,
+            "cut": None,  # the message is whole
             "evidence": [
                 {
                     "line": 1,

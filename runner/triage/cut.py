@@ -1,0 +1,243 @@
+"""A paste cut short: the message's start without its end, or a traceback that ends at the line
+that raises it.
+
+People paste what fits: a terminal's first screen, a message hard-wrapped and cut after its
+first line, a traceback whose last line (the exception and its message) was left out. Such a
+paste still names the failure by what is there:
+
+- the message's start: the identifying pattern cut after any of its parts (a group without
+  alternatives or quantifier opened up, so that it can be cut inside), keeping at least
+  `MIN_LITERAL` of its literal characters, matching up to the end of a record: the paste, or
+  the message, ends there;
+- the raise: the traceback's last frame is a place the pattern says the message is raised in
+  (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
+  exception after it.
+
+Each form reads the log once on RE2 (as runner.triage.match does): for the shortest start the
+message can have, or for a traceback's frame line; only the few records found are tried further,
+the message's every start at once, as one regex of nested optional parts (`a(?:b(?:c)?)?$`).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import re2
+
+from runner.spec.expectations import Pattern
+from runner.spec.patterns import compile_user
+from runner.triage.match import _OPTIONS, Evidence, Log, _finder
+
+MIN_LITERAL = 24  # literal characters a cut message must still show
+_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
+_FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)$')
+# what vLLM puts before a traceback's lines: the process (0.19 decorates its streams) and, for
+# `logger.exception`, the record's head on each line
+_HEAD = re.compile(
+    r"^(?:\(\w+ pid=\d+\) )?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ "
+    r"\[?[\w.]+:\d+\] )?"
+)
+
+
+def _body(text: str) -> str:
+    return _HEAD.sub("", text, count=1).strip()
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where the paste was cut: `how` says which form (`message` or `raise`)."""
+
+    how: str
+    evidence: Evidence
+
+
+def _tokens(pattern: str) -> list[str]:
+    """`pattern`'s top-level parts, each with its quantifier: an escape, a class, a group, one
+    character."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            j = i + 2
+            if pattern[i + 1 : i + 2] in ("p", "P") and pattern[j : j + 1] == "{":
+                j = pattern.index("}", j) + 1
+        elif c == "[":
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"
+            while pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            j += 1
+        elif c == "(":
+            depth, j = 1, i + 1
+            while depth:
+                if pattern[j] == "\\":
+                    j += 2
+                    continue
+                if pattern[j] == "[":
+                    k = j + 1 + (pattern[j + 1 : j + 2] == "^")
+                    k += pattern[k : k + 1] == "]"
+                    while pattern[k] != "]":
+                        k += 2 if pattern[k] == "\\" else 1
+                    j = k + 1
+                    continue
+                depth += {"(": 1, ")": -1}.get(pattern[j], 0)
+                j += 1
+        else:
+            j = i + 1
+        m = _QUANT.match(pattern, j)
+        if m:
+            j = m.end()
+        out.append(pattern[i:j])
+        i = j
+    return out
+
+
+def _top_alternatives(tokens: list[str]) -> list[list[str]]:
+    alts: list[list[str]] = [[]]
+    for t in tokens:
+        if t == "|":
+            alts.append([])
+        else:
+            alts[-1].append(t)
+    return alts
+
+
+def _literal(token: str) -> int:
+    """The literal characters a part stands for: 1 for a plain or escaped punctuation character
+    without quantifier, 0 for anything else (a class, a group, `\\d`, a quantified part)."""
+    if token[0] in "[(.^$":
+        return 0
+    base = token[:2] if token.startswith("\\") else token[:1]
+    if token[len(base) :]:
+        return 0  # quantified
+    return 1 if len(base) == 1 or not base[1].isalnum() else 0
+
+
+_OPENER = re.compile(r"\((?:\?P<\w+>|\?:)?")
+
+
+def _flat(tokens: list[str]) -> list[str]:
+    """`tokens` with every group that has neither quantifier nor alternatives opened up into its
+    parts (a message can be cut inside it), the others made non-capturing (a cut regex needs no
+    names, and one name may not stand twice)."""
+    out: list[str] = []
+    for t in tokens:
+        if not t.startswith("("):
+            out.append(t)
+            continue
+        opener = _OPENER.match(t)
+        assert opener is not None
+        close = t.rindex(")")
+        body = t[opener.end() : close]
+        if body.startswith("?"):  # a construct of its own, such as a flags group
+            out.append(t)
+            continue
+        inner = _tokens(body)
+        if t.endswith(")") and "|" not in inner:
+            out += _flat(inner)
+        else:
+            out.append("(?:" + t[opener.end() :])
+    return out
+
+
+def _nested(parts: list[str]) -> str:
+    """Each part optional after the one before it: `a(?:b(?:c)?)?`."""
+    out = ""
+    for part in reversed(parts):
+        out = f"(?:{part}{out})?"
+    return out
+
+
+@cache
+def cut_pattern(pattern: str) -> tuple[str, str] | None:
+    """(the regex a cut message matches, its shortest start) for `pattern`, or None where too
+    little of it is literal: a start of the message with at least MIN_LITERAL of its literal
+    characters, and not the whole, up to the end of the text."""
+    alts = []
+    starts = []
+    for alt in _top_alternatives(_tokens(pattern)):
+        parts = _flat(alt)
+        seen, k = 0, 0
+        while k < len(parts) and seen < MIN_LITERAL:
+            seen += _literal(parts[k])
+            k += 1
+        if seen < MIN_LITERAL or k >= len(parts):
+            continue
+        start = "".join(parts[:k])
+        alts.append(start + _nested(parts[k:-1]))
+        starts.append(start)
+    if not alts:
+        return None
+    whole = "|".join(f"(?:{a})" for a in alts)
+    rx, start = f"(?:{whole})\\s*$", "|".join(f"(?:{s})" for s in starts)
+    try:
+        compile_user(rx)
+    except ValueError:
+        return None
+    return rx, start
+
+
+@cache
+def _record_end_finder(regex: str) -> Any | None:
+    """`regex` on RE2 with `$` at the end of each record of a Log's joined texts (records are
+    lines there, a message's wrapped lines joined within one)."""
+    try:
+        return re2.compile("(?m)" + regex, _OPTIONS)
+    except re2.error:
+        return None
+
+
+def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
+    """The first record from line index `start` that ends in a start of `pattern`'s message:
+    one RE2 pass over each of the log's joined texts."""
+    cut = cut_pattern(pattern.regex)
+    finder = _record_end_finder(cut[0]) if cut else None
+    if finder is None or start >= len(log.lines):
+        return None
+    first: int | None = None
+    for data, at in ((log.spaced, log.spaced_at), (log.joined, log.joined_at)):
+        m = finder.search(data, at[start], len(data))
+        if m is not None:
+            k = bisect_right(at, m.start(), start, len(log.lines)) - 1
+            first = k if first is None else min(first, k)
+    if first is None:
+        return None
+    lines = tuple(log.lines[first : log.ends[first]])
+    return Cut("message", Evidence(pattern.description, lines))
+
+
+def at_raise(log: Log, pattern: Pattern, start: int) -> Cut | None:
+    """The first traceback from line index `start` whose last frame is one `pattern` names in
+    `raised_in`, its source line the traceback's last line."""
+    sites = {tuple(s.rsplit(" ", 1)) for s in pattern.raised_in}
+    if not sites:
+        return None
+    finder = _finder(r'File "[^"]+", line \d+, in ')
+    n = len(log.lines)
+    for i in log.candidates(finder, start, windows=False):
+        m = _FRAME.match(_body(log.lines[i].text))
+        if m is None or i + 1 >= n:
+            continue
+        if not any(m["path"].endswith(path) and m["func"] == func for path, func in sites):
+            continue
+        after = _body(log.lines[i + 2].text) if i + 2 < n else ""
+        if after.startswith("File ") or re.match(r"[\w.]*(?:Error|Exception)\b", after):
+            continue  # not the last frame, or the exception follows: not cut here
+        lines = (log.lines[i], log.lines[i + 1])
+        return Cut("raise", Evidence(pattern.description, lines))
+    return None
+
+
+def find_cut(log: Log, pattern: Pattern, start: int, frame_start: int) -> Cut | None:
+    """`pattern`'s message cut short, whichever form comes first: its start from line index
+    `start`, a traceback ending at its raise from `frame_start` (the frame line comes before
+    the source line a pattern before this one may have matched)."""
+    found = [
+        c for c in (message_start(log, pattern, start), at_raise(log, pattern, frame_start)) if c
+    ]
+    return min(found, key=lambda c: c.evidence.number, default=None)
