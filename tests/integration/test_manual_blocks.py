@@ -1,0 +1,165 @@
+"""The manual's blocks are tests that can fail: a copy of a page with a wrong command (a
+misspelt subcommand), a wrong output or a skip without a reason fails, naming the page and the
+line; a skip is reported with its page, line and reason (tests/support/docs.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.docs import (
+    console_steps,
+    may_start_a_lab,
+    output_matches,
+    synopsis_commands,
+)
+
+pytestmark = pytest.mark.docs
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = ROOT / "docs" / "commands.md"
+CONFTEST = "from pathlib import Path\n\nfrom tests.support.docs import manual_hooks\n\n" + (
+    "pytest_collect_file, pytest_runtest_makereport = manual_hooks(Path(__file__).parent)\n"
+)
+
+
+def _manual(tmp_path: Path, pages: dict[str, str]) -> Path:
+    """A checkout-like folder of its own: the given pages under docs/, Sybil through this
+    project's hooks."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    docs: the manual\n")
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    for name, text in pages.items():
+        page = tmp_path / "docs" / name
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text)
+    return tmp_path
+
+
+def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def _block(text: str, needle: str) -> str:
+    """The node id of the ```sh block holding `needle`, in docs/commands.md."""
+    lines = text.splitlines()
+    at = _line_of(text, needle)
+    fence = max(i for i in range(1, at) if lines[i - 1].strip() == "```sh")
+    return f"docs/commands.md::line:{fence},column:1"
+
+
+def _misspelt(old: str, new: str) -> tuple[str, int]:
+    text = COMMANDS.read_text()
+    assert text.count(old) == 1, old
+    text = text.replace(old, new)
+    return text, _line_of(text, new)
+
+
+def test_a_misspelt_subcommand_in_a_block_that_runs_fails_at_its_page_and_line(
+    tmp_path: Path,
+) -> None:
+    # the team repository's block: it stops at `gameday lsit`, before any lab starts
+    text, line = _misspelt(
+        "gameday list                       #", "gameday lsit                       #"
+    )
+    p = _pytest(_manual(tmp_path, {"commands.md": text}), _block(text, "gameday lsit"))
+    assert p.returncode == 1, p.stdout
+    assert f"docs/commands.md:{line}: the block exited 2" in p.stdout, p.stdout
+    assert "No such command 'lsit'" in p.stdout
+
+
+def test_a_misspelt_subcommand_in_a_synopsis_fails_at_its_page_and_line(tmp_path: Path) -> None:
+    text, line = _misspelt("gameday lab ps [--json]", "gameday lab sp [--json]")
+    p = _pytest(_manual(tmp_path, {"commands.md": text}), _block(text, "gameday lab sp"))
+    assert p.returncode == 1, p.stdout
+    assert f"docs/commands.md:{line}: `gameday lab sp`: Error: No such command 'sp'" in p.stdout
+
+
+def test_a_synopsis_flag_the_command_does_not_have_fails(tmp_path: Path) -> None:
+    text, line = _misspelt("[--fail-fast]", "[--fail-fats]")
+    p = _pytest(_manual(tmp_path, {"commands.md": text}), _block(text, "--fail-fats"))
+    assert p.returncode == 1, p.stdout
+    assert f"docs/commands.md:{line}: `gameday run` has no option --fail-fats" in p.stdout
+
+
+def test_the_page_as_it_is_passes(tmp_path: Path) -> None:
+    # its synopses, not the team block (that one starts a lab: the manual's own test runs it)
+    text = COMMANDS.read_text()
+    blocks = [_block(text, "gameday run [SCENARIO...]"), _block(text, "gameday lab ps [--json]")]
+    p = _pytest(_manual(tmp_path, {"commands.md": text}), *blocks)
+    assert p.returncode == 0, p.stdout
+    assert "2 passed" in p.stdout
+
+
+CONSOLE = """# A page
+
+```console
+$ gameday validate scenarios/tp-mismatch.yaml \\
+    scenarios/kv-cache-shortage.yaml
+ok  ...tp-mismatch.yaml
+ok  scenarios/kv-cache-shortage.yaml
+```
+"""
+
+
+def test_a_console_block_is_checked_against_the_output_it_shows(tmp_path: Path) -> None:
+    folder = _manual(tmp_path, {"right.md": CONSOLE, "wrong.md": CONSOLE.replace("kv-cache", "xx")})
+    p = _pytest(folder)
+    assert "1 failed, 1 passed" in p.stdout, p.stdout
+    # the wrong page's command, at its line: its output is not what the page shows
+    assert "docs/wrong.md:4: `gameday validate scenarios/tp-mismatch.yaml" in p.stdout
+
+
+def test_a_skip_is_reported_with_its_page_line_and_reason(tmp_path: Path) -> None:
+    page = '# A page\n\n<!-- skip: next "needs a GPU" -->\n\n```sh\nnvidia-smi\n```\n'
+    p = _pytest(_manual(tmp_path, {"gpu.md": page}))
+    assert p.returncode == 0, p.stdout
+    assert "SKIPPED [1] docs/gpu.md:5: needs a GPU" in p.stdout
+
+
+def test_a_skip_without_a_reason_is_an_error(tmp_path: Path) -> None:
+    page = "# A page\n\n<!-- skip: next -->\n\n```sh\nfalse\n```\n"
+    p = _pytest(_manual(tmp_path, {"gpu.md": page}))
+    assert p.returncode != 0
+    assert "gpu.md:3: `skip: next` without a reason" in p.stdout + p.stderr
+
+
+def test_console_steps_and_their_outputs() -> None:
+    steps = console_steps("$ a \\\n  b\nout 1\nout 2\n$ c\n")
+    assert steps == [(1, "a \\\n  b", "out 1\nout 2"), (5, "c", "")]
+    assert output_matches("ok  …/x.yaml\n", "ok  /tmp/y/x.yaml   \n")
+    assert not output_matches("ok  x.yaml", "ok  x.yaml\nerror: more")
+
+
+def test_synopsis_lines_join_their_continuations_and_drop_comments() -> None:
+    source = "gameday run [--a]   # a -b comment\n    [--c] X\ngameday list\n"
+    assert synopsis_commands(source) == [
+        (1, ["gameday", "run", "[--a]", "[--c]", "X"]),
+        (3, ["gameday", "list"]),
+    ]
+
+
+def test_blocks_that_may_start_a_lab_take_the_lab_lock() -> None:
+    assert not may_start_a_lab("gameday list\ngameday validate --lab x.yaml\ngameday -q plan a")
+    assert not may_start_a_lab("gameday lab manifests --lab inventories/eks.yaml")
+    assert not may_start_a_lab("gameday run --dry-run a")
+    assert may_start_a_lab("gameday list\ngameday run --tag runbook")
+    assert may_start_a_lab("gameday lab up --lab x.yaml")
+    assert may_start_a_lab("docker compose -p team-stack up -d")
