@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,11 @@ def _manual(tmp_path: Path, pages: dict[str, str]) -> Path:
     return tmp_path
 
 
-def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = os.environ | {
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    }
+def _pytest(
+    folder: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = os.environ | {"PYTHONPATH": path} | (env or {})
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", *args],
         cwd=folder,
@@ -163,3 +165,38 @@ def test_blocks_that_may_start_a_lab_take_the_lab_lock() -> None:
     assert may_start_a_lab("gameday list\ngameday run --tag runbook")
     assert may_start_a_lab("gameday lab up --lab x.yaml")
     assert may_start_a_lab("docker compose -p team-stack up -d")
+
+
+LEFT_UP = """# A page
+
+```console
+$ gameday lab up --lab inventories/local.yaml
+lab 'local' is up: serving http://127.0.77.10:8000, ...
+$ gameday lab status
+serving      running        ready=True  restarts=0  http://127.0.77.10:8000
+...
+```
+"""
+
+
+def _processes_mentioning(text: str) -> set[int]:
+    """The processes whose environment holds `text`."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text.encode() in (proc / "environ").read_bytes():
+                found.add(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_lab_a_block_leaves_up_is_taken_down_after_it(tmp_path: Path) -> None:
+    # the commands share the block's lab state (the second sees the lab the first brought up);
+    # nothing of it runs once the block is done. The blocks' folders in a short one of their
+    # own: the lab's sockets live there, and a socket's path is short.
+    with tempfile.TemporaryDirectory(prefix="gd-") as blocks_tmp:
+        p = _pytest(_manual(tmp_path, {"lab.md": LEFT_UP}), env={"TMPDIR": blocks_tmp})
+        assert p.returncode == 0, p.stdout
+        assert "1 passed" in p.stdout
+        assert _processes_mentioning(blocks_tmp) == set()

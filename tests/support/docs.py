@@ -239,34 +239,53 @@ def _labs_down(source: str, env: dict[str, str], cwd: Path) -> list[str]:
     return failed
 
 
-def run_block(source: str) -> tuple[subprocess.CompletedProcess[str], int | None, list[str]]:
-    """The block run as written from the checkout root, under the lab lock, the labs it started
-    taken down afterwards: the process, the block's line that failed (1-based), what failed to
-    come down."""
-    with tempfile.TemporaryDirectory(prefix="gameday-docs-") as tmp:
-        state, failed_at, final_cwd = Path(tmp, "state"), Path(tmp, "failed"), Path(tmp, "cwd")
-        state.mkdir()
-        env = block_env(state)
-        # the line of a failed command, and the folder the block ends in (it may `cd`)
+class Session:
+    """One block's shell: a lab state folder and a TMPDIR of its own; each script runs in bash
+    from the folder the one before ended in (the first from the checkout root)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.state, self.failed_at, self.ended = tmp / "state", tmp / "failed", tmp / "cwd"
+        self.state.mkdir()
+        self.env = block_env(self.state)
+        self.cwd = ROOT
+        self.sources: list[str] = []
+
+    def run(self, source: str) -> tuple[subprocess.CompletedProcess[str], int | None]:
+        """The script's process, and its line (1-based) that failed."""
+        self.sources.append(source)
+        self.failed_at.unlink(missing_ok=True)
+        # the line of a failed command, and the folder the script ends in (it may `cd`)
         script = (
-            f"trap 'printf %s \"$LINENO\" >{shlex.quote(str(failed_at))}' ERR\n"
-            f"trap 'pwd >{shlex.quote(str(final_cwd))}' EXIT\n{source}"
+            f"trap 'printf %s \"$LINENO\" >{shlex.quote(str(self.failed_at))}' ERR\n"
+            f"trap 'pwd >{shlex.quote(str(self.ended))}' EXIT\n{source}"
         )
-        with lab_lock(source):
-            try:
-                p = _bash(script, env, ROOT)
-            finally:
-                left: list[str] = []
-                if any(state.iterdir()):
-                    ended = Path(final_cwd.read_text().strip()) if final_cwd.exists() else ROOT
-                    left = _labs_down(source, env, ended if ended.is_dir() else ROOT)
-        line = int(failed_at.read_text()) - 2 if failed_at.exists() else None
-        return p, line, left
+        p = _bash(script, self.env, self.cwd)
+        if self.ended.exists() and (ended := Path(self.ended.read_text().strip())).is_dir():
+            self.cwd = ended
+        line = int(self.failed_at.read_text()) - 2 if self.failed_at.exists() else None
+        return p, line
+
+    def labs_down(self) -> list[str]:
+        """Where a lab came up: `lab down` of each the scripts named; what failed."""
+        if not any(self.state.iterdir()):
+            return []
+        return _labs_down("\n".join(self.sources), self.env, self.cwd)
+
+
+@contextmanager
+def session(source: str) -> Iterator[Session]:
+    """A block's session, under the lab lock where the block may start a lab."""
+    with tempfile.TemporaryDirectory(prefix="gameday-docs-") as tmp, lab_lock(source):
+        yield Session(Path(tmp))
 
 
 def evaluate_sh(example: Example) -> str | None:
     source: str = str(example.parsed)
-    p, line, left = run_block(source)
+    with session(source) as shell:
+        try:
+            p, line = shell.run(source)
+        finally:
+            left = shell.labs_down()
     problems = []
     if p.returncode != 0:
         at = where(example, line) if line else where(example)
@@ -312,16 +331,18 @@ def output_matches(want: str, got: str) -> bool:
 def evaluate_console(example: Example) -> str | None:
     source: str = str(example.parsed)
     problems = []
-    for line, command, want in console_steps(source):
-        p, _, left = run_block(command)
-        if not output_matches(want, p.stdout):
-            problems.append(
-                f"{where(example, line)}: `{command}` printed (exit {p.returncode}):\n"
-                f"{_tail(p.stdout, 60)}\n  the page shows:\n{_tail(want, 60)}"
-            )
-        problems += [
-            f"{where(example, line)}: a lab it started did not come down: {x}" for x in left
-        ]
+    with session(source) as shell:
+        try:
+            for line, command, want in console_steps(source):
+                p, _ = shell.run(command)
+                if not output_matches(want, p.stdout):
+                    problems.append(
+                        f"{where(example, line)}: `{command}` printed (exit {p.returncode}):\n"
+                        f"{_tail(p.stdout, 60)}\n  the page shows:\n{_tail(want, 60)}"
+                    )
+        finally:
+            left = shell.labs_down()
+    problems += [f"{where(example)}: a lab it started did not come down: {x}" for x in left]
     return "\n".join(problems) or None
 
 
