@@ -5,6 +5,7 @@ line; a skip is reported with its page, line and reason (tests/support/docs.py).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -200,3 +201,28 @@ def test_a_lab_a_block_leaves_up_is_taken_down_after_it(tmp_path: Path) -> None:
         assert p.returncode == 0, p.stdout
         assert "1 passed" in p.stdout
         assert _processes_mentioning(blocks_tmp) == set()
+
+
+SHELL_DIALECTS = {"bash", "shell", "zsh", "shell-session", "shellsession", "terminal"}
+FENCE = re.compile(r"^([ \t]*)(```+|~~~+)[ \t]*([\w-]*)[^\n]*$", re.M)
+
+
+def test_every_command_block_of_the_manual_is_one_the_tests_run() -> None:
+    # a command in a block of another language (or none) would be shown and never run
+    wrong = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        lines = text.splitlines()
+        opened: tuple[int, str] | None = None
+        for m in FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            if opened is None:
+                opened = (line, m.group(3))
+                continue
+            start, language = opened
+            opened = None
+            first = next((s.strip() for s in lines[start : line - 1] if s.strip()), "")
+            untagged_command = language in ("", "text") and first.startswith(("$ ", "gameday "))
+            if language in SHELL_DIALECTS or untagged_command:
+                wrong.append(f"{page.relative_to(ROOT)}:{start}: ```{language}")
+    assert wrong == [], "command blocks must be ```sh or ```console"
