@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.docs import (
+    check_command,
     console_steps,
+    gameday_calls,
     may_start_a_lab,
     output_matches,
     synopsis_commands,
@@ -226,3 +228,53 @@ def test_every_command_block_of_the_manual_is_one_the_tests_run() -> None:
             if language in SHELL_DIALECTS or untagged_command:
                 wrong.append(f"{page.relative_to(ROOT)}:{start}: ```{language}")
     assert wrong == [], "command blocks must be ```sh or ```console"
+
+
+SKIP_THEN_BLOCK = re.compile(
+    r"^[ \t]*<!-- skip: next .*?-->\n(?:[ \t]*\n)*[ \t]*```sh\n(?P<source>.*?)^[ \t]*```$",
+    re.M | re.S,
+)
+
+
+def _skipped_blocks() -> list[tuple[str, int, str]]:
+    """(page, line of the fence, source) of every block the manual skips."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for m in SKIP_THEN_BLOCK.finditer(text):
+            fence = text.count("\n", 0, m.start("source"))
+            found.append((str(page.relative_to(ROOT)), fence, m.group("source")))
+    return found
+
+
+def test_the_gameday_commands_of_the_blocks_the_manual_skips_exist() -> None:
+    # not run, but a misspelt subcommand or flag there still fails, at its page and line
+    blocks = _skipped_blocks()
+    assert len(blocks) >= 10
+    problems = [
+        f"{page}:{fence + line}: {problem}"
+        for page, fence, source in blocks
+        for line, call in gameday_calls(source)
+        for problem in check_command(call)
+    ]
+    assert problems == []
+
+
+def test_a_misspelt_subcommand_in_a_skipped_block_is_found() -> None:
+    calls = gameday_calls("kubectl logs x | gameday triag -\ngameday lab manifets --lab a.yaml\n")
+    assert calls == [
+        (1, ["gameday", "triag", "-"]),
+        (2, ["gameday", "lab", "manifets", "--lab", "a.yaml"]),
+    ]
+    assert check_command(calls[0][1]) == [
+        "`gameday triag`: Error: No such command 'triag'. Did you mean 'triage'?"
+    ]
+    assert "No such command 'manifets'" in check_command(calls[1][1])[0]
+    assert check_command(["gameday", "cleanup", "--expird"]) == [
+        "`gameday cleanup` has no option --expird"
+    ]
+    joined = gameday_calls(".venv/bin/gameday run a.yaml \\\n    b.yaml --lab x.yaml\n")
+    # an argument named gameday is not a call; a crontab line's command is
+    assert gameday_calls("pip install gameday\nkind create cluster --name gameday\n") == []
+    assert gameday_calls("*/5 * * * * gameday cleanup\n") == [(1, ["gameday", "cleanup"])]
+    assert joined == [(1, ["gameday", "run", "a.yaml", "b.yaml", "--lab", "x.yaml"])]

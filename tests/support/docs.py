@@ -386,22 +386,35 @@ def _flags(tokens: list[str]) -> list[str]:
     return list(dict.fromkeys(f for t in tokens for f in FLAG.findall(t)))
 
 
-def _check_command(tokens: list[str]) -> list[str]:
-    """What is wrong with one synopsis line (`gameday` then words, placeholders and flags)."""
+def _commands(tokens: list[str]) -> list[tuple[list[str], list[str], click.testing.Result]]:
+    """Each command path a line names after `gameday` (`a|b`: each; words are taken while the
+    command so far is a group), the tokens after it, and its `--help`."""
+    found = []
+
+    def walk(path: list[str], rest: list[str]) -> None:
+        result = _help(path)
+        group = result.exit_code == 0 and "\nCommands:\n" in result.output
+        if group and rest and WORD.match(rest[0]):
+            for alt in rest[0].split("|"):
+                walk([*path, alt], rest[1:])
+            return
+        found.append((path, rest, result))
+
+    walk([], tokens[1:])
+    return found
+
+
+def check_command(tokens: list[str]) -> list[str]:
+    """What is wrong with one `gameday` line: a command path that does not exist, a flag its
+    command does not take."""
     if tokens[0] != "gameday":
         return [f"`{tokens[0]}` is not gameday's: a synopsis of it cannot be checked"]
-    paths: list[list[str]] = [[]]
-    rest = tokens[1:]
-    while rest and WORD.match(rest[0]) and not rest[0].startswith("-"):
-        paths = [[*p, alt] for p in paths for alt in rest[0].split("|")]
-        rest = rest[1:]
-    flags = _flags(rest)
     problems = []
-    for path in paths:
-        result = _help(path)
+    for path, rest, result in _commands(tokens):
         if result.exit_code != 0:
             problems.append(f"`gameday {' '.join(path)}`: {result.output.strip().splitlines()[-1]}")
             continue
+        flags = _flags(rest)
         missing = [f for f in flags if f not in _options(result.output)]
         # a group followed by a placeholder may route it to a command (`drill SCENARIO`)
         if missing and rest and PLACEHOLDER.match(rest[0]):
@@ -413,11 +426,44 @@ def _check_command(tokens: list[str]) -> list[str]:
     return problems
 
 
+SEPARATORS = ("|", "||", "&&", ";")
+CRON = re.compile(r"^[\d*/,-]+$")
+
+
+def gameday_calls(source: str) -> list[tuple[int, list[str]]]:
+    """(line in the block, tokens from `gameday` on) of each gameday command of a shell block
+    (`\\`-continued lines joined, `.venv/bin/gameday` too, a crontab line's): one starts a line
+    or follows `|`, `&&`, `||` or `;`, and ends at the next of them or a redirection."""
+    calls = []
+    joined: list[tuple[int, str]] = []
+    for i, line in enumerate(source.splitlines(), start=1):
+        if joined and joined[-1][1].endswith("\\"):
+            joined[-1] = (joined[-1][0], joined[-1][1][:-1] + " " + line)
+        else:
+            joined.append((i, line))
+    for i, line in joined:
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError:
+            tokens = line.split("#")[0].split()
+        for k, token in enumerate(tokens):
+            # where a command starts: a line's start, after a separator, after cron's fields
+            starts = k == 0 or tokens[k - 1] in SEPARATORS or all(map(CRON.match, tokens[:k]))
+            if starts and (token == "gameday" or token.endswith("/gameday")):
+                call = ["gameday"]
+                for t in tokens[k + 1 :]:
+                    if t in SEPARATORS or t.startswith((">", "<", "2>")):
+                        break
+                    call.append(t)
+                calls.append((i, call))
+    return calls
+
+
 def evaluate_synopsis(example: Example) -> str | None:
     source: str = str(example.parsed)
     problems = [
         f"{where(example, line)}: {problem}"
         for line, tokens in synopsis_commands(source)
-        for problem in _check_command(tokens)
+        for problem in check_command(tokens)
     ]
     return "\n".join(problems) or None
