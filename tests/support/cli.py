@@ -18,6 +18,7 @@ SHIPPED = [
     "engine-core-death",
     "head-only-restart",
     "kv-cache-shortage",
+    "missing-chat-template",
     "service-name-collision",
     "silent-wrong-output",
     "stray-gpu-process",
