@@ -31,7 +31,13 @@ from tests.support.cli import ROOT, gameday, ok
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
 KUBECONFIG = ROOT / "build" / "kubeapi" / "kubeconfig"
-STARTUP = ["service-name-collision", "kv-cache-shortage", "context-window-overflow", "tp-mismatch"]
+STARTUP = [
+    "service-name-collision",
+    "kv-cache-shortage",
+    "context-window-overflow",
+    "tp-mismatch",
+    "tp-head-divisibility",  # the tensor-parallel group's StatefulSets, re-formed on three
+]
 REQUEST_TIME = "missing-chat-template"  # the server starts; chat requests are refused
 K8S_VERSION = kubernetes_validate.utils.latest_version()
 

@@ -11,16 +11,17 @@ import pytest
 from tests.support.cli import ROOT, gameday, inventory, scenario_variant
 
 pytestmark = pytest.mark.e2e
-FOUR = [
+STARTUP = [
     "scenarios/context-window-overflow.yaml",
     "scenarios/kv-cache-shortage.yaml",
     "scenarios/tp-mismatch.yaml",
     "scenarios/service-name-collision.yaml",
+    "scenarios/tp-head-divisibility.yaml",
 ]
 
 
-def test_the_four_pass(tmp_path: Path) -> None:
-    p = gameday("run", *FOUR, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
+def test_the_startup_scenarios_pass(tmp_path: Path) -> None:
+    p = gameday("run", *STARTUP, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     run_dir = (tmp_path / "latest").resolve()
     for f in ("result.json", "junit.xml", "report.md", "report.html"):
@@ -31,6 +32,7 @@ def test_the_four_pass(tmp_path: Path) -> None:
     # the walls in order: config errors in seconds, the KV shortage only after the weights load
     assert by_id["context-window-overflow"]["time_to_fail_s"] < 30
     assert by_id["tp-mismatch"]["time_to_fail_s"] < 30
+    assert by_id["tp-head-divisibility"]["time_to_fail_s"] < 30
     assert 90 < by_id["kv-cache-shortage"]["time_to_fail_s"] < 300
     assert all(s["time_to_recover_s"] for s in by_id.values())
     collision = by_id["service-name-collision"]

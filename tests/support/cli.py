@@ -22,6 +22,7 @@ SHIPPED = [
     "service-name-collision",
     "silent-wrong-output",
     "stray-gpu-process",
+    "tp-head-divisibility",
     "tp-mismatch",
 ]
 

@@ -138,6 +138,9 @@ def test_every_signature_a_scenario_declares() -> None:
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [("a client's", "serving", [ANSWERED])],
+        "tp-head-divisibility": [
+            ("the serving node's", "node1", ["the heads do not split over the ranks"])
+        ],
     }
 
 

@@ -27,6 +27,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
         "service-name-collision": [],
         "silent-wrong-output": [],
         "stray-gpu-process": ["gpu_processes", "monitoring", "processes"],
+        "tp-head-divisibility": [],
         "tp-mismatch": [],
     }
 
