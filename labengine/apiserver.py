@@ -206,6 +206,10 @@ def _settings(
         kv_cache_dtype=args.kv_cache_dtype,
         max_logprobs=args.max_logprobs,
         prefix_caching=args.enable_prefix_caching is not False,
+        # init_app_state's load_chat_template(args.chat_template): a file's text or the value
+        # itself; the renderer falls back to the tokenizer's template
+        chat_template=args.chat_template is not None or model.has_chat_template,
+        chat_content_format=args.chat_template_content_format,
     )
 
 
@@ -392,6 +396,14 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
     sleep_real(API_START_S, s.time_scale)
     log.info(where(s.era, Site.SUPPORTED_TASKS), "Supported tasks: ['generate']")
+    if s.chat_content_format == "auto":
+        # init_app_state warms the chat renderer up, which detects the template's content
+        # format; the stand-in's templates (and a missing one) render content as a string
+        log.info(
+            where(s.era, Site.CHAT_CONTENT_FORMAT),
+            "Detected the chat template content format to be 'string'. "
+            "You can set `--chat-template-content-format` to override this.",
+        )
     log.info(
         where(s.era, Site.SERVER_START),
         f"Starting vLLM server on http://{host}:{port}",
@@ -417,6 +429,7 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
         max_num_seqs=s.max_num_seqs,
         max_logprobs=s.max_logprobs,
         vocab_size=int(s.model.config["vocab_size"]),
+        chat_template=s.chat_template,
         cache_info=cache_config_info(
             s.era,
             CacheState(

@@ -68,6 +68,8 @@ class CoreSettings:
     kv_cache_dtype: str = "auto"
     max_logprobs: int = 20  # --max-logprobs (ModelConfig.max_logprobs)
     prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching
+    chat_template: bool = True  # --chat-template given, or the tokenizer defines one
+    chat_content_format: str = "auto"  # --chat-template-content-format
 
     @property
     def world(self) -> int:

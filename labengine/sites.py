@@ -37,6 +37,7 @@ class Site(enum.StrEnum):
     CHUNKED_PREFILL = "chunked_prefill"
     HEADLESS_LAUNCH = "headless_launch"
     SUPPORTED_TASKS = "supported_tasks"
+    CHAT_CONTENT_FORMAT = "chat_content_format"  # the chat renderer's warm-up: "Detected ..."
     SERVER_START = "server_start"  # "Starting vLLM server on ..."
     ROUTES_HEAD = "routes_head"  # "Available routes are:"
     ROUTE = "route"
@@ -101,6 +102,7 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.CHUNKED_PREFILL: _L("config/scheduler.py", 238),
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 193),
         Site.SUPPORTED_TASKS: _L("entrypoints/openai/api_server.py", 592),
+        Site.CHAT_CONTENT_FORMAT: _L("renderers/hf.py", 314),
         Site.SERVER_START: _L("entrypoints/openai/api_server.py", 596),
         Site.ROUTES_HEAD: _L("entrypoints/launcher.py", 37),
         Site.ROUTE: _L("entrypoints/launcher.py", 46),
@@ -143,6 +145,7 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.CHUNKED_PREFILL: _L("config/scheduler.py", 310),
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 224),
         Site.SUPPORTED_TASKS: _L("entrypoints/launchers/api_server/entry.py", 135),
+        Site.CHAT_CONTENT_FORMAT: _L("renderers/hf.py", 736),
         Site.SERVER_START: _L("entrypoints/launchers/api_server/entry.py", 139),
         Site.ROUTES_HEAD: _L("entrypoints/launchers/launcher.py", 188),
         Site.ROUTE: _L("entrypoints/launchers/launcher.py", 197),

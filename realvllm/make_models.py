@@ -12,10 +12,13 @@ it is. tiny-qwen2.5-14b-shape keeps the *attention geometry* of the model the se
 (Qwen2.5-14B-Instruct: 48 layers, 40 query heads, 8 KV heads of 128, a 32,768-token window,
 2-byte KV entries: 192 KiB of KV per token) with a residual width of 80, so every figure vLLM
 derives from that geometry (the context window, what N tokens of KV need) is the real model's,
-while the weights are 92 MiB. The weights are set, not trained: attention and MLP write nothing
-into the residual stream, so the logits depend only on the current token, and the embedding and
-LM head form a chain that answers every prompt with one short sentence and then the end token (a
-random model never stops, and the baseline probe refuses an answer cut at max_tokens).
+while the weights are 92 MiB. tiny-qwen2.5-14b-shape-base is its base twin: the same config
+and weights, with the tokenizer_config.json kept beside its config.json, which defines no chat
+template (as a base model's, Llama-2-7b-hf's for one, defines none). The weights are set, not
+trained: attention and MLP write nothing into the residual stream, so the logits depend only on
+the current token, and the embedding and LM head form a chain that answers every prompt with one
+short sentence and then the end token (a random model never stops, and the baseline probe
+refuses an answer cut at max_tokens).
 
 Everything is deterministic: the same code writes the same bytes (the revision is their hash).
 """
@@ -61,7 +64,7 @@ CORPUS = (
 # the models' config.json files, shared with the lab engine and the tests that derive what a
 # scenario asserts from them (vllmfacts/models)
 PACKAGED = Path(__file__).resolve().parent.parent / "vllmfacts" / "models" / ORG
-MODELS = ("tiny-qwen2.5-14b-shape",)
+MODELS = ("tiny-qwen2.5-14b-shape", "tiny-qwen2.5-14b-shape-base")
 
 
 @dataclass(frozen=True)
@@ -174,20 +177,25 @@ def write_model(hub: Path, name: str, tok: Tokenizer) -> Path:
         json.dumps({"eos_token_id": eos, "do_sample": False}, indent=2) + "\n"
     )
     tok.save(str(staging / "tokenizer.json"))
-    (staging / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "<|endoftext|>",
-                "eos_token": EOS,
-                "pad_token": "<|endoftext|>",
-                "model_max_length": config["max_position_embeddings"],
-                "chat_template": CHAT_TEMPLATE,
-            },
-            indent=2,
+    packaged_tokenizer = PACKAGED / name / "tokenizer_config.json"
+    if packaged_tokenizer.is_file():
+        # a base model's, kept beside its config.json: without a chat template
+        shutil.copyfile(packaged_tokenizer, staging / "tokenizer_config.json")
+    else:
+        (staging / "tokenizer_config.json").write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "bos_token": "<|endoftext|>",
+                    "eos_token": EOS,
+                    "pad_token": "<|endoftext|>",
+                    "model_max_length": config["max_position_embeddings"],
+                    "chat_template": CHAT_TEMPLATE,
+                },
+                indent=2,
+            )
+            + "\n"
         )
-        + "\n"
-    )
     digest = hashlib.sha1()
     for f in sorted(staging.iterdir()):
         digest.update(f.name.encode() + f.read_bytes())

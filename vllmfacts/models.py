@@ -94,6 +94,18 @@ class ModelInfo:
     config: dict[str, Any]
     checkpoint_bytes: int
     lab_profile: dict[str, Any]
+    tokenizer_config: dict[str, Any] | None = None  # tokenizer_config.json, where it is kept
+
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the tokenizer defines a chat template (tokenizer_config.json's
+        `chat_template`, which vLLM's renderer falls back to without --chat-template). The zoo
+        keeps a model's tokenizer_config.json only where it matters: a base model's, which has
+        none; a model without one is served with its own template, as the zoo's instruct models
+        are."""
+        if self.tokenizer_config is None:
+            return True
+        return bool(self.tokenizer_config.get("chat_template"))
 
     @property
     def architecture(self) -> str:
@@ -261,4 +273,13 @@ def _load(tag: str, path: Path) -> ModelInfo:
         total = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     profile_file = path / "gameday-lab.json"
     profile = json.loads(profile_file.read_text()) if profile_file.is_file() else {}
-    return ModelInfo(tag=tag, path=path, config=config, checkpoint_bytes=total, lab_profile=profile)
+    tok_file = path / "tokenizer_config.json"
+    tokenizer = json.loads(tok_file.read_text()) if tok_file.is_file() else None
+    return ModelInfo(
+        tag=tag,
+        path=path,
+        config=config,
+        checkpoint_bytes=total,
+        lab_profile=profile,
+        tokenizer_config=tokenizer,
+    )

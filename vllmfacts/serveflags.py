@@ -37,6 +37,11 @@ def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
     p.add_argument("--headless", action="store_true")
     # None: one API server per data-parallel rank (vLLM's internal load balancing)
     p.add_argument("--api-server-count", "-asc", type=int, default=None)
+    # FrontendArgs: a Jinja template, or a file holding one, that replaces the tokenizer's
+    p.add_argument("--chat-template", default=None)
+    p.add_argument(
+        "--chat-template-content-format", default="auto", choices=["auto", "openai", "string"]
+    )
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--uvicorn-log-level", default="info")

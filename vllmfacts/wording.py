@@ -123,6 +123,18 @@ def tp_heads_indivisible(heads: int, tp: int) -> str:
     )
 
 
+NO_CHAT_TEMPLATE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide "
+    "a chat template if the tokenizer does not define one."
+)
+"""safe_apply_chat_template's ChatTemplateResolutionError when neither --chat-template nor the
+tokenizer gives a template (vllm/renderers/hf.py:477 in 0.19.1, :885 in 0.33.0), the same words
+in both eras. Raised per chat request, never at start-up (the renderer's warm-up logs it at
+DEBUG only: renderers/base.py:205 in 0.19.1, :381 in 0.33.0), and answered HTTP 400
+BadRequestError with the message as it is (create_error_response: entrypoints/utils.py:326 in
+0.19.1, entrypoints/serve/exception_handling/error_response.py:55 in 0.33.0)."""
+
+
 def headless_launch(era: Era, master_addr: str, master_port: int) -> str:
     return (
         f"Launching vLLM (v{era.version}) headless multiproc executor, with head node address "

@@ -18,6 +18,7 @@ from labengine.server.metrics import CONTENT_TYPE
 from labengine.server.state import EngineDead, ServerState, generate
 from labengine.sites import Site, where
 from labengine.textgen import WORDS, chat_prompt_tokens, count_tokens, top_logprobs
+from vllmfacts.wording import NO_CHAT_TEMPLATE
 
 ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
@@ -83,12 +84,20 @@ def prompt_of(body: dict[str, Any], chat: bool) -> tuple[str, int] | JSONRespons
     return raw, count_tokens(raw)
 
 
-def check_request(st: ServerState, body: dict[str, Any], n_prompt: int) -> int | JSONResponse:
-    """The model exists and the request fits the context window: its max_tokens (the rest of
-    the window when the request names none), or vLLM's error."""
+def unknown_model(st: ServerState, body: dict[str, Any]) -> JSONResponse | None:
+    """vLLM's 404 for a model it does not serve (OpenAIServing._check_model), or None."""
     model = body.get("model", st.served_name)
     if model not in (st.served_name, st.model_root):
         return error(404, f"The model `{model}` does not exist.", "NotFoundError")
+    return None
+
+
+def check_request(st: ServerState, body: dict[str, Any], n_prompt: int) -> int | JSONResponse:
+    """The model exists and the request fits the context window: its max_tokens (the rest of
+    the window when the request names none), or vLLM's error."""
+    unknown = unknown_model(st, body)
+    if unknown is not None:
+        return unknown
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     if max_tokens is None:
         max_tokens = max(st.max_model_len - n_prompt, 1)
@@ -116,6 +125,11 @@ async def read_request(st: ServerState, request: Request, chat: bool) -> Prompt 
     prompt = prompt_of(body, chat)
     if isinstance(prompt, JSONResponse):
         return prompt
+    if chat and not st.chat_template:
+        # the model is checked first, then the conversation rendered with the template that
+        # --chat-template or the tokenizer gives (vllm/renderers/hf.py:
+        # safe_apply_chat_template): with none, ChatTemplateResolutionError, answered 400
+        return unknown_model(st, body) or error(400, NO_CHAT_TEMPLATE, "BadRequestError")
     text, n_prompt = prompt
     max_tokens = check_request(st, body, n_prompt)
     if isinstance(max_tokens, JSONResponse):

@@ -49,6 +49,7 @@ class ServerState:
     max_logprobs: int = 20  # --max-logprobs; -1: the vocabulary
     vocab_size: int = 0  # the model config's, what `logprobs: -1` stands for
     cache_info: dict[str, str] | None = None  # the labels of vllm:cache_config_info
+    chat_template: bool = True  # --chat-template or the tokenizer's: without, chat answers 400
     metrics: EngineMetrics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -156,7 +156,8 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
     want = p.expect_finish_reason.value if p.expect_finish_reason else "any"
     expected = {
         "hangs": f"no answer within {timeout:.1f} s (a hang, not an error)",
-        "refused": f"an error answer, HTTP {p.expect_status or '4xx or 5xx'}",
+        "refused": f"an error answer, HTTP {p.expect_status or '4xx or 5xx'}"
+        + (f", its body matching {p.expect_error!r}" if p.expect_error else ""),
         "unavailable": "no completion: nothing answers, it hangs, or it answers an error",
         "completes": f"HTTP 200, non-empty answer, finish_reason {want}",
     }[p.expect]
@@ -201,6 +202,8 @@ def _http(env: ProbeEnv, p: HttpProbe | InferenceProbe, name: str) -> ProbeResul
         )
     if p.expect == "refused":
         refused = r.status_code == p.expect_status if p.expect_status else r.status_code >= 400
+        if p.expect_error is not None:
+            refused = refused and compile_user(p.expect_error).search(r.text) is not None
         return ProbeResult(
             name,
             Verdict.PASSED if refused else Verdict.FAILED,

@@ -46,6 +46,12 @@ class InferenceProbe(Model):
     expect_status: Annotated[int, Field(ge=400, le=599)] | None = Field(
         default=None, description="With `expect: refused`: the error status it must answer."
     )
+    expect_error: Annotated[str, Field(min_length=1, max_length=MAX_PATTERN)] | None = Field(
+        default=None,
+        description="With `expect: refused`: a regex (RE2) the error body must match, so that "
+        "only this refusal passes (a 400 for a prompt too long is another failure). `gameday "
+        "triage` recognises the scenario by it in a client's pasted error.",
+    )
     api: Literal["chat", "completions"] = "chat"
     prompt: str
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 16
@@ -53,10 +59,17 @@ class InferenceProbe(Model):
     expect_finish_reason: FinishReason | None = FinishReason.STOP
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
+    @field_validator("expect_error")
+    @classmethod
+    def _error_compiles(cls, v: str | None) -> str | None:
+        return None if v is None else safe_regex(v)
+
     @model_validator(mode="after")
     def _status_with_refused(self) -> InferenceProbe:
         if self.expect_status is not None and self.expect != "refused":
             raise ValueError("expect_status goes with `expect: refused`")
+        if self.expect_error is not None and self.expect != "refused":
+            raise ValueError("expect_error goes with `expect: refused`")
         return self
 
 

@@ -2,7 +2,9 @@
 
 The knowledge is the scenario files themselves. A scenario is recognised when every pattern its
 signature marks `identifies: true` matches, in order; a signature another node logs (`elsewhere`)
-is recognised by its identifying patterns, or by all its patterns where it marks none. Absent
+is recognised by its identifying patterns, or by all its patterns where it marks none; a failure
+only a client sees (a refusal an inference probe expects) by the error it must be answered
+with, which is what a client pastes. Absent
 patterns and capture checks are not applied: a `--tail` excerpt proves nothing by what it lacks,
 and a log from another model or length is the same failure. Logs are normalised first
 (runner.triage.normalise) and wrapped messages matched across lines (runner.triage.match).
@@ -18,6 +20,7 @@ from functools import cache
 
 from runner.spec.expectations import NodeSignature, Pattern
 from runner.spec.kinds import Outcome
+from runner.spec.probes import AnyProbe, InferenceProbe
 from runner.spec.scenario import LoadedScenario, Scenario
 from runner.triage.advice import advise
 from runner.triage.cut import find_cut
@@ -35,6 +38,7 @@ from vllmfacts.startup import StartupPhase
 from vllmfacts.wording import Era, Platform
 
 __all__ = [
+    "ANSWERED",
     "MAX_LINES",
     "TIMEOUT_S",
     "BudgetExceeded",
@@ -131,6 +135,7 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
             view = "the head's" if group else "the serving node's"
             sigs.append((view, sc.target, identifying(sc.expect.signature.in_order)))
         sigs += [_elsewhere(e) for e in sc.expect.elsewhere]
+        sigs += _refusals(sc.expect.probes, sc.target)
         for view, node, pats in sigs:
             key = (view, *(p.regex for p in pats))
             if pats and key not in seen:
@@ -141,6 +146,22 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
 
 def _elsewhere(e: NodeSignature) -> tuple[str, str, list[Pattern]]:
     return "a worker's", e.node, identifying(e.in_order, all_if_none=True)
+
+
+ANSWERED = "the error a client is answered with"
+
+
+def _refusals(probes: Sequence[AnyProbe], target: str) -> list[tuple[str, str, list[Pattern]]]:
+    """What a client is answered where an inference probe expects a refusal with its error."""
+    return [
+        (
+            "a client's",
+            p.node or target,
+            [Pattern(regex=p.expect_error, identifies=True, description=ANSWERED)],
+        )
+        for p in probes
+        if isinstance(p, InferenceProbe) and p.expect_error is not None
+    ]
 
 
 def _marker_lines(log: Log) -> list[tuple[int, StartupPhase]]:

@@ -83,6 +83,8 @@ def test_the_catalogue_passes_unchanged(lab: ComposeLab, state: Path, tmp_path: 
             "stray-gpu-process",
             "dhcp-address-change",
             "silent-wrong-output",
+            "missing-chat-template",
+            "tp-head-divisibility",
         )
     } | {"engine-core-death": "skipped"}  # the lab's serving container restarts always
     # host actions ran as Ansible playbooks, their events kept beside the report

@@ -31,7 +31,14 @@ from tests.support.cli import ROOT, gameday, ok
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
 KUBECONFIG = ROOT / "build" / "kubeapi" / "kubeconfig"
-STARTUP = ["service-name-collision", "kv-cache-shortage", "context-window-overflow", "tp-mismatch"]
+STARTUP = [
+    "service-name-collision",
+    "kv-cache-shortage",
+    "context-window-overflow",
+    "tp-mismatch",
+    "tp-head-divisibility",  # the tensor-parallel group's StatefulSets, re-formed on three
+]
+REQUEST_TIME = "missing-chat-template"  # the server starts; chat requests are refused
 K8S_VERSION = kubernetes_validate.utils.latest_version()
 
 
@@ -61,15 +68,21 @@ def variant(tmp_path: Path, **replace: str) -> Path:
     return conftest.variant(INVENTORY, tmp_path, paths | replace)
 
 
-def test_four_startup_scenarios_pass_unchanged(
+def test_the_startup_scenarios_and_a_request_time_one_pass_unchanged(
     server: Server, state: Path, tmp_path: Path, core: Any
 ) -> None:
-    files = [str(ROOT / "scenarios" / f"{s}.yaml") for s in STARTUP]
+    files = [str(ROOT / "scenarios" / f"{s}.yaml") for s in [*STARTUP, REQUEST_TIME]]
     r = gd(state, "run", *files, "--lab", str(INVENTORY), "--reports", str(tmp_path), "--json")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(r.stdout)
     by_id = {s["id"]: s for s in result["scenarios"]}
-    assert sorted(by_id) == sorted(STARTUP)
+    assert sorted(by_id) == sorted([*STARTUP, REQUEST_TIME])
+    # the pod serves, and only a chat request is refused: nothing exits, no previous log
+    chat = by_id.pop(REQUEST_TIME)
+    assert chat["verdict"] == "passed"
+    refused = [a for a in chat["assertions"] if a["name"] == "expect: inference (chat) refused"]
+    assert [a["verdict"] for a in refused] == ["passed"]
+    assert "default chat template is no longer allowed" in refused[0]["observed"]
     for sid, s in by_id.items():
         assert s["verdict"] == "passed", sid
         titles = [e["title"] for e in s["evidence"]]

@@ -20,6 +20,7 @@ SCENARIOS = [
     "scenarios/service-name-collision.yaml",
     "scenarios/tp-mismatch.yaml",
     "scenarios/engine-core-death.yaml",
+    "scenarios/missing-chat-template.yaml",
 ]
 # what only real vLLM on the CPU shows: its worker process (the stand-in has none), the CPU
 # worker's budget line, and the generated model's answer through vLLM's own sampler
@@ -29,6 +30,8 @@ REAL = {
     "service-name-collision": ["(Worker pid=", "WorkerProc failed to start"],
     "tp-mismatch": ["Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers"],
     "engine-core-death": ["vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered"],
+    # real vLLM's own refusal body (the answer check below shows the model is the real one)
+    "missing-chat-template": ['"type":"BadRequestError","param":null,"code":400}'],
 }
 ANSWER = "'This tiny test model is ready to serve.'"
 
@@ -50,6 +53,7 @@ def test_the_scenarios_pass_against_real_vllm(tmp_path: Path) -> None:
         "service-name-collision": ["vLLM on CPU: runs its own expect (per_platform.cpu)"],
         "tp-mismatch": ["vLLM on CPU: runs its own expect, hints, recover (per_platform.cpu)"],
         "engine-core-death": [],
+        "missing-chat-template": ["vLLM on CPU: runs its own inject (per_platform.cpu)"],
     }
     report = (run / "report.md").read_text()
     sections = report.split("\n## ")[1:]

@@ -1,4 +1,4 @@
-"""The four start-up scenarios, end to end on the embedded local lab."""
+"""The start-up scenarios and a request-time one, end to end on the embedded local lab."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ import pytest
 from tests.support.cli import ROOT, gameday, inventory, scenario_variant
 
 pytestmark = pytest.mark.e2e
-FOUR = [
+STARTUP = [
     "scenarios/context-window-overflow.yaml",
     "scenarios/kv-cache-shortage.yaml",
     "scenarios/tp-mismatch.yaml",
     "scenarios/service-name-collision.yaml",
+    "scenarios/tp-head-divisibility.yaml",
 ]
 
 
-def test_the_four_pass(tmp_path: Path) -> None:
-    p = gameday("run", *FOUR, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
+def test_the_startup_scenarios_pass(tmp_path: Path) -> None:
+    p = gameday("run", *STARTUP, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     run_dir = (tmp_path / "latest").resolve()
     for f in ("result.json", "junit.xml", "report.md", "report.html"):
@@ -31,6 +32,7 @@ def test_the_four_pass(tmp_path: Path) -> None:
     # the walls in order: config errors in seconds, the KV shortage only after the weights load
     assert by_id["context-window-overflow"]["time_to_fail_s"] < 30
     assert by_id["tp-mismatch"]["time_to_fail_s"] < 30
+    assert by_id["tp-head-divisibility"]["time_to_fail_s"] < 30
     assert 90 < by_id["kv-cache-shortage"]["time_to_fail_s"] < 300
     assert all(s["time_to_recover_s"] for s in by_id.values())
     collision = by_id["service-name-collision"]
@@ -146,3 +148,24 @@ def test_engine_core_death_on_the_stand_in_and_not_where_the_node_restarts_alway
     (sc,) = result["scenarios"]
     assert sc["verdict"] == "skipped"
     assert "serving restarts by policy always" in sc["notes"][0]
+
+
+def test_a_model_without_a_chat_template_serves_completions_and_refuses_chat(
+    tmp_path: Path,
+) -> None:
+    """A failure only a chat request shows: /health and completions pass, chat is refused with
+    vLLM's 400, and the flag the start-up log names does not bring chat back."""
+    scen = "scenarios/missing-chat-template.yaml"
+    p = gameday("run", scen, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads(((tmp_path / "latest").resolve() / "result.json").read_text())
+    (sc,) = result["scenarios"]
+    assert sc["verdict"] == "passed"
+    seen = {a["name"]: a["observed"] for a in sc["assertions"]}
+    assert seen["expect: GET /health"] == "HTTP 200"
+    assert seen["expect: inference (completions)"].startswith("HTTP 200")
+    refusal = seen["expect: inference (chat) refused"]
+    assert refusal.startswith("HTTP 400: ") and '"type":"BadRequestError"' in refusal
+    (shortcut,) = [v for k, v in seen.items() if "does NOT restore" in k]
+    assert "inference (chat): HTTP 400" in shortcut
+    assert "inference (completions): HTTP 200" in shortcut

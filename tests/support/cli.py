@@ -18,9 +18,11 @@ SHIPPED = [
     "engine-core-death",
     "head-only-restart",
     "kv-cache-shortage",
+    "missing-chat-template",
     "service-name-collision",
     "silent-wrong-output",
     "stray-gpu-process",
+    "tp-head-divisibility",
     "tp-mismatch",
 ]
 

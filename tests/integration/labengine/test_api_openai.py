@@ -60,14 +60,14 @@ V1_FAMILIES = {
 }
 
 
-def serve(*extra: str) -> Iterator[str]:
+def serve(*extra: str, model: str = QWEN) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "GAMEDAY_"))}
     env["GAMEDAY_TIME_SCALE"] = "1000"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "labengine", "serve", QWEN, "--max-model-len", "4096",
+        [sys.executable, "-m", "labengine", "serve", model, "--max-model-len", "4096",
          "--host", "127.0.0.1", "--port", str(port), *extra],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -232,3 +232,45 @@ def test_max_logprobs_flag_lifts_the_limit(wide_client: openai.OpenAI) -> None:
     )
     # -1 is the whole vocabulary: the lab engine's is its word list of 38 distinct words
     assert len(chat.choices[0].logprobs.content[0].top_logprobs) == 38  # type: ignore[union-attr, index]
+
+
+BASE = "meta-llama/Llama-2-7b-hf"  # a base model: its tokenizer defines no chat template
+NO_TEMPLATE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide "
+    "a chat template if the tokenizer does not define one."
+)
+
+
+def test_without_a_chat_template_chat_is_refused_and_completions_serve() -> None:
+    base = serve(model=BASE)
+    url = next(base)
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="EMPTY", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=BASE, messages=HELLO)  # type: ignore[arg-type]
+        assert e.value.body == {
+            "message": NO_TEMPLATE,
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+        # what a client pastes: the openai library's own words around vLLM's body
+        assert str(e.value) == f"Error code: 400 - {NO_TEMPLATE}"
+        with pytest.raises(openai.NotFoundError):  # the model is checked before the template
+            client.chat.completions.create(model="other", messages=HELLO)  # type: ignore[arg-type]
+        done = client.completions.create(model=BASE, prompt="hi there", max_tokens=3)
+        assert done.choices[0].text
+    finally:
+        next(base, None)
+
+
+def test_a_chat_template_flag_gives_the_base_model_one() -> None:
+    template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    base = serve("--chat-template", template, model=BASE)
+    url = next(base)
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="EMPTY", max_retries=0)
+        done = client.chat.completions.create(model=BASE, messages=HELLO, max_tokens=3)  # type: ignore[arg-type]
+        assert done.choices[0].message.content
+    finally:
+        next(base, None)

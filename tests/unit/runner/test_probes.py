@@ -166,3 +166,50 @@ def test_nothing_listening_is_unavailable(silent: SilentServer) -> None:
         (result,) = run_probes(env, [probe])
     assert result.verdict is Verdict.PASSED
     assert "connection refused" in result.observed
+
+
+NO_TEMPLATE = {
+    "error": {
+        "message": "As of transformers v4.44, default chat template is no longer allowed, so you "
+        "must provide a chat template if the tokenizer does not define one.",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+}
+TOO_LONG = {
+    "error": {
+        "message": "This model's maximum context length is 4096 tokens.",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "verdict"), [(NO_TEMPLATE, Verdict.PASSED), (TOO_LONG, Verdict.FAILED)]
+)
+def test_a_refusal_with_its_error(body: dict[str, Any], verdict: Verdict) -> None:
+    """Only the refusal the scenario names passes: another 400 is another failure."""
+    probe = InferenceProbe(
+        kind="inference",
+        prompt="hi",
+        expect="refused",
+        expect_status=400,
+        expect_error="default chat template is no longer allowed",
+    )
+    with answering(400, body) as http:
+        env = ProbeEnv(http=http, lab=cast(LabDriver, UrlOnly("http://lab")), scale=1, target="s")
+        (result,) = run_probes(env, [probe])
+    assert result.verdict is verdict
+    assert result.expected == (
+        "an error answer, HTTP 400, its body matching 'default chat template is no longer allowed'"
+    )
+
+
+def test_expect_error_goes_with_refused_and_compiles() -> None:
+    with pytest.raises(ValueError, match="expect_error goes with `expect: refused`"):
+        InferenceProbe(kind="inference", prompt="hi", expect_error="x")
+    with pytest.raises(ValueError, match="RE2"):
+        InferenceProbe(kind="inference", prompt="hi", expect="refused", expect_error=r"(a)\1")

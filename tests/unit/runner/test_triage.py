@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner.spec.scenario import LoadedScenario, discover, load_scenario
-from runner.triage import Finding, normalise, signatures, triage
+from runner.triage import ANSWERED, Finding, normalise, signatures, triage
 from tests.support.seedlogs import HEALTHY, SEED_019
 from vllmfacts.startup import StartupPhase
 
@@ -155,6 +155,11 @@ def test_every_signature_a_scenario_declares() -> None:
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"])
+        ],
+        # a failure only a client sees: the refusal the chat probe expects
+        "missing-chat-template": [("a client's", "serving", [ANSWERED])],
+        "tp-head-divisibility": [
+            ("the serving node's", "node1", ["the heads do not split over the ranks"])
         ],
     }
 

@@ -27,12 +27,17 @@ PUBLISHED = {
     "deepseek-ai/DeepSeek-V2-Lite": (15.7e9, "MLA + MoE"),
     "Qwen/Qwen2.5-14B-Instruct-AWQ": (14.7e9, "AWQ 4-bit"),
     "TheBloke/Llama-2-7B-Chat-GPTQ": (6.74e9, "GPTQ 4-bit"),
+    "meta-llama/Llama-2-7b-hf": (6.74e9, "MHA, a base model without a chat template"),
     "ai21labs/Jamba-v0.1": (51.57e9, "hybrid Mamba-attention MoE"),
 }
 # made for the lab (the Jamba write-up's scenario: a Jamba-style hybrid that fits one A10G; the
-# real-vLLM lab's tiny model with the seed model's attention geometry), no
-# publisher
-LAB_MADE = {"gameday-lab/jamba-hybrid-1b", "gameday-lab/tiny-qwen2.5-14b-shape"}
+# real-vLLM lab's tiny model with the seed model's attention geometry, and its base twin without a
+# chat template), no publisher
+LAB_MADE = {
+    "gameday-lab/jamba-hybrid-1b",
+    "gameday-lab/tiny-qwen2.5-14b-shape",
+    "gameday-lab/tiny-qwen2.5-14b-shape-base",
+}
 
 
 def test_the_zoo_holds_every_packaged_model() -> None:
@@ -124,3 +129,25 @@ def test_unknown_architecture_is_refused_in_vllms_words(tmp_path: Path) -> None:
         "Model architectures ['FooForCausalLM'] are not supported for now. "
         "Supported architectures: ["
     )
+
+
+@pytest.mark.parametrize(
+    ("tag", "has_template"),
+    [
+        ("meta-llama/Llama-2-7b-hf", False),  # a base model: tokenizer_config.json has none
+        ("gameday-lab/tiny-qwen2.5-14b-shape-base", False),
+        ("Qwen/Qwen2.5-14B-Instruct-AWQ", True),  # no tokenizer_config.json kept: its own
+    ],
+)
+def test_a_chat_template_from_the_tokenizer_config(tag: str, has_template: bool) -> None:
+    assert resolve(tag).has_chat_template is has_template
+
+
+def test_a_tokenizer_config_with_a_template_has_one(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        (PACKAGED_MODELS / "gameday-lab/tiny-qwen2.5-14b-shape/config.json").read_text()
+    )
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ x }}"}))
+    assert resolve(str(tmp_path)).has_chat_template
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": None}))
+    assert not resolve(str(tmp_path)).has_chat_template

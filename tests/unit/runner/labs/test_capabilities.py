@@ -23,9 +23,11 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
         "engine-core-death": ["signals"],
         "head-only-restart": ["alert_delivery", "monitoring", "signals"],
         "kv-cache-shortage": [],
+        "missing-chat-template": [],
         "service-name-collision": [],
         "silent-wrong-output": [],
         "stray-gpu-process": ["gpu_processes", "monitoring", "processes"],
+        "tp-head-divisibility": [],
         "tp-mismatch": [],
     }
 
