@@ -16,6 +16,7 @@ SHIPPED = [
     "context-window-overflow",
     "dhcp-address-change",
     "engine-core-death",
+    "engine-core-hang",
     "head-only-restart",
     "kv-cache-shortage",
     "service-name-collision",

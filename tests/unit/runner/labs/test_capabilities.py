@@ -21,6 +21,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
         "context-window-overflow": [],
         "dhcp-address-change": ["addresses", "alert_delivery", "monitoring"],
         "engine-core-death": ["signals"],
+        "engine-core-hang": ["signals"],
         "head-only-restart": ["alert_delivery", "monitoring", "signals"],
         "kv-cache-shortage": [],
         "service-name-collision": [],
