@@ -84,6 +84,7 @@ def test_the_catalogue_passes_unchanged(lab: ComposeLab, state: Path, tmp_path: 
             "dhcp-address-change",
             "silent-wrong-output",
             "engine-core-hang",
+            "nccl-watchdog-timeout",
         )
     } | {"engine-core-death": "skipped"}  # the lab's serving container restarts always
     # host actions ran as Ansible playbooks, their events kept beside the report

@@ -125,6 +125,35 @@ def test_pytest_plugin_collects_and_explains(tmp_path: Path) -> None:
     assert "expected: exit code 0" in p.stdout and "observed: exit code 1" in p.stdout
 
 
+def test_a_stalled_rank_takes_its_group_down_by_two_timeouts(tmp_path: Path) -> None:
+    """The head gives up on its workers at VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s), the
+    workers' NCCL watchdog at the process group's 600 s, in PyTorch's own words."""
+    p = gameday(
+        "run",
+        "scenarios/nccl-watchdog-timeout.yaml",
+        "--lab",
+        "inventories/local.yaml",
+        "--reports",
+        str(tmp_path),
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads(((tmp_path / "latest").resolve() / "result.json").read_text())
+    (sc,) = result["scenarios"]
+    assert sc["verdict"] == "passed"
+    assert 290 <= sc["time_to_fail_s"] <= 360
+    observed = {a["name"]: a["observed"] for a in sc["assertions"]}
+    # 300 s after the head, the process group's 600 s from the stalled request
+    after = float(observed["expect on node3: within 400 s"].split()[0])
+    assert 250 < after < 350, after
+    # c10's date is month * 100 + day, never zero-padded
+    line = observed["expect on node3: signature 2/4: and takes the process down"]
+    assert re.search(r"\[rank2\]:\[E[1-9]\d{2,3} ", line), line
+    assert [a["verdict"] for a in sc["assertions"] if a["phase"] == "recover"] == [
+        "passed",
+        "passed",
+    ]
+
+
 def test_engine_core_death_on_the_stand_in_and_not_where_the_node_restarts_always(
     tmp_path: Path,
 ) -> None:

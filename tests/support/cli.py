@@ -19,6 +19,7 @@ SHIPPED = [
     "engine-core-hang",
     "head-only-restart",
     "kv-cache-shortage",
+    "nccl-watchdog-timeout",
     "service-name-collision",
     "silent-wrong-output",
     "stray-gpu-process",
