@@ -566,6 +566,9 @@ DISPATCH = {"args.dispatch_function": "cmd", "environment_variables[]": "*"}
 # tracebacks whose chain below the engine core's busy loop is not rebuilt from the source, and
 # why: their frames are named here and reported, not counted as skipped links
 NOT_REBUILT = {
+    "busy_loop_rpc_timeout": "the executor's get_response raises it into a Future that the "
+    "busy loop's step re-raises through concurrent.futures (stdlib frames), after the cause it "
+    "chains (the message queue's own TimeoutError); the two ends are checked",
     "busy_loop_nccl": "the failing all-reduce runs in a TP worker process: the engine core "
     "sees it through the executor's collective_rpc, and the worker's own frames run through "
     "the model's forward (torch.nn.Module call frames, torch.compile's generated code), "

@@ -378,9 +378,11 @@ def _run_headless(s: CoreSettings, log: VllmLog) -> int:
     # the worker's name before the process's: once `ps` shows it, its lines carry it too. The
     # multi-node path of run_headless returns from the executor's worker monitor without a
     # "Shutting down." (that line ends its data-parallel path only)
+    # run_headless's worker monitor speaks as the launcher, once its worker has died
+    launcher = VllmLog(log.process_name, log.stream, log.era, decorated=log.decorated)
     log.rebind(core.worker_name(s))
     _set_comm(s.process_name)
-    return core.run_worker(s, log)
+    return core.run_worker(s, log, launcher)
 
 
 def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, port: int) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from labengine import loading, mamba, pytorch
+from labengine import c10d, loading, mamba, pytorch
 from labengine.logs import VllmLog
 from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
@@ -26,7 +26,15 @@ from labengine.tracebacks import Traceback, frames, process_died
 from vllmfacts import arch, envs, memory
 from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
 from vllmfacts.models import DTYPE_BYTES, ModelInfo
-from vllmfacts.wording import Era, capacity_lines, dp_group_leader, gib, kv_shortage, no_kv_memory
+from vllmfacts.wording import (
+    Era,
+    capacity_lines,
+    dp_group_leader,
+    gib,
+    kv_shortage,
+    no_kv_memory,
+    worker_died,
+)
 
 # Real-world durations (seconds) of the phases that do not depend on model size, from the EKS
 # start-failure write-up's logs: the API server resolves config ~9 s after start; the engine core
@@ -403,7 +411,9 @@ def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
 # Rank 0 hosts the rendezvous store (TCPStore) at master_addr:master_port; each headless node's
 # worker connects and sends its rank; the group forms when every rank has joined. Every request is
 # then an exchange with every worker (as every forward pass is an all-reduce across ranks): no
-# worker, no completion. A stopped worker hangs the request with /health still 200.
+# worker, no completion. A stopped worker hangs the request with /health still 200 until the
+# engine core's wait for its workers' output times out (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS); the
+# other workers stay in the all-reduce until PyTorch's watchdog takes them down.
 
 
 def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
@@ -421,23 +431,48 @@ def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
         except (ValueError, KeyError, TypeError):
             conn.close()
             continue
+        # a collective is three small messages a token: never held back for an ACK (Nagle)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peers[rank] = conn
     srv.close()
     return [peers[r] for r in sorted(peers)]
 
 
-def _exchange(group: list[socket.socket], rid: str) -> None:
-    """One collective: every worker must answer. Raises ConnectionError if one has gone."""
+STEP_DONE = b'{"op": "done"}\n'
+STEP_END = b'{"op": "end"}\n'
+
+
+def _exchange(group: list[socket.socket], rid: str, timeout_s: float) -> None:
+    """One collective: every worker must answer within `timeout_s` (lab seconds), then each
+    learns that all have (the all-reduce completes on every rank only once every rank has given
+    its part). Raises ConnectionError if one has gone, TimeoutError if one does not answer."""
     msg = (json.dumps({"op": "step", "rid": rid}) + "\n").encode()
     for peer in group:
         peer.sendall(msg)
+    deadline = time.monotonic() + timeout_s
     for peer in group:
         buf = b""
         while not buf.endswith(b"\n"):
-            chunk = peer.recv(4096)
+            peer.settimeout(max(deadline - time.monotonic(), 1e-3))
+            try:
+                chunk = peer.recv(4096)
+            finally:
+                peer.settimeout(None)
             if not chunk:
                 raise ConnectionError("peer closed")
             buf += chunk
+    for peer in group:
+        peer.sendall(STEP_END)
+
+
+def execute_model_timeout_s(s: CoreSettings) -> float:
+    """How long (real seconds) the engine core waits for its workers' output of one step
+    (vllm/envs.py VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 in 0.19 and 0.33; the executor's
+    collective_rpc raises `TimeoutError: RPC call to execute_model timed out.` past it)."""
+    try:
+        return float(int(s.env.get("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "300")))
+    except ValueError:
+        return 300.0
 
 
 DEEPGEMM_800 = (
@@ -532,7 +567,14 @@ def _serve(
         for tok in tokens:
             if group:
                 try:
-                    _exchange(group, rid)
+                    _exchange(group, rid, execute_model_timeout_s(s) / s.time_scale)
+                except TimeoutError:
+                    return _fatal(
+                        s,
+                        log,
+                        Traceback.BUSY_LOOP_RPC_TIMEOUT,
+                        "TimeoutError: RPC call to execute_model timed out.",
+                    )
                 except OSError:
                     return _fatal(s, log, Traceback.BUSY_LOOP_NCCL, NCCL_REMOTE_ERROR)
             time.sleep(per_token)
@@ -594,15 +636,58 @@ def heartbeat_line(rank: int) -> str:
     )
 
 
+def _await_end(peer: socket.socket, reader: Any, timeout_s: float, poll_s: float) -> float | None:
+    """Wait for the collective to complete on every rank. None once it has; else how long
+    (lab seconds) it ran before the watchdog found it timed out. The parts come from the other
+    ranks, so rank 0 going away meanwhile does not end the wait: only the timeout does."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        peer.settimeout(left)
+        try:
+            line = reader.readline()
+        except OSError:  # the timeout, or rank 0's socket gone
+            line = b""
+        finally:
+            peer.settimeout(None)
+        if line == STEP_END:
+            return None
+        if not line:
+            time.sleep(max(deadline - time.monotonic(), 0.0))
+    time.sleep(poll_s)  # the watchdog looks every kWatchdogThreadSleepMillis
+    return time.monotonic() - start
+
+
+def _taken_down(s: CoreSettings, launcher: VllmLog, seq: int, ran_s: float) -> int:
+    """PyTorch's watchdog lines and the abort (SIGABRT: -6), then run_headless's worker monitor
+    notices the worker died and returns, and `vllm serve` exits 0."""
+    import sys
+
+    numel = int(s.model.config.get("hidden_size", 0))
+    timeout_ms = int(c10d.PG_NCCL_TIMEOUT_S * 1000)
+    lines = c10d.watchdog_timeout(s.node_rank, seq, numel, int(ran_s * 1000), timeout_ms)
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+    launcher.error(
+        where(s.era, Site.WORKER_DIED), worker_died(s.era, f"VllmWorker-{s.node_rank}", -6)
+    )
+    return 0
+
+
 def worker_name(s: CoreSettings) -> str:
     """How vLLM's log names a headless node's worker process."""
     return f"Worker_TP{s.node_rank}"
 
 
-def run_worker(s: CoreSettings, log: VllmLog) -> int:
+def run_worker(s: CoreSettings, log: VllmLog, launcher: VllmLog | None = None) -> int:
     """A headless node's worker: join rank 0's store, answer every collective, and when rank 0
     goes away block forever (vLLM prints nothing) while PyTorch's heartbeat monitor complains
-    every TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC. It never rejoins."""
+    every TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC. It never rejoins. A collective some rank never
+    completes ends with PyTorch's watchdog taking the worker down, and the node's launcher
+    (`launcher`: run_headless's worker monitor) returning: exit 0."""
     import sys
 
     scale = s.time_scale
@@ -615,10 +700,12 @@ def run_worker(s: CoreSettings, log: VllmLog) -> int:
         except OSError:
             time.sleep(max(1.0 / scale, 0.01))
     peer.settimeout(None)
+    peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     peer.sendall((json.dumps({"rank": s.node_rank}) + "\n").encode())
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, memory_plan(s)))
     reader = peer.makefile("rb")
+    seq = 0
     while True:
         try:
             line = reader.readline()
@@ -626,7 +713,13 @@ def run_worker(s: CoreSettings, log: VllmLog) -> int:
             line = b""
         if not line:
             break
-        peer.sendall(b'{"op": "done"}\n')
+        seq += 1
+        peer.sendall(STEP_DONE)
+        ran_s = _await_end(
+            peer, reader, c10d.PG_NCCL_TIMEOUT_S / scale, c10d.WATCHDOG_POLL_S / scale
+        )
+        if ran_s is not None:
+            return _taken_down(s, launcher or log, seq, ran_s * scale)
     # rank 0 is gone: the worker blocks in a queue read forever; only the heartbeat speaks
     interval = float(s.env.get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "480"))
     while True:

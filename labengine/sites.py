@@ -36,6 +36,7 @@ class Site(enum.StrEnum):
     MAX_MODEL_LEN = "max_model_len"  # "Using max model len N"
     CHUNKED_PREFILL = "chunked_prefill"
     HEADLESS_LAUNCH = "headless_launch"
+    WORKER_DIED = "worker_died"  # the executor's worker monitor: "Worker proc ... died"
     SUPPORTED_TASKS = "supported_tasks"
     CHAT_CONTENT_FORMAT = "chat_content_format"  # the chat renderer's warm-up: "Detected ..."
     SERVER_START = "server_start"  # "Starting vLLM server on ..."
@@ -101,6 +102,7 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.MAX_MODEL_LEN: _L("config/model.py", 1678),
         Site.CHUNKED_PREFILL: _L("config/scheduler.py", 238),
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 193),
+        Site.WORKER_DIED: _L("v1/executor/multiproc_executor.py", 273),
         Site.SUPPORTED_TASKS: _L("entrypoints/openai/api_server.py", 592),
         Site.CHAT_CONTENT_FORMAT: _L("renderers/hf.py", 314),
         Site.SERVER_START: _L("entrypoints/openai/api_server.py", 596),
@@ -144,6 +146,7 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.MAX_MODEL_LEN: _L("config/model.py", 2170),
         Site.CHUNKED_PREFILL: _L("config/scheduler.py", 310),
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 224),
+        Site.WORKER_DIED: _L("v1/executor/multiproc_executor.py", 380),
         Site.SUPPORTED_TASKS: _L("entrypoints/launchers/api_server/entry.py", 135),
         Site.CHAT_CONTENT_FORMAT: _L("renderers/hf.py", 736),
         Site.SERVER_START: _L("entrypoints/launchers/api_server/entry.py", 139),

@@ -50,6 +50,8 @@ class Traceback(enum.StrEnum):
     CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory: too little for one request
     CORE_NO_KV_MEMORY = "core_no_kv_memory"  # the same check: nothing left at all
     BUSY_LOOP_NCCL = "busy_loop_nccl"  # an all-reduce with a worker gone
+    # the executor waiting for its workers' output past VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS
+    BUSY_LOOP_RPC_TIMEOUT = "busy_loop_rpc_timeout"
     BUSY_LOOP_DEEPGEMM = "busy_loop_deepgemm"  # loading a DeepGEMM kernel (CUDA error 800)
     BUSY_LOOP_TRITON = "busy_loop_triton"  # loading a Triton kernel (CUDA error 800)
     # not a traceback of its own: the engine core process's frames above the first traceback

@@ -142,6 +142,14 @@ def headless_launch(era: Era, master_addr: str, master_port: int) -> str:
     )
 
 
+def worker_died(era: Era, name: str, exit_code: int) -> str:
+    """MultiprocExecutor's worker monitor, when one of its worker processes has died
+    (v1/executor/multiproc_executor.py, monitor_workers; 0.33 adds the exit code)."""
+    if era is Era.V0_19:
+        return f"Worker proc {name} died unexpectedly, shutting down executor."
+    return f"Worker proc {name} died unexpectedly (exit code: {exit_code}), shutting down executor."
+
+
 def dp_group_leader(node_rank: int, master_addr: str, ip: str, world: int, local: int) -> str:
     """MultiprocExecutor on a group's head node, before it waits for the other nodes."""
     return (

@@ -27,17 +27,28 @@ def build_app(st: ServerState) -> Starlette:
     return Starlette(routes=Api(st).routes())
 
 
+def engine_idle(rates: tuple[float, float], before: tuple[float, float]) -> bool:
+    """vLLM's LoggingStatLogger logs its line at DEBUG, so not at all by default, when neither
+    this interval nor the one before made a token (vllm/v1/metrics/loggers.py, _update_stats and
+    log: `log_fn = logger.debug if self.engine_is_idle else logger.info`). Requests waiting on an
+    engine that makes no progress do not count: a hung engine goes quiet after one line."""
+    return not any((*rates, *before))
+
+
 async def stats_loop(st: ServerState) -> None:
-    """vLLM's throughput line every stats interval, while there is traffic."""
+    """vLLM's throughput line every stats interval, unless the engine is idle."""
     m = st.metrics
     last_prompt, last_gen = m.prompt_total, m.gen_total
+    before = (0.0, 0.0)
     while True:
         await asyncio.sleep(st.stats_interval_s)
         dt = st.stats_interval_s
         p = (m.prompt_total - last_prompt) / dt
         g = (m.gen_total - last_gen) / dt
         last_prompt, last_gen = m.prompt_total, m.gen_total
-        if p or g or st.queues:
+        idle = engine_idle((p, g), before)
+        before = (p, g)
+        if not idle:
             running, waiting = m.queue_sizes()
             st.log.info(
                 where(st.era, Site.STATS), throughput_line(p, g, running, m.kv_usage, waiting)

@@ -23,6 +23,7 @@ from runner.spec.actions import (
     Restart,
     Rollback,
     Signal,
+    SignalName,
     StartProcess,
     Traffic,
     Wait,
@@ -54,6 +55,8 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
                 f"{action.process.replace('_', ' ')}"
             )
             ctx.lab.signal(action.node, action.process, action.signal)
+            if action.signal is SignalName.STOP:
+                ctx.stopped.add(action.node)
         elif isinstance(action, Traffic):
             send_traffic(ctx, action, why)
         elif isinstance(action, Wait):
@@ -80,6 +83,7 @@ def restart(ctx: Context, action: Restart, why: str) -> None:
     else:
         for n in nodes:
             ctx.lab.restart([n])
+    ctx.stopped.difference_update(nodes)
 
 
 def wait_holds_gpu(ctx: Context, action: StartProcess) -> None:

@@ -85,6 +85,9 @@ class Context:
     # user-written steps run so far (journalled): their undos, or baseline re-applies
     open_steps: list[OpenStep] = field(default_factory=list)
     folder: Path = Path(".")  # the scenario's folder: where its user-written steps run
+    # nodes whose engine this run stopped (SIGSTOP) and has not restarted since: their /health
+    # still answers 200, so only a restart at cleanup brings them back
+    stopped: set[str] = field(default_factory=set)
     seq: int = 0  # the last lab event this run has seen
     injected_at: datetime | None = None  # the injection began
     # the injected fault is in place: its last change applied (a playbook or a container

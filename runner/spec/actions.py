@@ -128,6 +128,9 @@ class SignalName(enum.StrEnum):
     KILL = "KILL"
     TERM = "TERM"
     INT = "INT"
+    # the process lives and does nothing: a hung engine core (deadlocked, or stuck in a kernel or
+    # a collective), which nothing that watches for a dead process notices
+    STOP = "STOP"
 
 
 class EngineProcess(enum.StrEnum):

@@ -26,7 +26,13 @@ from tests.support.cli import ROOT, gameday, ok
 
 pytestmark = pytest.mark.e2e
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
-RUNTIME = ["head-only-restart", "stray-gpu-process", "dhcp-address-change"]
+RUNTIME = [
+    "head-only-restart",
+    "stray-gpu-process",
+    "dhcp-address-change",
+    "engine-core-hang",
+    "nccl-watchdog-timeout",
+]
 # the stand-in server, its client and a state folder: the Kubernetes lab tests' module fixtures
 server, core, state = kube_lab.server, kube_lab.core, kube_lab.state
 
@@ -51,6 +57,8 @@ def test_the_runtime_scenarios_on_kubernetes(
         "head-only-restart": "passed",
         "stray-gpu-process": "passed",
         "dhcp-address-change": "skipped",
+        "engine-core-hang": "passed",
+        "nccl-watchdog-timeout": "skipped",  # a container's PID 1 cannot be stopped from exec
     }, {k: [a for a in v["assertions"] if a["verdict"] != "passed"] for k, v in scenarios.items()}
     dhcp = scenarios["dhcp-address-change"]["notes"]
     assert dhcp[0] == "applies to local, compose, not to a kubernetes lab"
@@ -76,6 +84,12 @@ def test_the_runtime_scenarios_on_kubernetes(
     assert [x["verdict"] for x in alerts] == ["passed", "passed"], alerts
     assert "restart all four together" in alerts[1]["observed"]
     assert any(e["event"].startswith("alert ServingDown delivered") for e in head["timeline"])
+
+    hang = by_name(scenarios["engine-core-hang"])
+    # the pod's probes ask /health: 200 (the pod stays Ready) while no request completes
+    assert hang["expect: GET /health"]["observed"] == "HTTP 200"
+    assert hang["expect: inference (chat) hangs"]["verdict"] == "passed"
+    assert hang["expect: state of serving"]["observed"].startswith("running, restarts 0")
 
     gpu = scenarios["stray-gpu-process"]
     timeline = " | ".join(e["event"] for e in gpu["timeline"])

@@ -21,6 +21,7 @@ SCENARIOS = [
     "scenarios/tp-mismatch.yaml",
     "scenarios/engine-core-death.yaml",
     "scenarios/missing-chat-template.yaml",
+    "scenarios/engine-core-hang.yaml",
 ]
 # what only real vLLM on the CPU shows: its worker process (the stand-in has none), the CPU
 # worker's budget line, and the generated model's answer through vLLM's own sampler
@@ -32,6 +33,8 @@ REAL = {
     "engine-core-death": ["vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered"],
     # real vLLM's own refusal body (the answer check below shows the model is the real one)
     "missing-chat-template": ['"type":"BadRequestError","param":null,"code":400}'],
+    # /health 200 from the real API server while its stopped engine core answers nothing
+    "engine-core-hang": ["no answer within 10.0 s (a hang, not an error)"],
 }
 ANSWER = "'This tiny test model is ready to serve.'"
 
@@ -54,6 +57,7 @@ def test_the_scenarios_pass_against_real_vllm(tmp_path: Path) -> None:
         "tp-mismatch": ["vLLM on CPU: runs its own expect, hints, recover (per_platform.cpu)"],
         "engine-core-death": [],
         "missing-chat-template": ["vLLM on CPU: runs its own inject (per_platform.cpu)"],
+        "engine-core-hang": [],
     }
     report = (run / "report.md").read_text()
     sections = report.split("\n## ")[1:]

@@ -127,21 +127,58 @@ def test_pytest_plugin_collects_and_explains(tmp_path: Path) -> None:
     assert "expected: exit code 0" in p.stdout and "observed: exit code 1" in p.stdout
 
 
+def test_a_stalled_rank_takes_its_group_down_by_two_timeouts(tmp_path: Path) -> None:
+    """The head gives up on its workers at VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s), the
+    workers' NCCL watchdog at the process group's 600 s, in PyTorch's own words."""
+    p = gameday(
+        "run",
+        "scenarios/nccl-watchdog-timeout.yaml",
+        "--lab",
+        "inventories/local.yaml",
+        "--reports",
+        str(tmp_path),
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads(((tmp_path / "latest").resolve() / "result.json").read_text())
+    (sc,) = result["scenarios"]
+    assert sc["verdict"] == "passed"
+    assert 290 <= sc["time_to_fail_s"] <= 360
+    observed = {a["name"]: a["observed"] for a in sc["assertions"]}
+    # 300 s after the head, the process group's 600 s from the stalled request
+    after = float(observed["expect on node3: within 400 s"].split()[0])
+    assert 250 < after < 350, after
+    # c10's date is month * 100 + day, never zero-padded
+    line = observed["expect on node3: signature 2/4: and takes the process down"]
+    assert re.search(r"\[rank2\]:\[E[1-9]\d{2,3} ", line), line
+    assert [a["verdict"] for a in sc["assertions"] if a["phase"] == "recover"] == [
+        "passed",
+        "passed",
+    ]
+
+
 def test_engine_core_death_on_the_stand_in_and_not_where_the_node_restarts_always(
     tmp_path: Path,
 ) -> None:
     """The lab engine handles its engine core's death as vLLM does (exit 0, the policy never
-    fires); on the shipped local lab, whose serving node restarts always, it is not run."""
+    fires), and its hang too (/health 200, nothing completes, nothing logged); on the shipped
+    local lab, whose serving node restarts always, the death is not run."""
     inv = inventory(
         tmp_path, "127.0.75.10", **{"gameday_restart: always": "gameday_restart: on-failure"}
     )
     death = "scenarios/engine-core-death.yaml"
-    p = gameday("run", death, "--lab", str(inv), "--reports", str(tmp_path / "r1"))
+    hang = "scenarios/engine-core-hang.yaml"
+    p = gameday("run", death, hang, "--lab", str(inv), "--reports", str(tmp_path / "r1"))
     assert p.returncode == 0, p.stdout + p.stderr
     result = json.loads(((tmp_path / "r1" / "latest").resolve() / "result.json").read_text())
-    (sc,) = result["scenarios"]
+    sc, hung = result["scenarios"]
     assert sc["verdict"] == "passed"
     assert sc["time_to_fail_s"] < 60
+    # the probes tell the two apart: 503 and an exit there, 200 and a hang here
+    observed = {a["name"]: a["observed"] for a in hung["assertions"]}
+    assert hung["verdict"] == "passed"
+    assert observed["expect: GET /health"] == "HTTP 200"
+    assert observed["expect: inference (chat) hangs"].startswith("probe error: timed out, a hang")
+    assert observed["expect: state of serving"].startswith("running, restarts 0")
     p = gameday("run", death, "--lab", "inventories/local.yaml", "--reports", str(tmp_path / "r2"))
     assert p.returncode == 0, p.stdout + p.stderr
     result = json.loads(((tmp_path / "r2" / "latest").resolve() / "result.json").read_text())

@@ -30,9 +30,12 @@ def cleanup(ctx: Context) -> Cleaned:
     undone: list[Change] = []
     try:
         undone = undo_all(ctx, "cleanup")
-        if ctx.lab.states()[ctx.target].ready:
+        if ctx.stopped:
+            restarted, st = restart_stopped(ctx)
+        elif ctx.lab.states()[ctx.target].ready:
             return Cleaned(undone, [], True)
-        restarted, st = rejoin(ctx, undone)
+        else:
+            restarted, st = rejoin(ctx, undone)
         ctx.rec.event(
             "baseline serving again"
             if st.ready
@@ -55,6 +58,16 @@ def cleanup(ctx: Context) -> Cleaned:
             detail="run `gameday cleanup` to undo what is left",
         )
         return Cleaned(undone, [], False)
+
+
+def restart_stopped(ctx: Context) -> tuple[list[str], NodeState]:
+    """A stopped engine looks ready (its /health answers 200) and never comes back by itself:
+    restart the groups of the nodes this run stopped, together."""
+    group = sorted({n for node in ctx.stopped for n in restart_scope(ctx.lab.inventory, node)})
+    ctx.rec.event(f"cleanup: restart {', '.join(group)} together (an engine left stopped)")
+    ctx.lab.restart(group)
+    ctx.stopped.clear()
+    return group, ctx.wait_for(lambda s, _: s.ready, ctx.boot_timeout_lab).state
 
 
 def rejoin(ctx: Context, undone: list[Change]) -> tuple[list[str], NodeState]:

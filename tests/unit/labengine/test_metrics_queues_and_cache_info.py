@@ -7,6 +7,7 @@ import json
 
 from labengine.server.cache_info import CacheState, cache_config_info
 from labengine.server.metrics import EngineMetrics, throughput_line
+from labengine.server.process import engine_idle
 from labengine.server.routes import sampling_of
 from vllmfacts.wording import Era
 
@@ -142,3 +143,12 @@ def test_completion_logprobs_below_minus_one_is_refused() -> None:
         "param": "logprobs",
         "code": 400,
     }
+
+
+def test_the_stats_line_stops_once_no_tokens_are_made() -> None:
+    # vllm/v1/metrics/loggers.py (0.32): DEBUG, so nothing by default, once this interval and
+    # the one before made no token, whatever waits: a hung engine logs one line of zeros, then
+    # nothing
+    assert not engine_idle((12.0, 30.5), (0.0, 0.0))
+    assert not engine_idle((0.0, 0.0), (12.0, 30.5))
+    assert engine_idle((0.0, 0.0), (0.0, 0.0))

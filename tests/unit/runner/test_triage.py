@@ -161,6 +161,19 @@ def test_every_signature_a_scenario_declares() -> None:
         "tp-head-divisibility": [
             ("the serving node's", "node1", ["the heads do not split over the ranks"])
         ],
+        "engine-core-hang": [],  # silent: a hung engine logs nothing to recognise it by
+        "nccl-watchdog-timeout": [
+            (
+                "the head's",
+                "node1",
+                ["the head's engine core gives up waiting for its workers' output"],
+            ),
+            (
+                "a worker's",
+                "node3",
+                ["PyTorch's NCCL watchdog finds the all-reduce past the process group's timeout"],
+            ),
+        ],
     }
 
 

@@ -340,6 +340,38 @@ def test_a_cleanup_that_cannot_restore_the_baseline_says_so(tmp_path: Path) -> N
     assert run.open_changes() == 1  # the journal still holds the change for `gameday cleanup`
 
 
+def _stopped_engine(recovery: dict[str, object]) -> dict[str, object]:
+    doc = scenario_doc()
+    doc["inject"] = [
+        {"kind": "signal", "node": "serving", "process": "engine_core", "signal": "STOP"}
+    ]
+    doc["expect"] = {
+        "failure": "silent",
+        "probes": [{"kind": "node_state", "node": "serving", "status": "running"}],
+        "time_to_fail": {"max_s": 60},
+    }
+    doc["recover"] = [{"name": "Recover", "outcome": "restores", "actions": [recovery]}]
+    return doc
+
+
+def test_cleanup_restarts_an_engine_left_stopped(tmp_path: Path) -> None:
+    # a stopped engine answers /health: it looks ready, and only a restart brings it back
+    doc = _stopped_engine({"kind": "wait", "why": "nothing"})
+    run = fake_run(tmp_path, doc)
+    result = run.run()
+    assert run.lab.restarted == [["serving"]]
+    assert "cleanup: restart serving together (an engine left stopped)" in [
+        e.event for e in result.timeline
+    ]
+
+
+def test_an_engine_restarted_after_its_stop_is_not_restarted_again(tmp_path: Path) -> None:
+    doc = _stopped_engine({"kind": "restart", "nodes": ["serving"]})
+    run = fake_run(tmp_path, doc)
+    run.run()
+    assert run.lab.restarted == [["serving"]]  # the recovery step's own
+
+
 # ---- detect ----
 
 
