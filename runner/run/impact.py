@@ -1,0 +1,354 @@
+"""What the load's users felt: the requests divided into phases, each phase's figures, when
+users saw the fault first and last, and the scenario's `load.impact` bounds judged on them.
+
+Figures are pure functions of the requests and the run's marks (`Marks`); `Users` is the glue a
+run calls at its moments: `begin` once the baseline holds, `hold` after verify, `finish` at the
+end whatever happened (the load stopped, its figures kept for result.json), `judge` when the run
+got through its phases.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from runner.results.schema import EventKind, ImpactFigures, Phase, PhaseFigures
+from runner.run.context import Context
+from runner.run.traffic import Sent, Traffic
+from runner.spec.kinds import Window
+from runner.spec.timing import TimeScale
+from runner.spec.traffic import Load, LoadPhase, PhaseBounds
+
+# the run's phase an impact assertion is reported under
+ASSERTED_IN = {
+    LoadPhase.BASELINE: Phase.BASELINE,
+    LoadPhase.FAULT: Phase.EXPECT,
+    LoadPhase.RECOVER: Phase.RECOVER,
+    LoadPhase.VERIFY: Phase.VERIFY,
+}
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The run's moments that divide the load into phases, in epoch seconds (None: the run
+    did not get there)."""
+
+    injected: float | None = None
+    restore: float | None = None  # the restoring step applied
+    restored: float | None = None  # service verified
+
+    def phase_of(self, t: float) -> LoadPhase:
+        if self.injected is None or t < self.injected:
+            return LoadPhase.BASELINE
+        if self.restore is None or t < self.restore:
+            return LoadPhase.FAULT
+        if self.restored is None or t < self.restored:
+            return LoadPhase.RECOVER
+        return LoadPhase.VERIFY
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank percentile (q in 0-100) of `values`; None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v * 1000, 3)
+
+
+def phase_figures(phase: LoadPhase, sent: Sequence[Sent]) -> PhaseFigures:
+    ok = [s for s in sent if not s.failed]
+    ttfts = [t for s in ok if (t := s.ttft_s) is not None]
+    lat = [s.latency_s for s in ok]
+    return PhaseFigures(
+        phase=phase.value,
+        sent=len(sent),
+        failed=len(sent) - len(ok),
+        error_rate=round((len(sent) - len(ok)) / len(sent), 6) if sent else None,
+        p50_ms=_ms(percentile(lat, 50)),
+        p99_ms=_ms(percentile(lat, 99)),
+        ttft_p50_ms=_ms(percentile(ttfts, 50)),
+        ttft_p99_ms=_ms(percentile(ttfts, 99)),
+        outcomes=dict(sorted(Counter(s.outcome.value for s in sent).items())),
+    )
+
+
+def by_phase(sent: Sequence[Sent], marks: Marks) -> dict[LoadPhase, list[Sent]]:
+    out: dict[LoadPhase, list[Sent]] = {p: [] for p in LoadPhase}
+    for s in sent:
+        out[marks.phase_of(s.intended)].append(s)
+    return out
+
+
+def first_failure(sent: Sequence[Sent], since: float) -> float | None:
+    """When users saw the first failure since `since`: the earliest failed answer's end."""
+    return min((s.end for s in sent if s.failed and s.end >= since), default=None)
+
+
+def last_failure(sent: Sequence[Sent], restore: float, baseline_rate: float) -> float | None:
+    """When users saw the fault for the last time after `restore`: the end of the last failed
+    request before the requests sent since which the error rate stays at the baseline's (at
+    most `baseline_rate`); `restore` itself when none failed after it. None: the error rate
+    was not back to the baseline's by the last request."""
+    after = sorted((s for s in sent if s.intended >= restore), key=lambda s: s.intended)
+    if not after:
+        return None
+    # the earliest k whose suffix after[k:] fails at most at the baseline's rate
+    back: int | None = None
+    failed = 0
+    for k in range(len(after) - 1, -1, -1):
+        failed += after[k].failed
+        if failed / (len(after) - k) <= baseline_rate:
+            back = k
+    if back is None:
+        return None
+    cut = after[back].intended
+    ends = [s.end for s in sent if s.failed and s.intended < cut and s.end >= restore]
+    return max(ends, default=restore)
+
+
+def figures(
+    sent: Sequence[Sent], marks: Marks, scale: TimeScale, spec: Load, node: str
+) -> tuple[ImpactFigures, float | None, float | None]:
+    """The load's figures, and the epoch seconds users saw the fault first and last."""
+    phases = by_phase(sent, marks)
+    per = [phase_figures(p, phases[p]) for p in LoadPhase]
+    first = last = None
+    if marks.injected is not None:
+        first = first_failure(sent, marks.injected)
+    if marks.restore is not None:
+        base = per[0].error_rate or 0.0
+        last = last_failure(sent, marks.restore, base)
+    return (
+        ImpactFigures(
+            mode="open" if spec.rate is not None else "closed",
+            rate=spec.rate,
+            concurrency=spec.concurrency,
+            node=node,
+            phases=per,
+            users_saw_first_s=_real(scale, marks.injected, first),
+            users_saw_last_s=_real(scale, marks.restore, last),
+        ),
+        first,
+        last,
+    )
+
+
+def _real(scale: TimeScale, start: float | None, end: float | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round(scale.to_real(max(0.0, end - start)), 3)
+
+
+def _epoch(t: datetime | None) -> float | None:
+    return None if t is None else t.timestamp()
+
+
+def _at(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+# ---- judging -----------------------------------------------------------------------------------
+
+
+def _how(f: PhaseFigures) -> str:
+    bad = ", ".join(f"{n} {o}" for o, n in f.outcomes.items() if o != "ok")
+    return f"{f.failed} of {f.sent} failed" + (f": {bad}" if bad else "")
+
+
+def judge_phase(
+    ctx: Context, phase: LoadPhase, b: PhaseBounds, f: PhaseFigures, base: PhaseFigures
+) -> None:
+    """Each bound of `b` on the phase's figures, one assertion each."""
+    where, label = ASSERTED_IN[phase], f"impact: {phase.value}"
+    if f.sent < max(b.min_requests, 1):
+        ctx.rec.check(
+            phase=where,
+            name=f"{label}: requests",
+            ok=False,
+            expected=f"at least {max(b.min_requests, 1)} requests to judge the phase by",
+            observed=f"{f.sent} sent",
+        )
+        return
+    rate = f.error_rate or 0.0
+    if b.max_errors is not None:
+        ctx.rec.check(
+            phase=where,
+            name=f"{label}: errors",
+            ok=f.failed <= b.max_errors,
+            expected=f"at most {b.max_errors} failed requests",
+            observed=_how(f),
+        )
+    if b.max_error_rate is not None:
+        ctx.rec.check(
+            phase=where,
+            name=f"{label}: error rate",
+            ok=rate <= b.max_error_rate,
+            expected=f"error rate <= {b.max_error_rate:g}",
+            observed=f"{rate:.3f} ({_how(f)})",
+        )
+    if b.min_error_rate is not None:
+        ctx.rec.check(
+            phase=where,
+            name=f"{label}: error rate felt",
+            ok=rate >= b.min_error_rate,
+            expected=f"error rate >= {b.min_error_rate:g} (users feel the fault)",
+            observed=f"{rate:.3f} ({_how(f)})",
+        )
+    for what, bound, mine, theirs in (
+        ("p50", b.max_p50_ratio, f.p50_ms, base.p50_ms),
+        ("p99", b.max_p99_ratio, f.p99_ms, base.p99_ms),
+        ("ttft p99", b.max_ttft_p99_ratio, f.ttft_p99_ms, base.ttft_p99_ms),
+    ):
+        if bound is None:
+            continue
+        name, expected = f"{label}: {what} latency", f"at most {bound:g} x the baseline's {what}"
+        if theirs is None or theirs <= 0:
+            ctx.rec.error(
+                phase=where,
+                name=name,
+                expected=expected,
+                observed=f"the baseline has no {what} to compare with (no request succeeded)",
+            )
+            continue
+        if mine is None:
+            ctx.rec.check(
+                phase=where,
+                name=name,
+                ok=False,
+                expected=expected,
+                observed=f"no request succeeded in {phase.value}, so none has a {what}",
+            )
+            continue
+        ctx.rec.check(
+            phase=where,
+            name=name,
+            ok=mine <= bound * theirs,
+            expected=expected + f" ({theirs:.1f} ms): <= {bound * theirs:.1f} ms",
+            observed=f"{mine:.1f} ms ({mine / theirs:.2f} x)",
+        )
+
+
+def judge_window(
+    ctx: Context,
+    name: str,
+    window: Window,
+    start: float | None,
+    end: float | None,
+    real_s: float | None,
+    missing: str,
+) -> None:
+    if start is None or end is None or real_s is None:
+        ctx.rec.check(
+            phase=Phase.RECOVER if "last" in name else Phase.EXPECT,
+            name=f"impact: {name}",
+            ok=False,
+            expected=ctx.scale.describe(window),
+            observed=missing,
+        )
+        return
+    ctx.check_window(
+        Phase.RECOVER if "last" in name else Phase.EXPECT,
+        f"impact: {name}",
+        window,
+        real_s,
+        f"{real_s:.1f} s real",
+        (_at(start), _at(max(start, end))),
+    )
+
+
+class Users:
+    """The scenario's load, from the baseline to the end of the run (a no-op without one)."""
+
+    def __init__(self, ctx: Context, spec: Load | None) -> None:
+        self.ctx, self.spec = ctx, spec
+        self.node = (spec.node if spec else None) or ctx.target
+        self.traffic: Traffic | None = None
+        self._first: float | None = None
+        self._last: float | None = None
+
+    def begin(self) -> None:
+        """Start the load and let `baseline_s` of it pass before the injection."""
+        if self.spec is None:
+            return
+        ctx, spec = self.ctx, self.spec
+        loop = f"{spec.rate:g} requests/s" if spec.rate else f"{spec.concurrency} users"
+        ctx.progress(f"load: {loop} to {self.node}")
+        self.traffic = Traffic(ctx.lab.url(self.node), spec, ctx.scale.to_lab(spec.max_s))
+        self.traffic.start()
+        ctx.rec.event(f"load started: {loop} to {self.node}", ts=self.traffic.started_at)
+        ctx.pause(ctx.scale.to_lab(spec.baseline_s))
+
+    def hold(self) -> None:
+        """After service is verified: `hold_s` more of the load."""
+        if self.traffic is not None and self.spec is not None and self.ctx.restored_at:
+            self.ctx.pause(self.ctx.scale.to_lab(self.spec.hold_s))
+
+    def finish(self) -> None:
+        """Stop the load (whatever happened) and keep its figures for the result."""
+        if self.traffic is None or self.spec is None:
+            return
+        ctx, traffic = self.ctx, self.traffic
+        traffic.stop()
+        if traffic.running:
+            ctx.rec.error(
+                phase=Phase.RUN,
+                name="load: stopped",
+                expected="the load stops when the run ends",
+                observed="its thread still runs after the stop (it is a daemon: it ends with "
+                "the runner's process)",
+            )
+        sent = traffic.sent()
+        marks = Marks(_epoch(ctx.injected_at), _epoch(ctx.restore_at), _epoch(ctx.restored_at))
+        fig, self._first, self._last = figures(sent, marks, ctx.scale, self.spec, self.node)
+        ctx.impact = fig.model_copy(update={"unfinished": traffic.unfinished})
+        ctx.rec.event(f"load stopped: {len(sent)} requests answered")
+        if self._first is not None:
+            ctx.rec.event(
+                "users saw the first failed request", ts=_at(self._first), kind=EventKind.NOTE
+            )
+        if traffic.error is not None:
+            ctx.rec.error(
+                phase=Phase.RUN,
+                name="load: generator",
+                expected="the load generator runs to its end",
+                observed=f"{type(traffic.error).__name__}: {traffic.error}",
+            )
+
+    def judge(self) -> None:
+        """The scenario's impact bounds on what was recorded (finish first)."""
+        if self.spec is None or self.ctx.impact is None:
+            return
+        ctx, imp, fig = self.ctx, self.spec.impact, self.ctx.impact
+        per = {LoadPhase(f.phase): f for f in fig.phases}
+        for phase, bounds in imp.phases().items():
+            judge_phase(ctx, phase, bounds, per[phase], per[LoadPhase.BASELINE])
+        if imp.users_saw_first is not None:
+            judge_window(
+                ctx,
+                "users saw first",
+                imp.users_saw_first,
+                _epoch(ctx.injected_at),
+                self._first,
+                fig.users_saw_first_s,
+                "no request failed after the injection",
+            )
+        if imp.users_saw_last is not None:
+            judge_window(
+                ctx,
+                "users saw last",
+                imp.users_saw_last,
+                _epoch(ctx.restore_at),
+                self._last,
+                fig.users_saw_last_s,
+                "service was not restored"
+                if ctx.restore_at is None
+                else "the error rate was not back to the baseline's by the load's last request",
+            )
