@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.errors import GamedayError
-from runner.report import drill_times
+from runner.report import drill_times, impact_text
 from runner.results.durations import real_s, wall_s
 from runner.results.printable import printable
 from runner.results.schema import Assertion, RunMode, RunResult, ScenarioResult, Verdict
@@ -216,6 +216,11 @@ def run_summary(result: RunResult, report_dir: str) -> None:
     else:
         _stacked(result, title)
     for s in result.scenarios:
+        if s.impact:
+            out.print(escape(f"{s.id} " + impact_text.heading(s.impact)))
+            for ln in impact_text.lines(s.impact)[1:]:
+                out.print(escape(f"  {ln}"))
+    for s in result.scenarios:
         for a in _failed(s):
             verdict = f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/]"
             out.print(f"{verdict} {escape(s.id)}: {escape(a.name)}")
@@ -363,6 +368,11 @@ def drill_summary(result: RunResult, report_dir: str) -> None:
         width = max(len(label) for label, _ in rows) + 2
         for label, value in rows:
             _block_line(label, value, width=width)
+    for s in result.scenarios:
+        if s.impact:
+            out.print(escape(f"{s.id} " + impact_text.heading(s.impact)))
+            for ln in impact_text.lines(s.impact)[1:]:
+                out.print(escape(f"  {ln}"))
     for s in result.scenarios:
         for a in _failed(s):
             verdict = f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/]"

@@ -266,7 +266,7 @@ class RunMode(enum.StrEnum):
 
 
 class PhaseFigures(Frozen):
-    """What the load's users felt in one phase (runner.spec.traffic): requests counted by their
+    """What the load's users felt in one phase (runner.spec.workload): requests counted by their
     intended send time; latencies in wall milliseconds of the requests that succeeded, from the
     intended send time (open loop) or the send (closed loop)."""
 

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from runner.results.schema import EventKind, ImpactFigures, Phase, PhaseFigures
+from runner.results.schema import EventKind, ImpactFigures, Phase, PhaseFigures, Verdict
 from runner.run.context import Context
+from runner.run.load import Stretch
 from runner.run.traffic import Sent, Traffic
 from runner.spec.kinds import Window
 from runner.spec.timing import TimeScale
-from runner.spec.traffic import Load, LoadPhase, PhaseBounds
+from runner.spec.workload import Load, LoadPhase, PhaseBounds
 
 # the run's phase an impact assertion is reported under
 ASSERTED_IN = {
@@ -81,9 +82,15 @@ def phase_figures(phase: LoadPhase, sent: Sequence[Sent]) -> PhaseFigures:
 
 
 def by_phase(sent: Sequence[Sent], marks: Marks) -> dict[LoadPhase, list[Sent]]:
+    """The requests by the phase they were sent in; one still in flight when the fault was
+    injected counts in the fault: the fault is what its user met (a recovery does not mend a
+    request already failing, so the later boundaries go by the send alone)."""
     out: dict[LoadPhase, list[Sent]] = {p: [] for p in LoadPhase}
     for s in sent:
-        out[marks.phase_of(s.intended)].append(s)
+        phase = marks.phase_of(s.intended)
+        if phase is LoadPhase.BASELINE and marks.injected is not None and s.end >= marks.injected:
+            phase = LoadPhase.FAULT
+        out[phase].append(s)
     return out
 
 
@@ -164,9 +171,16 @@ def _how(f: PhaseFigures) -> str:
 
 
 def judge_phase(
-    ctx: Context, phase: LoadPhase, b: PhaseBounds, f: PhaseFigures, base: PhaseFigures
+    ctx: Context,
+    phase: LoadPhase,
+    b: PhaseBounds,
+    f: PhaseFigures,
+    base: PhaseFigures,
+    stretch: Stretch | None = None,
 ) -> None:
-    """Each bound of `b` on the phase's figures, one assertion each."""
+    """Each bound of `b` on the phase's figures, one assertion each. A latency over its bound
+    by no more than the time the machine's CPUs were contended during the phase (`stretch`) is
+    inconclusive, as a window is (runner.run.load): a request waits as long as the CPUs do."""
     where, label = ASSERTED_IN[phase], f"impact: {phase.value}"
     if f.sent < max(b.min_requests, 1):
         ctx.rec.check(
@@ -227,12 +241,23 @@ def judge_phase(
                 observed=f"no request succeeded in {phase.value}, so none has a {what}",
             )
             continue
-        ctx.rec.check(
+        over_ms = mine - bound * theirs
+        verdict, evidence = Verdict.PASSED, ""
+        if over_ms > 0:
+            verdict = Verdict.FAILED
+            if stretch is not None and 0 < over_ms <= stretch.stalled_s * 1000:
+                verdict = Verdict.INCONCLUSIVE
+                evidence = (
+                    f"; {over_ms:.1f} ms over, and for {stretch.stalled_s:.3f} s of the "
+                    f"{stretch.wall_s:.3f} s of {phase.value} the machine's CPUs were contended "
+                    f"({stretch.source.value}): the machine was too loaded to judge"
+                )
+        ctx.rec.verdict(
             phase=where,
             name=name,
-            ok=mine <= bound * theirs,
+            verdict=verdict,
             expected=expected + f" ({theirs:.1f} ms): <= {bound * theirs:.1f} ms",
-            observed=f"{mine:.1f} ms ({mine / theirs:.2f} x)",
+            observed=f"{mine:.1f} ms ({mine / theirs:.2f} x)" + evidence,
         )
 
 
@@ -273,6 +298,7 @@ class Users:
         self.traffic: Traffic | None = None
         self._first: float | None = None
         self._last: float | None = None
+        self._ended: datetime | None = None
 
     def begin(self) -> None:
         """Start the load and let `baseline_s` of it pass before the injection."""
@@ -297,6 +323,7 @@ class Users:
             return
         ctx, traffic = self.ctx, self.traffic
         traffic.stop()
+        self._ended = datetime.now(UTC)
         if traffic.running:
             ctx.rec.error(
                 phase=Phase.RUN,
@@ -322,14 +349,28 @@ class Users:
                 observed=f"{type(traffic.error).__name__}: {traffic.error}",
             )
 
+    def _spans(self) -> dict[LoadPhase, tuple[datetime, datetime]]:
+        """Each phase's start and end, where the run reached both."""
+        assert self.traffic is not None
+        c = self.ctx
+        edges = [self.traffic.started_at, c.injected_at, c.restore_at, c.restored_at, self._ended]
+        return {
+            p: (a, b)
+            for p, a, b in zip(LoadPhase, edges, edges[1:], strict=False)
+            if a is not None and b is not None
+        }
+
     def judge(self) -> None:
         """The scenario's impact bounds on what was recorded (finish first)."""
         if self.spec is None or self.ctx.impact is None:
             return
         ctx, imp, fig = self.ctx, self.spec.impact, self.ctx.impact
         per = {LoadPhase(f.phase): f for f in fig.phases}
+        spans = self._spans()
         for phase, bounds in imp.phases().items():
-            judge_phase(ctx, phase, bounds, per[phase], per[LoadPhase.BASELINE])
+            span = spans.get(phase)
+            stretch = ctx.load.stretch(*span) if span else None
+            judge_phase(ctx, phase, bounds, per[phase], per[LoadPhase.BASELINE], stretch)
         if imp.users_saw_first is not None:
             judge_window(
                 ctx,

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from runner.spec.traffic import Api, Load, RequestKind
+from runner.spec.workload import Api, Load, RequestKind
 
 MAX_CONNECTIONS = 256  # past it, requests wait for a connection (still timed from their due time)
 DRAIN_S = 5.0  # wall seconds in-flight requests are given to finish once the load is stopped

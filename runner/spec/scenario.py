@@ -41,8 +41,8 @@ from runner.spec.kinds import (
     Window,
 )
 from runner.spec.probes import Probe, PromQLProbe, TargetsProbe
-from runner.spec.traffic import Load
 from runner.spec.usersteps import check_files
+from runner.spec.workload import Load
 from runner.spec.yamlsrc import load
 from vllmfacts.wording import Era, Platform
 
@@ -213,7 +213,7 @@ class Scenario(Model):
     load: Load | None = Field(
         default=None,
         description="Users' traffic from the baseline through verify, and the impact it may "
-        "show per phase (runner.spec.traffic).",
+        "show per phase (runner.spec.workload).",
     )
     per_lab: dict[LabKind, LabVariant] = Field(
         default={},

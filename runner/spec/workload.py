@@ -5,7 +5,8 @@ verify, then stops by itself: at `max_requests`, at `max_s`, or at the end of th
 comes first. It is sent to the lab's own nodes only, named as the inventory names them (`node`):
 an address is not a field of the format, so no scenario can point load elsewhere.
 
-Each request is counted in the phase its intended send time falls in:
+Each request is counted in the phase its intended send time falls in (one still in flight at
+the injection counts in the fault, which is what its user met):
 
     baseline   the load's start -> the injection
     fault      the injection -> the restoring recovery step applied
