@@ -333,7 +333,7 @@ class Users:
                 "the runner's process)",
             )
         sent = traffic.sent()
-        marks = Marks(_epoch(ctx.injected_at), _epoch(ctx.restore_at), _epoch(ctx.restored_at))
+        marks = Marks(_epoch(self._fault_at()), _epoch(ctx.restore_at), _epoch(ctx.restored_at))
         fig, self._first, self._last = figures(sent, marks, ctx.scale, self.spec, self.node)
         ctx.impact = fig.model_copy(update={"unfinished": traffic.unfinished})
         ctx.rec.event(f"load stopped: {len(sent)} requests answered")
@@ -349,11 +349,22 @@ class Users:
                 observed=f"{type(traffic.error).__name__}: {traffic.error}",
             )
 
+    def _fault_at(self) -> datetime | None:
+        """The fault in place: the injection's first change applied (a container's exec or a
+        playbook takes wall time that users do not feel yet), or where it has none, its start."""
+        return self.ctx.fault_began_at or self.ctx.injected_at
+
     def _spans(self) -> dict[LoadPhase, tuple[datetime, datetime]]:
         """Each phase's start and end, where the run reached both."""
         assert self.traffic is not None
         c = self.ctx
-        edges = [self.traffic.started_at, c.injected_at, c.restore_at, c.restored_at, self._ended]
+        edges = [
+            self.traffic.started_at,
+            self._fault_at(),
+            c.restore_at,
+            c.restored_at,
+            self._ended,
+        ]
         return {
             p: (a, b)
             for p, a, b in zip(LoadPhase, edges, edges[1:], strict=False)
@@ -376,10 +387,10 @@ class Users:
                 ctx,
                 "users saw first",
                 imp.users_saw_first,
-                _epoch(ctx.injected_at),
+                _epoch(self._fault_at()),
                 self._first,
                 fig.users_saw_first_s,
-                "no request failed after the injection",
+                "no request failed after the fault was in place",
             )
         if imp.users_saw_last is not None:
             judge_window(

@@ -5,18 +5,19 @@ verify, then stops by itself: at `max_requests`, at `max_s`, or at the end of th
 comes first. It is sent to the lab's own nodes only, named as the inventory names them (`node`):
 an address is not a field of the format, so no scenario can point load elsewhere.
 
-Each request is counted in the phase its intended send time falls in (one still in flight at
-the injection counts in the fault, which is what its user met):
+Each request is counted in the phase its intended send time falls in (one still in flight when
+the fault is in place counts in the fault, which is what its user met):
 
-    baseline   the load's start -> the injection
-    fault      the injection -> the restoring recovery step applied
+    baseline   the load's start -> the fault in place (the injection's first change applied)
+    fault      the fault in place -> the restoring recovery step applied
     recover    that step applied -> service verified (every verify probe passes)
     verify     service verified -> the end of the load (`hold_s` after it)
 
 `impact` bounds each phase's error rate and its latencies against the baseline's, and two
 windows in real-world seconds (converted by the lab's time scale like every other window):
-`users_saw_first` (the injection -> the first failed request's answer) and `users_saw_last` (the
-restoring step -> the last failure after which the error rate stays at the baseline's).
+`users_saw_first` (the fault in place -> the first failed request's answer) and
+`users_saw_last` (the restoring step -> the last failure after which the error rate stays at
+the baseline's).
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ class Impact(Model):
     verify: PhaseBounds | None = None
     users_saw_first: Window | None = Field(
         default=None,
-        description="Real-world seconds from the injection to the first failed request's "
-        "answer (no failure at all fails it).",
+        description="Real-world seconds from the fault in place (the injection's first change "
+        "applied) to the first failed request's answer (no failure at all fails it).",
     )
     users_saw_last: Window | None = Field(
         default=None,
