@@ -31,7 +31,10 @@ import httpx
 
 from runner.spec.workload import Api, Load, RequestKind
 
-MAX_CONNECTIONS = 256  # past it, requests wait for a connection (still timed from their due time)
+# requests in flight at most: past it, an open loop sends late (each still timed from its due
+# time) rather than pile up tasks that all wait on the connection pool, where every release
+# wakes the waiters in turn and the generator chokes on its own queue (bench/load_ceiling.py)
+MAX_IN_FLIGHT = 256
 DRAIN_S = 5.0  # wall seconds in-flight requests are given to finish once the load is stopped
 JOIN_S = 10.0
 WORD = "hello"  # one token in the stand-in's and the tiny real models' tokenizers
@@ -204,7 +207,8 @@ class Traffic:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._ready.set()
-        limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=64)
+        limits = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=64)
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         # trust_env=False: a proxy from the environment must not see the lab's traffic
         async with httpx.AsyncClient(
             trust_env=False,
@@ -215,7 +219,7 @@ class Traffic:
             deadline = self._mono0 + self.max_lab_s
             tasks: set[asyncio.Task[None]] = set()
             if self.spec.rate is not None:
-                await self._open_loop(client, self.spec.rate, deadline, tasks)
+                await self._open_loop(client, self.spec.rate, deadline, tasks, slots)
             else:
                 workers = [
                     asyncio.create_task(self._user(client, deadline))
@@ -240,17 +244,21 @@ class Traffic:
         rate: float,
         deadline: float,
         tasks: set[asyncio.Task[None]],
+        slots: asyncio.Semaphore,
     ) -> None:
         for i in range(self.spec.max_requests):
             due = self._mono0 + i / rate
             if due >= deadline:
                 return
             await self._until(due)
-            if self._stop is not None and self._stop.is_set():
+            await slots.acquire()  # a request's timeout bounds the wait
+            if (self._stop is not None and self._stop.is_set()) or time.monotonic() >= deadline:
+                slots.release()
                 return
             t = asyncio.create_task(self._one(client, self._plan.take(), self._epoch_of(due)))
             tasks.add(t)
             t.add_done_callback(tasks.discard)
+            t.add_done_callback(lambda _t: slots.release())
         await self._until(deadline)  # the count is reached: stay until stopped, sending nothing
 
     def _epoch_of(self, mono: float) -> float:

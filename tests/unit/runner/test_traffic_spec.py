@@ -56,7 +56,7 @@ def test_a_load_aimed_at_a_name_the_inventory_lacks_is_refused(tmp_path: Path) -
         ("load:\n  rate: 5\n  impact:\n    fault: {min_requests: 3}\n", "at least one bound"),
         ("load:\n  rate: 5\n  prompt_tokens: {min: 9, max: 2}\n", "min (9) is larger"),
         ("load:\n  rate: 5\n  mix: [{api: embeddings}]\n", "'chat' or 'completions'"),
-        ("load:\n  rate: 5000\n", "less than or equal to 2000"),
+        ("load:\n  rate: 800\n", "less than or equal to 500"),
         ("load:\n  rate: 5\n  target: node1\n", "unknown key"),
     ],
 )
