@@ -290,7 +290,7 @@ class ImpactFigures(Frozen):
     concurrency: int | None = None
     node: str
     phases: list[PhaseFigures]
-    users_saw_first_s: float | None = None  # the fault in place -> the first failed answer
+    users_saw_first_s: float | None = None  # the injection -> the first failed answer
     users_saw_last_s: float | None = None  # restoring step -> the last failure past baseline
     unfinished: int = 0  # in flight when the load stopped, cut off
 

@@ -10,6 +10,7 @@ got through its phases.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from runner.run.traffic import Sent, Traffic
 from runner.spec.kinds import Window
 from runner.spec.timing import TimeScale
 from runner.spec.workload import Load, LoadPhase, PhaseBounds
+
+ANSWER_POLL_S = 0.05  # wall seconds between looks at how many requests were answered
 
 # the run's phase an impact assertion is reported under
 ASSERTED_IN = {
@@ -301,7 +304,7 @@ class Users:
         self._ended: datetime | None = None
 
     def begin(self) -> None:
-        """Start the load and let `baseline_s` of it pass before the injection."""
+        """Start the load; the injection waits for `baseline_requests` answers."""
         if self.spec is None:
             return
         ctx, spec = self.ctx, self.spec
@@ -310,12 +313,26 @@ class Users:
         self.traffic = Traffic(ctx.lab.url(self.node), spec, ctx.scale.to_lab(spec.max_s))
         self.traffic.start()
         ctx.rec.event(f"load started: {loop} to {self.node}", ts=self.traffic.started_at)
-        ctx.pause(ctx.scale.to_lab(spec.baseline_s))
+        self._answered(spec.baseline_requests)
 
     def hold(self) -> None:
-        """After service is verified: `hold_s` more of the load."""
+        """After service is verified: `hold_requests` more answers."""
         if self.traffic is not None and self.spec is not None and self.ctx.restored_at:
-            self.ctx.pause(self.ctx.scale.to_lab(self.spec.hold_s))
+            self._answered(self.spec.hold_requests)
+
+    def _answered(self, n: int) -> None:
+        """Let the load go on until `n` more requests are answered, or it stops, or as long as
+        they take at worst (each answered or timed out within timeout_s)."""
+        assert self.traffic is not None and self.spec is not None
+        traffic, spec = self.traffic, self.spec
+        goal = traffic.count() + n
+        if spec.rate is not None:
+            worst = n / spec.rate + spec.timeout_s
+        else:
+            worst = -(-n // (spec.concurrency or 1)) * spec.timeout_s
+        until = time.monotonic() + worst + 1.0
+        while traffic.count() < goal and traffic.running and time.monotonic() < until:
+            self.ctx.pause(ANSWER_POLL_S)
 
     def finish(self) -> None:
         """Stop the load (whatever happened) and keep its figures for the result."""
@@ -350,9 +367,10 @@ class Users:
             )
 
     def _fault_at(self) -> datetime | None:
-        """The fault in place: the injection's first change applied (a container's exec or a
-        playbook takes wall time that users do not feel yet), or where it has none, its start."""
-        return self.ctx.fault_began_at or self.ctx.injected_at
+        """The injection's start: applying a change can itself stop the target (a restart with
+        new arguments), so the baseline ends before any of it; what users do not feel yet while
+        it is applied (a container's exec) counts in the fault, as it is."""
+        return self.ctx.injected_at
 
     def _spans(self) -> dict[LoadPhase, tuple[datetime, datetime]]:
         """Each phase's start and end, where the run reached both."""
@@ -390,7 +408,7 @@ class Users:
                 _epoch(self._fault_at()),
                 self._first,
                 fig.users_saw_first_s,
-                "no request failed after the fault was in place",
+                "no request failed after the injection",
             )
         if imp.users_saw_last is not None:
             judge_window(

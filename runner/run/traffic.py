@@ -191,6 +191,11 @@ class Traffic:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def count(self) -> int:
+        """How many requests were answered (or failed) so far."""
+        with self._lock:
+            return len(self._sent)
+
     def sent(self) -> list[Sent]:
         with self._lock:
             return sorted(self._sent, key=lambda s: (s.intended, s.index))

@@ -5,17 +5,17 @@ verify, then stops by itself: at `max_requests`, at `max_s`, or at the end of th
 comes first. It is sent to the lab's own nodes only, named as the inventory names them (`node`):
 an address is not a field of the format, so no scenario can point load elsewhere.
 
-Each request is counted in the phase its intended send time falls in (one still in flight when
-the fault is in place counts in the fault, which is what its user met):
+Each request is counted in the phase its intended send time falls in (one still in flight at
+the injection counts in the fault, which is what its user met):
 
-    baseline   the load's start -> the fault in place (the injection's first change applied)
-    fault      the fault in place -> the restoring recovery step applied
+    baseline   the load's start -> the injection
+    fault      the injection -> the restoring recovery step applied
     recover    that step applied -> service verified (every verify probe passes)
-    verify     service verified -> the end of the load (`hold_s` after it)
+    verify     service verified -> the end of the load (`hold_requests` answered after it)
 
 `impact` bounds each phase's error rate and its latencies against the baseline's, and two
 windows in real-world seconds (converted by the lab's time scale like every other window):
-`users_saw_first` (the fault in place -> the first failed request's answer) and
+`users_saw_first` (the injection -> the first failed request's answer) and
 `users_saw_last` (the restoring step -> the last failure after which the error rate stays at
 the baseline's).
 """
@@ -125,8 +125,8 @@ class Impact(Model):
     verify: PhaseBounds | None = None
     users_saw_first: Window | None = Field(
         default=None,
-        description="Real-world seconds from the fault in place (the injection's first change "
-        "applied) to the first failed request's answer (no failure at all fails it).",
+        description="Real-world seconds from the injection to the first failed request's "
+        "answer (no failure at all fails it).",
     )
     users_saw_last: Window | None = Field(
         default=None,
@@ -168,13 +168,15 @@ class Load(Model):
         default=7200.0,
         description="Real-world seconds the load runs at most (converted by the time scale).",
     )
-    baseline_s: Annotated[float, Field(ge=0, le=MAX_WINDOW_S)] = Field(
-        default=60.0,
-        description="Real-world seconds of load before the injection: the baseline figures.",
+    # counts, not durations: a percentile needs its samples whatever the lab's time scale, and
+    # a duration in real-world seconds is 100 times shorter on a lab 100 times faster
+    baseline_requests: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=20,
+        description="Requests answered before the injection: the baseline's figures.",
     )
-    hold_s: Annotated[float, Field(ge=0, le=MAX_WINDOW_S)] = Field(
-        default=60.0,
-        description="Real-world seconds the load goes on after service is verified.",
+    hold_requests: Annotated[int, Field(ge=0, le=10_000)] = Field(
+        default=20,
+        description="Requests answered after service is verified: the verify phase's figures.",
     )
     impact: Impact = Impact()
 
