@@ -25,7 +25,7 @@ def _s(v: float | None) -> str:
 
 def seen_line(imp: ImpactFigures) -> str:
     return (
-        f"users saw the fault first {_s(imp.users_saw_first_s)} after the injection, "
+        f"users saw the fault first {_s(imp.users_saw_first_s)} after the fault was in place, "
         f"last {_s(imp.users_saw_last_s)} after the restoring step"
     )
 

@@ -270,7 +270,7 @@ class PhaseFigures(Frozen):
     intended send time; latencies in wall milliseconds of the requests that succeeded, from the
     intended send time (open loop) or the send (closed loop)."""
 
-    phase: str  # baseline, fault, recover, verify
+    phase: str  # baseline, inject, fault, recover, verify
     sent: int
     failed: int
     error_rate: float | None  # None: no request in the phase
@@ -290,7 +290,7 @@ class ImpactFigures(Frozen):
     concurrency: int | None = None
     node: str
     phases: list[PhaseFigures]
-    users_saw_first_s: float | None = None  # the injection -> the first failed answer
+    users_saw_first_s: float | None = None  # the fault in place -> the first failed answer
     users_saw_last_s: float | None = None  # restoring step -> the last failure past baseline
     unfinished: int = 0  # in flight when the load stopped, cut off
 

@@ -29,6 +29,7 @@ ANSWER_POLL_S = 0.05  # wall seconds between looks at how many requests were ans
 # the run's phase an impact assertion is reported under
 ASSERTED_IN = {
     LoadPhase.BASELINE: Phase.BASELINE,
+    LoadPhase.INJECT: Phase.INJECT,
     LoadPhase.FAULT: Phase.EXPECT,
     LoadPhase.RECOVER: Phase.RECOVER,
     LoadPhase.VERIFY: Phase.VERIFY,
@@ -40,13 +41,21 @@ class Marks:
     """The run's moments that divide the load into phases, in epoch seconds (None: the run
     did not get there)."""
 
-    injected: float | None = None
+    injected: float | None = None  # the injection began
+    fault: float | None = None  # the injection's first change applied (None: at its start)
     restore: float | None = None  # the restoring step applied
     restored: float | None = None  # service verified
+
+    @property
+    def in_place(self) -> float | None:
+        """When the fault was in place."""
+        return self.fault if self.fault is not None else self.injected
 
     def phase_of(self, t: float) -> LoadPhase:
         if self.injected is None or t < self.injected:
             return LoadPhase.BASELINE
+        if self.in_place is not None and t < self.in_place:
+            return LoadPhase.INJECT
         if self.restore is None or t < self.restore:
             return LoadPhase.FAULT
         if self.restored is None or t < self.restored:
@@ -85,14 +94,18 @@ def phase_figures(phase: LoadPhase, sent: Sequence[Sent]) -> PhaseFigures:
 
 
 def by_phase(sent: Sequence[Sent], marks: Marks) -> dict[LoadPhase, list[Sent]]:
-    """The requests by the phase they were sent in; one still in flight when the fault was
-    injected counts in the fault: the fault is what its user met (a recovery does not mend a
-    request already failing, so the later boundaries go by the send alone)."""
+    """The requests by the phase they were sent in; one still in flight when the fault was in
+    place counts in the fault, and one of the baseline's still in flight when the injection
+    began, in the injection's: what its user met (a recovery does not mend a request already
+    failing, so the later boundaries go by the send alone)."""
     out: dict[LoadPhase, list[Sent]] = {p: [] for p in LoadPhase}
+    early = (LoadPhase.BASELINE, LoadPhase.INJECT)
     for s in sent:
         phase = marks.phase_of(s.intended)
-        if phase is LoadPhase.BASELINE and marks.injected is not None and s.end >= marks.injected:
+        if phase in early and marks.in_place is not None and s.end >= marks.in_place:
             phase = LoadPhase.FAULT
+        elif phase is LoadPhase.BASELINE and marks.injected is not None and s.end >= marks.injected:
+            phase = LoadPhase.INJECT
         out[phase].append(s)
     return out
 
@@ -143,7 +156,7 @@ def figures(
             concurrency=spec.concurrency,
             node=node,
             phases=per,
-            users_saw_first_s=_real(scale, marks.injected, first),
+            users_saw_first_s=_real(scale, marks.in_place, first),
             users_saw_last_s=_real(scale, marks.restore, last),
         ),
         first,
@@ -350,7 +363,12 @@ class Users:
                 "the runner's process)",
             )
         sent = traffic.sent()
-        marks = Marks(_epoch(self._fault_at()), _epoch(ctx.restore_at), _epoch(ctx.restored_at))
+        marks = Marks(
+            _epoch(ctx.injected_at),
+            _epoch(ctx.fault_began_at),
+            _epoch(ctx.restore_at),
+            _epoch(ctx.restored_at),
+        )
         fig, self._first, self._last = figures(sent, marks, ctx.scale, self.spec, self.node)
         ctx.impact = fig.model_copy(update={"unfinished": traffic.unfinished})
         ctx.rec.event(f"load stopped: {len(sent)} requests answered")
@@ -367,10 +385,10 @@ class Users:
             )
 
     def _fault_at(self) -> datetime | None:
-        """The injection's start: applying a change can itself stop the target (a restart with
-        new arguments), so the baseline ends before any of it; what users do not feel yet while
-        it is applied (a container's exec) counts in the fault, as it is."""
-        return self.ctx.injected_at
+        """When the fault was in place: the injection's first change applied (a process started
+        in a container and holding its GPU takes seconds of wall time users do not feel yet),
+        or, for an injection of no change, its start."""
+        return self.ctx.fault_began_at or self.ctx.injected_at
 
     def _spans(self) -> dict[LoadPhase, tuple[datetime, datetime]]:
         """Each phase's start and end, where the run reached both."""
@@ -378,6 +396,7 @@ class Users:
         c = self.ctx
         edges = [
             self.traffic.started_at,
+            c.injected_at,
             self._fault_at(),
             c.restore_at,
             c.restored_at,

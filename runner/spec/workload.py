@@ -5,19 +5,22 @@ verify, then stops by itself: at `max_requests`, at `max_s`, or at the end of th
 comes first. It is sent to the lab's own nodes only, named as the inventory names them (`node`):
 an address is not a field of the format, so no scenario can point load elsewhere.
 
-Each request is counted in the phase its intended send time falls in (one still in flight at
-the injection counts in the fault, which is what its user met):
+Each request is counted in the phase its intended send time falls in; one sent earlier but
+still in flight when the injection begins, or when the fault is in place, counts in that later
+phase, as what its user met:
 
-    baseline   the load's start -> the injection
-    fault      the injection -> the restoring recovery step applied
-    recover    that step applied -> service verified (every verify probe passes)
-    verify     service verified -> the end of the load (`hold_requests` answered after it)
+    baseline   the load's start -> the injection began
+    inject     -> the fault in place (the injection's first change applied: a change applied
+               can stop the target at once, a stray process takes seconds to hold its GPU)
+    fault      -> the restoring recovery step applied
+    recover    -> service verified (every verify probe passes)
+    verify     -> the end of the load (`hold_requests` answered after it)
 
 `impact` bounds each phase's error rate and its latencies against the baseline's, and two
 windows in real-world seconds (converted by the lab's time scale like every other window):
-`users_saw_first` (the injection -> the first failed request's answer) and
-`users_saw_last` (the restoring step -> the last failure after which the error rate stays at
-the baseline's).
+`users_saw_first` (the fault in place -> the first failed request's answer, 0 if it came
+before) and `users_saw_last` (the restoring step -> the last failure after which the error rate
+stays at the baseline's).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class LoadPhase(enum.StrEnum):
     """The spans of a run the load's requests are counted in (by intended send time)."""
 
     BASELINE = "baseline"
+    INJECT = "inject"  # while the injection is applied, before the fault is in place
     FAULT = "fault"
     RECOVER = "recover"
     VERIFY = "verify"
@@ -120,13 +124,14 @@ class Impact(Model):
     """The bounds on what users felt, per phase, and when they felt it."""
 
     baseline: PhaseBounds | None = None
+    inject: PhaseBounds | None = None
     fault: PhaseBounds | None = None
     recover: PhaseBounds | None = None
     verify: PhaseBounds | None = None
     users_saw_first: Window | None = Field(
         default=None,
-        description="Real-world seconds from the injection to the first failed request's "
-        "answer (no failure at all fails it).",
+        description="Real-world seconds from the fault in place to the first failed "
+        "request's answer (0 when one failed while the injection was applied; none fails it).",
     )
     users_saw_last: Window | None = Field(
         default=None,

@@ -46,9 +46,11 @@ def test_percentiles_are_nearest_rank() -> None:
 
 
 def test_requests_fall_in_the_phase_of_their_intended_send_time() -> None:
-    marks = Marks(injected=10.0, restore=20.0, restored=30.0)
-    assert [marks.phase_of(t) for t in (0, 10, 19.9, 20, 29.9, 30, 99)] == [
+    marks = Marks(injected=10.0, fault=12.0, restore=20.0, restored=30.0)
+    assert [marks.phase_of(t) for t in (0, 10, 11.9, 12, 19.9, 20, 29.9, 30, 99)] == [
         LoadPhase.BASELINE,
+        LoadPhase.INJECT,
+        LoadPhase.INJECT,
         LoadPhase.FAULT,
         LoadPhase.FAULT,
         LoadPhase.RECOVER,
@@ -87,8 +89,9 @@ def test_users_saw_last_is_where_the_error_rate_stays_at_the_baselines() -> None
 def test_figures_convert_the_windows_to_real_world_seconds() -> None:
     sent = [_sent(0), _sent(10.5, ok=False), _sent(20.5, ok=False), _sent(21), _sent(31)]
     spec = Load.model_validate({"rate": 10})
-    fig, first, last = figures(sent, Marks(10.0, 20.0, 30.0), TimeScale(100, 0.1), spec, "node1")
-    assert [p.sent for p in fig.phases] == [1, 1, 2, 1]
+    marks = Marks(10.0, 10.0, 20.0, 30.0)
+    fig, first, last = figures(sent, marks, TimeScale(100, 0.1), spec, "node1")
+    assert [p.sent for p in fig.phases] == [1, 0, 1, 2, 1]
     assert (first, last) == (10.51, 20.51)
     assert (fig.users_saw_first_s, fig.users_saw_last_s) == (51.0, 51.0)  # 0.51 s at x100
 
@@ -148,10 +151,26 @@ def test_a_latency_over_only_by_the_machines_contended_time_is_inconclusive() ->
     assert "too loaded to judge" in ctx.rec.assertions[0].observed
 
 
-def test_a_request_in_flight_at_the_injection_counts_in_the_fault() -> None:
+def test_a_request_in_flight_when_the_fault_lands_counts_in_the_fault() -> None:
     from runner.run.impact import by_phase
 
-    marks = Marks(injected=10.0, restore=20.0, restored=30.0)
-    sent = [_sent(9.0, took=0.5), _sent(9.9, ok=False, took=0.5), _sent(19.9, ok=False, took=1)]
+    marks = Marks(injected=10.0, fault=12.0, restore=20.0, restored=30.0)
+    sent = [
+        _sent(9.0, took=0.5),  # baseline, answered before the injection
+        _sent(9.5, ok=False, took=1.0),  # in flight when the injection began
+        _sent(9.9, ok=False, took=2.5),  # in flight when the fault was in place
+        _sent(11.0, took=2.0),  # sent while it was applied, answered after
+        _sent(19.9, ok=False, took=1),  # the fault's, though answered after the restore
+    ]
     got = by_phase(sent, marks)
-    assert [len(got[p]) for p in LoadPhase] == [1, 2, 0, 0]
+    assert [len(got[p]) for p in LoadPhase] == [1, 1, 3, 0, 0]
+
+
+def test_users_saw_first_counts_from_the_fault_in_place_and_never_below_zero() -> None:
+    spec = Load.model_validate({"rate": 10})
+    scale = TimeScale(100, 0.1)
+    late = [_sent(0), _sent(13.0, ok=False)]  # fault in place at 12: seen 1.01 s later
+    early = [_sent(0), _sent(10.5, ok=False)]  # failed while the injection was applied
+    marks = Marks(10.0, 12.0, None, None)
+    assert figures(late, marks, scale, spec, "n")[0].users_saw_first_s == 101.0
+    assert figures(early, marks, scale, spec, "n")[0].users_saw_first_s == 0.0
