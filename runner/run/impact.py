@@ -323,7 +323,8 @@ class Users:
         ctx, spec = self.ctx, self.spec
         loop = f"{spec.rate:g} requests/s" if spec.rate else f"{spec.concurrency} users"
         ctx.progress(f"load: {loop} to {self.node}")
-        self.traffic = Traffic(ctx.lab.url(self.node), spec, ctx.scale.to_lab(spec.max_s))
+        node, lab = self.node, ctx.lab
+        self.traffic = Traffic(lambda: lab.url(node), spec, ctx.scale.to_lab(spec.max_s))
         self.traffic.start()
         ctx.rec.event(f"load started: {loop} to {self.node}", ts=self.traffic.started_at)
         self._answered(spec.baseline_requests)

@@ -23,12 +23,14 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from runner.errors import GamedayError
 from runner.spec.workload import Api, Load, RequestKind
 
 # requests in flight at most: past it, an open loop sends late (each still timed from its due
@@ -49,6 +51,7 @@ class Outcome(enum.StrEnum):
     RESET = "reset"  # the connection broke mid-request
     TRANSPORT = "transport_error"  # any other failure of the connection
     BAD_ANSWER = "bad_answer"  # 200 with a body that is not the API's
+    NO_ADDRESS = "no_address"  # the lab had no address for the node (a pod not scheduled yet)
 
 
 @dataclass(frozen=True)
@@ -137,17 +140,19 @@ class _Answer:
 
 class Traffic:
     """The load against `base_url`, for at most `max_lab_s` wall seconds (the spec's `max_s`
-    converted by the lab's time scale)."""
+    converted by the lab's time scale). `base_url` is a URL, or what gives the node's URL as the
+    lab has it at each request: a pod re-created by a change has another address (its lab
+    error, none at the moment, is the request's outcome `no_address`)."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Callable[[], str],
         spec: Load,
         max_lab_s: float,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._base = base_url if callable(base_url) else lambda: base_url
         self.spec = spec
         self.max_lab_s = max_lab_s
         self._transport = transport
@@ -304,6 +309,8 @@ class Traffic:
             answer.outcome = Outcome.TRANSPORT
         except (ValueError, KeyError, TypeError, AttributeError):
             answer.outcome = Outcome.BAD_ANSWER
+        except GamedayError:
+            answer.outcome = Outcome.NO_ADDRESS
         sent = Sent(
             index=p.index,
             api=p.kind.api,
@@ -322,7 +329,7 @@ class Traffic:
             self._sent.append(sent)
 
     async def _send(self, client: httpx.AsyncClient, p: Planned, a: _Answer) -> None:
-        url = self.base_url + PATHS[p.kind.api]
+        url = self._base().rstrip("/") + PATHS[p.kind.api]
         if not p.kind.stream:
             r = await client.post(url, json=body_of(p))
             a.status = r.status_code

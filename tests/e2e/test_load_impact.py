@@ -22,7 +22,7 @@ def test_head_only_restart_reports_what_users_felt_and_a_tight_bound_fails(
         tmp_path,
         "scenarios/head-only-restart.yaml",
         "head-only-restart-tight",
-        ("fault: {min_error_rate: 0.9}", "fault: {max_error_rate: 0.1}"),
+        ("fault: {min_error_rate: 0.5}", "fault: {max_error_rate: 0.1}"),
     )
     p = gameday(
         "run",
@@ -47,7 +47,7 @@ def test_head_only_restart_reports_what_users_felt_and_a_tight_bound_fails(
         assert 0 <= f["failed"] <= f["sent"]
         assert f["sent"] > 0 or name == "inject"  # a signal is in place at once
     assert phases["baseline"]["failed"] == 0 and phases["verify"]["failed"] == 0
-    assert phases["fault"]["error_rate"] >= 0.9
+    assert phases["fault"]["error_rate"] >= 0.9  # the local lab: no answer while the head is gone
     assert phases["baseline"]["p50_ms"] <= phases["baseline"]["p99_ms"]
     assert impact["users_saw_first_s"] is not None and impact["users_saw_last_s"] is not None
     names = [a["name"] for a in shipped["assertions"]]

@@ -195,3 +195,31 @@ def test_every_http_client_in_the_code_ignores_the_environments_proxies() -> Non
                 if not (isinstance(v, ast.Constant) and v.value is False):
                     missing.append(f"{f.relative_to(ROOT)}:{node.lineno}")
     assert missing == []
+
+
+def test_the_address_is_the_labs_at_each_request() -> None:
+    """A pod re-created by a change has another IP: the load follows the lab's address, and a
+    moment without one is the request's outcome, not the generator's end."""
+    from runner.errors import LabError
+
+    hosts: list[str] = []
+    addresses = iter(["http://10.0.0.1:8000", None, "http://10.0.0.2:8000"])
+
+    def url() -> str:
+        a = next(addresses, "http://10.0.0.2:8000")
+        if a is None:
+            raise LabError("node1: its pod has no IP yet")
+        return a
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        hosts.append(req.url.host)
+        return httpx.Response(200, json=WHOLE)
+
+    t = Traffic(url, _load(max_requests=3, rate=50), 5.0, transport=httpx.MockTransport(answer))
+    t.start()
+    deadline = time.monotonic() + 10
+    while len(t.sent()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t.stop()
+    assert [s.outcome for s in t.sent()] == [Outcome.OK, Outcome.NO_ADDRESS, Outcome.OK]
+    assert hosts == ["10.0.0.1", "10.0.0.2"]
