@@ -321,12 +321,16 @@ def history_table(h: History) -> None:
         table.add_column("verdict", no_wrap=True, min_width=7)
         for m in Measure:
             table.add_column(LABELS[m], no_wrap=True)
+        loaded = any(p.fault_error_rate is not None for p in t.points)
+        if loaded:
+            table.add_column(FAULT_ERRORS, no_wrap=True)
         for p in t.points:
             table.add_row(
                 escape(p.run_id),
                 p.mode.value,
                 _verdict(p.verdict),
                 *(_history_cell(p, m) for m in Measure),
+                *([_rate(p.fault_error_rate)] if loaded else []),
             )
         if _fits(table):
             out.print(table)
@@ -337,6 +341,15 @@ def history_table(h: History) -> None:
             for m in Measure:
                 if getattr(p, m.value) is not None or p.change_s.get(m) is not None:
                     out.print(f"  {LABELS[m]:<16}{_history_cell(p, m)}")
+            if p.fault_error_rate is not None:
+                out.print(f"  {FAULT_ERRORS:<16}{_rate(p.fault_error_rate)}")
+
+
+FAULT_ERRORS = "fault errors"  # the share of the load's requests that failed during the fault
+
+
+def _rate(rate: float | None) -> str:
+    return "" if rate is None else f"{rate:.1%}"
 
 
 def _asked(requested: bool) -> str:
