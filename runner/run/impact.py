@@ -24,6 +24,7 @@ from runner.spec.kinds import Window
 from runner.spec.timing import TimeScale
 from runner.spec.workload import Load, LoadPhase, PhaseBounds
 
+USERS = "users"  # the timeline's source of the load's events: their own lane in the picture
 ANSWER_POLL_S = 0.05  # wall seconds between looks at how many requests were answered
 
 # the run's phase an impact assertion is reported under
@@ -326,7 +327,9 @@ class Users:
         node, lab = self.node, ctx.lab
         self.traffic = Traffic(lambda: lab.url(node), spec, ctx.scale.to_lab(spec.max_s))
         self.traffic.start()
-        ctx.rec.event(f"load started: {loop} to {self.node}", ts=self.traffic.started_at)
+        ctx.rec.event(
+            f"load started: {loop} to {self.node}", ts=self.traffic.started_at, source=USERS
+        )
         self._answered(spec.baseline_requests)
 
     def hold(self) -> None:
@@ -372,10 +375,20 @@ class Users:
         )
         fig, self._first, self._last = figures(sent, marks, ctx.scale, self.spec, self.node)
         ctx.impact = fig.model_copy(update={"unfinished": traffic.unfinished})
-        ctx.rec.event(f"load stopped: {len(sent)} requests answered")
+        ctx.rec.event(f"load stopped: {len(sent)} requests answered", source=USERS)
         if self._first is not None:
             ctx.rec.event(
-                "users saw the first failed request", ts=_at(self._first), kind=EventKind.NOTE
+                "users saw the first failed request",
+                ts=_at(self._first),
+                kind=EventKind.NOTE,
+                source=USERS,
+            )
+        if self._last is not None and ctx.restore_at is not None:
+            ctx.rec.event(
+                "users saw the last failed request (the error rate back to the baseline's after)",
+                ts=_at(self._last),
+                kind=EventKind.NOTE,
+                source=USERS,
             )
         if traffic.error is not None:
             ctx.rec.error(

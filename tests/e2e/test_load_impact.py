@@ -50,6 +50,9 @@ def test_head_only_restart_reports_what_users_felt_and_a_tight_bound_fails(
     assert phases["fault"]["error_rate"] >= 0.9  # the local lab: no answer while the head is gone
     assert phases["baseline"]["p50_ms"] <= phases["baseline"]["p99_ms"]
     assert impact["users_saw_first_s"] is not None and impact["users_saw_last_s"] is not None
+    users = [e["event"] for e in shipped["timeline"] if e["source"] == "users"]  # a Gantt lane
+    assert users[0].startswith("load started") and users[-1].startswith("load stopped")
+    assert "users saw the first failed request" in users
     names = [a["name"] for a in shipped["assertions"]]
     assert "impact: users saw first" in names and "impact: fault: error rate felt" in names
     # the terminal's summary, JUnit's properties and report.md say the same figures
