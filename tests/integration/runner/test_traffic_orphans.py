@@ -69,6 +69,9 @@ def test_a_kill_9_of_the_runner_leaves_no_load(
         while handler.count < 10 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert handler.count >= 10, "the load never started"
+        # a thread of the runner's own, no process: there is nothing for `gameday cleanup` to find
+        assert _children(child.pid) == []
+        assert len(list(Path(f"/proc/{child.pid}/task").iterdir())) >= 2
         os.kill(child.pid, signal.SIGKILL)
         child.wait(10)
         time.sleep(0.3)  # what was on the wire at the kill lands
@@ -81,3 +84,18 @@ def test_a_kill_9_of_the_runner_leaves_no_load(
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
