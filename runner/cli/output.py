@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.errors import GamedayError
-from runner.report import drill_times
+from runner.report import drill_times, impact_text
 from runner.results.durations import real_s, wall_s
 from runner.results.printable import printable
 from runner.results.schema import Assertion, RunMode, RunResult, ScenarioResult, Verdict
@@ -216,6 +216,11 @@ def run_summary(result: RunResult, report_dir: str) -> None:
     else:
         _stacked(result, title)
     for s in result.scenarios:
+        if s.impact:
+            out.print(escape(f"{s.id} " + impact_text.heading(s.impact)))
+            for ln in impact_text.lines(s.impact)[1:]:
+                out.print(escape(f"  {ln}"))
+    for s in result.scenarios:
         for a in _failed(s):
             verdict = f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/]"
             out.print(f"{verdict} {escape(s.id)}: {escape(a.name)}")
@@ -316,12 +321,16 @@ def history_table(h: History) -> None:
         table.add_column("verdict", no_wrap=True, min_width=7)
         for m in Measure:
             table.add_column(LABELS[m], no_wrap=True)
+        loaded = any(p.fault_error_rate is not None for p in t.points)
+        if loaded:
+            table.add_column(FAULT_ERRORS, no_wrap=True)
         for p in t.points:
             table.add_row(
                 escape(p.run_id),
                 p.mode.value,
                 _verdict(p.verdict),
                 *(_history_cell(p, m) for m in Measure),
+                *([_rate(p.fault_error_rate)] if loaded else []),
             )
         if _fits(table):
             out.print(table)
@@ -332,6 +341,15 @@ def history_table(h: History) -> None:
             for m in Measure:
                 if getattr(p, m.value) is not None or p.change_s.get(m) is not None:
                     out.print(f"  {LABELS[m]:<16}{_history_cell(p, m)}")
+            if p.fault_error_rate is not None:
+                out.print(f"  {FAULT_ERRORS:<16}{_rate(p.fault_error_rate)}")
+
+
+FAULT_ERRORS = "fault errors"  # the share of the load's requests that failed during the fault
+
+
+def _rate(rate: float | None) -> str:
+    return "" if rate is None else f"{rate:.1%}"
 
 
 def _asked(requested: bool) -> str:
@@ -363,6 +381,11 @@ def drill_summary(result: RunResult, report_dir: str) -> None:
         width = max(len(label) for label, _ in rows) + 2
         for label, value in rows:
             _block_line(label, value, width=width)
+    for s in result.scenarios:
+        if s.impact:
+            out.print(escape(f"{s.id} " + impact_text.heading(s.impact)))
+            for ln in impact_text.lines(s.impact)[1:]:
+                out.print(escape(f"  {ln}"))
     for s in result.scenarios:
         for a in _failed(s):
             verdict = f"[{_STYLE[a.verdict]}]{a.verdict.value.upper()}[/]"

@@ -23,6 +23,7 @@ from pathlib import Path
 from runner.errors import InputError
 from runner.report import drill_times as drill
 from runner.report import html as html_page
+from runner.report import impact_text
 from runner.results.printable import printable
 from runner.results.redact import redact_obj
 from runner.results.schema import Assertion, RunResult, ScenarioResult, Verdict
@@ -123,6 +124,7 @@ def properties(result: RunResult, s: ScenarioResult) -> dict[str, str]:
         "gameday.scenario_file": s.file,
     }
     props |= {f"runbook {step}": ref for step, ref in s.runbooks.items()}
+    props |= impact_text.properties(s.impact) if s.impact else {}
     return props | (drill.properties(s.drill, result.mode) if s.drill else {})
 
 
@@ -274,6 +276,8 @@ def markdown(result: RunResult) -> str:
             lines.append("")
         if s.drill:
             lines += _drill_md(s)
+        if s.impact:
+            lines += [f"- {_md(ln)}" for ln in impact_text.lines(s.impact)] + [""]
         if s.assertions:
             lines += ["| | assertion | expected | observed |", "|---|---|---|---|"]
             mark = {

@@ -265,6 +265,36 @@ class RunMode(enum.StrEnum):
     SEAT = "seat"  # a drill on a workshop's seat (`gameday drill --seat`): an attendee's
 
 
+class PhaseFigures(Frozen):
+    """What the load's users felt in one phase (runner.spec.workload): requests counted by their
+    intended send time; latencies in wall milliseconds of the requests that succeeded, from the
+    intended send time (open loop) or the send (closed loop)."""
+
+    phase: str  # baseline, inject, fault, recover, verify
+    sent: int
+    failed: int
+    error_rate: float | None  # None: no request in the phase
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    ttft_p50_ms: float | None = None  # streamed requests only
+    ttft_p99_ms: float | None = None
+    outcomes: dict[str, int] = {}  # outcome -> count (ok, http_error, refused, ...)
+
+
+class ImpactFigures(Frozen):
+    """The load's figures: per phase, and when users saw the fault first and last, in
+    real-world seconds (the lab's time scale applied)."""
+
+    mode: str  # open (a rate) or closed (a concurrency)
+    rate: float | None = None
+    concurrency: int | None = None
+    node: str
+    phases: list[PhaseFigures]
+    users_saw_first_s: float | None = None  # the fault in place -> the first failed answer
+    users_saw_last_s: float | None = None  # restoring step -> the last failure past baseline
+    unfinished: int = 0  # in flight when the load stopped, cut off
+
+
 class ScenarioResult(Frozen):
     id: str
     title: str
@@ -284,6 +314,7 @@ class ScenarioResult(Frozen):
     # runner.results.repopaths), by the step's label ("recover 2: scale the KV cache")
     runbooks: dict[str, str] = {}
     drill: DrillRecord | None = None  # in a drill: what the people did, and when
+    impact: ImpactFigures | None = None  # the scenario's load: what its users felt
 
     @model_serializer(mode="wrap")
     def _measured_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -292,6 +323,8 @@ class ScenarioResult(Frozen):
         data: dict[str, Any] = handler(self)
         if self.time_to_detect_s is None:
             data.pop("time_to_detect_s", None)
+        if self.impact is None:
+            data.pop("impact", None)
         return data
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from runner.errors import InputError
 from runner.results.durations import real_s, wall_s
 from runner.results.rundirs import run_dirs
-from runner.results.schema import RunMode, Verdict, load_result
+from runner.results.schema import RunMode, ScenarioResult, Verdict, load_result
 
 REGRESSION_RATIO = 1.10  # slower than this times the previous run's time to recover
 
@@ -54,6 +54,8 @@ class Point(_Frozen):
     time_to_recover_s: float | None
     change_s: dict[Measure, float | None] = {}
     recover_regressed: bool = False
+    # the share of the load's requests that failed during the fault (a scenario with a `load`)
+    fault_error_rate: float | None = None
 
 
 class Trend(_Frozen):
@@ -93,6 +95,7 @@ def load_history(root: Path, scenario: str | None = None) -> History:
                     time_to_fail_s=s.time_to_fail_s,
                     time_to_detect_s=s.time_to_detect_s,
                     time_to_recover_s=s.time_to_recover_s,
+                    fault_error_rate=_fault_rate(s),
                 )
             )
     if not runs:
@@ -112,6 +115,12 @@ def load_history(root: Path, scenario: str | None = None) -> History:
         )
     trends = [Trend(scenario=sid, points=_compared(pts)) for sid, pts in sorted(by_id.items())]
     return History(reports=str(root), trends=trends, unreadable=unreadable)
+
+
+def _fault_rate(s: ScenarioResult) -> float | None:
+    if s.impact is None:
+        return None
+    return next((f.error_rate for f in s.impact.phases if f.phase == "fault"), None)
 
 
 def people(p: Point, m: Measure) -> bool:

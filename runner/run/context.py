@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from runner.labs.base import Change, ExitInfo, LabDriver, LabEvent, NodeState
-from runner.results.schema import Phase, Verdict
+from runner.results.schema import ImpactFigures, Phase, Verdict
 from runner.run.correctness import References
 from runner.run.journal import Journal, OpenStep
 from runner.run.load import Judged, LoadWatch, judge, judge_wait, process_watch
@@ -96,6 +96,9 @@ class Context:
     # its first change in place: an alert may fire on that alone (one node of two moved)
     fault_began_at: datetime | None = None
     inject_seq: int = 0
+    restore_at: datetime | None = None  # the (last) restoring recovery step applied
+    restored_at: datetime | None = None  # after it, every verify probe passed
+    impact: ImpactFigures | None = None  # the scenario's load: what its users felt
     times: Times = field(default_factory=Times)
     # what the baseline's probes recorded for later ones to compare with (the correctness
     # probe's answers), kept for this run only

@@ -12,6 +12,7 @@ from runner.labs.base import LabDriver, PartDied
 from runner.results.repopaths import repository_root, shown, shown_runbook
 from runner.results.schema import EventKind, Interruption, Phase, ScenarioResult, combine
 from runner.run.context import Context, Progress, ScenarioAborted, http_client, utcnow
+from runner.run.impact import Users
 from runner.run.interrupt import ScenarioInterrupted, interruption, shielded_from_sigint
 from runner.run.journal import Journal
 from runner.run.phases.baseline import baseline
@@ -105,12 +106,19 @@ def phases(ctx: Context, ls: LoadedScenario) -> None:
             f"scenario target {ls.scenario.target!r} is not a host or group of "
             f"{ctx.lab.inventory.path}"
         )
-    with alert_receiver(ctx, ls) as receiver:  # listening before the alerts can fire
-        baseline(ctx, ls)
-        inject(ctx, ls)
-        ctx.times.to_fail = expect(ctx, ls).time_to_fail_s
-        detect(ctx, ls, receiver)  # records the first alert's time as it fires
-    ctx.times.to_recover = recover(ctx, ls).time_to_recover_s
+    users = Users(ctx, ls.scenario.load)
+    try:
+        with alert_receiver(ctx, ls) as receiver:  # listening before the alerts can fire
+            baseline(ctx, ls)
+            users.begin()  # the load from the baseline on, through every later phase
+            inject(ctx, ls)
+            ctx.times.to_fail = expect(ctx, ls).time_to_fail_s
+            detect(ctx, ls, receiver)  # records the first alert's time as it fires
+        ctx.times.to_recover = recover(ctx, ls).time_to_recover_s
+        users.hold()
+    finally:
+        users.finish()  # never outlives the run, whatever ended it
+    users.judge()
 
 
 def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResult:
@@ -131,6 +139,7 @@ def result(ls: LoadedScenario, ctx: Context, started: datetime) -> ScenarioResul
         timeline=sorted(rec.timeline, key=lambda e: e.ts),
         evidence=rec.evidence,
         notes=rec.notes,
+        impact=ctx.impact,
         runbooks={
             f"recover {i}: {step.name}": shown_runbook(step.runbook, ls.path, root)
             for i, step in enumerate(ls.scenario.recover, 1)

@@ -44,6 +44,7 @@ from runner.spec.kinds import (
 )
 from runner.spec.probes import Probe, PromQLProbe, TargetsProbe
 from runner.spec.usersteps import check_files
+from runner.spec.workload import Load
 from runner.spec.yamlsrc import load
 from vllmfacts.wording import Era, Platform
 
@@ -231,6 +232,11 @@ class Scenario(Model):
     verify: Verification
     hints: list[Hint] = Field(
         default=[], description="Hints for a drill, in the order they are given (gameday drill)."
+    )
+    load: Load | None = Field(
+        default=None,
+        description="Users' traffic from the baseline through verify, and the impact it may "
+        "show per phase (runner.spec.workload).",
     )
     per_lab: dict[LabKind, LabVariant] = Field(
         default={},

@@ -43,6 +43,7 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
         runs = apply_step(ctx, step, label, f"recover {i}")
         applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
+            ctx.restore_at, ctx.restored_at = applied_at, None
             ttr = verify(ctx, ls, label, applied_at, Why(before.at, runs))
         elif step.outcome is Outcome.MASKS:
             masks(ctx, ls, step, label)
@@ -200,6 +201,7 @@ def verify(
     restarted = state.first_output_at is not None and state.first_output_at > applied_at
     start = state.first_output_at if restarted and state.first_output_at else applied_at
     ttr = elapsed_real(ctx.scale, start, passed_at)
+    ctx.restored_at = passed_at
     ctx.rec.event("service verified (health and inference)", ts=passed_at, kind=EventKind.RESTORED)
     since = "first output of the new incarnation" if restarted else "the step applied"
     ctx.check_window(

@@ -287,3 +287,32 @@ def test_a_run_gameday_could_not_carry_out_is_no_regression(tmp_path: Path) -> N
         write_reports(run_result(s, run_id=run_id, started_at=started), tmp_path / run_id)
     (trend,) = load_history(tmp_path).trends
     assert [p.recover_regressed for p in trend.points] == [False, False, True]
+
+
+def test_a_scenario_with_a_load_shows_its_fault_error_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.results.schema import ImpactFigures, PhaseFigures
+
+    for day, rate in enumerate((0.95, 0.5)):
+        impact = ImpactFigures(
+            mode="open",
+            rate=20,
+            node="node1",
+            phases=[
+                PhaseFigures(phase="baseline", sent=20, failed=0, error_rate=0.0),
+                PhaseFigures(phase="fault", sent=20, failed=int(rate * 20), error_rate=rate),
+            ],
+        )
+        s = scenario_result("h", id="head-only-restart", verdict=Verdict.PASSED, impact=impact)
+        run_id = f"2026010{day + 1}T000000Z-aaaaa{day}"
+        write_reports(
+            run_result(s, run_id=run_id, started_at=NOW + timedelta(days=day)), tmp_path / run_id
+        )
+    (trend,) = load_history(tmp_path).trends
+    assert [p.fault_error_rate for p in trend.points] == [0.95, 0.5]
+    monkeypatch.setattr(output, "out", output._Console(width=200, soft_wrap=True))
+    got = CliRunner().invoke(main, ["history", "--reports", str(tmp_path)])
+    assert "fault errors" in got.stdout
+    rows = [line for line in got.stdout.splitlines() if "Z-" in line]
+    assert rows[0].rstrip(" │").endswith("95.0%") and rows[1].rstrip(" │").endswith("50.0%")

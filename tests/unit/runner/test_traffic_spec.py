@@ -1,0 +1,80 @@
+"""The scenario's `load` section: its rules, and that it targets the lab's own nodes only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.errors import ScenarioError
+from runner.spec.inventory_load import check_scenario, load_inventory
+from runner.spec.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[3]
+HEAD = (ROOT / "scenarios" / "head-only-restart.yaml").read_text()
+
+
+def _with_load(tmp_path: Path, load: str) -> Path:
+    text = HEAD.split("\nload:", 1)[0] + "\n" + load
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    return f
+
+
+def _line(f: Path, needle: str) -> int:
+    return next(i for i, ln in enumerate(f.read_text().splitlines(), 1) if needle in ln)
+
+
+@pytest.mark.parametrize(
+    "node", ["http://10.0.0.1:8000", "10.0.0.1", "example.com:443", "::1", "127.0.0.1"]
+)
+def test_a_load_aimed_at_an_address_is_refused_with_file_line_and_field(
+    tmp_path: Path, node: str
+) -> None:
+    f = _with_load(tmp_path, f"load:\n  rate: 5\n  node: '{node}'\n")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(f)
+    assert e.value.exit_code == 2
+    assert (e.value.line, e.value.field) == (_line(f, "node: '"), "load.node")
+    assert "load goes to the lab's own nodes only" in str(e.value)
+
+
+def test_a_load_aimed_at_a_name_the_inventory_lacks_is_refused(tmp_path: Path) -> None:
+    f = _with_load(tmp_path, "load:\n  rate: 5\n  node: elsewhere\n")
+    ls = load_scenario(f)  # a name: held to the inventory once the lab is known
+    with pytest.raises(ScenarioError) as e:
+        check_scenario(ls, load_inventory(ROOT / "inventories" / "local.yaml"))
+    assert (e.value.line, e.value.field) == (_line(f, "node: elsewhere"), "load.node")
+    assert "'elsewhere' is not a host" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("load", "says"),
+    [
+        ("load:\n  seed: 1\n", "either rate (open loop) or concurrency"),
+        ("load:\n  rate: 5\n  concurrency: 2\n", "either rate (open loop) or concurrency"),
+        ("load:\n  rate: 5\n  impact:\n    fault: {min_requests: 3}\n", "at least one bound"),
+        ("load:\n  rate: 5\n  prompt_tokens: {min: 9, max: 2}\n", "min (9) is larger"),
+        ("load:\n  rate: 5\n  mix: [{api: embeddings}]\n", "'chat' or 'completions'"),
+        ("load:\n  rate: 800\n", "less than or equal to 500"),
+        ("load:\n  rate: 5\n  target: node1\n", "unknown key"),
+    ],
+)
+def test_a_load_section_is_checked_like_the_rest(tmp_path: Path, load: str, says: str) -> None:
+    f = _with_load(tmp_path, load)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(f)
+    assert says in str(e.value)
+    assert e.value.line is not None and e.value.line >= _line(f, "load:")
+
+
+def test_the_shipped_head_only_restart_carries_a_load_with_impact_bounds() -> None:
+    sc = load_scenario(ROOT / "scenarios" / "head-only-restart.yaml").scenario
+    assert sc.load is not None and sc.load.rate
+    assert sc.load.impact.fault and sc.load.impact.users_saw_first
+
+
+def test_the_manuals_load_example_is_the_shipped_scenarios() -> None:
+    doc = (ROOT / "docs" / "scenario-format.md").read_text()
+    block = doc.split("## Load: what users felt", 1)[1].split("```yaml\n", 1)[1].split("```")[0]
+    assert HEAD.endswith("\n" + block)
