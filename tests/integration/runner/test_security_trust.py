@@ -122,12 +122,13 @@ def _lab_http_calls(path: Path) -> list[tuple[int, bool]]:
 
 
 def test_every_lab_http_client_ignores_the_environments_proxy() -> None:
-    """Every client the run, the labs and the watchdog build for a lab's own addresses."""
-    root = Path(__file__).resolve().parents[3] / "runner"
+    """Every client the runner (its run, labs, watchdog, drills, load), the lab engine and
+    vllmfacts build: each talks to a lab's own addresses."""
+    root = Path(__file__).resolve().parents[3]
     found = [
         (str(f.relative_to(root)), line, off)
-        for folder in ("run", "labs", "watchdog", "cli", "drill", "workshop")
-        for f in sorted((root / folder).rglob("*.py"))
+        for package in ("runner", "labengine", "vllmfacts")
+        for f in sorted((root / package).rglob("*.py"))
         for line, off in _lab_http_calls(f)
     ]
     assert len(found) >= 7

@@ -173,30 +173,6 @@ def test_the_mix_and_lengths_are_the_seeds() -> None:
     assert body["max_tokens"] == p.max_tokens
 
 
-def test_every_http_client_in_the_code_ignores_the_environments_proxies() -> None:
-    """A source scan: each httpx client the runner, the lab engine or vllmfacts builds says
-    trust_env=False (a proxy from the environment would see the lab's traffic)."""
-    import ast
-
-    missing = []
-    for pkg in ("runner", "labengine", "vllmfacts"):
-        for f in sorted((ROOT / pkg).rglob("*.py")):
-            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-                if not (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id == "httpx"
-                    and node.func.attr in ("Client", "AsyncClient")
-                ):
-                    continue
-                kw = {k.arg: k.value for k in node.keywords}
-                v = kw.get("trust_env")
-                if not (isinstance(v, ast.Constant) and v.value is False):
-                    missing.append(f"{f.relative_to(ROOT)}:{node.lineno}")
-    assert missing == []
-
-
 def test_the_address_is_the_labs_at_each_request() -> None:
     """A pod re-created by a change has another IP: the load follows the lab's address, and a
     moment without one is the request's outcome, not the generator's end."""
