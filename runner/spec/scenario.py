@@ -262,6 +262,15 @@ class Scenario(Model):
         "with a note citing the vLLM source. The most specific: over per_vllm and per_lab.",
     )
 
+    @field_validator("load", mode="before")
+    @classmethod
+    def _load_given(cls, v: Any) -> Any:
+        """`load:` with nothing under it is a section cut short or left unfinished, not "no
+        load": leaving the key out says that."""
+        if v is None:
+            raise ValueError("empty: give its rate or concurrency, or leave the section out")
+        return v
+
     @field_validator("per_vllm", mode="before")
     @classmethod
     def _yaml_number_keys(cls, v: Any) -> Any:

@@ -57,9 +57,10 @@ class LoadPhase(enum.StrEnum):
 
 
 class RequestKind(Model):
-    """One kind of request in the mix, drawn with probability weight / (sum of weights)."""
+    """One kind of request in the mix, drawn with probability weight / (sum of weights). Its
+    api is always written out: an entry with none is a mix left unfinished."""
 
-    api: Api = Api.CHAT
+    api: Api
     stream: bool = Field(
         default=False,
         description="Server-sent events: the time to first token is measured on these.",
@@ -161,7 +162,9 @@ class Load(Model):
     concurrency: Annotated[int | None, Field(ge=1, le=MAX_CONCURRENCY)] = Field(
         default=None, description="Closed loop: this many users, each one request at a time."
     )
-    mix: Annotated[list[RequestKind], Field(min_length=1, max_length=16)] = [RequestKind()]
+    mix: Annotated[list[RequestKind], Field(min_length=1, max_length=16)] = [
+        RequestKind(api=Api.CHAT)
+    ]
     prompt_tokens: Lengths = Lengths(min=8, max=64)
     output_tokens: Lengths = Lengths(min=4, max=32)
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0

@@ -204,12 +204,20 @@ def test_devices_and_fifos(tmp_path: Path, kind: str) -> None:
         assert_input_error(gameday(*argv), path, "not a regular file")
 
 
+def _line_of(path: Path, needle: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln)
+
+
 def test_nodes_not_in_the_inventory(tmp_path: Path) -> None:
     group = edited(tmp_path, HEAD, "target: node1", "target: tp_group", "g.yaml")
     typo = edited(tmp_path, HEAD, "node: node2", "node: nod2", "t.yaml")
     for sc, where, field in (
         (group, f"{group}:25", "[target]: 'tp_group' is a group, not a host,"),
-        (typo, f"{typo}:48", "[expect.probes.0.node]: 'nod2' is not a host"),
+        (
+            typo,
+            f"{typo}:{_line_of(typo, 'node: nod2')}",
+            "[expect.probes.0.node]: 'nod2' is not a host",
+        ),
     ):
         assert_input_error(gameday("validate", str(sc), "--lab", str(INVENTORY)), where, field)
         proc = gameday("run", str(sc), "--lab", str(INVENTORY), "--reports", str(tmp_path))

@@ -15,7 +15,8 @@ HEAD = (ROOT / "scenarios" / "head-only-restart.yaml").read_text()
 
 
 def _with_load(tmp_path: Path, load: str) -> Path:
-    text = HEAD.split("\nload:", 1)[0] + "\n" + load
+    # the file's own load section (before its verify) out, `load` in
+    text = HEAD[: HEAD.index("\nload:")] + HEAD[HEAD.index("\nverify:") :] + load
     f = tmp_path / "s.yaml"
     f.write_text(text)
     return f
@@ -77,4 +78,4 @@ def test_the_shipped_head_only_restart_carries_a_load_with_impact_bounds() -> No
 def test_the_manuals_load_example_is_the_shipped_scenarios() -> None:
     doc = (ROOT / "docs" / "scenario-format.md").read_text()
     block = doc.split("## Load: what users felt", 1)[1].split("```yaml\n", 1)[1].split("```")[0]
-    assert HEAD.endswith("\n" + block)
+    assert "\n" + block + "verify:" in HEAD
