@@ -295,6 +295,7 @@ def serve_flags(tree: Path) -> set[str]:
 
 QWEN = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 # (case, argv after `serve`, extra environment, the text after which the run is stopped)
+LORA_R64 = "gameday-lab/qwen2.5-14b-sql-lora-r64"  # adapter_config.json: r 64
 CASES: list[tuple[str, list[str], dict[str, str], str | None]] = [
     ("healthy start", [QWEN, "--max-model-len", "4096"], {}, "Application startup complete"),
     ("kv-cache shortage", [QWEN, "--gpu-memory-utilization", "0.5", "--max-model-len", "16384"],
@@ -316,6 +317,8 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None]] = [
     ("data parallel, VLLM_PORT URI", [QWEN, "-dp", "2"],
      {"GAMEDAY_GPU_COUNT": "2", "VLLM_PORT": "tcp://10.0.0.1:8000"}, None),
     ("headless with API servers", [QWEN, "--headless", "--api-server-count", "1"], {}, None),
+    ("LoRA rank above the max", [QWEN, "--enable-lora", "--lora-modules", f"sql={LORA_R64}"], {},
+     None),
 ]  # fmt: skip
 
 RECORD = re.compile(r"^(?:\((?P<proc>\w+) pid=\d+\) )?(?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} "
@@ -500,7 +503,10 @@ def frame_difference(tree: Path, frame: Frame) -> str | None:
     spans = [
         (node.lineno, node.end_lineno or node.lineno)
         for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == frame.function
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == frame.function
+        )
+        or (isinstance(node, ast.Lambda) and frame.function == "<lambda>")
     ]
     if not any(a <= frame.line <= b for a, b in spans):
         return f"line {frame.line} is not inside a function {frame.function}"
@@ -561,8 +567,17 @@ CONTEXT_FRAMES = {
     "contextmanager": ("__enter__", "__exit__"),
 }
 # calls through a name bound elsewhere: vLLM's CLI subcommands (`args.dispatch_function(args)`
-# is the subcommand's `cmd`) and envs.py's table of getters (`environment_variables[name]()`)
-DISPATCH = {"args.dispatch_function": "cmd", "environment_variables[]": "*"}
+# is the subcommand's `cmd`), envs.py's table of getters (`environment_variables[name]()`), and
+# the engine core's utility calls: _invoke_utility_method's `get_result()` is the lambda
+# _handle_client_request builds, whose `method(...)` is `getattr(self, method_name)`, and the
+# executor's run_method calls `func = getattr(obj, method)` on the worker
+DISPATCH = {
+    "args.dispatch_function": "cmd",
+    "environment_variables[]": "*",
+    "get_result": "<lambda>",
+    "method": "*",
+    "func": "*",
+}
 # tracebacks whose chain below the engine core's busy loop is not rebuilt from the source, and
 # why: their frames are named here and reported, not counted as skipped links
 NOT_REBUILT = {
@@ -647,6 +662,33 @@ def _calls(stmt: ast.AST | None) -> set[str]:
     return found
 
 
+def _frame_statement(module: ast.Module, frame: Frame) -> ast.AST | None:
+    """What a frame's line executes: the statement starting there, or, in a lambda's frame, the
+    lambda's body (a lambda holds no statements; its call may start lines below the `lambda`)."""
+    if frame.function == "<lambda>":
+        return next(
+            (
+                n.body
+                for n in ast.walk(module)
+                if isinstance(n, ast.Lambda) and n.lineno <= frame.line <= (n.end_lineno or 0)
+            ),
+            None,
+        )
+    return _statement(module, frame.line)
+
+
+def _reraises(module: ast.Module, f: Frame, g: Frame) -> bool:
+    """f's line is `raise e` of an exception caught in the same function, and g is that
+    function's frame where it was first raised: the re-raise keeps the exception's traceback."""
+    stmt = _statement(module, f.line)
+    return (
+        isinstance(stmt, ast.Raise)
+        and isinstance(stmt.exc, ast.Name)
+        and (f.file, f.function) == (g.file, g.function)
+        and g.line < f.line
+    )
+
+
 def _function(module: ast.Module, frame: Frame) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     for node in ast.walk(module):
         if (
@@ -698,7 +740,11 @@ def chain_problems(tree: Path, frames: list[Frame]) -> list[tuple[str, str]]:
             ok = "instrument" in g_decorators
             found.append((link, "" if ok else f"{g.function} is not decorated by instrument"))
             continue
-        calls = _calls(_statement(_module(tree, f_rel), f.line))
+        f_module = _module(tree, f_rel)
+        if _reraises(f_module, f, g):
+            found.append((link, ""))
+            continue
+        calls = _calls(_frame_statement(f_module, f))
         target = g
         if (g_rel, g.function) in WRAPPERS:  # the call goes to the function after the wrapper
             nxt = next((frames[i] for i in inside if i > b), None)
@@ -765,9 +811,9 @@ def expected_carets(tree: Path, frame: Frame, target: str | None) -> str | None:
         return None
     module = _module(tree, rel)
     text = (tree.parent / rel).read_text("utf-8").splitlines()[frame.line - 1]
-    if target is None:
-        return ""  # a `raise` statement: the whole statement
-    stmt = _statement(module, frame.line)
+    if target is None or isinstance(_statement(module, frame.line), ast.Raise):
+        return ""  # a `raise` statement (a re-raise too): the whole statement
+    stmt = _frame_statement(module, frame)
     fn = _function(module, frame)
     awaited = "await" if isinstance(fn, ast.AsyncFunctionDef) else ""
     if isinstance(stmt, ast.Module):  # a compound statement's head (`async with x(...)`)

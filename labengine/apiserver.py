@@ -210,6 +210,8 @@ def _settings(
         # itself; the renderer falls back to the tokenizer's template
         chat_template=args.chat_template is not None or model.has_chat_template,
         chat_content_format=args.chat_template_content_format,
+        max_lora_rank=args.max_lora_rank if args.enable_lora else None,
+        lora_modules=tuple((m.name, m.path) for m in args.lora_modules or ()),
     )
 
 
@@ -398,6 +400,14 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # from here uvicorn shuts down gracefully
     sleep_real(API_START_S, s.time_scale)
     log.info(where(s.era, Site.SUPPORTED_TASKS), "Supported tasks: ['generate']")
+    failure = _init_static_loras(s, conn)
+    if failure is not None:
+        _stop_core(proc, conn)
+        # 0.19's load_lora_adapter re-raises the client's Exception; 0.33's returns an error
+        # response, which init_static_loras raises as a ValueError
+        kind = "Exception" if s.era is Era.V0_19 else "ValueError"
+        log.traceback(frames(s.era, Traceback.SERVE_STATIC_LORAS), f"{kind}: {failure}")
+        return 1
     if s.chat_content_format == "auto":
         # init_app_state warms the chat renderer up, which detects the template's content
         # format; the stand-in's templates (and a missing one) render content as a string
@@ -449,6 +459,17 @@ def _run_engine(s: CoreSettings, log: VllmLog, sock: socket.socket, host: str, p
     finally:
         _stop_core(proc, conn)
     return 0
+
+
+def _init_static_loras(s: CoreSettings, conn: Connection) -> str | None:
+    """init_app_state's init_static_loras: each --lora-modules adapter through the engine core's
+    add_lora utility call, in order; the first failure's message, None when all load."""
+    for name, path in s.lora_modules:
+        conn.send(("add_lora", name, path))
+        reply = conn.recv()
+        if reply[1] is not None:
+            return str(reply[1])
+    return None
 
 
 def _start_core(

@@ -25,7 +25,7 @@ from labengine.textgen import completion, garbage
 from labengine.tracebacks import Traceback, frames, process_died
 from vllmfacts import arch, envs, memory
 from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
-from vllmfacts.models import DTYPE_BYTES, ModelInfo
+from vllmfacts.models import DTYPE_BYTES, ModelInfo, search_paths
 from vllmfacts.wording import (
     Era,
     capacity_lines,
@@ -78,6 +78,8 @@ class CoreSettings:
     prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching
     chat_template: bool = True  # --chat-template given, or the tokenizer defines one
     chat_content_format: str = "auto"  # --chat-template-content-format
+    max_lora_rank: int | None = None  # --max-lora-rank with --enable-lora; None: LoRA disabled
+    lora_modules: tuple[tuple[str, str], ...] = ()  # --lora-modules: (name, path) each
 
     @property
     def world(self) -> int:
@@ -542,6 +544,9 @@ def _serve(
             return 0
         if msg[0] == "shutdown":
             return 0
+        if msg[0] == "add_lora":
+            conn.send(("utility", _add_lora(s, log, str(msg[1]), str(msg[2]))))
+            continue
         if msg[0] != "gen":
             continue
         _, rid, prompt, prompt_tokens, max_tokens, *choice = msg
@@ -580,6 +585,52 @@ def _serve(
             time.sleep(per_token)
             conn.send(("tok", rid, tok))
         conn.send(("end", rid, reason, len(tokens)))
+
+
+def _add_lora(s: CoreSettings, log: VllmLog, name: str, path: str) -> str | None:
+    """The engine core's add_lora utility call: the adapter's rank (adapter_config.json's `r`)
+    against --max-lora-rank, as the worker's PEFTHelper.validate_legal checks it before loading
+    any weights (lora/peft_helper.py:122 in 0.19.1, :196 in 0.33.0). The failure message the
+    client gets (v1/engine/core.py:1309, :1850); None when the adapter loads."""
+    if s.max_lora_rank is None:
+        # without --enable-lora the model runner has no LoRA manager
+        # (v1/worker/lora_model_runner_mixin.py:71 in 0.19.1); its short traceback is not modelled
+        error = "LoRA is not enabled. Use --enable-lora to enable LoRA."
+        log.error(where(s.era, Site.UTILITY_FAILED), "Invocation of add_lora method failed")
+        log.raw(f"RuntimeError: {error}")
+        return f"Call to add_lora method failed: {error}"
+    try:
+        with open(os.path.join(_adapter_dir(path), "adapter_config.json")) as f:
+            rank = int(json.load(f)["r"])
+    except FileNotFoundError:
+        # the worker raises LoRAAdapterNotFoundError (vllm/exceptions.py:62 in 0.19.1) from the
+        # FileNotFoundError; that chained traceback is not modelled, only its last line
+        error = f"Loading lora {name} failed: No adapter found for {path}"
+        log.error(where(s.era, Site.UTILITY_FAILED), "Invocation of add_lora method failed")
+        log.raw(f"vllm.exceptions.LoRAAdapterNotFoundError: {error}")
+    else:
+        if rank <= s.max_lora_rank:
+            return None
+        error = f"LoRA rank {rank} is greater than max_lora_rank {s.max_lora_rank}."
+        log.logged_exception(
+            where(s.era, Site.UTILITY_FAILED),
+            "Invocation of add_lora method failed",
+            frames(s.era, Traceback.CORE_ADD_LORA),
+            f"ValueError: {error}",
+        )
+    return f"Call to add_lora method failed: {error}"
+
+
+def _adapter_dir(path: str) -> str:
+    """get_adapter_absolute_path (lora/utils.py:283 in 0.19.1): an absolute, `~` or existing
+    path as it is; anything else is a Hugging Face repository id, which the lab "downloads" from
+    its model folders, as it resolves a model tag."""
+    if os.path.isabs(path) or path.startswith("~") or os.path.exists(path):
+        return os.path.abspath(os.path.expanduser(path))
+    for base in search_paths():
+        if (base / path).is_dir():
+            return str(base / path)
+    return path
 
 
 def _state_pool(s: CoreSettings) -> mamba.StatePool | None:

@@ -64,6 +64,7 @@ class Site(enum.StrEnum):
     INIT_ENGINE_TOOK_EAGER = "init_engine_took_eager"  # 0.33: no compilation time
     CORE_FAILED_TO_START = "core_failed_to_start"  # run_engine_core's logger.exception
     CORE_FATAL_ERROR = "core_fatal_error"
+    UTILITY_FAILED = "utility_failed"  # _invoke_utility_method: "Invocation of %s method failed"
     ENGINE_PROC_DIED = "engine_proc_died"  # 0.19: the client's monitor of the engine core
     OUTPUT_HANDLER_FAILED = "output_handler_failed"
     STATS = "stats"  # the periodic throughput line
@@ -104,6 +105,7 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 193),
         Site.WORKER_DIED: _L("v1/executor/multiproc_executor.py", 273),
         Site.SUPPORTED_TASKS: _L("entrypoints/openai/api_server.py", 592),
+        Site.UTILITY_FAILED: _L("v1/engine/core.py", 1308),
         Site.CHAT_CONTENT_FORMAT: _L("renderers/hf.py", 314),
         Site.SERVER_START: _L("entrypoints/openai/api_server.py", 596),
         Site.ROUTES_HEAD: _L("entrypoints/launcher.py", 37),
@@ -148,6 +150,7 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.HEADLESS_LAUNCH: _L("entrypoints/cli/serve.py", 224),
         Site.WORKER_DIED: _L("v1/executor/multiproc_executor.py", 380),
         Site.SUPPORTED_TASKS: _L("entrypoints/launchers/api_server/entry.py", 135),
+        Site.UTILITY_FAILED: _L("v1/engine/core.py", 1849),
         Site.CHAT_CONTENT_FORMAT: _L("renderers/hf.py", 736),
         Site.SERVER_START: _L("entrypoints/launchers/api_server/entry.py", 139),
         Site.ROUTES_HEAD: _L("entrypoints/launchers/launcher.py", 188),

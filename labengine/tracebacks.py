@@ -42,11 +42,16 @@ class Traceback(enum.StrEnum):
     SERVE_HEADLESS_CONFIG_VLLM = "serve_headless_config_vllm"
     SERVE_TERMINATED = "serve_terminated"  # SIGTERM while the API server initialises
     SERVE_ENGINE_STARTUP = "serve_engine_startup"  # the engine core failed to start
+    # init_app_state loading the --lora-modules adapters through the engine core (0.19: the
+    # utility call's exception itself; 0.33: init_static_loras's ValueError)
+    SERVE_STATIC_LORAS = "serve_static_loras"
     ENGINE_DEAD = "engine_dead"  # the API server's output handler, after the engine core died
     CORE_INIT = "core_init"  # EngineCore's constructor (out of memory loading the weights)
     CORE_FREE_MEMORY = "core_free_memory"  # the worker's init_device: free memory on the device
     CORE_VLLM_PORT = "core_vllm_port"  # 0.19: the executor's get_open_port() reading VLLM_PORT
     CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init
+    # the add_lora utility call in the engine core: the worker's PEFTHelper.validate_legal
+    CORE_ADD_LORA = "core_add_lora"
     CORE_KV_CACHE = "core_kv_cache"  # check_enough_kv_cache_memory: too little for one request
     CORE_NO_KV_MEMORY = "core_no_kv_memory"  # the same check: nothing left at all
     BUSY_LOOP_NCCL = "busy_loop_nccl"  # an all-reduce with a worker gone

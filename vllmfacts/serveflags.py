@@ -6,6 +6,9 @@ stand-in parses with it, and `gameday validate` checks a scenario's flags agains
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from vllmfacts.wording import Era
 
@@ -17,6 +20,50 @@ def _max_len(text: str) -> int:
     if t[-1:] in ("k", "m"):
         t = t[:-1]
     return int(float(t) * mult)
+
+
+# config/lora.py's MaxLoRARanks (0.19.1 :24, 0.33.0 :27)
+MAX_LORA_RANKS = [1, 8, 16, 32, 64, 128, 256, 320, 512]
+
+
+class LoRAModulePath(NamedTuple):
+    """One --lora-modules entry (LoRAModulePath)."""
+
+    name: str
+    path: str
+    base_model_name: str | None = None
+
+
+class _LoRAModules(argparse.Action):
+    """vLLM's LoRAParserAction: `name=path` when the item has `=` and no comma, else JSON."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        modules: list[LoRAModulePath] = []
+        for item in values or []:
+            if not item:
+                continue
+            if "=" in item and "," not in item:
+                parts = item.split("=")
+                if len(parts) != 2:
+                    # `name, path = item.split("=")` unpacks too many values
+                    raise ValueError(f"too many values to unpack (expected 2, got {len(parts)})")
+                modules.append(LoRAModulePath(parts[0], parts[1]))
+                continue
+            try:
+                raw = json.loads(item)
+            except json.JSONDecodeError:
+                parser.error(f"Invalid JSON format for --lora-modules: {item}")
+            try:
+                modules.append(LoRAModulePath(**raw))
+            except TypeError as e:
+                parser.error(f"Invalid fields for --lora-modules: {item} - {e}")
+        setattr(namespace, self.dest, modules)
 
 
 # `vllm`'s top-level usage, as each release prints it (its subcommands differ)
@@ -37,6 +84,9 @@ def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
     p.add_argument("--headless", action="store_true")
     # None: one API server per data-parallel rank (vLLM's internal load balancing)
     p.add_argument("--api-server-count", "-asc", type=int, default=None)
+    # FrontendArgs: adapters loaded at start-up, `name=path` or a JSON object each
+    # (entrypoints/openai/cli_args.py, LoRAParserAction)
+    p.add_argument("--lora-modules", nargs="+", action=_LoRAModules, default=None)
     # FrontendArgs: a Jinja template, or a file holding one, that replaces the tokenizer's
     p.add_argument("--chat-template", default=None)
     p.add_argument(
@@ -81,6 +131,10 @@ def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
     )
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    # LoRAConfig (config/lora.py): the rank is a Literal, so argparse offers its values as choices
+    p.add_argument("--enable-lora", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--max-loras", type=int, default=1)
+    p.add_argument("--max-lora-rank", type=int, default=16, choices=MAX_LORA_RANKS)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--fail-on-environ-validation", action="store_true")

@@ -30,6 +30,9 @@ class StartupPhase(enum.StrEnum):
     WEIGHTS_LOAD = "weights_load"
     KV_CACHE_CHECK = "kv_cache_check"
     CUDA_GRAPHS = "cuda_graphs"
+    # the engine is up; the API server builds its app state (init_app_state: the --lora-modules
+    # adapters loaded through the engine, the chat renderer) before it listens
+    APP_STATE = "app_state"
     SERVING = "serving"
 
 
@@ -59,6 +62,12 @@ MARKERS: list[tuple[StartupPhase, re.Pattern[str]]] = [
     (
         StartupPhase.CUDA_GRAPHS,
         re.compile(r"(?:GPU|CPU) KV cache size: [\d,]+ tokens|Capturing CUDA graph"),
+    ),
+    (
+        # build_and_serve logs it just before init_app_state (entrypoints/openai/api_server.py:592
+        # in 0.19.1, entrypoints/launchers/api_server/entry.py:135 in 0.33.0)
+        StartupPhase.APP_STATE,
+        re.compile(r"Supported tasks: \["),
     ),
     (
         StartupPhase.SERVING,

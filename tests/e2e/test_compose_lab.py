@@ -85,6 +85,7 @@ def test_the_catalogue_passes_unchanged(lab: ComposeLab, state: Path, tmp_path: 
             "silent-wrong-output",
             "missing-chat-template",
             "tp-head-divisibility",
+            "lora-rank-over-max",
             "engine-core-hang",
             "nccl-watchdog-timeout",
         )

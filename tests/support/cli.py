@@ -19,6 +19,7 @@ SHIPPED = [
     "engine-core-hang",
     "head-only-restart",
     "kv-cache-shortage",
+    "lora-rank-over-max",
     "missing-chat-template",
     "nccl-watchdog-timeout",
     "service-name-collision",

@@ -278,3 +278,51 @@ def test_carets_follow_python_312(tmp_path: Path) -> None:
         if conformance.in_wheel(frame) is not None:
             want = conformance.expected_carets(tree, frame, conformance.call_target(CHAIN, i))
             assert want == frame.carets, frame
+
+
+# the engine core's utility call: a lambda built elsewhere, getattr dispatch, `raise e`
+UTILITY_SOURCE = """\
+def invoke(get_result):
+    result = get_result()
+
+
+def handle(self, name):
+    get_result = lambda: (
+        (method := getattr(self, name))
+        and method(1)
+    )
+    invoke(get_result)
+
+
+def add(n):
+    try:
+        check(n)
+    except Exception as e:
+        raise e
+
+
+def check(n):
+    raise ValueError(n)
+"""
+UTILITY = [
+    _frame("vllm/core.py", 2, "invoke", "result = get_result()", "         ^^^^^^^^^^^^"),
+    _frame("vllm/core.py", 8, "<lambda>", "and method(1)", "    ^^^^^^^^^"),
+    _frame("vllm/core.py", 17, "add", "raise e"),
+    _frame("vllm/core.py", 15, "add", "check(n)"),
+    _frame("vllm/core.py", 21, "check", "raise ValueError(n)"),
+]
+
+
+def test_a_utility_calls_lambda_and_a_re_raise_are_links(tmp_path: Path) -> None:
+    mod = tmp_path / "vllm" / "core.py"
+    mod.parent.mkdir()
+    mod.write_text(UTILITY_SOURCE)
+    tree = tmp_path / "vllm"
+    assert [conformance.frame_difference(tree, f) for f in UTILITY] == [None] * 5
+    assert [p for _, p in conformance.chain_problems(tree, UTILITY)] == ["", "", "", ""]
+    for i, frame in enumerate(UTILITY):
+        want = conformance.expected_carets(tree, frame, conformance.call_target(UTILITY, i))
+        assert want == frame.carets, frame
+    # a `raise e` is a link only to its own function's earlier line, where the exception began
+    later = [*UTILITY[:3], _frame("vllm/core.py", 21, "check", "raise ValueError(n)")]
+    assert [p for _, p in conformance.chain_problems(tree, later)][-1] != ""

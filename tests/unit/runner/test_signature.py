@@ -192,6 +192,15 @@ def test_phase_reached() -> None:
         "Maximum concurrency for 4,096 tokens per request: 1.31x",
     )
     assert startup.reached(sized) is StartupPhase.CUDA_GRAPHS
+    # the engine is up and the API server builds its state (a --lora-modules adapter it loads
+    # fails there) before it listens
+    app_state = lines(
+        *[ln.text for ln in sized],
+        "(APIServer pid=1) INFO 12-04 05:17:42 [api_server.py:592] Supported tasks: ['generate']",
+        "(APIServer pid=1) Exception: Call to add_lora method failed: LoRA rank 64 is greater "
+        "than max_lora_rank 16.",
+    )
+    assert startup.reached(app_state) is StartupPhase.APP_STATE
     # the V1 model runner's words and Model Runner V2's (0.33's default on CUDA)
     for start in (
         "Starting to load model Qwen/Qwen2.5-0.5B-Instruct...",

@@ -158,6 +158,9 @@ def test_every_signature_a_scenario_declares() -> None:
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [("a client's", "serving", [ANSWERED])],
+        "lora-rank-over-max": [
+            ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"])
+        ],
         "tp-head-divisibility": [
             ("the serving node's", "node1", ["the heads do not split over the ranks"])
         ],

@@ -24,6 +24,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
         "engine-core-hang": ["signals"],
         "head-only-restart": ["alert_delivery", "monitoring", "signals"],
         "kv-cache-shortage": [],
+        "lora-rank-over-max": [],
         "missing-chat-template": [],
         "nccl-watchdog-timeout": ["signals"],
         "service-name-collision": [],
