@@ -37,6 +37,7 @@ STARTUP = [
     "context-window-overflow",
     "tp-mismatch",
     "tp-head-divisibility",  # the tensor-parallel group's StatefulSets, re-formed on three
+    "cuda-graph-capture-oom",
 ]
 REQUEST_TIME = "missing-chat-template"  # the server starts; chat requests are refused
 K8S_VERSION = kubernetes_validate.utils.latest_version()

@@ -17,6 +17,7 @@ STARTUP = [
     "scenarios/tp-mismatch.yaml",
     "scenarios/service-name-collision.yaml",
     "scenarios/tp-head-divisibility.yaml",
+    "scenarios/cuda-graph-capture-oom.yaml",
 ]
 
 
@@ -34,6 +35,7 @@ def test_the_startup_scenarios_pass(tmp_path: Path) -> None:
     assert by_id["tp-mismatch"]["time_to_fail_s"] < 30
     assert by_id["tp-head-divisibility"]["time_to_fail_s"] < 30
     assert 90 < by_id["kv-cache-shortage"]["time_to_fail_s"] < 300
+    assert 90 < by_id["cuda-graph-capture-oom"]["time_to_fail_s"] < 330  # after the KV check
     assert all(s["time_to_recover_s"] for s in by_id.values())
     collision = by_id["service-name-collision"]
     assert any("local lab emulation" in n for n in collision["notes"])
