@@ -49,6 +49,8 @@ API_START_S = 2.0
 SECONDS_PER_OUTPUT_TOKEN = 0.033  # ~30 tokens/s decode for a 14B AWQ model on one A10G
 
 CUDA_GRAPH_CAPTURE_SIZES = 67
+# 0.19's first capture bar under the default FULL_AND_PIECEWISE mode (gpu_model_runner.py:6108)
+CAPTURE_DESC = "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)"
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         _check_free_memory(s, shared)
         _load_weights(s, log, shared)
         plan = _profile(s, log)
-        _capture_graphs(s, log)
+        _capture_graphs(s, log, plan, shared)
         log.info(_init_took_site(s), _init_took(s, (time.monotonic() - t_init) * s.time_scale))
         _enable_envs_cache(s)
     except EngineStartError as exc:
@@ -398,14 +400,68 @@ def _log_cudagraph_estimate(s: CoreSettings, log: VllmLog) -> None:
     )
 
 
-def _capture_graphs(s: CoreSettings, log: VllmLog) -> None:
+def _capture_graphs(
+    s: CoreSettings, log: VllmLog, plan: memory.KvPlan, shared: SharedGpu | None
+) -> None:
     graphs = graph_bytes(s)
     if graphs:
+        _check_graphs_fit(s, log, plan, graphs, shared)
         sleep_real(GRAPH_CAPTURE_S, s.time_scale)
         log.info(
             where(s.era, Site.GRAPH_CAPTURED_V2 if model_runner_v2(s) else Site.GRAPH_CAPTURED),
             f"Graph capturing finished in {GRAPH_CAPTURE_S:.0f} secs, took {gib(graphs)} GiB",
         )
+
+
+def graph_headroom(s: CoreSettings, plan: memory.KvPlan, others: int = 0) -> int:
+    """What the device has free when capture starts: the profiling run's activations are
+    released, the KV blocks are allocated, and the CUDA context, NCCL and cuBLAS (non_torch_mib)
+    sit outside PyTorch's budget. 0.19 sizes the KV cache without the graphs
+    (gpu_worker.py:332 determine_available_memory), so they go on top of
+    --gpu-memory-utilization's share: at a high utilisation this headroom is what they get."""
+    held = (
+        s.model.loaded_bytes(s.tp, s.dtype or None)
+        + plan.num_blocks * plan.page_bytes
+        + s.gpus.gpu.non_torch_mib * MIB
+        + others
+    )
+    return s.gpus.gpu.cuda_total_bytes - held
+
+
+def _check_graphs_fit(
+    s: CoreSettings, log: VllmLog, plan: memory.KvPlan, graphs: int, shared: SharedGpu | None
+) -> None:
+    """Capture (gpu_model_runner.py:5963 capture_model, 0.19.1) records the largest batch
+    first into one memory pool, one size after another (_capture_cudagraphs's bar, :6108):
+    the size whose pool segment no longer fits raises the caching allocator's OutOfMemoryError
+    out of _dummy_run, and EngineCore fails to start. 0.2x+ takes its estimate of the graphs
+    from the KV budget first (cudagraph_estimate), which the lab's graphs match: they run short
+    only where nothing is taken, 0.19 or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0. 0.33's
+    Model Runner V2 bar (v1/worker/gpu/cudagraph_utils.py:461) is not printed; its traceback
+    is cut at compile_or_warm_up_model (v1/engine/core.py:389)."""
+    if cudagraph_estimate(s):
+        return
+    # Other processes on the device are not counted: seeds/000's group restarted beside a
+    # 1,417 MiB stranger and captured its graphs, where this arithmetic leaves 801 MiB for the
+    # lab's 809 MiB, closer than the model's own precision.
+    free = graph_headroom(s, plan)
+    if graphs <= free:
+        return
+    sizes = CUDA_GRAPH_CAPTURE_SIZES
+    # the pool grows by whole 2 MiB segments (CUDACachingAllocator's kLargeBuffer rounding)
+    segment = math.ceil(graphs / sizes / (2 * MIB)) * 2 * MIB
+    done = max(0, free) // segment
+    if s.era is Era.V0_19:
+        log.raw(loading.tqdm_line(CAPTURE_DESC, done, sizes, done * GRAPH_CAPTURE_S / sizes))
+    sleep_real(done * GRAPH_CAPTURE_S / sizes, s.time_scale)
+    allocated = s.model.loaded_bytes(s.tp, s.dtype or None) + plan.num_blocks * plan.page_bytes
+    allocated += done * segment
+    in_use = s.gpus.gpu.non_torch_mib * MIB + allocated
+    procs = [(p.pid, p.mib * MIB) for p in shared.processes()] if shared else []
+    procs = sorted([*[o for o in procs if o[0] != os.getpid()], (os.getpid(), in_use)])
+    left = max(0, free - done * segment)
+    msg = pytorch.cuda_oom(segment, s.gpus.gpu.cuda_total_bytes, left, procs, allocated, allocated)
+    raise EngineStartError("torch.OutOfMemoryError", msg, Traceback.CORE_CUDA_GRAPHS)
 
 
 # ---- the tensor-parallel group ------------------------------------------------------------------

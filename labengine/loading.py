@@ -106,3 +106,30 @@ def progress_line(n: int, total: int, elapsed_s: float) -> str:
         f"{SHARDS_DESC}: {pct:3.0f}% Completed | {n}/{total} "
         f"[{format_interval(elapsed_s)}<{remaining}, {rate_fmt}]"
     )
+
+
+# tqdm's bar characters where the stream takes unicode (tqdm/std.py Bar.UTF), and the bar's width
+# when tqdm cannot read the stream's columns (a pipe or a container log: 10)
+_BAR_CHARS = " " + "".join(chr(c) for c in range(0x258F, 0x2587, -1))
+_BAR_WIDTH = 10
+
+
+def tqdm_line(desc: str, n: int, total: int, elapsed_s: float) -> str:
+    """One line of a bar in tqdm's default format (tqdm/std.py format_meter, no ncols):
+    `{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]`,
+    as vLLM's CUDA-graph capture bar prints it."""
+    steps = len(_BAR_CHARS) - 1
+    full, part = divmod(int(n / total * _BAR_WIDTH * steps), steps)
+    bar = _BAR_CHARS[-1] * full
+    if full < _BAR_WIDTH:
+        bar += _BAR_CHARS[part] + _BAR_CHARS[0] * (_BAR_WIDTH - full - 1)
+    rate = n / elapsed_s if n and elapsed_s else None
+    if rate is None:
+        remaining, rate_fmt = "?", "?it/s"
+    else:
+        remaining = format_interval((total - n) / rate)
+        rate_fmt = f"{1 / rate:5.2f}s/it" if rate < 1 else f"{rate:5.2f}it/s"
+    return (
+        f"{desc}: {100 * n / total:3.0f}%|{bar}| {n}/{total} "
+        f"[{format_interval(elapsed_s)}<{remaining}, {rate_fmt}]"
+    )

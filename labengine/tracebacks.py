@@ -47,6 +47,7 @@ class Traceback(enum.StrEnum):
     SERVE_STATIC_LORAS = "serve_static_loras"
     ENGINE_DEAD = "engine_dead"  # the API server's output handler, after the engine core died
     CORE_INIT = "core_init"  # EngineCore's constructor (out of memory loading the weights)
+    CORE_CUDA_GRAPHS = "core_cuda_graphs"  # capture_model out of memory, after the KV cache
     CORE_FREE_MEMORY = "core_free_memory"  # the worker's init_device: free memory on the device
     CORE_VLLM_PORT = "core_vllm_port"  # 0.19: the executor's get_open_port() reading VLLM_PORT
     CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init

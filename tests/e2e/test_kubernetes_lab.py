@@ -38,6 +38,7 @@ STARTUP = [
     "tp-mismatch",
     "tp-head-divisibility",  # the tensor-parallel group's StatefulSets, re-formed on three
     "lora-rank-over-max",  # fails only once the engine is up, as kv-cache-shortage does
+    "cuda-graph-capture-oom",
 ]
 REQUEST_TIME = "missing-chat-template"  # the server starts; chat requests are refused
 K8S_VERSION = kubernetes_validate.utils.latest_version()

@@ -18,6 +18,7 @@ STARTUP = [
     "scenarios/service-name-collision.yaml",
     "scenarios/tp-head-divisibility.yaml",
     "scenarios/lora-rank-over-max.yaml",
+    "scenarios/cuda-graph-capture-oom.yaml",
 ]
 
 
@@ -37,6 +38,7 @@ def test_the_startup_scenarios_pass(tmp_path: Path) -> None:
     assert 90 < by_id["kv-cache-shortage"]["time_to_fail_s"] < 300
     # the adapter is loaded only once the engine is up: after the KV cache and the graphs
     assert 90 < by_id["lora-rank-over-max"]["time_to_fail_s"] < 400
+    assert 90 < by_id["cuda-graph-capture-oom"]["time_to_fail_s"] < 330  # after the KV check
     assert all(s["time_to_recover_s"] for s in by_id.values())
     collision = by_id["service-name-collision"]
     assert any("local lab emulation" in n for n in collision["notes"])

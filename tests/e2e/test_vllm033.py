@@ -18,6 +18,7 @@ SCENARIOS = [
     "scenarios/tp-mismatch.yaml",
     "scenarios/service-name-collision.yaml",
     "scenarios/stray-gpu-process.yaml",
+    "scenarios/cuda-graph-capture-oom.yaml",  # with the graph estimate turned off
 ]
 
 
@@ -38,6 +39,10 @@ def test_they_pass_on_a_033_lab_with_their_per_vllm_sections(tmp_path: Path) -> 
     assert (
         per_vllm["stray-gpu-process"][0]
         == "vLLM 0.33 lab: runs its own expect, inject (per_vllm.0.33)"
+    )
+    assert (
+        per_vllm["cuda-graph-capture-oom"][0]
+        == "vLLM 0.33 lab: runs its own expect, inject, recover (per_vllm.0.33)"
     )
     assert per_vllm["context-window-overflow"] == per_vllm["tp-mismatch"] == []  # unchanged
     # 0.33 reads VLLM_PORT after the weights and the KV cache: it fails as late as the shortage

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the built-in catalogue's ids (scenarios/), in the order `gameday list` gives them
 SHIPPED = [
     "context-window-overflow",
+    "cuda-graph-capture-oom",
     "dhcp-address-change",
     "engine-core-death",
     "engine-core-hang",

@@ -122,3 +122,17 @@ def test_config_resolution_refuses_a_bad_storage_rate() -> None:
         "ValueError: VLLM_LAB_STORAGE_GIB_S='-0.5': not a positive number (the node volume's "
         "read rate in GiB/s, e.g. 0.015)"
     )
+
+
+@pytest.mark.parametrize(
+    ("n", "total", "elapsed", "line"),
+    [  # tqdm 4.70.1's own format_meter (in .venv-vllm) gave these
+        (0, 67, 0.0, "  0%|          | 0/67 [00:00<?, ?it/s]"),
+        (44, 67, 44 * 9 / 67, " 66%|██████▌   | 44/67 [00:05<00:03,  7.44it/s]"),
+        (67, 67, 9.0, "100%|██████████| 67/67 [00:09<00:00,  7.44it/s]"),
+        (1, 3, 2.5, " 33%|███▎      | 1/3 [00:02<00:05,  2.50s/it]"),
+    ],
+)
+def test_the_capture_bar_is_tqdms_default(n: int, total: int, elapsed: float, line: str) -> None:
+    desc = "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)"
+    assert loading.tqdm_line(desc, n, total, elapsed) == f"{desc}: {line}"

@@ -358,3 +358,62 @@ def test_the_loading_lines_are_the_model_runners_of_the_era(
     assert all(i >= 0 for i in at) and at == sorted(at), out
     other = "Loading model from scratch" if era is Era.V0_19 or env else "Starting to load model"
     assert other not in out
+
+
+# ---- CUDA-graph capture after the KV cache ----------------------------------------------------
+
+
+def _start(s: core.CoreSettings) -> str:
+    out = io.StringIO()
+    log = VllmLog("EngineCore", out, s.era)
+    plan = core._profile(s, log)
+    core._capture_graphs(s, log, plan, None)
+    return out.getvalue()
+
+
+def test_019_puts_the_graphs_on_top_of_the_budget() -> None:
+    """Qwen2.5-14B-AWQ on the A10G (22,838 MiB to CUDA): the KV cache takes what the budget
+    leaves of the weights (9.38 GiB), the activation peak and 181 MiB of cuBLAS; the peak is
+    released, the 1,240 MiB CUDA context is outside the budget: 0.9 leaves 2,675.5 MiB for the
+    0.79 GiB (809 MiB) of graphs, 0.98 leaves 848.5 MiB, 0.99 only 620.5 MiB."""
+    for util, headroom_mib in ((0.9, 2675.5), (0.98, 848.5), (0.99, 620.5)):
+        s = settings(QWEN, utilization=util)
+        assert core.graph_headroom(s, core.memory_plan(s)) / MIB == pytest.approx(
+            headroom_mib, abs=0.1
+        )
+    assert "Graph capturing finished in 9 secs, took 0.79 GiB" in _start(
+        settings(QWEN, utilization=0.98)
+    )
+
+
+def test_019_runs_out_of_memory_two_thirds_through_capture() -> None:
+    s = settings(QWEN, utilization=0.99)
+    out = io.StringIO()
+    log = VllmLog("EngineCore", out, s.era)
+    plan = core._profile(s, log)
+    with pytest.raises(core.EngineStartError) as exc:
+        core._capture_graphs(s, log, plan, None)
+    # 809 MiB / 67 sizes = 12.07 MiB, rounded up to whole 2 MiB segments: 14 MiB; 44 fit in
+    # 620.55 MiB, leaving 4.55 MiB
+    assert exc.value.exc_type == "torch.OutOfMemoryError"
+    assert exc.value.message.startswith(
+        "CUDA out of memory. Tried to allocate 14.00 MiB. GPU 0 has a total capacity of "
+        "22.30 GiB of which 4.55 MiB is free."
+    )
+    assert "Available KV cache memory: 11.11 GiB" in out.getvalue()
+    assert "PIECEWISE):  66%|██████▌   | 44/67" in out.getvalue()
+    assert "Graph capturing finished" not in out.getvalue()
+
+
+def test_eager_mode_captures_nothing_at_099() -> None:
+    assert "Graph capturing" not in _start(settings(QWEN, utilization=0.99, enforce_eager=True))
+
+
+def test_033_takes_the_graphs_from_the_budget_unless_told_not_to() -> None:
+    on = settings(QWEN, era=Era.V0_33, utilization=0.99)
+    assert "Graph capturing finished" in _start(on)
+    off = settings(
+        QWEN, era=Era.V0_33, utilization=0.99, env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
+    )
+    with pytest.raises(core.EngineStartError, match=r"of which 6\.55 MiB is free"):
+        _start(off)

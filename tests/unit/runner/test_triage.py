@@ -104,6 +104,25 @@ def test_every_signature_a_scenario_declares() -> None:
         "context-window-overflow": [
             ("the serving node's", "serving", ["requested length above the derived window"])
         ],
+        "cuda-graph-capture-oom": [
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "capture starts (its bar, or the traceback's capture_model frame)",
+                    "one 14 MiB pool segment more than the 4.55 MiB left",
+                ],
+            ),
+            # per_vllm."0.33": the estimate turned off, the worker's warning before the OOM
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "the worker's warning that the graphs are not budgeted",
+                    "one 14 MiB pool segment more than the 6.55 MiB left",
+                ],
+            ),
+        ],
         "dhcp-address-change": [],  # no log signature at all
         "head-only-restart": [
             ("the head's", "node1", ["the API server finds its engine dead"]),

@@ -296,6 +296,7 @@ def test_the_shipped_scenarios_differ_on_033_only_where_they_say() -> None:
     }
     changed = {k: [e for e in v.per_vllm if isinstance(e, Era)] for k, v in by_id.items()}
     assert {k: v for k, v in changed.items() if v} == {
+        "cuda-graph-capture-oom": [Era.V0_33],
         "kv-cache-shortage": [Era.V0_33],
         "service-name-collision": [Era.V0_33],
         "stray-gpu-process": [Era.V0_33],

@@ -19,6 +19,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
     }
     assert got == {
         "context-window-overflow": [],
+        "cuda-graph-capture-oom": [],
         "dhcp-address-change": ["addresses", "alert_delivery", "monitoring"],
         "engine-core-death": ["signals"],
         "engine-core-hang": ["signals"],
