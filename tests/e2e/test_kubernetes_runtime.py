@@ -72,7 +72,8 @@ def test_the_runtime_scenarios_on_kubernetes(
     assert a["expect: exit code"]["observed"] == "exit code 0"
     assert "per_lab.kubernetes" in " ".join(head["notes"])
     recover = [x for x in head["assertions"] if x["phase"] == "recover"]
-    assert [x["verdict"] for x in recover] == ["passed", "passed"]
+    # the group restart and its impact bound on the users' traffic
+    assert len(recover) >= 2 and {x["verdict"] for x in recover} == {"passed"}
     assert "does NOT restore" in recover[0]["name"]
     # fired, and delivered: Prometheus -> the Alertmanager pod behind its Service -> the runner's
     # receiver, with the DeepGEMM crash write-up's annotations

@@ -53,10 +53,11 @@ def test_list(team: Path) -> None:
     text = run(team, "list", "-k", "kv")
     assert [line.split()[0] for line in text.stdout.splitlines()] == [
         "our-kv-cache",
+        "cuda-graph-capture-oom",  # its description speaks of the KV cache
         "kv-cache-shortage",
     ]
     assert text.stdout.splitlines()[0].endswith(f"[{own}]")
-    assert text.stdout.splitlines()[1].endswith("[builtin]")
+    assert text.stdout.splitlines()[2].endswith("[builtin]")
 
 
 def test_a_team_file_overrides_a_builtin_id(team: Path) -> None:
