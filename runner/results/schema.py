@@ -71,9 +71,9 @@ class Phase(enum.StrEnum):
 
 class PartDeath(Frozen):
     """A part a lab starts beside the engines (Prometheus, Alertmanager, an exporter, a
-    monitoring pod) that exited or crash-loops: what a person needs to know why, without
-    opening the lab. `last_lines` are what it printed last, redacted where they were read
-    (runner.labs.base.last_lines). A failed step's `died` in result.json."""
+    monitoring pod), or the runner's alert receiver, that exited or crash-loops: what a person
+    needs to know why, without opening the lab. `last_lines` are what it printed last, redacted
+    where they were read (runner.labs.base.last_lines). A failed step's `died` in result.json."""
 
     part: str  # "Prometheus", "node-exporter of node serving", "Prometheus pod prometheus-0"
     exit_code: int | None = None  # its last exit status (None: not known, or never started)

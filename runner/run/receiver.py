@@ -44,6 +44,7 @@ from runner.errors import LabError
 from runner.labs.common import prometheus_config as monitoring
 from runner.labs.common.alertmanager_config import RECEIVER_PATH
 from runner.labs.common.prometheus_config import LAB_LABEL
+from runner.results.schema import PartDeath
 from runner.run import prometheus_api as prometheus
 
 # An Alertmanager notification is a few KiB per alert; this holds thousands of them.
@@ -135,6 +136,7 @@ class WebhookReceiver:
         self._cond = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stopped: BaseException | None = None  # what ended the serving thread early
 
     @property
     def url(self) -> str:
@@ -187,11 +189,31 @@ class WebhookReceiver:
                 hint="another gameday run may hold it; set gameday_lab.monitoring.receiver_listen",
             ) from exc
         self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._stopped = None
+        self._thread = threading.Thread(target=self._serve, args=(self._server,), daemon=True)
         self._thread.start()
         return self
+
+    def _serve(self, server: ThreadingHTTPServer) -> None:
+        try:
+            server.serve_forever(poll_interval=0.05)
+        except BaseException as exc:  # kept for death(): nothing else would ever see it
+            self._stopped = exc
+
+    def death(self) -> PartDeath | None:
+        """The receiver's serving thread ended while the receiver was meant to listen (its
+        socket failed under it): an alert delivered now is never taken in, so a wait for one
+        must end at once and say so."""
+        thread = self._thread
+        if thread is None or thread.is_alive():
+            return None
+        exc = self._stopped
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "its thread ended"
+        return PartDeath(
+            part=f"the runner's alert receiver on {self.host}:{self.port}",
+            reason="stopped listening",
+            last_lines=(why,),
+        )
 
     def stop(self) -> None:
         if self._server is not None:

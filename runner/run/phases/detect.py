@@ -119,7 +119,7 @@ def check_delivered(
     deadline = time.monotonic() + max(0.0, left)
     got = receiver.wait_for(mine, min(DEATH_CHECK_S * 4, max(0.0, left)))
     while got is None and time.monotonic() < deadline:
-        if (death := ctx.lab.dead_part()) is not None:
+        if (death := receiver.death() or ctx.lab.dead_part()) is not None:
             ctx.rec.error(
                 phase=Phase.DETECT,
                 name=name,

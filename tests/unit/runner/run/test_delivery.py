@@ -3,6 +3,7 @@ window, the annotation text missing, or another alert's delivery."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
@@ -167,3 +168,31 @@ def test_another_labs_alert_is_never_this_labs_delivery_and_is_a_lab_error() -> 
     quiet = context()
     check_own(quiet, WebhookReceiver("127.0.0.1", 0, "local-p2"), since)
     assert quiet.rec.assertions == []
+
+
+def test_a_receiver_that_stops_listening_ends_the_wait_and_says_so() -> None:
+    # a delivery window of 864 lab seconds: the receiver's death, not the window, ends the wait
+    want = WANT.model_copy(update={"delivered_within_s": 86400})
+    ctx = context()
+    ctx.lab.dead_part = lambda: None  # type: ignore[attr-defined]
+    receiver = WebhookReceiver("127.0.0.1", 0).start()
+    try:
+        server = receiver._server
+        assert server is not None
+
+        def broken() -> None:
+            raise OSError(24, "Too many open files")
+
+        server.service_actions = broken  # type: ignore[method-assign]
+        t0 = time.monotonic()
+        check_delivered(ctx, want, datetime.now(UTC), receiver)
+        assert time.monotonic() - t0 < 10
+    finally:
+        receiver.stop()
+    [a] = ctx.rec.assertions
+    assert a.verdict is Verdict.ERROR
+    assert a.died is not None and a.died.part == "the runner's alert receiver on 127.0.0.1:0"
+    assert a.observed == (
+        "the runner's alert receiver on 127.0.0.1:0 died: stopped listening; "
+        "its last line: OSError: [Errno 24] Too many open files"
+    )
