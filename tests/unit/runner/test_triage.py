@@ -122,6 +122,23 @@ def test_every_signature_a_scenario_declares() -> None:
                     "one 14 MiB pool segment more than the 6.55 MiB left",
                 ],
             ),
+            # per_vllm entries for releases no lab runs: V0's capture wordings, V1's older ones
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "V0's capture starts (its log line, its bar, or the capture_model frame)",
+                    "the allocator's OOM, or the runtime's at the capture's end",
+                ],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "V1's capture (its bar, its frame, or torch.cuda.graph's end)",
+                    "the allocator's OOM, or the runtime's at the capture's end",
+                ],
+            ),
         ],
         "dhcp-address-change": [],  # no log signature at all
         "head-only-restart": [
@@ -152,6 +169,11 @@ def test_every_signature_a_scenario_declares() -> None:
                     "be any program's)",
                     "Python's own int() error, naming neither VLLM_PORT nor Kubernetes",
                 ],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["the int() error under vLLM's log prefix (file:line])"],
             ),
             (
                 "the serving node's",
