@@ -8,7 +8,8 @@ paste still names the failure by what is there:
 - the message's start: the identifying pattern cut after any of its parts (a group without
   alternatives or quantifier opened up, so that it can be cut inside), keeping at least
   `MIN_LITERAL` of its literal characters, matching up to the end of a record: the paste, or
-  the message, ends there;
+  the message, ends there, or only what closes a shortened quote follows (`...`, a backtick,
+  quotes, a full stop, a table cell's `|`);
 - the raise: the traceback's last frame is a place the pattern says the message is raised in
   (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
   exception after it.
@@ -33,6 +34,9 @@ from runner.spec.patterns import compile_user
 from runner.triage.match import _OPTIONS, Evidence, Log, _finder
 
 MIN_LITERAL = 24  # literal characters a cut message must still show
+# what a writer closes a shortened message with before the record ends: an ellipsis, the end of
+# an inline code span, a quotation, emphasis or parenthesis, a full stop, a Markdown table cell
+_CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|]))*"
 _QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)$')
 # what vLLM puts before a traceback's lines: the process (0.19 decorates its streams) and, for
@@ -174,7 +178,7 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
     if not alts:
         return None
     whole = "|".join(f"(?:{a})" for a in alts)
-    rx, start = f"(?:{whole})\\s*$", "|".join(f"(?:{s})" for s in starts)
+    rx, start = f"(?:{whole}){_CLOSERS}\\s*$", "|".join(f"(?:{s})" for s in starts)
     try:
         compile_user(rx)
     except ValueError:

@@ -195,7 +195,9 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
         ],
         "engine-core-death": [
-            ("the serving node's", "serving", ["the API server finds its engine dead"])
+            ("the serving node's", "serving", ["the API server finds its engine dead"]),
+            # per_vllm."0.6.0-0.8.4": the V0 API server's own words
+            ("the serving node's", "serving", ["the V0 API server finds its engine dead"]),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [("a client's", "serving", [ANSWERED])],
