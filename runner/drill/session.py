@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 DRILL_DIR = "drill"
 MIN_TIMEOUT_S = 600.0  # wall seconds a drill waits at least, whatever the lab's scale
 TICK_S = 1.0  # wall seconds between looks at what no lab event announces
+CLOCK_DIGITS = 3  # the drill clock's readings (seconds since the fault) keep milliseconds
 TIMELINE_KEPT = 50  # timeline lines in the status (the report has them all)
 OUTCOME_PHASE = {
     DrillOutcome.RECOVERED: DrillPhase.RECOVERED,
@@ -152,7 +153,15 @@ class Drill:
     def clock(self) -> float | None:
         if self.fault_at is None:
             return None
-        return round((utcnow() - self.fault_at).total_seconds(), 3)
+        return round((utcnow() - self.fault_at).total_seconds(), CLOCK_DIGITS)
+
+    def latest_moment(self, at_s: float) -> datetime:
+        """The latest moment a reading of the clock can stand for: a reading is rounded, so the
+        moment it was taken may be up to half a unit later. An action's reading is taken once
+        the drill has seen it, never before a verb that made it began: a verb's record is matched
+        against this bound, not the rounded reading, which can fall before the verb's begin."""
+        assert self.fault_at is not None  # actions are seen only after the hand-over
+        return self.fault_at + timedelta(seconds=at_s + 0.5 * 10**-CLOCK_DIGITS)
 
     def _publish(
         self, kind: EventKind, text: str, data: dict[str, Any] | None = None, **changes: Any
@@ -402,7 +411,7 @@ class Drill:
         verbs = verb_log.read(self.lab.state_dir) if actions else []
         for a in actions:
             if self.fault_at is not None and verb_log.by_verb(
-                verbs, a.kind, a.nodes, self.fault_at + timedelta(seconds=a.at_s)
+                verbs, a.kind, a.nodes, self.latest_moment(a.at_s)
             ):
                 a = a.model_copy(update={"actor": Actor.LAB_VERB})
             current: dict[str, NodeConfig] = {n: self.lab.config(n) for n in a.nodes}

@@ -134,7 +134,7 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
         if sc.expect.signature:
             view = "the head's" if group else "the serving node's"
             sigs.append((view, sc.target, identifying(sc.expect.signature.in_order)))
-        sigs += [_elsewhere(e) for e in sc.expect.elsewhere]
+        sigs += _elsewhere(sc.expect.elsewhere)
         sigs += _refusals(sc.expect.probes, sc.target)
         for view, node, pats in sigs:
             key = (view, *(p.regex for p in pats))
@@ -144,8 +144,18 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
     return out
 
 
-def _elsewhere(e: NodeSignature) -> tuple[str, str, list[Pattern]]:
-    return "a worker's", e.node, identifying(e.in_order, all_if_none=True)
+def _elsewhere(entries: Sequence[NodeSignature]) -> list[tuple[str, str, list[Pattern]]]:
+    """One signature per node, over all of its lists (a node's lines of one stream in each): the
+    patterns marked identifying in any of them, else all of them."""
+    nodes = dict.fromkeys(e.node for e in entries)
+    return [
+        (
+            "a worker's",
+            node,
+            identifying([p for e in entries if e.node == node for p in e.in_order], True),
+        )
+        for node in nodes
+    ]
 
 
 ANSWERED = "the error a client is answered with"

@@ -40,6 +40,16 @@ def test_no_known_failure(text: str) -> None:
     assert triage(text, SCEN) == []
 
 
+def test_a_nodes_lists_are_one_signature_with_the_patterns_they_mark() -> None:
+    """nccl-watchdog-timeout keeps each worker's launcher line in a list of its own (another
+    stream than PyTorch's): a worker that died of anything else is not named by it."""
+    died = (
+        "ERROR 12-04 10:00:00 [multiproc_executor.py:273] Worker proc VllmWorker-2 died "
+        "unexpectedly, shutting down executor."
+    )
+    assert [f.scenario.scenario.metadata.id for f in triage(died, SCEN)] == []
+
+
 KV_LINE = SEED_019["kv-cache-shortage"].splitlines()[2]
 
 

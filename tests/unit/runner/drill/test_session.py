@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +314,35 @@ def test_the_head_alone_is_a_shortcut_and_the_group_together_recovers(tmp_path: 
         "shortcut: Restart the head alone: the workers never rejoin a new head",
         "group_restart node1, node2: 2 nodes restarted together (step: Restart the group together)",
     ]
+
+
+def test_a_verbs_action_seen_within_a_millisecond_of_its_begin_is_the_verbs(
+    tmp_path: Path,
+) -> None:
+    """The drill clock keeps milliseconds, rounded: an action seen 50 µs after a verb began, at
+    a moment the reading rounds down to 0.45 ms earlier, is still the verb's. (On the fake lab a
+    restart is seen that soon: the reading fell before the verb's begin about once in twenty
+    runs on a loaded machine.)"""
+    from runner.drill import verb_log
+    from runner.results.drill_record import ObservedAction
+
+    run = fake_run(tmp_path, scenario_doc(), wrong_flag())
+    d = drill_of(run)
+    with verb_log.acting(run.lab.state_dir, "restart", ["serving"]):
+        (begin,) = [r.begin for r in verb_log.read(run.lab.state_dir)]
+    seen = begin + timedelta(microseconds=50)
+    d.fault_at = seen - timedelta(seconds=1, microseconds=450)  # read as 1.000 s
+    d._actions(
+        [ObservedAction(at_s=1.0, kind=ActionKind.RESTART, nodes=("serving",), detail="restarted")]
+    )
+    assert [a.actor for a in d.actions] == [Actor.LAB_VERB]
+    assert d.latest_moment(1.0) >= seen
+    # an action seen before the verb began is not the verb's
+    d.fault_at = begin - timedelta(seconds=1, microseconds=600)  # 1.000 s: by 0.1 ms before it
+    d._actions(
+        [ObservedAction(at_s=1.0, kind=ActionKind.RESTART, nodes=("serving",), detail="restarted")]
+    )
+    assert [a.actor for a in d.actions] == [Actor.LAB_VERB, Actor.OUTSIDE_TOOL]
 
 
 def test_who_acted_is_recorded_and_only_people_are_scored(tmp_path: Path) -> None:
