@@ -1,7 +1,7 @@
 """What one instance of a lab takes on this machine while it runs the scenarios of scenarios/
 (the seed scenarios and the catalogue's) serially, through the CLI as a user runs them: the
-figures `--parallel auto` reads (runner/run/capacity.py's COSTS), printed as the lines to put
-there.
+figures `--parallel auto` reads (the lab kind's COST in runner/labs/<kind>/__init__.py),
+printed as the lines to put there.
 
     python bench/instance_cost.py [--lab inventories/local.yaml] [--write bench/RESULTS.md]
 
@@ -241,16 +241,16 @@ def main() -> int:
     print(f"{head}\nwall {wall:.1f} s; {said}")
     print(json.dumps(figures))
     const = (
-        f"    LabKind.{kind.upper()}: InstanceCost(\n"
-        f'        measured="{began:%Y-%m-%d} on {cores} cores",\n'
-        f'        by="bench/instance_cost.py --lab {rel}",\n'
-        f"        cpu_mean={figures['cpu_mean']},\n"
-        f"        cpu_peak={figures['cpu_peak']},\n"
-        f"        fixed_mib={figures['fixed_mib']},\n"
-        f"        per_node_mib={figures['per_node_mib']},\n"
-        f"    ),"
+        "COST = InstanceCost(\n"
+        f'    measured="{began:%Y-%m-%d} on {cores} cores",\n'
+        f'    by="bench/instance_cost.py --lab {rel}",\n'
+        f"    cpu_mean={figures['cpu_mean']},\n"
+        f"    cpu_peak={figures['cpu_peak']},\n"
+        f"    fixed_mib={figures['fixed_mib']},\n"
+        f"    per_node_mib={figures['per_node_mib']},\n"
+        ")"
     )
-    print("runner/run/capacity.py's COSTS:\n" + const)
+    print(f"runner/labs/{kind}/__init__.py's COST:\n" + const)
     if bad:
         print(f"not every scenario passed: {bad}; the figures are not a healthy run's")
     if args.write:

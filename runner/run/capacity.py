@@ -9,10 +9,11 @@ starts, in its terminal and in each scenario's notes, rather than meeting the st
 error halfway.
 
 What one instance takes is measured, per lab kind, by `bench/instance_cost.py` (one instance
-running the seven seed scenarios serially, read from /proc or the containers' cgroups), and kept
-here as constants (`COSTS`) with the date and the command of their measurement: its CPU on
-average and in its busiest second, the runner's share included, and its memory at its parts'
-peaks. n instances fit when
+running the scenarios of scenarios/ serially, read from /proc), and kept as constants in the
+kind's package (`runner/labs/<kind>/__init__.py`, the registry entry's `instance_cost`) with the
+date and the command of their measurement: its CPU on average and in its busiest second, the
+runner's share included, and its memory at its parts' peaks (runner/labs/cost.py). n instances
+fit when
 
     n x mean + (peak - mean) <= free cores,   n x memory <= MEMORY_SHARE x MemAvailable
 
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import InputError
+from runner.labs.cost import InstanceCost
 from runner.labs.registry import entry
 from runner.run.parallel import MAX_PARALLEL
 from runner.spec.inventory import Inventory
@@ -50,72 +52,13 @@ CLUSTER_AUTO_CAP = 8
 BUSY_WINDOW_S = 0.5
 
 
-@dataclass(frozen=True)
-class InstanceCost:
-    """What one instance of a lab takes on this machine while it runs the seven seed scenarios
-    serially, as `by` measured it on `measured`: CPU in cores (the lab's processes or containers
-    and the runner's own process), memory in MiB at the parts' peaks."""
-
-    measured: str
-    by: str
-    cpu_mean: float
-    cpu_peak: float
-    fixed_mib: float  # the supervisor (local), Prometheus and Alertmanager: one each per instance
-    per_node_mib: float  # an engine node and its node-exporter: these scale with the nodes
-
-    @property
-    def headroom(self) -> float:
-        """The cores one instance needs above its mean in its busiest second."""
-        return max(0.0, self.cpu_peak - self.cpu_mean)
-
-    def memory_mib(self, inventory: Inventory) -> float:
-        return self.fixed_mib + self.per_node_mib * len(inventory.nodes)
-
-    def fits(self, n: int, cores: float) -> bool:
-        """Whether n instances fit `cores` free cores: all at their mean, one at its peak."""
-        return n * self.cpu_mean + self.headroom <= cores + 1e-9
-
-    def by_cores(self, cores: float) -> int:
-        """The most instances that fit `cores` free cores; never fewer than one."""
-        n = math.floor((cores - self.headroom) / self.cpu_mean + 1e-9)
-        return max(1, min(n, MAX_PARALLEL))
-
-    def rule(self) -> str:
-        return f"n x {self.cpu_mean:.2f} + {self.headroom:.2f}"
-
-    def figures(self) -> str:
-        return (
-            f"{self.cpu_mean:.2f} core on average and {self.cpu_peak:.2f} in its busiest second "
-            f"(measured {self.measured} by {self.by})"
-        )
-
-
-# One instance of each lab kind whose instances share this machine, measured by
-# `bench/instance_cost.py --lab inventories/<kind>.yaml` (it prints these lines); the seven seed
-# scenarios serially at x100 on 2 cores. bench/RESULTS.md has each measurement's full figures.
-COSTS: dict[LabKind, InstanceCost] = {
-    LabKind.LOCAL: InstanceCost(
-        measured="2026-12-04 on 2 cores",
-        by="bench/instance_cost.py --lab inventories/local.yaml",
-        cpu_mean=0.31,
-        cpu_peak=0.79,
-        fixed_mib=255.8,
-        per_node_mib=53.6,
-    ),
-    LabKind.COMPOSE: InstanceCost(
-        measured="2026-12-04 on 2 cores",
-        by="bench/instance_cost.py --lab inventories/local.yaml (the same programs, in containers)",
-        cpu_mean=0.31,
-        cpu_peak=0.79,
-        fixed_mib=255.8,
-        per_node_mib=53.6,
-    ),
-}
-
-
 def instance_cost(kind: LabKind) -> InstanceCost:
-    """One instance's measured cost on a lab kind whose instances share this machine."""
-    return COSTS[kind]
+    """One instance's measured cost on a lab kind whose instances share this machine (each
+    kind's figures are in its package, beside the command and date of their measurement)."""
+    cost = entry(kind).instance_cost
+    if cost is None:
+        raise ValueError(f"lab kind {kind} has no measured cost on this machine")
+    return cost
 
 
 @dataclass(frozen=True)
@@ -163,7 +106,7 @@ def overload(
     cost = instance_cost(inventory.lab.kind) if cost is None else cost
     if cost.fits(asked, cores):
         return None
-    holds = cost.by_cores(cores)
+    holds = min(cost.by_cores(cores), MAX_PARALLEL)
     return Overload(asked=asked, holds=holds, cores=cores, lab=inventory.lab.name, cost=cost)
 
 
@@ -259,7 +202,7 @@ def auto_parallel(
     machine = this_machine() if machine is None else machine
     cost = instance_cost(lab.kind) if cost is None else cost
     free = max(0.0, machine.cores - machine.busy)
-    by_cores = cost.by_cores(free)
+    by_cores = min(cost.by_cores(free), MAX_PARALLEL)
     per = cost.memory_mib(inventory)
     if math.isinf(machine.mem_available_mib):  # no /proc/meminfo: the memory does not limit
         by_memory, memory = MAX_PARALLEL, "memory unknown"

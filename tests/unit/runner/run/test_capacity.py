@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli.main import main
+from runner.labs.cost import InstanceCost
 from runner.results.rundirs import LATEST
 from runner.run import capacity
 from runner.run.capacity import overload
@@ -45,8 +46,8 @@ def test_the_rule_is_every_instance_at_its_mean_and_one_at_its_peak() -> None:
     assert COST.by_cores(2.0) == 4
     assert COST.by_cores(1.99) == 3
     assert COST.by_cores(0.5) == 1  # never fewer than one
-    assert COST.by_cores(1000.0) == capacity.MAX_PARALLEL
-    flat = capacity.InstanceCost("a test", "a test", 0.5, 0.3, 100, 50)  # peak below mean
+    assert _auto(1000, 0.0, ROOMY, scenarios=100).n == capacity.MAX_PARALLEL
+    flat = InstanceCost("a test", "a test", 0.5, 0.3, 100, 50)  # peak below mean
     assert flat.headroom == 0 and flat.by_cores(2.0) == 4
 
 
@@ -112,7 +113,7 @@ def test_a_dry_run_says_it_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 # 0.4 core on average, 0.8 in the busiest second; 100 MiB fixed (supervisor, Prometheus,
 # Alertmanager) + 60 MiB per node: 400 MiB for five
-COST = capacity.InstanceCost(
+COST = InstanceCost(
     measured="a test",
     by="tests/unit",
     cpu_mean=0.4,
@@ -206,7 +207,12 @@ def test_each_kind_on_this_machine_has_a_measured_cost(kind: LabKind) -> None:
 
 
 def test_a_cluster_kind_has_no_cost_here() -> None:
-    assert set(capacity.COSTS) == {k for k in LabKind if k is not LabKind.KUBERNETES}
+    from runner.labs.registry import entry
+
+    for kind in LabKind:
+        assert (entry(kind).instance_cost is None) is not entry(kind).instances_share_host
+    with pytest.raises(ValueError, match="no measured cost"):
+        capacity.instance_cost(LabKind.KUBERNETES)
 
 
 def test_busy_cores_are_a_share_of_the_usable_ones() -> None:
