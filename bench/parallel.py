@@ -9,18 +9,16 @@ WRONG, in a serial run as in a parallel one.
                              [--write bench/PARALLEL.md --title TITLE]
 
 With --measure, every serial run also measures what one instance of the lab takes while it runs
-the scenarios (read from /proc every 0.2 s: the resident memory of the lab's supervisor and every
-process under it by part, engines, node-exporters, Prometheus, Alertmanager; its CPU time and
-that of the runner), and the first round's figures are written to
-runner/run/data/instance_cost.json, which `--parallel auto` reads: the auto runs of this
-benchmark already use them. Exit code 0 when no verdict was WRONG, 1 otherwise.
+the scenarios, as bench/instance_cost.py does (CPU on average and in its busiest second, the
+runner's included; memory at its parts' peaks), and prints it: `--parallel auto` reads the
+figures committed in runner/run/capacity.py's COSTS, not these. Exit code 0 when no verdict was
+WRONG, 1 otherwise.
 `bench/under_load.py --busy 1 --script bench/parallel.py` runs it with a core kept busy.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -30,120 +28,17 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from instance_cost import Sampler, local_roots  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "inventories" / "local.yaml"
 SEVEN = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
-COST_FILE = ROOT / "runner" / "run" / "data" / "instance_cost.json"
-TICK = os.sysconf("SC_CLK_TCK")
-PARTS = ("supervisor", "prometheus", "alertmanager", "exporters", "engines")
-
-
-def _stat(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def cpu_ticks(pid: int, with_children: bool = True) -> int:
-    """utime + stime (+ cutime + cstime: the processes it has reaped) of one process."""
-    f = _stat(pid)
-    return sum(int(x) for x in f[11 : 15 if with_children else 13])
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-    return out
-
-
-def part(pid: int) -> str:
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    text = b" ".join(argv).decode(errors="replace")
-    prog = os.path.basename(argv[0].decode(errors="replace"))
-    if "runner.labs.local.supervisor" in text:
-        return "supervisor"
-    if "alertmanager" in prog:
-        return "alertmanager"
-    if "exporter" in prog:
-        return "exporters"
-    if prog == "prometheus":
-        return "prometheus"
-    return "engines"  # vllm-lab serve, its engine core, a scenario's stray process
-
-
-@dataclass
-class Sampler:
-    """One lab instance's supervisor tree and the runner's process, read every `period` s."""
-
-    state: Path
-    runner_pid: int
-    period: float = 0.2
-    peak_kib: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PARTS, 0))
-    peak_total_kib: int = 0
-    cpu: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, lab ticks)
-    runner_ticks: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        while not self.stop.wait(self.period):
-            with contextlib.suppress(OSError, IndexError):
-                self.runner_ticks = cpu_ticks(self.runner_pid, with_children=False)
-            pidfiles = list(self.state.glob("*/supervisor.pid"))
-            if not pidfiles:
-                continue
-            try:
-                pids = tree(int(pidfiles[0].read_text()))
-            except (OSError, ValueError):
-                continue
-            by_part = dict.fromkeys(PARTS, 0)
-            ticks = 0
-            for pid in pids:
-                try:
-                    by_part[part(pid)] += rss_kib(pid)
-                    ticks += cpu_ticks(pid)
-                except (OSError, IndexError, ValueError):
-                    continue
-            for k, v in by_part.items():
-                self.peak_kib[k] = max(self.peak_kib[k], v)
-            self.peak_total_kib = max(self.peak_total_kib, sum(by_part.values()))
-            self.cpu.append((time.monotonic(), ticks))
-
-    def figures(self, wall: float) -> dict[str, Any]:
-        lab_s = (self.cpu[-1][1] - self.cpu[0][1]) / TICK if len(self.cpu) > 1 else 0.0
-        span = self.cpu[-1][0] - self.cpu[0][0] if len(self.cpu) > 1 else 0.0
-        peak = 0.0
-        j = 0
-        for i, (t, c) in enumerate(self.cpu):  # the busiest second of the lab's
-            while j < i and t - self.cpu[j][0] >= 1.0:
-                j += 1
-            if j > 0 and t - self.cpu[j - 1][0] >= 1.0:
-                t0, c0 = self.cpu[j - 1]
-                peak = max(peak, (c - c0) / TICK / (t - t0))
-        return {
-            "peak_rss_mib": {k: round(v / 1024, 1) for k, v in self.peak_kib.items()},
-            "peak_total_mib": round(self.peak_total_kib / 1024, 1),
-            "cpu_cores": {
-                "lab_mean": round(lab_s / span, 2) if span else 0.0,
-                "lab_peak_1s": round(peak, 2),
-                "runner_mean": round(self.runner_ticks / TICK / wall, 2),
-            },
-            "wall_s": round(wall, 1),
-        }
+NODES = 5  # the local lab's
 
 
 @dataclass
@@ -168,7 +63,7 @@ def gameday_run(mode: str, r: int, state: Path, measure: bool) -> Run:
         proc = subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        sampler = Sampler(state, proc.pid) if measure else None
+        sampler = Sampler(lambda: local_roots(state), proc.pid) if measure else None
         th = threading.Thread(target=sampler.run, daemon=True) if sampler else None
         if th:
             th.start()
@@ -195,27 +90,25 @@ def gameday_run(mode: str, r: int, state: Path, measure: bool) -> Run:
                     else "; ".join(s.get("notes", [])) or s.get("error") or ""
                 )
     auto = next((ln for ln in err.splitlines() if ln.startswith("--parallel auto")), "")
-    cost = sampler.figures(wall) if sampler else None
+    cost = sampler.figures(NODES) if sampler else None
     return Run(mode, r, wall, proc.returncode, verdicts, why, auto, cost)
 
 
-def write_cost(cost: dict[str, Any]) -> None:
-    data = {
-        "measured": f"{datetime.now(UTC):%Y-%m-%d} on {os.cpu_count()} cores",
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} usable cores",
-        "by": "bench/parallel.py --measure: one serial run of the seven seed scenarios",
-        "lab": "inventories/local.yaml",
-        "nodes": 5,
-        **cost,
-    }
-    COST_FILE.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def expected(runs: list[Run], sid: str) -> str:
-    """What a scenario's verdict must be on the healthy lab: skipped where the serial runs skip
-    it (it does not apply), else passed. A serial run's fail is as wrong as a parallel one's."""
+    """What a scenario's verdict must be on the healthy lab: skipped where it does not apply
+    (the serial runs skip it; without serial runs, every run skips it as not on this lab: a
+    decision the runner makes from the scenario and the inventory before anything runs), else
+    passed. A serial run's fail is as wrong as a parallel one's."""
     serial = [r.verdicts.get(sid) for r in runs if r.mode == "serial"]
-    return "skipped" if serial and all(v == "skipped" for v in serial) else "passed"
+    if serial:
+        return "skipped" if all(v == "skipped" for v in serial) else "passed"
+    ran = [r for r in runs if sid in r.verdicts]
+    if ran and all(
+        r.verdicts[sid] == "skipped" and r.why.get(sid, "").startswith("not on this lab")
+        for r in ran
+    ):
+        return "skipped"
+    return "passed"
 
 
 def summary(runs: list[Run], modes: list[str]) -> tuple[list[str], int]:
@@ -295,9 +188,6 @@ def main() -> int:
                 if run.cost is not None:
                     measured.append(run.cost)
                     print(f"  one instance: {json.dumps(run.cost)}", flush=True)
-                    if len(measured) == 1:
-                        write_cost(run.cost)
-                        print(f"  written to {COST_FILE.relative_to(ROOT)}", flush=True)
     lines, wrong = summary(runs, modes)
     print("\n".join(lines))
     if args.write:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runner.labs.base import LabDriver
+from runner.labs.cost import InstanceCost
 from runner.spec.inventory import Inventory, LabSpec, Node
 from runner.spec.kinds import LabKind
 from runner.spec.yamlsrc import Source
@@ -79,6 +80,9 @@ class LabKindEntry:
     # whether `run --parallel`'s instances share this machine's cores (False: they run on a
     # cluster's nodes), so that the machine limits how many run at once (runner/run/capacity.py)
     instances_share_host: bool = True
+    # what one instance takes on this machine, measured by bench/instance_cost.py (None: its
+    # instances do not run here)
+    instance_cost: InstanceCost | None = None
 
     def open(self, inventory: Inventory) -> LabDriver:
         if inventory.lab.adopt is not None and self.adopted is not None:

@@ -3,64 +3,81 @@
 Every instance of a lab that runs on this machine (the local lab's processes, the compose lab's
 containers) runs its engines, its Prometheus and Alertmanager, and the runner's probes of it. The
 probes are timed: a correctness probe under load, a delivery deadline, a time-to-recover window
-at x100 where one starved wall second reads as 100 real-world seconds. On a 2-core machine, two
-instances of the local lab ran the seed scenarios with the verdicts of a serial run; three starved
-a correctness probe into a timeout in the baseline, and four gave a healthy system a failed
-verdict. So one instance per usable core is what the machine holds, and a run asked for more is
-told so before it starts, in its terminal and in each scenario's notes, rather than meeting the
-starvation as an error halfway.
+at x100 where one starved wall second reads as 100 real-world seconds. So the instances must fit
+the cores with room for their busiest moments, and a run asked for more is told so before it
+starts, in its terminal and in each scenario's notes, rather than meeting the starvation as an
+error halfway.
+
+What one instance takes is measured, per lab kind, by `bench/instance_cost.py` (one instance
+running the scenarios of scenarios/ serially, read from /proc), and kept as constants in the
+kind's package (`runner/labs/<kind>/__init__.py`, the registry entry's `instance_cost`) with the
+date and the command of their measurement: its CPU on average and in its busiest second, the
+runner's share included, and its memory at its parts' peaks (runner/labs/cost.py). n instances
+fit when
+
+    n x mean + (peak - mean) <= free cores,   n x memory <= MEMORY_SHARE x MemAvailable
+
+(every instance at its mean, and room for one of them at its peak: the instances' busy moments are
+scenario steps that do not line up). Free cores are the usable ones less what other work keeps
+busy now, read from /proc/stat (`busy_cores`).
 
 Instances of a Kubernetes lab run on the cluster's nodes, not here: no limit from this machine.
 
-`run --parallel auto` picks as many instances as the machine holds (`auto_parallel`): the usable
-cores not already busy, one per instance; the memory available, at the lab's measured cost per
-instance (`data/instance_cost.json`, written by `bench/parallel.py --measure`); and no more than
-the scenarios that apply. docs/commands.md has the formula and the figures.
+`run --parallel auto` picks as many instances as fit (`auto_parallel`), and no more than the
+scenarios that apply. docs/commands.md has the rule and the figures.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from runner.errors import InputError
+from runner.labs.cost import InstanceCost
 from runner.labs.registry import entry
 from runner.run.parallel import MAX_PARALLEL
 from runner.spec.inventory import Inventory
+from runner.spec.kinds import LabKind
 
-# usable cores one instance of a lab on this machine needs for its timed probes to hold
-CORES_PER_INSTANCE = 1
 # the share of the memory available that auto's instances may take: the rest is the runner's own
 # (one process however many instances), the page cache and whatever else the machine runs
 MEMORY_SHARE = 0.8
 # auto on a lab whose instances run on a cluster: one per scenario, at most this many at once
 # (each is a namespace of pods the cluster schedules; the runner's probes of them still run here)
 CLUSTER_AUTO_CAP = 8
-COST_FILE = Path(__file__).parent / "data" / "instance_cost.json"
 # how long auto watches the cores to see how busy they already are
 BUSY_WINDOW_S = 0.5
 
 
+def instance_cost(kind: LabKind) -> InstanceCost:
+    """One instance's measured cost on a lab kind whose instances share this machine (each
+    kind's figures are in its package, beside the command and date of their measurement)."""
+    cost = entry(kind).instance_cost
+    if cost is None:
+        raise ValueError(f"lab kind {kind} has no measured cost on this machine")
+    return cost
+
+
 @dataclass(frozen=True)
 class Overload:
-    """`run --parallel asked` on a machine that holds `holds` instances of the lab."""
+    """`run --parallel asked` on a machine whose idle cores hold `holds` instances of the lab."""
 
     asked: int
     holds: int
     cores: int
     lab: str
+    cost: InstanceCost
 
     def sentence(self) -> str:
         return (
-            f"--parallel {self.asked} on {self.cores} usable core(s): each instance of lab "
-            f"{self.lab!r} runs on this machine and needs about {CORES_PER_INSTANCE} core for its "
-            f"timed probes, so this machine holds {self.holds}; beyond that probes starve, and a "
-            f"probe timeout or a window missed may be the machine's load, not the lab's fault"
+            f"--parallel {self.asked} on {self.cores} usable core(s): one instance of lab "
+            f"{self.lab!r} runs on this machine and takes {self.cost.figures()}, so "
+            f"{self.cost.rule()} <= {self.cores} holds {self.holds}; beyond that probes starve, "
+            f"and a probe timeout or a window missed may be the machine's load, not the lab's "
+            f"fault"
         )
 
     def hint(self) -> str:
@@ -75,53 +92,22 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def overload(inventory: Inventory, asked: int, cores: int | None = None) -> Overload | None:
-    """What is wrong with running `asked` instances of the lab at once here, or None."""
+def overload(
+    inventory: Inventory,
+    asked: int,
+    cores: int | None = None,
+    cost: InstanceCost | None = None,
+) -> Overload | None:
+    """What is wrong with running `asked` instances of the lab at once here, or None. The usable
+    cores as if idle: what others' work takes now is auto's to weigh, not a reason to warn."""
     if asked <= 1 or not entry(inventory.lab.kind).instances_share_host:
         return None
     cores = usable_cores() if cores is None else cores
-    holds = max(1, cores // CORES_PER_INSTANCE)
-    if asked <= holds:
+    cost = instance_cost(inventory.lab.kind) if cost is None else cost
+    if cost.fits(asked, cores):
         return None
-    return Overload(asked=asked, holds=holds, cores=cores, lab=inventory.lab.name)
-
-
-@dataclass(frozen=True)
-class InstanceCost:
-    """What one instance of the local lab took while it ran the seed scenarios, measured by
-    `bench/parallel.py --measure` (peak resident memory per part, CPU in cores)."""
-
-    measured: str
-    lab: str
-    nodes: int
-    peak_rss_mib: dict[str, float]
-    cpu_cores: dict[str, float]
-
-    @property
-    def per_node_mib(self) -> float:
-        """An engine node and its node-exporter: engines and exporters scale with the nodes."""
-        return (self.peak_rss_mib["engines"] + self.peak_rss_mib["exporters"]) / self.nodes
-
-    @property
-    def fixed_mib(self) -> float:
-        """The supervisor, Prometheus and Alertmanager: one each per instance."""
-        rss = self.peak_rss_mib
-        return rss["supervisor"] + rss["prometheus"] + rss["alertmanager"]
-
-    def memory_mib(self, inventory: Inventory) -> float:
-        return self.fixed_mib + self.per_node_mib * len(inventory.nodes)
-
-
-@cache
-def instance_cost(path: Path = COST_FILE) -> InstanceCost:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return InstanceCost(
-        measured=data["measured"],
-        lab=data["lab"],
-        nodes=int(data["nodes"]),
-        peak_rss_mib={k: float(v) for k, v in data["peak_rss_mib"].items()},
-        cpu_cores={k: float(v) for k, v in data["cpu_cores"].items()},
-    )
+    holds = min(cost.by_cores(cores), MAX_PARALLEL)
+    return Overload(asked=asked, holds=holds, cores=cores, lab=inventory.lab.name, cost=cost)
 
 
 @dataclass(frozen=True)
@@ -196,8 +182,9 @@ def auto_parallel(
     cost: InstanceCost | None = None,
 ) -> AutoChoice:
     """As many instances of the lab as this machine holds without starving them, for
-    `scenarios` scenarios that apply: the free cores at CORES_PER_INSTANCE each, MEMORY_SHARE of
-    the memory available at the lab's measured cost, at most one per scenario. A lab whose
+    `scenarios` scenarios that apply: as many as fit the free cores at the lab kind's measured
+    cost (`InstanceCost.by_cores`) and MEMORY_SHARE of the memory available, at most one per
+    scenario. A lab whose
     instances run on a cluster: one per scenario, at most CLUSTER_AUTO_CAP."""
     lab = inventory.lab
     apply = f"{scenarios} scenario(s) apply"
@@ -213,21 +200,24 @@ def auto_parallel(
         )
         return _isolable(inventory, n, why)
     machine = this_machine() if machine is None else machine
-    cost = instance_cost() if cost is None else cost
-    free = max(1, math.floor(machine.cores - machine.busy + 0.5))
-    by_cores = max(1, free // CORES_PER_INSTANCE)
+    cost = instance_cost(lab.kind) if cost is None else cost
+    free = max(0.0, machine.cores - machine.busy)
+    by_cores = min(cost.by_cores(free), MAX_PARALLEL)
     per = cost.memory_mib(inventory)
     if math.isinf(machine.mem_available_mib):  # no /proc/meminfo: the memory does not limit
         by_memory, memory = MAX_PARALLEL, "memory unknown"
     else:
         by_memory = max(1, math.floor(machine.mem_available_mib * MEMORY_SHARE / per))
-        memory = f"{machine.mem_available_mib / 1024:.1f} GiB available"
+        memory = (
+            f"{machine.mem_available_mib / 1024:.1f} GiB available, {MEMORY_SHARE:.0%} of it "
+            f"holds {by_memory} at {per:.0f} MiB each ({cost.fixed_mib:.0f} MiB + "
+            f"{cost.per_node_mib:.0f} MiB x {len(inventory.nodes)} nodes)"
+        )
     n = min(by_cores, by_memory, scenarios, MAX_PARALLEL)
     why = (
-        f"{machine.cores} usable core(s), {machine.busy:.1f} busy, so {by_cores} at "
-        f"{CORES_PER_INSTANCE} core each; {memory}, {MEMORY_SHARE:.0%} of it holds {by_memory} "
-        f"at {per:.0f} MiB each ({cost.fixed_mib:.0f} MiB + {cost.per_node_mib:.0f} MiB x "
-        f"{len(inventory.nodes)} nodes, measured {cost.measured}); {apply}"
+        f"{machine.cores} usable core(s), {machine.busy:.1f} busy, {free:.1f} free; one instance "
+        f"takes {cost.figures()}, so {cost.rule()} <= {free:.1f} holds {by_cores}; {memory}; "
+        f"{apply}"
     )
     return _isolable(inventory, n, why)
 

@@ -8,6 +8,8 @@ from runner.labs.base import LabDriver
 from runner.labs.common.alertmanager_config import alerts_api
 from runner.labs.compose.configs import receiver_listen
 from runner.labs.compose.inventory_rules import check_adoption, check_hosts
+from runner.labs.cost import InstanceCost
+from runner.labs.local import COST as LOCAL_COST
 from runner.labs.registry import BuiltImage, LabKindEntry, Progress
 from runner.spec.inventory import Inventory
 from runner.spec.kinds import LabKind
@@ -49,6 +51,18 @@ def _build(inventory: Inventory, progress: Progress, force: bool) -> BuiltImage:
     return build(inventory.lab.compose, progress, force=force)
 
 
+# Not measured on the compose lab itself yet: the local lab's figures (runner/labs/local), whose
+# programs the compose lab's containers run. Containers add Docker's shims and bridge networking,
+# which these leave out.
+COST = InstanceCost(
+    measured=LOCAL_COST.measured,
+    by=f"{LOCAL_COST.by} (the same programs, in containers)",
+    cpu_mean=LOCAL_COST.cpu_mean,
+    cpu_peak=LOCAL_COST.cpu_peak,
+    fixed_mib=LOCAL_COST.fixed_mib,
+    per_node_mib=LOCAL_COST.per_node_mib,
+)
+
 ENTRY = LabKindEntry(
     kind=LabKind.COMPOSE,
     driver=_driver,
@@ -60,4 +74,5 @@ ENTRY = LabKindEntry(
     check_adoption=check_adoption,
     alertmanager_api=alerts_api,
     build=_build,
+    instance_cost=COST,
 )

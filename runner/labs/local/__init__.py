@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from runner.labs.base import LabDriver
 from runner.labs.common.alertmanager_config import alerts_api, receiver_listen
+from runner.labs.cost import InstanceCost
 from runner.labs.local.inventory_rules import check_hosts
 from runner.labs.registry import LabKindEntry
 from runner.spec.inventory import Inventory
@@ -29,6 +30,18 @@ def _instance(inventory: Inventory, k: int) -> Inventory:
     return instance.instance(inventory, k)
 
 
+# One instance running the scenarios of scenarios/ serially at x100 on 2 cores, measured by
+# `python bench/instance_cost.py --lab inventories/local.yaml` on 2026-12-04 (it prints these
+# figures; bench/RESULTS.md has the run's, the machine shared with other work)
+COST = InstanceCost(
+    measured="2026-12-04 on 2 cores",
+    by="bench/instance_cost.py --lab inventories/local.yaml",
+    cpu_mean=0.31,
+    cpu_peak=0.79,
+    fixed_mib=255.8,
+    per_node_mib=53.6,
+)
+
 ENTRY = LabKindEntry(
     kind=LabKind.LOCAL,
     driver=_driver,
@@ -39,4 +52,5 @@ ENTRY = LabKindEntry(
     check_hosts=check_hosts,
     alertmanager_api=alerts_api,
     engine_on_host=True,
+    instance_cost=COST,
 )

@@ -12,29 +12,49 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli.main import main
+from runner.labs.cost import InstanceCost
 from runner.results.rundirs import LATEST
 from runner.run import capacity
 from runner.run.capacity import overload
 from runner.spec.inventory_load import load_inventory
+from runner.spec.kinds import LabKind
 from tests.unit.runner.test_hostile_input import ROOT, _IdleLab
 
 LOCAL = ROOT / "inventories" / "local.yaml"
 THREE = ["tp-mismatch", "context-window-overflow", "kv-cache-shortage"]
 
 
-def test_one_instance_per_core_is_what_the_machine_holds() -> None:
+def test_the_machine_holds_what_fits_the_measured_cost() -> None:
     inv = load_inventory(LOCAL)
-    assert overload(inv, 1, cores=1) is None
-    assert overload(inv, 2, cores=2) is None
-    over = overload(inv, 3, cores=2)
-    assert over is not None and (over.asked, over.holds, over.cores) == (3, 2, 2)
-    assert "--parallel 3 on 2 usable core(s)" in over.sentence()
-    assert "this machine holds 2" in over.sentence()
-    assert over.hint().startswith("--parallel 2")
+    # 0.4 core on average, 0.8 at peak: n x 0.4 + 0.4 <= cores
+    assert overload(inv, 1, cores=1, cost=COST) is None
+    assert overload(inv, 4, cores=2, cost=COST) is None  # 1.6 + 0.4 = 2.0
+    over = overload(inv, 5, cores=2, cost=COST)  # 2.0 + 0.4 > 2
+    assert over is not None and (over.asked, over.holds, over.cores) == (5, 4, 2)
+    said = over.sentence()
+    assert said.startswith("--parallel 5 on 2 usable core(s): one instance of lab 'local'")
+    assert "takes 0.40 core on average and 0.80 in its busiest second (measured a test by" in said
+    assert "so n x 0.40 + 0.40 <= 2 holds 4; beyond that probes starve" in said
+    assert over.hint().startswith("--parallel 4")
+    one = overload(inv, 2, cores=1, cost=COST)  # 0.8 + 0.4 > 1
+    assert one is not None and one.holds == 1
+
+
+def test_the_rule_is_every_instance_at_its_mean_and_one_at_its_peak() -> None:
+    assert COST.headroom == pytest.approx(0.4)
+    assert COST.fits(4, 2.0) and not COST.fits(5, 2.0)
+    assert COST.by_cores(2.0) == 4
+    assert COST.by_cores(1.99) == 3
+    assert COST.by_cores(0.5) == 1  # never fewer than one
+    assert _auto(1000, 0.0, ROOMY, scenarios=100).n == capacity.MAX_PARALLEL
+    flat = InstanceCost("a test", "a test", 0.5, 0.3, 100, 50)  # peak below mean
+    assert flat.headroom == 0 and flat.by_cores(2.0) == 4
 
 
 def test_compose_instances_share_the_machine_too() -> None:
-    assert overload(load_inventory(ROOT / "inventories" / "compose.yaml"), 4, cores=2) is not None
+    compose = load_inventory(ROOT / "inventories" / "compose.yaml")
+    assert overload(compose, 5, cores=2, cost=COST) is not None
+    assert overload(compose, 8, cores=2) is not None  # at its own measured cost
 
 
 def test_kubernetes_instances_run_on_the_cluster_not_here() -> None:
@@ -42,7 +62,7 @@ def test_kubernetes_instances_run_on_the_cluster_not_here() -> None:
     assert overload(inv, 8, cores=2) is None
 
 
-def _idle_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> Any:
+def _idle_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str, cores: int = 1) -> Any:
     import runner.run.suite
 
     def run_scenario(ls: Any, lab: Any, journal: Any, progress: Any) -> Any:
@@ -50,7 +70,8 @@ def _idle_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> An
 
     monkeypatch.setattr(runner.run.suite, "run_scenario", run_scenario)
     monkeypatch.setattr(runner.run.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
-    monkeypatch.setattr(capacity, "usable_cores", lambda: 2)
+    monkeypatch.setattr(capacity, "usable_cores", lambda: cores)
+    monkeypatch.setattr(capacity, "instance_cost", lambda kind: COST)
     scenarios = [str(ROOT / "scenarios" / f"{s}.yaml") for s in THREE]
     return CliRunner().invoke(
         main,
@@ -64,17 +85,17 @@ def test_run_says_before_it_starts_that_the_machine_holds_fewer(
     got = _idle_run(monkeypatch, tmp_path, "--parallel", "3")
     assert got.exit_code == 0, got.output
     err = " ".join(got.stderr.split())
-    assert err.startswith("warning: --parallel 3 on 2 usable core(s)"), err
-    assert "hint: --parallel 2" in err
+    assert err.startswith("warning: --parallel 3 on 1 usable core(s)"), err
+    assert "hint: --parallel 1" in err
     result = json.loads((tmp_path / "reports" / LATEST / "result.json").read_text())
     for s in result["scenarios"]:
-        assert any("this machine holds 2" in n for n in s["notes"]), s["notes"]
+        assert any("<= 1 holds 1; beyond that" in n for n in s["notes"]), s["notes"]
 
 
 def test_no_warning_within_what_the_machine_holds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    got = _idle_run(monkeypatch, tmp_path, "--parallel", "2")
+    got = _idle_run(monkeypatch, tmp_path, "--parallel", "3", cores=2)
     assert got.exit_code == 0, got.output
     assert "warning" not in got.stderr
     result = json.loads((tmp_path / "reports" / LATEST / "result.json").read_text())
@@ -84,27 +105,24 @@ def test_no_warning_within_what_the_machine_holds(
 def test_a_dry_run_says_it_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     got = _idle_run(monkeypatch, tmp_path, "--parallel", "3", "--dry-run")
     assert got.exit_code == 0, got.output
-    assert "warning: --parallel 3 on 2 usable core(s)" in " ".join(got.stderr.split())
+    assert "warning: --parallel 3 on 1 usable core(s)" in " ".join(got.stderr.split())
 
 
 # --parallel auto: as many instances as the machine holds, from its figures
 
 
-COST = capacity.InstanceCost(
+# 0.4 core on average, 0.8 in the busiest second; 100 MiB fixed (supervisor, Prometheus,
+# Alertmanager) + 60 MiB per node: 400 MiB for five
+COST = InstanceCost(
     measured="a test",
-    lab="inventories/local.yaml",
-    nodes=5,
-    # 100 MiB fixed (supervisor, Prometheus, Alertmanager) + 60 MiB per node: 400 MiB for five
-    peak_rss_mib={
-        "supervisor": 40,
-        "prometheus": 40,
-        "alertmanager": 20,
-        "engines": 250,
-        "exporters": 50,
-    },
-    cpu_cores={},
+    by="tests/unit",
+    cpu_mean=0.4,
+    cpu_peak=0.8,
+    fixed_mib=100,
+    per_node_mib=60,
 )
 ROOMY = 64 * 1024.0  # MiB available: memory never the limit
+IDLE = capacity.Machine(2, 0.0, ROOMY)
 
 
 def _auto(cores: int, busy: float, mib: float, scenarios: int = 7, inv: str = "local") -> Any:
@@ -112,16 +130,21 @@ def _auto(cores: int, busy: float, mib: float, scenarios: int = 7, inv: str = "l
     return capacity.auto_parallel(inventory, scenarios, capacity.Machine(cores, busy, mib), COST)
 
 
-def test_auto_takes_one_instance_per_free_core() -> None:
-    assert _auto(2, 0.0, ROOMY).n == 2
-    assert _auto(4, 0.2, ROOMY).n == 4
+def test_auto_takes_as_many_as_fit_the_free_cores_at_the_measured_cost() -> None:
+    assert _auto(2, 0.0, ROOMY).n == 4  # 4 x 0.4 + 0.4 = 2.0
+    assert _auto(4, 0.2, ROOMY, scenarios=20).n == 8  # 3.8 free: 8 x 0.4 + 0.4 = 3.6
     assert _auto(1, 0.0, ROOMY).n == 1
+    why = _auto(2, 0.0, ROOMY).why
+    assert why.startswith("2 usable core(s), 0.0 busy, 2.0 free; one instance takes 0.40 core")
+    assert "so n x 0.40 + 0.40 <= 2.0 holds 4;" in why
 
 
 def test_auto_leaves_the_cores_other_work_keeps_busy() -> None:
     assert _auto(2, 1.0, ROOMY).n == 1  # a spinning process on one of two cores
-    assert _auto(4, 1.6, ROOMY).n == 2
+    assert _auto(2, 0.3, ROOMY).n == 3  # 1.7 free: 3 x 0.4 + 0.4 = 1.6
+    assert _auto(4, 1.6, ROOMY).n == 5  # 2.4 free: 5 x 0.4 + 0.4 = 2.4
     assert _auto(2, 2.0, ROOMY).n == 1  # never fewer than one
+    assert _auto(2, 2.5, ROOMY).n == 1  # busier than the usable cores (other CPU sets)
 
 
 def test_auto_fits_the_lab_measured_cost_in_the_memory_available() -> None:
@@ -130,7 +153,9 @@ def test_auto_fits_the_lab_measured_cost_in_the_memory_available() -> None:
     assert _auto(16, 0.0, 1500).n == 3
     assert _auto(16, 0.0, 400).n == 1
     why = _auto(16, 0.0, 1500).why
-    assert "holds 3 at 400 MiB each (100 MiB + 60 MiB x 5 nodes, measured a test)" in why
+    assert (
+        "1.5 GiB available, 80% of it holds 3 at 400 MiB each (100 MiB + 60 MiB x 5 nodes)" in why
+    )
 
 
 def test_auto_runs_no_instance_without_a_scenario_for_it() -> None:
@@ -167,14 +192,27 @@ def test_auto_is_one_on_an_adopted_deployment() -> None:
 
 
 def test_auto_where_the_memory_is_unknown_counts_the_cores() -> None:
-    choice = _auto(4, 0.0, math.inf)
+    choice = _auto(2, 0.0, math.inf)
     assert choice.n == 4 and "memory unknown" in choice.why
 
 
-def test_the_committed_cost_is_a_measurement_auto_can_use() -> None:
-    cost = capacity.instance_cost()
-    assert cost.nodes >= 1 and cost.fixed_mib > 0 and cost.per_node_mib > 0
+@pytest.mark.parametrize("kind", [LabKind.LOCAL, LabKind.COMPOSE])
+def test_each_kind_on_this_machine_has_a_measured_cost(kind: LabKind) -> None:
+    cost = capacity.instance_cost(kind)
+    assert cost.by.startswith("bench/instance_cost.py --lab inventories/"), cost.by
+    assert 0 < cost.cpu_mean <= cost.cpu_peak < 2
+    assert cost.fixed_mib > 0 and cost.per_node_mib > 0
     assert 100 < cost.memory_mib(load_inventory(LOCAL)) < 4096
+    assert (ROOT / cost.by.split()[0]).is_file()
+
+
+def test_a_cluster_kind_has_no_cost_here() -> None:
+    from runner.labs.registry import entry
+
+    for kind in LabKind:
+        assert (entry(kind).instance_cost is None) is not entry(kind).instances_share_host
+    with pytest.raises(ValueError, match="no measured cost"):
+        capacity.instance_cost(LabKind.KUBERNETES)
 
 
 def test_busy_cores_are_a_share_of_the_usable_ones() -> None:
@@ -185,7 +223,12 @@ def test_busy_cores_are_a_share_of_the_usable_ones() -> None:
 # the CLI: --parallel alone, auto, a number, and a scenario right after it
 
 
-def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> Any:
+def _cli(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    *args: str,
+    machine: capacity.Machine = IDLE,
+) -> Any:
     import runner.run.suite
 
     def run_scenario(ls: Any, lab: Any, journal: Any, progress: Any) -> Any:
@@ -194,8 +237,8 @@ def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> Any:
     monkeypatch.setattr(runner.run.suite, "run_scenario", run_scenario)
     monkeypatch.setattr(runner.run.suite, "open_lab", lambda inv: _IdleLab(inv, tmp_path / "state"))
     monkeypatch.setattr(capacity, "usable_cores", lambda: 2)
-    monkeypatch.setattr(capacity, "this_machine", lambda: capacity.Machine(2, 0.0, ROOMY))
-    monkeypatch.setattr(capacity, "instance_cost", lambda: COST)
+    monkeypatch.setattr(capacity, "this_machine", lambda: machine)
+    monkeypatch.setattr(capacity, "instance_cost", lambda kind: COST)
     return CliRunner().invoke(
         main, [*args, "--lab", str(LOCAL), "--reports", str(tmp_path / "reports")]
     )
@@ -212,9 +255,9 @@ def test_parallel_alone_or_auto_runs_what_the_machine_holds(
 ) -> None:
     got = _cli(monkeypatch, tmp_path, "run", *THREE, *flag)
     assert got.exit_code == 0, got.output
-    assert "--parallel auto: 2 instance(s): 2 usable core(s), 0.0 busy" in got.stderr
+    assert "--parallel auto: 3 instance(s): 2 usable core(s), 0.0 busy" in got.stderr
     assert "3 scenario(s) apply" in got.stderr
-    assert _ran(tmp_path) == (2, THREE)
+    assert _ran(tmp_path) == (3, THREE)
 
 
 def test_parallel_with_a_number_runs_that_many(
@@ -231,9 +274,9 @@ def test_a_scenario_right_after_parallel_is_run_not_taken_for_n(
 ) -> None:
     got = _cli(monkeypatch, tmp_path, "run", "--parallel", *THREE)
     assert got.exit_code == 0, got.output
-    assert "--parallel auto: 2 instance(s)" in got.stderr
+    assert "--parallel auto: 3 instance(s)" in got.stderr
     instances, ran = _ran(tmp_path)
-    assert instances == 2 and sorted(ran) == sorted(THREE)
+    assert instances == 3 and sorted(ran) == sorted(THREE)
 
 
 @pytest.mark.parametrize(
@@ -255,12 +298,26 @@ def test_plan_says_what_auto_would_pick_and_why(
     assert got.exit_code == 0, got.output
     last = got.stdout.strip().splitlines()[-1]
     assert last == (
-        "--parallel auto would run 2 instance(s): 2 usable core(s), 0.0 busy, so 2 at 1 core "
-        "each; 64.0 GiB available, 80% of it holds 131 at 400 MiB each (100 MiB + 60 MiB x 5 "
-        "nodes, measured a test); 3 scenario(s) apply"
+        "--parallel auto would run 3 instance(s): 2 usable core(s), 0.0 busy, 2.0 free; one "
+        "instance takes 0.40 core on average and 0.80 in its busiest second (measured a test by "
+        "tests/unit), so n x 0.40 + 0.40 <= 2.0 holds 4; 64.0 GiB available, 80% of it holds 131 "
+        "at 400 MiB each (100 MiB + 60 MiB x 5 nodes); 3 scenario(s) apply"
     )
     as_json = _cli(monkeypatch, tmp_path, "plan", *THREE, "--json")
     assert [p["id"] for p in json.loads(as_json.stdout)] == THREE
+
+
+def test_plan_on_a_busy_machine_says_the_load_it_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy = capacity.Machine(2, 1.3, 2048.0)
+    got = _cli(monkeypatch, tmp_path, "plan", *THREE, machine=busy)
+    assert got.exit_code == 0, got.output
+    last = got.stdout.strip().splitlines()[-1]
+    assert last.startswith(
+        "--parallel auto would run 1 instance(s): 2 usable core(s), 1.3 busy, 0.7 free; "
+    ), last
+    assert "so n x 0.40 + 0.40 <= 0.7 holds 1; 2.0 GiB available, 80% of it holds 4 " in last
 
 
 def test_a_dry_run_says_what_auto_would_pick(
@@ -268,5 +325,5 @@ def test_a_dry_run_says_what_auto_would_pick(
 ) -> None:
     got = _cli(monkeypatch, tmp_path, "run", *THREE, "--dry-run", "--parallel")
     assert got.exit_code == 0, got.output
-    assert "--parallel auto would run 2 instance(s)" in got.stdout
+    assert "--parallel auto would run 3 instance(s)" in got.stdout
     assert not (tmp_path / "reports").exists()
