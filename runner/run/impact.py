@@ -17,7 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from runner.results.schema import EventKind, ImpactFigures, Phase, PhaseFigures, Verdict
+from runner.results.schema import (
+    EventKind,
+    ImpactFigures,
+    LoadBin,
+    Phase,
+    PhaseFigures,
+    Verdict,
+)
 from runner.run.context import Context
 from runner.run.load import Stretch
 from runner.run.traffic import Sent, Traffic
@@ -31,6 +38,10 @@ ANSWER_POLL_S = 0.05  # wall seconds between looks at how many requests were ans
 # baseline's: one success is no recovery, and half of the verify phase's default hold_requests
 # (20) still lets a run that recovered at the restore show it
 BACK_EVIDENCE = 10
+# the report's picture of the requests over time: enough stretches to show a fault's edges on
+# a 1100-pixel axis, few enough to keep result.json small
+MAX_BINS = 150
+MIN_BIN_S = 0.1  # wall seconds
 
 # the run's phase an impact assertion is reported under
 ASSERTED_IN = {
@@ -173,6 +184,32 @@ def last_failure(sent: Sequence[Sent], restore: float, baseline_rate: float) -> 
     return LastSeen(Back.BACK, max(ends, default=restore), n)
 
 
+def load_bins(sent: Sequence[Sent]) -> list[LoadBin]:
+    """The requests in stretches of wall time by intended send time: at most MAX_BINS over the
+    load, none shorter than MIN_BIN_S, a stretch with no request left out."""
+    if not sent:
+        return []
+    t0 = min(s.intended for s in sent)
+    span = max(s.intended for s in sent) - t0
+    width = max(span / MAX_BINS, MIN_BIN_S)
+    groups: dict[int, list[Sent]] = {}
+    for s in sent:
+        groups.setdefault(min(int((s.intended - t0) / width), MAX_BINS - 1), []).append(s)
+    out = []
+    for i, group in sorted(groups.items()):
+        lat = [s.latency_s for s in group if not s.failed]
+        out.append(
+            LoadBin(
+                start=_at(t0 + i * width),
+                wall_s=round(width, 6),
+                outcomes=dict(sorted(Counter(s.outcome.value for s in group).items())),
+                p50_ms=_ms(percentile(lat, 50)),
+                p99_ms=_ms(percentile(lat, 99)),
+            )
+        )
+    return out
+
+
 def figures(
     sent: Sequence[Sent], marks: Marks, scale: TimeScale, spec: Load, node: str
 ) -> tuple[ImpactFigures, float | None, LastSeen | None]:
@@ -196,6 +233,7 @@ def figures(
             phases=per,
             users_saw_first_s=_real(scale, marks.in_place, first),
             users_saw_last_s=_real(scale, marks.restore, last.at if last else None),
+            bins=load_bins(sent),
         ),
         first,
         last,
