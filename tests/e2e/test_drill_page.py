@@ -184,13 +184,11 @@ def _users(now_sent: int, now_failed: int, fault: tuple[int, int]) -> UsersView:
 def test_both_views_show_the_users_error_rate_as_it_moves(
     drill: tuple[ScriptedDrill, ServerHandle],
 ) -> None:
-    reason = browser.missing()
-    if reason is not None:
-        if os.environ.get("GAMEDAY_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"the browser test is required here (GAMEDAY_REQUIRE_DOCKER=1): {reason}")
-        pytest.skip(reason)
     from selenium.webdriver.support.ui import WebDriverWait
 
+    from tests.integration.runner.test_report_page import need_browser
+
+    need_browser()
     d, server = drill
 
     def users(view: UsersView) -> None:
