@@ -183,11 +183,14 @@ class DrillView:
     def _read(self, sub: Subscription) -> None:
         for event in sub:
             line = plain_line(event)
+            # the users' figures move once a second: a row of the view, not a line each time
+            figures = event.kind is EventKind.USERS
             with self._lock:
                 self._status = self._bus.status
-                self._timeline.append(line)
+                if not figures:
+                    self._timeline.append(line)
                 self._clock.sync(self._status, event)
-            if self._live is None:
+            if self._live is None and not figures:
                 self._print(line)
 
     def _print(self, line: str) -> None:
@@ -288,6 +291,8 @@ def _facts(st: DrillStatus) -> Table:
         f"recovered {_at(st.recovered_at_s)}"
     )
     grid.add_row("times", times)
+    if st.users is not None:
+        grid.add_row("users", Text(st.users.line().removeprefix("users: ")))
     hints = [f"{h.index}. {h.text} ({_at(h.at_s)})" for h in st.hints]
     grid.add_row("hints", Text(printable("\n".join(hints) or "none") + f"  ({st.hints_left} left)"))
     actions = Text()

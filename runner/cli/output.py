@@ -370,7 +370,9 @@ def drill_summary(result: RunResult, report_dir: str) -> None:
         out.print(f"{escape(s.id)}  {_verdict(s.verdict)}")
         rows = [("time to fail", real_s(s.time_to_fail_s, scale) + " (the system's)")]
         if s.drill is not None:
-            rows += [(k, v) for k, v in drill_times.summary(s.drill) if k != "handed over"]
+            rows += [
+                (k, v) for k, v in drill_times.summary(s.drill, s.impact) if k != "handed over"
+            ]
             rows += [
                 (f"  at {wall_s(cut.at_s)}", f"{cut.step}: {cut.why}") for cut in s.drill.shortcuts
             ]

@@ -200,6 +200,7 @@ def workshop_status(lab_path: Path, as_json: bool, serve: bool, port: int | None
 def print_board(board: Scoreboard, wide: Table) -> None:
     """The scoreboard as a table where it fits the terminal; else a block per seat, as the run
     summary does, each value on a line of its own and wrapped between words only."""
+    from runner.workshop.scoreboard import failed
     from runner.workshop.summary import clock
 
     full = output.out.options.update_width(10**5)
@@ -220,6 +221,7 @@ def print_board(board: Scoreboard, wide: Table) -> None:
             *(("shortcut", s) for s in r.shortcuts),
             ("acked at", clock(r.acked_at_s)),
             ("recovered at", clock(r.recovered_at_s)),
+            *((("users failed", failed(r)),) if r.users_sent is not None else ()),
         ]
         if r.page_url:
             rows.append(("page", r.page_url))

@@ -55,6 +55,7 @@ class EventKind(enum.StrEnum):
     ACK = "ack"  # someone acknowledged the incident
     DETECTED = "detected"  # the first expected alert fired
     RECOVERED = "recovered"
+    USERS = "users"  # the load's figures moved (one line, redrawn in place)
 
 
 class DrillEvent(Frozen):
@@ -64,6 +65,40 @@ class DrillEvent(Frozen):
     kind: EventKind
     text: str  # one line a person can read
     data: dict[str, Any] = {}
+
+
+class UsersView(Frozen):
+    """What the scenario's load's users feel, as of a moment: answers counted by when they
+    came (a user feels a failure when it answers), over the whole load, since the fault, and
+    in the last `window_s` wall seconds (the error rate now); `bins`: (sent, failed) per
+    `bin_s` wall seconds over the last minute or so, oldest first, for the page's strip."""
+
+    sent: int = 0
+    failed: int = 0
+    fault_sent: int = 0
+    fault_failed: int = 0
+    window_s: float
+    now_sent: int = 0
+    now_failed: int = 0
+    bin_s: float
+    bins: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def error_rate_now(self) -> float | None:
+        return None if self.now_sent == 0 else self.now_failed / self.now_sent
+
+    def line(self) -> str:
+        """The figures as the page's event line reads them."""
+        rate = self.error_rate_now
+        now = (
+            "no answer"
+            if rate is None
+            else f"{rate:.0%} failing ({self.now_failed} of {self.now_sent})"
+        )
+        return (
+            f"users: {now} in the last {self.window_s:g} s; {self.fault_failed} of "
+            f"{self.fault_sent} failed since the fault, {self.failed} of {self.sent} in all"
+        )
 
 
 class DrillStatus(Frozen):
@@ -87,6 +122,7 @@ class DrillStatus(Frozen):
     detected_at_s: float | None = None
     acked_at_s: float | None = None
     recovered_at_s: float | None = None
+    users: UsersView | None = None  # the scenario's load, when it has one
     page_url: str | None = None
 
     @property

@@ -29,7 +29,7 @@ import httpx
 from runner.drill import verb_log
 from runner.drill.bus import DrillBus, Request
 from runner.drill.hints import Ack, Hints
-from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView, ProbeView
+from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView, ProbeView, UsersView
 from runner.drill.recognise import (
     GROUP_WINDOW_S,
     Configs,
@@ -38,6 +38,7 @@ from runner.drill.recognise import (
     restarts_after,
     together_groups,
 )
+from runner.drill.users import LiveUsers
 from runner.errors import GamedayError, LabError
 from runner.labs.base import EventType, LabDriver, LabEvent, NodeConfig
 from runner.results.drill_record import Actor, ObservedAction
@@ -45,6 +46,7 @@ from runner.results.durations import wall_s
 from runner.results.schema import DrillOutcome, DrillRecord, Phase, ScenarioResult
 from runner.run import prometheus_api as prometheus
 from runner.run.context import Context, Progress, ScenarioAborted, all_passed, http_client, utcnow
+from runner.run.impact import Users
 from runner.run.interrupt import shielded_from_sigint
 from runner.run.journal import Journal
 from runner.run.orchestration import LAB_CARRIES_OUT, result
@@ -134,6 +136,8 @@ class Drill:
             seq=lab.last_event_seq(),
             folder=ls.path.parent,
         )
+        self.users = Users(self.ctx, sc.load)
+        self._live: LiveUsers | None = None
         self.hints = Hints(list(sc.hints))
         self.ack = Ack()
         self.actions: list[ObservedAction] = []  # people's
@@ -199,6 +203,7 @@ class Drill:
             self._prepare()
             self._handover()
             self._watch()
+            self.users.hold()  # the load's verify phase: after service was back
         except ScenarioAborted:
             self._could_not("the failure did not show as the scenario says: nothing to hand over")
         except KeyboardInterrupt:
@@ -212,6 +217,7 @@ class Drill:
             )
         finally:
             with shielded_from_sigint():
+                self._stop_users()
                 self._phase(DrillPhase.CLEANUP)
                 cleanup(self.ctx)
                 self._phase(DrillPhase.DONE)
@@ -227,12 +233,36 @@ class Drill:
             )
         self._phase(DrillPhase.BASELINE)
         baseline(ctx, ls)
+        self._start_users()
         self._phase(DrillPhase.INJECT)
         inject(ctx, ls)
         self._phase(DrillPhase.EXPECT)
         ctx.times.to_fail = expect(ctx, ls).time_to_fail_s
         if ctx.times.to_fail is None:
             raise ScenarioAborted
+
+    # ---- the users (the scenario's load) ----
+    def _start_users(self) -> None:
+        """The load from the baseline to the end of the drill, its figures on the page live."""
+        self.users.begin()
+        if self.users.traffic is not None:
+            fault = self.ctx
+
+            def fault_at() -> float | None:
+                t = fault.fault_began_at or fault.injected_at
+                return None if t is None else t.timestamp()
+
+            self._live = LiveUsers(self.users.traffic, fault_at, self._show_users).start()
+
+    def _show_users(self, view: UsersView) -> None:
+        self._publish(EventKind.USERS, view.line(), users=view)
+
+    def _stop_users(self) -> None:
+        """Stop the load (whatever ended the drill) before the cleanup touches the lab: its
+        figures are the drill's, not the cleanup's."""
+        if self._live is not None:
+            self._live.stop()
+        self.users.finish()
 
     def _handover(self) -> None:
         self.fault_at = self.ctx.fault_at or self.ctx.injected_at or utcnow()
@@ -467,6 +497,9 @@ class Drill:
                 return
 
     def _recovered(self) -> None:
+        # the people's restore is the moment service is back: the load's fault phase is the
+        # time they worked, its verify phase the time after (runner.run.impact's marks)
+        self.ctx.restore_at = self.ctx.restored_at = utcnow()
         self.recovered_at_s = self.clock()
         self._note(
             f"recovered: every verify probe passes at {self.recovered_at_s:.1f} s",

@@ -8,7 +8,8 @@ and events, for the page server.
   what it broke). Once the drill has ended, the after-action, it shows everything.
 - The facilitator's view: everything, always.
 
-Either view folds a node's crash loop going round into one line with a count (`lines`).
+Either view folds a node's crash loop going round into one line with a count, and the load's
+users' figures into one line redrawn in place as they move (`lines`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ ENDED = frozenset(
 )
 # what a crash loop's line lets go by without closing it: the symptoms that change with each
 # round, and other nodes' events
-_LETS_BY = frozenset({EventKind.NODE, EventKind.PROBE, EventKind.ALERT})
+_LETS_BY = frozenset({EventKind.NODE, EventKind.PROBE, EventKind.ALERT, EventKind.USERS})
 
 
 class View(enum.StrEnum):
@@ -125,8 +126,13 @@ class Lines:
     action, a hint, a phase) closes it, and the next round starts a new line."""
 
     _open: dict[str, tuple[Line, int, int]] = field(default_factory=dict)  # node -> line, c, r
+    _users: int | None = None  # the seq of the users' line's first event
 
     def add(self, event: DrillEvent) -> Line:
+        if event.kind is EventKind.USERS:
+            if self._users is None:
+                self._users = event.seq
+            return Line(self._users, event.at_s, event.kind.value, event.text)
         loop = event.data.get("crash_loop") if event.kind is EventKind.NODE else None
         node = str(event.data.get("node", ""))
         if not isinstance(loop, dict):

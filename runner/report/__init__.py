@@ -307,7 +307,7 @@ def _drill_md(s: ScenarioResult) -> list[str]:
         "| | |",
         "|---|---|",
     ]
-    lines += [f"| {k} | {_md(v)} |" for k, v in drill.summary(s.drill)]
+    lines += [f"| {k} | {_md(v)} |" for k, v in drill.summary(s.drill, s.impact)]
     if s.drill.actions:
         lines += ["", "| at | action | nodes | step |", "|---|---|---|---|"]
         lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in drill.action_rows(s.drill)]

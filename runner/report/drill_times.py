@@ -4,7 +4,7 @@ actions, the shortcuts tried and the hints used, as rows every format renders it
 from __future__ import annotations
 
 from runner.results.durations import person_against, real_s, system_against, wall_s
-from runner.results.schema import DrillRecord, RunMode, ScenarioResult
+from runner.results.schema import DrillRecord, ImpactFigures, PhaseFigures, RunMode, ScenarioResult
 
 
 def scenario_times(s: ScenarioResult, time_scale: float) -> tuple[str, str, str]:
@@ -28,10 +28,28 @@ def detect_real_s(d: DrillRecord) -> float | None:
     return None if d.time_to_detect_s is None else d.time_to_detect_s * d.time_scale
 
 
-def summary(d: DrillRecord) -> list[tuple[str, str]]:
+def _requests(f: PhaseFigures | None) -> str:
+    if f is None or f.sent == 0:
+        return "none sent"
+    return f"{f.sent} sent, {f.failed} failed ({f.error_rate or 0.0:.1%})"
+
+
+def users_rows(imp: ImpactFigures) -> list[tuple[str, str]]:
+    """What the load's users felt while people worked: the requests sent from the fault in
+    place until service was back (a drill's fault phase: no recovery step of gameday's
+    restores it), and after."""
+    per = {f.phase: f for f in imp.phases}
+    return [
+        ("requests while people worked", _requests(per.get("fault"))),
+        ("requests after service was back", _requests(per.get("verify"))),
+    ]
+
+
+def summary(d: DrillRecord, impact: ImpactFigures | None = None) -> list[tuple[str, str]]:
     """(label, value) rows: outcome and times against the scenario's windows, all compared in
     real-world seconds: the time to detect (the system's) converted from the wall seconds it
-    was measured in, the people's wall seconds as they are (runner.results.durations)."""
+    was measured in, the people's wall seconds as they are (runner.results.durations); and,
+    with the scenario's load's `impact`, the requests that failed while people worked."""
     return [
         ("outcome", d.outcome.value),
         ("handed over", d.handed_over_at.isoformat() if d.handed_over_at else "-"),
@@ -43,6 +61,7 @@ def summary(d: DrillRecord) -> list[tuple[str, str]]:
         ("time to recover", person_against(d.time_to_recover_s, d.recover_within_s)),
         ("hints used", str(len(d.hints))),
         ("shortcuts tried", str(len(d.shortcuts))),
+        *(users_rows(impact) if impact is not None else []),
     ]
 
 

@@ -13,11 +13,14 @@ from runner.report.gantt_layout import (
     BREAK_PX,
     MARKERS,
     PEOPLE,
+    REQUESTS,
     WIDTH,
+    Answer,
     Axis,
     BarState,
     Layout,
     PersonKind,
+    RequestBin,
     StepOutcome,
 )
 from runner.results.durations import real_s
@@ -51,6 +54,15 @@ STEP_COLOURS = {
     StepOutcome.MASKED: "#b7950b",
 }
 PERSON_COLOURS = {PersonKind.ACK: "#117a65", PersonKind.HINT: "#7d3c98"}
+ANSWER_COLOURS = {
+    Answer.OK: "#8fd19e",
+    Answer.ERROR: "#e377c2",
+    Answer.TIMEOUT: "#9467bd",
+    Answer.NO_CONNECTION: "#ff7f0e",
+}
+LATENCY_COLOUR = "#1f3b73"
+LATENCY_AXIS_PX = 64  # right of the time axis: the latency line's own scale
+STRIP_H = 18.0  # px of the requests' lane the strip fills
 BREAK_COLOUR = "#666"
 # a white outline under a label drawn over bars and breaks, so it reads on any of them
 HALO = {"stroke": "#ffffff", "stroke_width": 3, "paint_order": "stroke", "stroke_linejoin": "round"}
@@ -113,7 +125,8 @@ class _Canvas:
 def svg(lay: Layout, label: str) -> str:
     """The picture as an <svg> element (inline in the page); `label`: its accessible name."""
     label_px = min(max(max(text_px(n) for n in lay.lanes) + 14, 80.0), 170.0)
-    axis = Axis(label_px, WIDTH - 12, lay.span_s, lay.breaks)
+    right = WIDTH - 12 - (LATENCY_AXIS_PX if lay.requests else 0)
+    axis = Axis(label_px, right, lay.span_s, lay.breaks)
     lanes_y = ROW_H * (MARK_ROWS + 1) + 6
     axis_rows = 2 if lay.breaks else 1
     legend_rows = _legend_rows(lay)
@@ -138,6 +151,7 @@ def svg(lay: Layout, label: str) -> str:
     _draw_bands(c)
     _draw_lanes(c, label_px)
     _draw_bars(c)
+    _draw_requests(c)
     _draw_ticks(c)
     _draw_breaks(c)
     _draw_steps(c)
@@ -204,6 +218,81 @@ def _draw_bars(c: _Canvas) -> None:
             class_=f"bar {b.state.value}",
             data_lane=b.lane,
         )
+
+
+def _draw_requests(c: _Canvas) -> None:
+    """The load's requests lane: per stretch of send times, a column split by how the requests
+    came out (successes at the bottom, each kind of failure above, as shares of the stretch),
+    and over it the p99 latency of the successes as a line on its own axis, right of the time
+    axis (0 at the strip's bottom, the largest p99 at its top)."""
+    if not c.lay.requests:
+        return
+    g = _el(c.root, "g", class_="requests")
+    bottom = c.lane_mid(REQUESTS) + STRIP_H / 2
+    for b in c.lay.requests:
+        x0, x1 = c.axis.x(b.start_s), c.axis.x(b.end_s)
+        told = ", ".join(f"{n} {a.value}" for a, n in b.answers)
+        p99 = f"; p99 {b.p99_ms:.1f} ms" if b.p99_ms is not None else ""
+        bg = _el(g, "g", f"{c.at(b.start_s)}: {b.sent} sent: {told}{p99}", class_="request-bin")
+        y = bottom
+        for a, n in b.answers:
+            h = STRIP_H * n / b.sent
+            y -= h
+            _el(
+                bg,
+                "rect",
+                x=x0,
+                y=y,
+                width=max(x1 - x0, 1.0) + 0.4,  # over the next one's edge: no seam
+                height=h,
+                fill=ANSWER_COLOURS[a],
+                class_=f"answer {a.name.lower()}",
+            )
+    top_ms = max((b.p99_ms for b in c.lay.requests if b.p99_ms is not None), default=None)
+    if not top_ms:
+        return
+    d = " ".join(
+        " ".join(
+            ("M" if i == 0 else "L")
+            + f"{c.axis.x((b.start_s + b.end_s) / 2):.1f},"
+            + f"{bottom - STRIP_H * (b.p99_ms or 0.0) / top_ms:.1f}"
+            for i, b in enumerate(run)
+        )
+        for run in _latency_runs(c.lay.requests, c.lay.breaks)
+    )
+    what = "p99 latency of the requests that succeeded, wall ms"
+    _el(
+        g, "path", what, d=d, stroke=LATENCY_COLOUR, fill="none", stroke_width=1.5, class_="latency"
+    )
+    ax = _el(g, "g", f"{what}: 0 to {top_ms:.1f}", class_="latency-axis")
+    x = c.axis.x1 + 6
+    _el(ax, "path", d=f"M{x:.1f},{bottom - STRIP_H:.1f} V{bottom:.1f}", stroke=LATENCY_COLOUR)
+    for y, text in ((bottom - STRIP_H + 7, f"{top_ms:.0f} ms"), (bottom, "0")):
+        _text(ax, x + 3, y, text, fill=LATENCY_COLOUR, font_size=9, class_="latency-label")
+
+
+def _latency_runs(
+    bins: tuple[RequestBin, ...], breaks: tuple[tuple[float, float], ...]
+) -> list[list[RequestBin]]:
+    """The stretches the latency line joins: one with no success, a stretch with no request,
+    or an axis break between two ends the line there."""
+    runs: list[list[RequestBin]] = []
+    prev: RequestBin | None = None
+    for b in bins:
+        if b.p99_ms is None:
+            prev = None
+            continue
+        joined = (
+            prev is not None
+            and b.start_s - prev.end_s < 1e-6
+            and not any(prev.end_s <= a < b.end_s for a, _ in breaks)
+        )
+        if joined:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+        prev = b
+    return runs
 
 
 def _draw_ticks(c: _Canvas) -> None:
@@ -408,6 +497,10 @@ def _legend_items(lay: Layout) -> list[tuple[str, str, str]]:
     items += [("step", STEP_COLOURS[o], f"step: {o.value}") for o in StepOutcome if o in outcomes]
     people = {p.kind for p in lay.people}
     items += [("person", PERSON_COLOURS[k], k.value) for k in PersonKind if k in people]
+    answers = {a for b in lay.requests for a, _ in b.answers}
+    items += [("rect", ANSWER_COLOURS[a], f"request: {a.value}") for a in Answer if a in answers]
+    if any(b.p99_ms for b in lay.requests):
+        items.append(("line", LATENCY_COLOUR, "p99 latency of successes (right-hand axis)"))
     items += [("marker", MARK_COLOURS[m.kind], MARKERS[m.kind]) for m in lay.marks]
     if lay.ticks:
         items.append(("tick", TICK_COLOUR, "an event (hover for its text)"))
@@ -445,6 +538,8 @@ def _draw_legend(c: _Canvas, y: float) -> None:
             _el(item, "path", d=f"M{x + 6:.1f},{y - 10:.1f} l6,11 l-12,0 z", fill=colour)
         elif shape == "tick":
             _el(item, "circle", cx=x + 6, cy=y - 4, r=2.2, fill=colour)
+        elif shape == "line":
+            _el(item, "path", d=f"M{x:.1f},{y - 4:.1f} h12", stroke=colour, stroke_width=1.5)
         else:
             _el(item, "path", d=_zigzag(x + 6, y - 11, y + 1), stroke=colour, fill="none")
         _text(item, x + 16, y, text)

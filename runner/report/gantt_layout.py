@@ -33,6 +33,8 @@ from runner.spec.kinds import Outcome
 RUNNER = "runner"
 PROMETHEUS = "prometheus"
 PEOPLE = "people"
+USERS = "users"  # runner.run.impact's lane of the load's events
+REQUESTS = "requests"  # the load's requests over time, under the users' lane
 WIDTH = 1100  # px of the whole picture
 BREAK_PX = 44.0  # px a compressed quiet gap takes
 MIN_QUIET_S = 10.0  # real seconds: a shorter gap is never compressed
@@ -156,6 +158,44 @@ class Axis:
         return self.x0 + (t - skipped) * self.px_per_s + BREAK_PX * n_before
 
 
+class Answer(enum.StrEnum):
+    """How a request came out, as the picture colours it (runner.run.traffic.Outcome, grouped
+    by what its user met)."""
+
+    OK = "ok"
+    ERROR = "error answer"  # an error status, an error in the stream, a body not the API's
+    TIMEOUT = "timeout"
+    NO_CONNECTION = "no connection"  # refused, reset, no address, another transport failure
+
+
+ANSWER_OF = {
+    "ok": Answer.OK,
+    "http_error": Answer.ERROR,
+    "stream_error": Answer.ERROR,
+    "bad_answer": Answer.ERROR,
+    "timeout": Answer.TIMEOUT,
+    "refused": Answer.NO_CONNECTION,
+    "reset": Answer.NO_CONNECTION,
+    "transport_error": Answer.NO_CONNECTION,
+    "no_address": Answer.NO_CONNECTION,
+}
+
+
+@dataclass(frozen=True)
+class RequestBin:
+    """The requests sent from `start_s` to `end_s` (real-world seconds), counted by how they
+    came out, and the p99 latency of those that succeeded (wall milliseconds)."""
+
+    start_s: float
+    end_s: float
+    answers: tuple[tuple[Answer, int], ...]  # in Answer's order, none zero
+    p99_ms: float | None
+
+    @property
+    def sent(self) -> int:
+        return sum(n for _, n in self.answers)
+
+
 @dataclass(frozen=True)
 class Layout:
     lanes: tuple[str, ...]
@@ -169,6 +209,31 @@ class Layout:
     time_scale: float
     steps: tuple[Step, ...] = ()
     people: tuple[PersonMark, ...] = ()
+    requests: tuple[RequestBin, ...] = ()  # outside the axis's breaks only
+
+
+def _request_bins(s: ScenarioResult, t0: datetime, scale: float, span: float) -> list[RequestBin]:
+    """The load's stretches on the axis (a stretch past the picture's end is left out)."""
+    out = []
+    for b in s.impact.bins if s.impact else []:
+        start = _real_s(b.start, t0, scale)
+        if start >= span:
+            continue
+        counts: dict[Answer, int] = {}
+        for outcome, n in b.outcomes.items():
+            a = ANSWER_OF.get(outcome, Answer.NO_CONNECTION)  # an outcome unknown here fails
+            counts[a] = counts.get(a, 0) + n
+        answers = tuple((a, counts[a]) for a in Answer if counts.get(a))
+        end = min(start + b.wall_s * scale, span)
+        out.append(RequestBin(start, end, answers, b.p99_ms))
+    return out
+
+
+def _outside(
+    bins: list[RequestBin], breaks: tuple[tuple[float, float], ...]
+) -> tuple[RequestBin, ...]:
+    """The stretches the axis shows: one that starts inside a break is under its shading."""
+    return tuple(b for b in bins if not any(a <= b.start_s < z for a, z in breaks))
 
 
 MARKERS = {
@@ -427,17 +492,21 @@ def layout(s: ScenarioResult, time_scale: float) -> Layout:
     for t, e in timed:
         if e.kind in MARKERS and e.kind not in first:
             first[e.kind] = Mark(lane_of(e), t, e.kind, e.event)
+    breaks = quiet_breaks(
+        [
+            *(t for t, _ in timed),
+            *(p.at_s for p in people),
+            *(t for st in steps for t in (st.start_s, st.end_s)),
+        ],
+        span,
+    )
+    requests = _outside(_request_bins(s, t0, time_scale, span), breaks)
+    if requests:  # under the users' lane (their load's start, stop, first and last failure)
+        rows.insert(rows.index(USERS) + 1 if USERS in rows else len(rows), REQUESTS)
     return Layout(
         lanes=tuple(rows),
         span_s=span,
-        breaks=quiet_breaks(
-            [
-                *(t for t, _ in timed),
-                *(p.at_s for p in people),
-                *(t for st in steps for t in (st.start_s, st.end_s)),
-            ],
-            span,
-        ),
+        breaks=breaks,
         bands=tuple(bands),
         bars=tuple(bars),
         marks=tuple(sorted(first.values(), key=lambda m: m.at_s)),
@@ -446,4 +515,5 @@ def layout(s: ScenarioResult, time_scale: float) -> Layout:
         time_scale=time_scale,
         steps=tuple(steps),
         people=tuple(people),
+        requests=requests,
     )

@@ -281,6 +281,17 @@ class PhaseFigures(Frozen):
     outcomes: dict[str, int] = {}  # outcome -> count (ok, http_error, refused, ...)
 
 
+class LoadBin(Frozen):
+    """The requests sent in one stretch of wall time (by intended send time, as the phases
+    count them): how each came out, and the latency of those that succeeded."""
+
+    start: datetime
+    wall_s: float
+    outcomes: dict[str, int]  # outcome -> count
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+
 class ImpactFigures(Frozen):
     """The load's figures: per phase, and when users saw the fault first and last, in
     real-world seconds (the lab's time scale applied)."""
@@ -293,6 +304,7 @@ class ImpactFigures(Frozen):
     users_saw_first_s: float | None = None  # the fault in place -> the first failed answer
     users_saw_last_s: float | None = None  # restoring step -> the last failure past baseline
     unfinished: int = 0  # in flight when the load stopped, cut off
+    bins: list[LoadBin] = []  # the requests over time, for the report's picture
 
 
 class ScenarioResult(Frozen):

@@ -9,6 +9,7 @@ got through its phases.
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from collections import Counter
@@ -16,7 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from runner.results.schema import EventKind, ImpactFigures, Phase, PhaseFigures, Verdict
+from runner.results.schema import (
+    EventKind,
+    ImpactFigures,
+    LoadBin,
+    Phase,
+    PhaseFigures,
+    Verdict,
+)
 from runner.run.context import Context
 from runner.run.load import Stretch
 from runner.run.traffic import Sent, Traffic
@@ -26,6 +34,14 @@ from runner.spec.workload import Load, LoadPhase, PhaseBounds
 
 USERS = "users"  # the timeline's source of the load's events: their own lane in the picture
 ANSWER_POLL_S = 0.05  # wall seconds between looks at how many requests were answered
+# requests a stretch after the restore holds at least for its error rate to count as the
+# baseline's: one success is no recovery, and half of the verify phase's default hold_requests
+# (20) still lets a run that recovered at the restore show it
+BACK_EVIDENCE = 10
+# the report's picture of the requests over time: enough stretches to show a fault's edges on
+# a 1100-pixel axis, few enough to keep result.json small
+MAX_BINS = 150
+MIN_BIN_S = 0.1  # wall seconds
 
 # the run's phase an impact assertion is reported under
 ASSERTED_IN = {
@@ -116,35 +132,93 @@ def first_failure(sent: Sequence[Sent], since: float) -> float | None:
     return min((s.end for s in sent if s.failed and s.end >= since), default=None)
 
 
-def last_failure(sent: Sequence[Sent], restore: float, baseline_rate: float) -> float | None:
+class Back(enum.StrEnum):
+    """Whether users' error rate was back to the baseline's after the restore."""
+
+    BACK = "back"
+    NOT_BACK = "not_back"  # failures went on above the baseline's rate to the load's end
+    NO_EVIDENCE = "no_evidence"  # too few requests after the restore to tell
+
+
+@dataclass(frozen=True)
+class LastSeen:
+    """When users saw the fault for the last time after the restore (epoch seconds; None
+    unless `back` is BACK), and from how many requests sent after it that was told."""
+
+    back: Back
+    at: float | None
+    after: int
+
+
+def last_failure(sent: Sequence[Sent], restore: float, baseline_rate: float) -> LastSeen:
     """When users saw the fault for the last time after `restore`: the end of the last failed
-    request before the requests sent since which the error rate stays at the baseline's (at
-    most `baseline_rate`); `restore` itself when none failed after it. None: the error rate
-    was not back to the baseline's by the last request."""
+    request sent before the point from which the error rate stays at the baseline's, `restore`
+    itself when that point is the restore.
+
+    "Stays" is judged on every stretch from the point that holds at least BACK_EVIDENCE
+    requests: the failures in it are at most `baseline_rate` of them. A lucky success between
+    failures is no such point, nor is a long run of successes that dilutes a burst of failures
+    before it; and a point needs BACK_EVIDENCE requests after it, so that the last few
+    successes of a load that ended while failures went on are not taken for a recovery. With
+    fewer than BACK_EVIDENCE requests sent after the restore at all (the load ended, or was
+    bounded, at once), nothing tells: NO_EVIDENCE, not NOT_BACK."""
     after = sorted((s for s in sent if s.intended >= restore), key=lambda s: s.intended)
-    if not after:
-        return None
-    # the earliest k whose suffix after[k:] fails at most at the baseline's rate
-    back: int | None = None
-    failed = 0
-    for k in range(len(after) - 1, -1, -1):
-        failed += after[k].failed
-        if failed / (len(after) - k) <= baseline_rate:
-            back = k
+    n = len(after)
+    if n < BACK_EVIDENCE:
+        return LastSeen(Back.NO_EVIDENCE, None, n)
+    # with g[i] = failures in after[:i] - rate * i, a stretch after[k:i] holds iff
+    # g[i] <= g[k]; so k holds iff g[k] is at least the largest g[i] for i >= k + BACK_EVIDENCE
+    g = [0.0] * (n + 1)
+    for i, s in enumerate(after):
+        g[i + 1] = g[i] + s.failed - baseline_rate
+    top = [-math.inf] * (n + 2)
+    for i in range(n, -1, -1):
+        top[i] = max(g[i], top[i + 1])
+    back = next(
+        (k for k in range(n - BACK_EVIDENCE + 1) if top[k + BACK_EVIDENCE] <= g[k] + 1e-9), None
+    )
     if back is None:
-        return None
+        return LastSeen(Back.NOT_BACK, None, n)
     cut = after[back].intended
     ends = [s.end for s in sent if s.failed and s.intended < cut and s.end >= restore]
-    return max(ends, default=restore)
+    return LastSeen(Back.BACK, max(ends, default=restore), n)
+
+
+def load_bins(sent: Sequence[Sent]) -> list[LoadBin]:
+    """The requests in stretches of wall time by intended send time: at most MAX_BINS over the
+    load, none shorter than MIN_BIN_S, a stretch with no request left out."""
+    if not sent:
+        return []
+    t0 = min(s.intended for s in sent)
+    span = max(s.intended for s in sent) - t0
+    width = max(span / MAX_BINS, MIN_BIN_S)
+    groups: dict[int, list[Sent]] = {}
+    for s in sent:
+        groups.setdefault(min(int((s.intended - t0) / width), MAX_BINS - 1), []).append(s)
+    out = []
+    for i, group in sorted(groups.items()):
+        lat = [s.latency_s for s in group if not s.failed]
+        out.append(
+            LoadBin(
+                start=_at(t0 + i * width),
+                wall_s=round(width, 6),
+                outcomes=dict(sorted(Counter(s.outcome.value for s in group).items())),
+                p50_ms=_ms(percentile(lat, 50)),
+                p99_ms=_ms(percentile(lat, 99)),
+            )
+        )
+    return out
 
 
 def figures(
     sent: Sequence[Sent], marks: Marks, scale: TimeScale, spec: Load, node: str
-) -> tuple[ImpactFigures, float | None, float | None]:
-    """The load's figures, and the epoch seconds users saw the fault first and last."""
+) -> tuple[ImpactFigures, float | None, LastSeen | None]:
+    """The load's figures, the epoch seconds users saw the fault first, and when last (None:
+    service was not restored)."""
     phases = by_phase(sent, marks)
     per = [phase_figures(p, phases[p]) for p in LoadPhase]
-    first = last = None
+    first = None
+    last: LastSeen | None = None
     if marks.injected is not None:
         first = first_failure(sent, marks.injected)
     if marks.restore is not None:
@@ -158,7 +232,8 @@ def figures(
             node=node,
             phases=per,
             users_saw_first_s=_real(scale, marks.in_place, first),
-            users_saw_last_s=_real(scale, marks.restore, last),
+            users_saw_last_s=_real(scale, marks.restore, last.at if last else None),
+            bins=load_bins(sent),
         ),
         first,
         last,
@@ -314,7 +389,7 @@ class Users:
         self.node = (spec.node if spec else None) or ctx.target
         self.traffic: Traffic | None = None
         self._first: float | None = None
-        self._last: float | None = None
+        self._last: LastSeen | None = None
         self._ended: datetime | None = None
 
     def begin(self) -> None:
@@ -383,10 +458,10 @@ class Users:
                 kind=EventKind.NOTE,
                 source=USERS,
             )
-        if self._last is not None and ctx.restore_at is not None:
+        if self._last is not None and self._last.at is not None:
             ctx.rec.event(
                 "users saw the last failed request (the error rate back to the baseline's after)",
-                ts=_at(self._last),
+                ts=_at(self._last.at),
                 kind=EventKind.NOTE,
                 source=USERS,
             )
@@ -444,14 +519,32 @@ class Users:
                 "no request failed after the injection",
             )
         if imp.users_saw_last is not None:
-            judge_window(
-                ctx,
-                "users saw last",
-                imp.users_saw_last,
-                _epoch(ctx.restore_at),
-                self._last,
-                fig.users_saw_last_s,
-                "service was not restored"
-                if ctx.restore_at is None
-                else "the error rate was not back to the baseline's by the load's last request",
+            self._judge_last(imp.users_saw_last, fig)
+
+    def _judge_last(self, window: Window, fig: ImpactFigures) -> None:
+        """Too few requests after the restore tell nothing either way: inconclusive, with the
+        count (a scenario that needs them bounds the verify phase's `min_requests`)."""
+        ctx, last = self.ctx, self._last
+        if last is not None and last.back is Back.NO_EVIDENCE:
+            ctx.rec.verdict(
+                phase=Phase.RECOVER,
+                name="impact: users saw last",
+                verdict=Verdict.INCONCLUSIVE,
+                expected=ctx.scale.describe(window),
+                observed=f"{last.after} requests sent after the restore: at least "
+                f"{BACK_EVIDENCE} tell whether the error rate is back to the baseline's",
             )
+            return
+        judge_window(
+            ctx,
+            "users saw last",
+            window,
+            _epoch(ctx.restore_at),
+            last.at if last else None,
+            fig.users_saw_last_s,
+            "service was not restored"
+            if ctx.restore_at is None
+            else f"the error rate was not back to the baseline's by the load's last request "
+            f"(of {last.after if last else 0} sent after the restore, no stretch of "
+            f"{BACK_EVIDENCE} or more from a point on stayed at the baseline's rate)",
+        )

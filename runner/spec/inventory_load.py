@@ -22,6 +22,7 @@ from runner.labs.registry import entry
 from runner.spec.actions import Restart
 from runner.spec.inventory import ERA_ENV, HINT, Inventory, LabSpec, Loc, Node, Role
 from runner.spec.scenario import LoadedScenario
+from runner.spec.timing import TimeScale
 from runner.spec.yamlsrc import Source, load
 from vllmfacts.wording import Era
 
@@ -250,8 +251,10 @@ class _Walk:
 
 def check_scenario(ls: LoadedScenario, inventory: Inventory) -> None:
     """Every node a scenario names exists in the inventory: its `target` and every `node` are
-    hosts, a restart's `nodes` hosts or groups. A ScenarioError names the scenario's file, line
-    and field, and the inventory."""
+    hosts, a restart's `nodes` hosts or groups; and its load's request timeout fits in the time
+    the load may run on this lab. A ScenarioError names the scenario's file, line and field,
+    and the inventory."""
+    _check_load_timeout(ls, inventory)
     hosts = {n.name for n in inventory.nodes}
     groups = {g for n in inventory.nodes for g in n.groups}
     for loc, name, groups_too in _node_refs(ls.scenario, ()):
@@ -269,6 +272,28 @@ def check_scenario(ls: LoadedScenario, inventory: Inventory) -> None:
             hint=_near(name, hosts | (groups if groups_too else set()))
             + f"name one of its hosts: {known}",
         )
+
+
+def _check_load_timeout(ls: LoadedScenario, inventory: Inventory) -> None:
+    """`load.timeout_s` is wall seconds (the HTTP client's clock, not scaled) and `load.max_s`
+    real-world seconds (converted by the lab's time scale): a timeout longer than the load may
+    run on this lab could never be seen, every hung request cut off unrecorded instead."""
+    load_ = ls.scenario.load
+    if load_ is None:
+        return
+    run_s = TimeScale.of(inventory.lab).to_lab(load_.max_s)
+    if load_.timeout_s <= run_s:
+        return
+    loc = ("load", "timeout_s")
+    raise ScenarioError(
+        f"the request timeout ({load_.timeout_s:g} wall seconds, not scaled) is longer than the "
+        f"load may run on the lab {inventory.path} (max_s {load_.max_s:g} real-world seconds "
+        f"at time scale x{inventory.lab.time_scale:g}: {run_s:g} wall seconds)",
+        file=ls.path,
+        line=load(ls.path, ScenarioError, "scenario").line_of(loc),
+        field=".".join(loc),
+        hint="lower load.timeout_s, or raise load.max_s",
+    )
 
 
 def _node_refs(obj: Any, loc: Loc) -> list[tuple[Loc, str, bool]]:

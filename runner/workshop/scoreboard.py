@@ -35,6 +35,10 @@ class SeatRow(pydantic.BaseModel):
     shortcuts: tuple[str, ...] = ()  # the recovery steps the shortcuts matched
     acked_at_s: float | None = None
     recovered_at_s: float | None = None
+    # the scenario's load: the requests answered since the fault, and how many failed (None:
+    # no load)
+    users_sent: int | None = None
+    users_failed: int | None = None
     page_url: str | None = None  # the responders' view
     facilitator_url: str | None = None  # the view with the answers, for the facilitator's board
     drill_pid: int | None = None  # the drill `workshop start` started, while it runs
@@ -86,6 +90,8 @@ def seat_row(
         shortcuts=shortcuts,
         acked_at_s=status.acked_at_s,
         recovered_at_s=status.recovered_at_s,
+        users_sent=status.users.fault_sent if status.users else None,
+        users_failed=status.users.fault_failed if status.users else None,
         page_url=status.page_url or _server_url(drill_dir) or seat_url,
         facilitator_url=_server_url(drill_dir, "facilitator_url"),
         drill_pid=drill_pid,
@@ -144,8 +150,10 @@ def status_files(ws: Workshop) -> list[Path]:
 def table(board: Scoreboard) -> Table:
     t = Table(title=f"workshop of lab {board.lab}", title_justify="left")
     named = any(r.attendee for r in board.seats)  # the column only when the host named them
+    loaded = any(r.users_sent is not None for r in board.seats)  # and when a drill has a load
     for col in ("seat", *(("attendee",) if named else ()), "lab", "state", "scenario", "elapsed",
-                "hints", "shortcuts", "acked", "recovered"):  # fmt: skip
+                "hints", "shortcuts", "acked", "recovered",
+                *(("users failed",) if loaded else ())):  # fmt: skip
         t.add_column(col)
     for r in board.seats:
         cells = (
@@ -159,6 +167,14 @@ def table(board: Scoreboard) -> Table:
             ", ".join(r.shortcuts) or "-",
             clock(r.acked_at_s),
             clock(r.recovered_at_s),
+            *((failed(r),) if loaded else ()),
         )
         t.add_row(*(Text(c) for c in cells))  # a scenario's words are text, not markup
     return t
+
+
+def failed(r: SeatRow) -> str:
+    """The requests that failed since the fault, of those answered."""
+    if r.users_sent is None or r.users_failed is None:
+        return "-"
+    return f"{r.users_failed} of {r.users_sent}"

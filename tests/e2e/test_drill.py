@@ -2,7 +2,8 @@
 local lab with `gameday lab restart`, on the compose lab with `docker restart` run directly. The
 person first restarts the head alone (the shortcut: the drill flags it with the step's why),
 then the whole group (service back: the drill records recovery, cleans up and exits 0); the
-after-action report holds both actions with their times."""
+after-action report holds both actions with their times, and the scenario's load's failures
+while people worked (the live status showed them as they came)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,9 @@ def drill_with(inv: Path, tmp_path: Path, restart: Callable[[list[str]], None]) 
     proc = start_drill(inv, reports, LOGS[folder])
     try:
         status_when(folder, proc, lambda s: s.phase is DrillPhase.HANDED_OVER, 400)
+        # the users' failures show while people work, before anyone has acted
+        felt = status_when(folder, proc, lambda s: bool(s.users and s.users.fault_failed), 60)
+        assert felt.users is not None and felt.users.sent > felt.users.fault_sent  # baseline's
         restart(["node1"])
         st = status_when(folder, proc, lambda s: bool(s.actions), 60)
         first = st.actions[0]
@@ -113,6 +117,11 @@ def check(data: dict[str, Any]) -> None:
     assert 0 < first["at_s"] < second["at_s"] < d["time_to_recover_s"]
     assert [a["why"] for a in d["shortcuts"]] == [SHORTCUT_WHY]
     assert s["verdict"] == "passed"
+    # the scenario's load ran from the baseline to the end: failures while people worked
+    phases = {f["phase"]: f for f in s["impact"]["phases"]}
+    assert phases["baseline"]["sent"] >= 40 and phases["baseline"]["failed"] == 0
+    assert phases["fault"]["failed"] > 0
+    assert phases["verify"]["sent"] > 0 and phases["verify"]["failed"] == 0
 
 
 def test_a_drill_on_the_local_lab_with_gameday_lab_restart(

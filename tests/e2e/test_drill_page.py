@@ -1,5 +1,6 @@
 """The drill's live page in a real headless Chromium: a node's state change arrives without a
-reload, and the Hint and Acknowledge buttons reach the drill and show its answer."""
+reload, the Hint and Acknowledge buttons reach the drill and show its answer, and the load's
+users' error rate moves as the drill publishes it, on both views."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ from typing import Any
 import pytest
 
 from runner.drill.bus import DrillBus, Request
-from runner.drill.model import DrillPhase, DrillStatus, EventKind, NodeView, ProbeView
+from runner.drill.model import (
+    DrillPhase,
+    DrillStatus,
+    EventKind,
+    NodeView,
+    ProbeView,
+    UsersView,
+)
 from runner.drill.server import ServerHandle, start_server
+from runner.drill.users import BIN_S, BINS, WINDOW_S
 from runner.results.drill_record import HintView
 from runner.spec.kinds import NodeStatus
 from tests.support import browser
@@ -155,3 +164,59 @@ def test_the_page_follows_the_drill_and_its_buttons_reach_it(
         assert driver.save_screenshot(str(shot))
         print(f"screenshot: {shot}")
     assert shot.stat().st_size > 10_000
+
+
+def _users(now_sent: int, now_failed: int, fault: tuple[int, int]) -> UsersView:
+    bins = ((0, 0),) * (BINS - 2) + ((10, 0), (now_sent, now_failed))
+    return UsersView(
+        sent=40 + fault[0],
+        failed=fault[1],
+        fault_sent=fault[0],
+        fault_failed=fault[1],
+        window_s=WINDOW_S,
+        now_sent=now_sent,
+        now_failed=now_failed,
+        bin_s=BIN_S,
+        bins=bins,
+    )
+
+
+def test_both_views_show_the_users_error_rate_as_it_moves(
+    drill: tuple[ScriptedDrill, ServerHandle],
+) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.integration.runner.test_report_page import need_browser
+
+    need_browser()
+    d, server = drill
+
+    def users(view: UsersView) -> None:
+        st = d.bus.status.model_copy(update={"users": view})
+        d.bus.publish(EventKind.USERS, view.line(), status=st)
+
+    with browser.chromium() as driver:
+        wait = WebDriverWait(driver, 15)
+        for url in (server.url, server.facilitator_url):
+            driver.get(url)
+            wait.until(lambda b: text(b, "#conn") == "live")
+            if url == server.url:
+                assert not driver.find_element("id", "users").is_displayed()  # no load yet
+            else:  # the snapshot carries the figures as they were last
+                assert text(driver, "#users-now") == "0% failing (last 10 s)"
+            users(_users(20, 15, (30, 15)))
+            wait.until(lambda b: text(b, "#users-now") == "75% failing (last 10 s)")
+            assert text(driver, "#users-fault") == "15 of 30 failed (50.0%)"
+            assert text(driver, "#users-all") == "15 of 70 failed (21.4%)"
+            # the newest bar: 15 failed over 5 answered, both drawn; the one before all ok
+            bars = driver.execute_script(
+                "return Array.from(document.querySelectorAll('#users-strip rect'),"
+                " r => r.getAttribute('class'));"
+            )
+            assert bars == ["ok", "bad", "ok"]
+            users(_users(20, 0, (50, 15)))
+            wait.until(lambda b: text(b, "#users-now") == "0% failing (last 10 s)")
+            assert text(driver, "#users-fault") == "15 of 50 failed (30.0%)"
+            # one line, redrawn in place: not one per look
+            lines = [t for t in text(driver, "#timeline li").split(" | ") if "users:" in t]
+            assert lines == [f"+0.0 s {_users(20, 0, (50, 15)).line()}"]

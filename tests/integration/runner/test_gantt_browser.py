@@ -15,7 +15,14 @@ import pytest
 
 from runner.report import write_reports
 from runner.report.gantt_layout import MAX_BREAKS
-from runner.results.schema import load_result
+from runner.results.schema import (
+    EventKind,
+    ImpactFigures,
+    LoadBin,
+    RunResult,
+    TimelineEvent,
+    load_result,
+)
 from tests.integration.runner.test_report_page import DATA, keep, need_browser
 from tests.support import browser
 
@@ -29,14 +36,17 @@ svg.scrollIntoView();
 const own = e => e.firstChild ? e.firstChild.nodeValue : '';
 const box = e => { const b = e.getBBox(); return [b.x, b.y, b.width, b.height]; };
 const lanes = Array.from(svg.querySelectorAll('text.lane'), t => [own(t), box(t)]);
-// every mark drawn in a lane's row: bars, event dots, steps, people's marks, marker diamonds
+// every mark drawn in a lane's row: bars, event dots, steps, people's marks, marker diamonds,
+// the requests' strip
 const marks = Array.from(svg.querySelectorAll(
-    '.bars rect, .ticks circle, .steps rect, .people path, .markers path'), box);
+    '.bars rect, .ticks circle, .steps rect, .people path, .markers path, .requests rect'), box);
 const colours = new Set();
 for (const e of svg.querySelectorAll(
-    '.bands rect, .bars rect, .ticks circle, .steps rect, .people path, .markers path'))
+    '.bands rect, .bars rect, .ticks circle, .steps rect, .people path, .markers path, ' +
+    '.requests rect'))
   colours.add(e.getAttribute('fill'));
-for (const e of svg.querySelectorAll('.breaks path')) colours.add(e.getAttribute('stroke'));
+for (const e of svg.querySelectorAll('.breaks path, .requests path.latency'))
+  colours.add(e.getAttribute('stroke'));
 const legend = Array.from(svg.querySelectorAll('.legend-item'),
     e => [e.getAttribute('data-colour'), e.querySelector('text').textContent]);
 const texts = Array.from(svg.querySelectorAll('text'), t => [own(t), box(t)]);
@@ -138,3 +148,47 @@ def test_a_drills_after_action_picture_shows_what_the_people_did(
     check_picture(m, RUN_STEPS["head-only-restart"])
     assert m["people"] == ["acknowledged", "hint 1"]
     assert [name for name, _ in m["lanes"]][:4] == ["runner", "people", "action 1", "action 2"]
+
+
+def with_load(run: RunResult, scenario: str) -> RunResult:
+    """`run` with a load on `scenario`: 10 requests a stretch, one stretch per 1/200 of its
+    span, refused from its failure to its restore, with a p99 that grows while it recovers."""
+    s = next(x for x in run.scenarios if x.id == scenario)
+    marks = {e.kind: e.ts for e in s.timeline if e.kind in (EventKind.FAIL, EventKind.RESTORED)}
+    step = (s.finished_at - s.started_at) / 200
+    bins = []
+    for i in range(200):
+        at = s.started_at + step * i
+        down = marks[EventKind.FAIL] <= at < marks[EventKind.RESTORED]
+        bins.append(
+            LoadBin(
+                start=at,
+                wall_s=step.total_seconds(),
+                outcomes={"refused": 9, "timeout": 1} if down else {"ok": 10},
+                p99_ms=None if down else 20.0 + i,
+            )
+        )
+    imp = ImpactFigures(mode="open", rate=10, node="node1", phases=[], bins=bins)
+    users = TimelineEvent(
+        ts=s.started_at, source="users", clock="runner", event="load started: 10 requests/s"
+    )
+    s = s.model_copy(update={"impact": imp, "timeline": [*s.timeline, users]})
+    return run.model_copy(
+        update={"scenarios": [s if x.id == scenario else x for x in run.scenarios]}
+    )
+
+
+@pytest.mark.parametrize("width", [WIDE, NARROW])
+def test_a_runs_picture_shows_its_requests_and_their_latency(tmp_path: Path, width: int) -> None:
+    need_browser()
+    write_reports(with_load(load_result(DATA / "seven-passed.json"), "head-only-restart"), tmp_path)
+    with browser.chromium() as driver:
+        driver.get((tmp_path / "report.html").as_uri())
+        m = shoot(driver, "#head-only-restart svg.gantt", tmp_path, "requests", width)
+    check_picture(m, RUN_STEPS["head-only-restart"])
+    names = [name for name, _ in m["lanes"]]
+    assert names[names.index("users") + 1] == "requests"
+    told = {text for _, text in m["legend"]}
+    assert {"request: ok", "request: no connection", "request: timeout"} <= told
+    assert "p99 latency of successes (right-hand axis)" in told
+    assert [t for t, _ in m["texts"] if t.endswith(" ms") or t == "0"][-2:][0].endswith(" ms")

@@ -390,3 +390,111 @@ def test_a_drill_shows_the_people_and_each_action_they_took() -> None:
     inject = next(e for e in s.timeline if e.kind is EventKind.INJECT)
     at = (inject.ts - s.started_at).total_seconds() * 100
     assert layout(old, 100.0).people[0].at_s == pytest.approx(at + 784.3)
+
+
+def _with_requests(s: ScenarioResult) -> ScenarioResult:
+    """`s` with a load: 1-second stretches from +0 to +700 s; from +250 s to +304 s the
+    requests are refused, one times out at +302 s, and one gets an error status at +303 s."""
+    from runner.results.schema import ImpactFigures, LoadBin
+
+    bins = []
+    for i in range(700):
+        outcomes = {"ok": 10}
+        if 250 <= i < 304:
+            outcomes = {"refused": 10 - (i in (302, 303)), "ok": 0}
+            outcomes |= {"timeout": 1} if i == 302 else {"http_error": 1} if i == 303 else {}
+        outcomes = {k: n for k, n in outcomes.items() if n}
+        p99 = None if "ok" not in outcomes else 10.0 + i % 7
+        bins.append(
+            LoadBin(start=T0 + timedelta(seconds=i), wall_s=1.0, outcomes=outcomes, p99_ms=p99)
+        )
+    imp = ImpactFigures(mode="open", rate=10, node="n1", phases=[], bins=bins)
+    users = [ev(0, "users", "load started: 10 requests/s to n1"), ev(700, "users", "load stopped")]
+    return s.model_copy(update={"impact": imp, "timeline": [*s.timeline, *users]})
+
+
+def test_the_requests_lane_shows_outcomes_and_p99_latency_on_its_own_axis() -> None:
+    from runner.report.gantt_layout import REQUESTS, Answer
+
+    s = _with_requests(crash_loop())
+    lay = layout(s, 1.0)
+    assert lay.lanes[lay.lanes.index("users") + 1] == REQUESTS
+    # the axis's breaks hide the stretches under them: none is drawn there
+    assert lay.breaks and all(not (a <= b.start_s < z) for b in lay.requests for a, z in lay.breaks)
+    assert len(lay.requests) < 700
+    assert lay.breaks[0] == (2.0, 302.0)  # the crash loop's first back-off
+    failing = [b for b in lay.requests if 250 <= b.start_s < 304]
+    assert [b.answers for b in failing] == [
+        ((Answer.TIMEOUT, 1), (Answer.NO_CONNECTION, 9)),
+        ((Answer.ERROR, 1), (Answer.NO_CONNECTION, 9)),
+    ]
+    root = _svg_root(s)
+    strip = root.find(".//s:g[@class='requests']", NS)
+    assert strip is not None
+    fills = {e.attrib["fill"] for e in strip.iterfind("s:g/s:rect", NS)}
+    # every column is as high as the strip, its shares stacked
+    for col in strip.iterfind("s:g[@class='request-bin']", NS):
+        assert sum(float(r.attrib["height"]) for r in col.iterfind("s:rect", NS)) == (
+            pytest.approx(gantt.STRIP_H, abs=0.5)
+        )
+    tip = strip.find("s:g[@class='request-bin']/s:title", NS)
+    assert tip is not None and tip.text == "+0.0 s: 10 sent: 10 ok; p99 10.0 ms"
+    # the latency line ends where no request succeeded (+302, +303) and at the axis's breaks:
+    # +0 to +1, then +600 to +605 (the third break hides the rest)
+    line = strip.find("s:path[@class='latency']", NS)
+    assert line is not None
+    runs = line.attrib["d"].split("M")[1:]
+    assert [r.count("L") + 1 for r in runs] == [2, 6]
+    labels = [t.text for t in strip.iterfind(".//s:text[@class='latency-label']", NS)]
+    assert labels == ["16 ms", "0"]  # its own axis: 0 to the largest p99 drawn
+    legend = {
+        e.attrib["data-colour"]: e.find("s:text", NS).text  # type: ignore[union-attr]
+        for e in root.iterfind(".//s:g[@class='legend']/s:g", NS)
+    }
+    drawn = fills | {line.attrib["stroke"]}
+    assert {c: t for c, t in legend.items() if c in drawn} == {
+        gantt.ANSWER_COLOURS[Answer.OK]: "request: ok",
+        gantt.ANSWER_COLOURS[Answer.ERROR]: "request: error answer",
+        gantt.ANSWER_COLOURS[Answer.TIMEOUT]: "request: timeout",
+        gantt.ANSWER_COLOURS[Answer.NO_CONNECTION]: "request: no connection",
+        gantt.LATENCY_COLOUR: "p99 latency of successes (right-hand axis)",
+    }
+    # and a legend entry for nothing not drawn: without failures, only ok
+    calm = s.model_copy(
+        update={
+            "impact": s.impact.model_copy(  # type: ignore[union-attr]
+                update={
+                    "bins": [
+                        b for b in s.impact.bins if "ok" in b.outcomes and len(b.outcomes) == 1
+                    ]
+                }  # type: ignore[union-attr]
+            )
+        }
+    )
+    texts = [
+        e.find("s:text", NS).text  # type: ignore[union-attr]
+        for e in _svg_root(calm).iterfind(".//s:g[@class='legend']/s:g", NS)
+    ]
+    assert [t for t in texts if t and t.startswith("request")] == ["request: ok"]
+
+
+def test_a_result_without_load_has_no_requests_lane() -> None:
+    from runner.report.gantt_layout import REQUESTS
+
+    lay = layout(crash_loop(), 1.0)
+    assert REQUESTS not in lay.lanes and lay.requests == ()
+    assert 'class="requests"' not in gantt.svg(lay, "t")
+
+
+def test_the_load_s_bins_count_requests_by_send_time_in_at_most_max_bins() -> None:
+    from runner.run.impact import MAX_BINS, load_bins
+    from tests.unit.runner.run.test_impact import _sent
+
+    sent = [_sent(100 + i * 0.01, ok=i % 4 != 0, took=0.02) for i in range(3000)]
+    bins = load_bins(sent)
+    assert len(bins) == MAX_BINS
+    assert sum(sum(b.outcomes.values()) for b in bins) == 3000
+    assert bins[0].start.timestamp() == pytest.approx(100.0)
+    assert bins[0].outcomes == {"ok": 15, "refused": 5}  # 30 s / 150 = 0.2 s: 20 requests
+    assert bins[0].p99_ms == pytest.approx(20.0)
+    assert load_bins([]) == []

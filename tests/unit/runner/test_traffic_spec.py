@@ -79,3 +79,19 @@ def test_the_manuals_load_example_is_the_shipped_scenarios() -> None:
     doc = (ROOT / "docs" / "scenario-format.md").read_text()
     block = doc.split("## Load: what users felt", 1)[1].split("```yaml\n", 1)[1].split("```")[0]
     assert "\n" + block + "verify:" in HEAD
+
+
+def test_a_request_timeout_longer_than_the_load_runs_on_the_lab_is_refused(
+    tmp_path: Path,
+) -> None:
+    # timeout_s is wall seconds (not scaled), max_s real-world: 600 s at x100 are 6 wall s
+    f = _with_load(tmp_path, "load:\n  rate: 5\n  max_s: 600\n  timeout_s: 9.5\n")
+    local = load_inventory(ROOT / "inventories" / "local.yaml")
+    with pytest.raises(ScenarioError) as e:
+        check_scenario(load_scenario(f), local)
+    assert e.value.exit_code == 2
+    assert (e.value.line, e.value.field) == (_line(f, "timeout_s: 9.5"), "load.timeout_s")
+    assert "9.5 wall seconds, not scaled" in str(e.value) and "x100: 6 wall seconds" in str(e.value)
+    # the same timeout fits a load that may run 10 wall seconds there
+    ok = _with_load(tmp_path, "load:\n  rate: 5\n  max_s: 1000\n  timeout_s: 9.5\n")
+    check_scenario(load_scenario(ok), local)

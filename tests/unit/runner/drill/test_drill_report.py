@@ -137,3 +137,34 @@ def test_junit_leaves_out_a_time_not_measured_and_names_a_seat_s_mode(tmp_path: 
     assert "time_to_detect_s" not in props and "time_to_acknowledge_s" not in props
     assert props["time_to_recover_s"] == "150.000"
     assert "" not in props.values()
+
+
+def test_the_after_action_report_says_how_many_requests_failed_while_people_worked(
+    tmp_path: Path,
+) -> None:
+    from runner.results.schema import ImpactFigures, PhaseFigures
+
+    def phase(name: str, sent: int, failed: int) -> PhaseFigures:
+        rate = failed / sent if sent else None
+        return PhaseFigures(phase=name, sent=sent, failed=failed, error_rate=rate)
+
+    imp = ImpactFigures(
+        mode="open",
+        rate=20,
+        node="node1",
+        phases=[
+            phase("baseline", 40, 0),
+            phase("inject", 0, 0),
+            phase("fault", 2400, 2380),
+            phase("recover", 0, 0),
+            phase("verify", 40, 0),
+        ],
+    )
+    s = scenario_result("drill", verdict=Verdict.PASSED, assertions=[], drill=RECORD, impact=imp)
+    result = run_result(s).model_copy(update={"mode": RunMode.DRILL, "verdict": Verdict.PASSED})
+    write_reports(result, tmp_path)
+    md = (tmp_path / "report.md").read_text().splitlines()
+    assert "| requests while people worked | 2400 sent, 2380 failed (99.2%) |" in md
+    assert "| requests after service was back | 40 sent, 0 failed (0.0%) |" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "<th>requests while people worked</th><td>2400 sent, 2380 failed (99.2%)</td>" in html

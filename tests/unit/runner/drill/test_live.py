@@ -182,3 +182,27 @@ def test_a_crash_looping_node_is_never_green_in_the_terminal() -> None:
     cell = _facts(st).columns[1]._cells[0]
     styles = {str(span.style) for span in cell.spans}
     assert "green" not in styles and "bold red" in styles
+
+
+def test_the_users_figures_are_a_row_of_the_view_not_a_line_a_second() -> None:
+    from runner.drill.model import UsersView
+
+    users = UsersView(
+        sent=90, failed=30, fault_sent=50, fault_failed=30, window_s=10.0, now_sent=20,
+        now_failed=20, bin_s=2.0,
+    )  # fmt: skip
+    bus = DrillBus(status())
+    con, buf = console()
+    view = DrillView(bus, con).start()
+    for clock in (1.0, 2.0, 3.0):
+        bus.publish(EventKind.USERS, users.line(), status=status(clock, users=users))
+    bus.publish(EventKind.NODE, "node1: exited (code 1)", status=status(3.5, users=users))
+    bus.close()
+    view.stop()
+    assert buf.getvalue() == "    +3.5 s  node      node1: exited (code 1)\n"
+    con, buf = console()
+    con.print(view.render())
+    assert (
+        "users   100% failing (20 of 20) in the last 10 s; 30 of 50 failed since the fault, "
+        "30 of 90 in all"
+    ) in [line.rstrip() for line in buf.getvalue().splitlines()]

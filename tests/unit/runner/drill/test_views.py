@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runner.drill.model import DrillEvent, DrillPhase, DrillStatus, EventKind
-from runner.drill.views import View, event_for, lines, status_for
+from runner.drill.views import Lines, View, event_for, lines, status_for
 from runner.results.drill_record import ActionKind, Actor, ObservedAction
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
@@ -98,3 +98,47 @@ def test_a_crash_loop_is_one_line_with_a_count_until_a_person_acts() -> None:
         (5.0, "restart serving: restarted (outside tool)", 1, None),
         (6.0, "serving crashed and restarted ×1 (restart policy)", 1, 6.0),
     ]
+
+
+def test_the_users_figures_are_one_line_redrawn_in_place_that_closes_no_crash_loop() -> None:
+    folder = Lines()
+    a = folder.add(loop(3.0))
+    u1 = folder.add(event(EventKind.USERS, "users: 10% failing", 4.0))
+    b = folder.add(loop(5.0, crashes=1, restarts=1))
+    u2 = folder.add(event(EventKind.USERS, "users: 90% failing", 6.0))
+    assert b.id == a.id and b.count == 2  # the crash loop's line goes on past the users'
+    assert u2.id == u1.id and (u2.text, u2.at_s) == ("users: 90% failing", 6.0)
+
+
+def test_the_users_figures_count_answers_by_when_they_came() -> None:
+    from runner.drill.users import BIN_S, BINS, WINDOW_S, users_view
+    from runner.run.traffic import Outcome, Sent
+    from runner.spec.workload import Api
+
+    def sent(end: float, ok: bool) -> Sent:
+        return Sent(
+            index=0,
+            api=Api.CHAT,
+            stream=False,
+            prompt_tokens=1,
+            max_tokens=1,
+            intended=end - 0.5,
+            start=end - 0.5,
+            end=end,
+            first_token=None,
+            tokens=1 if ok else 0,
+            outcome=Outcome.OK if ok else Outcome.REFUSED,
+        )
+
+    now = 1000.0
+    answers = [sent(now - 30, True), sent(now - 15, False), sent(now - 5, False)]
+    answers += [sent(now - 1, True), sent(now + 1, False)]  # the last not answered yet
+    v = users_view(answers, now, fault=now - 20)
+    assert (v.sent, v.failed, v.fault_sent, v.fault_failed) == (4, 2, 3, 2)
+    assert (v.now_sent, v.now_failed, v.error_rate_now) == (2, 1, 0.5)  # last WINDOW_S
+    assert (v.window_s, v.bin_s, len(v.bins)) == (WINDOW_S, BIN_S, BINS)
+    assert v.bins[-1] == (1, 0) and v.bins[-3] == (1, 1) and sum(b[0] for b in v.bins) == 4
+    assert users_view(answers, now, fault=None).fault_sent == 0
+    assert v.line() == (
+        "users: 50% failing (1 of 2) in the last 10 s; 2 of 3 failed since the fault, 2 of 4 in all"
+    )

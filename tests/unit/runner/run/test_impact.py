@@ -8,7 +8,11 @@ from typing import Any
 
 from runner.results.schema import Verdict
 from runner.run.impact import (
+    BACK_EVIDENCE,
+    Back,
+    LastSeen,
     Marks,
+    Users,
     figures,
     first_failure,
     judge_phase,
@@ -75,24 +79,68 @@ def test_users_saw_first_is_the_first_failed_answer_after_the_injection() -> Non
     assert first_failure([_sent(11)], 10.0) is None
 
 
+def _ok(*ts: float) -> list[Sent]:
+    return [_sent(t) for t in ts]
+
+
 def test_users_saw_last_is_where_the_error_rate_stays_at_the_baselines() -> None:
     # restore at 20: failures at 20.5 and 22 (ending 22.01), then only successes
-    sent = [_sent(20.5, ok=False), _sent(21), _sent(22, ok=False), _sent(23), _sent(24)]
-    assert last_failure(sent, 20.0, 0.0) == 22.01
-    assert last_failure([_sent(21), _sent(22)], 20.0, 0.0) == 20.0  # whole at once
-    assert last_failure([_sent(21), _sent(22, ok=False)], 20.0, 0.0) is None  # not back
-    # a baseline that fails one in three: one failure in the tail is the baseline's
-    tail = [_sent(30, ok=False), _sent(31), _sent(32), _sent(33, ok=False), _sent(34), _sent(35)]
-    assert last_failure(tail, 29.0, 1 / 3) == 29.0
+    sent = [_sent(20.5, ok=False), _sent(21), _sent(22, ok=False), *_ok(*range(23, 33))]
+    assert last_failure(sent, 20.0, 0.0) == LastSeen(Back.BACK, 22.01, 13)
+    assert last_failure(_ok(*range(21, 31)), 20.0, 0.0) == LastSeen(Back.BACK, 20.0, 10)
+    not_back = [*_ok(*range(21, 31)), _sent(31, ok=False)]
+    assert last_failure(not_back, 20.0, 0.0) == LastSeen(Back.NOT_BACK, None, 11)
+    # a baseline that fails one in three: one failure in three after is the baseline's
+    tail = [_sent(30 + i, ok=i % 3 != 2) for i in range(12)]
+    assert last_failure(tail, 29.0, 1 / 3) == LastSeen(Back.BACK, 29.0, 12)
+
+
+def test_one_lucky_success_while_failures_go_on_is_not_back() -> None:
+    # failures and successes alternate to the load's end: no stretch stays at the baseline's 0
+    flapping = [_sent(21 + i, ok=i % 2 == 1) for i in range(30)]
+    assert last_failure(flapping, 20.0, 0.0).back is Back.NOT_BACK
+    # failures to the end but for the last few successes: too few to be back
+    lucky = [*(_sent(21 + i, ok=False) for i in range(20)), *_ok(41, 42, 43)]
+    assert last_failure(lucky, 20.0, 0.0).back is Back.NOT_BACK
+
+
+def test_a_burst_of_failures_is_not_diluted_by_the_successes_after_it() -> None:
+    # a baseline that fails 5 %: 10 failures right after the restore, then 500 successes;
+    # the whole suffix fails 2 %, but users saw failures until the burst's last one
+    burst = [*(_sent(21 + i * 0.01, ok=False) for i in range(10)), *_ok(*range(22, 522))]
+    assert last_failure(burst, 20.0, 0.05) == LastSeen(Back.BACK, 21.1, 510)
+
+
+def test_too_few_requests_after_the_restore_are_no_evidence_not_a_failure() -> None:
+    assert last_failure([], 20.0, 0.0) == LastSeen(Back.NO_EVIDENCE, None, 0)
+    assert last_failure(_ok(21, 22), 20.0, 0.0) == LastSeen(Back.NO_EVIDENCE, None, 2)
+    from datetime import UTC, datetime
+
+    from runner.spec.kinds import Window
+
+    ctx = SimpleNamespace(
+        rec=Recorder(),
+        scale=TimeScale(100, 0.1),
+        target="n",
+        restore_at=datetime.fromtimestamp(20.0, UTC),
+    )
+    users = Users(ctx, Load.model_validate({"rate": 10}))  # type: ignore[arg-type]
+    users._last = last_failure([], 20.0, 0.0)
+    fig = figures([], Marks(10.0, 10.0, 20.0, None), ctx.scale, users.spec, "n")[0]  # type: ignore[arg-type]
+    users._judge_last(Window(max_s=600), fig)
+    (a,) = ctx.rec.assertions
+    assert a.verdict is Verdict.INCONCLUSIVE
+    assert a.observed.startswith("0 requests sent after the restore: at least 10 tell")
 
 
 def test_figures_convert_the_windows_to_real_world_seconds() -> None:
-    sent = [_sent(0), _sent(10.5, ok=False), _sent(20.5, ok=False), _sent(21), _sent(31)]
+    after = _ok(*(21 + i * 0.5 for i in range(BACK_EVIDENCE)))
+    sent = [_sent(0), _sent(10.5, ok=False), _sent(20.5, ok=False), *after, _sent(31)]
     spec = Load.model_validate({"rate": 10})
     marks = Marks(10.0, 10.0, 20.0, 30.0)
     fig, first, last = figures(sent, marks, TimeScale(100, 0.1), spec, "node1")
-    assert [p.sent for p in fig.phases] == [1, 0, 1, 2, 1]
-    assert (first, last) == (10.51, 20.51)
+    assert [p.sent for p in fig.phases] == [1, 0, 1, 11, 1]
+    assert (first, last) == (10.51, LastSeen(Back.BACK, 20.51, 12))
     assert (fig.users_saw_first_s, fig.users_saw_last_s) == (51.0, 51.0)  # 0.51 s at x100
 
 

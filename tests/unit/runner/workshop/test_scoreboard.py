@@ -219,3 +219,47 @@ def test_the_board_links_each_seat_s_facilitator_view(tmp_path: Path) -> None:
     # a seat whose drill wrote no facilitator address (an older drill) has none
     (tmp_path / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:8702", "pid": 7}))
     assert seat_row(2, "local-p2", tmp_path, up=True).facilitator_url is None
+
+
+def test_a_seat_with_a_load_shows_the_requests_failed_since_the_fault(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from runner.drill.model import UsersView
+    from runner.workshop.scoreboard import Scoreboard, table
+
+    users = UsersView(
+        sent=300, failed=120, fault_sent=200, fault_failed=120, window_s=10.0, bin_s=2.0
+    )
+    write(tmp_path / "a", status(clock_s=60.0, users=users))
+    write(tmp_path / "b", status(clock_s=60.0))
+    loaded = seat_row(1, "local-p1", tmp_path / "a", up=True)
+    plain = seat_row(2, "local-p2", tmp_path / "b", up=True)
+    assert (loaded.users_sent, loaded.users_failed) == (200, 120)
+    assert (plain.users_sent, plain.users_failed) == (None, None)
+    console = Console(width=200, record=True)
+    console.print(table(Scoreboard(lab="local", at=T0, seats=(loaded, plain))))
+    out = console.export_text()
+    assert "users failed" in out and "120 of 200" in out
+    console = Console(width=200, record=True)
+    console.print(table(Scoreboard(lab="local", at=T0, seats=(plain,))))
+    assert "users failed" not in console.export_text()  # no seat has a load: no column
+
+
+def test_a_narrow_terminal_s_block_per_seat_says_the_users_failed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from runner.cli import output
+    from runner.cli.workshop import print_board
+    from runner.drill.model import UsersView
+    from runner.workshop.scoreboard import Scoreboard, table
+
+    users = UsersView(sent=50, failed=7, fault_sent=30, fault_failed=7, window_s=10.0, bin_s=2.0)
+    write(tmp_path, status(clock_s=60.0, users=users))
+    board = Scoreboard(lab="local", at=T0, seats=(seat_row(1, "local-p1", tmp_path, up=True),))
+    narrow = Console(width=50, record=True)
+    monkeypatch.setattr(output, "out", narrow)
+    print_board(board, table(board))
+    lines = [" ".join(ln.split()) for ln in narrow.export_text().splitlines()]
+    assert "users failed 7 of 30" in lines
