@@ -92,7 +92,7 @@ def ensure(
     out = Binaries((root or cache_root()) / version, version)
     work = out.root / "work"
     if work.exists():
-        shutil.rmtree(work)  # an interrupted build: its state is unknown
+        _rmtree(work)  # an interrupted build: its state is unknown
     work.mkdir(parents=True)
     out.root.chmod(0o700)
     started = time.monotonic()

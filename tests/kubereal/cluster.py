@@ -59,9 +59,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
 def _die_with_parent() -> None:
-    # runs in the child between fork and exec: SIGKILL when the process that started it exits
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # runs in the child between fork and exec (libc resolved before, in the parent): SIGKILL
+    # when the process that started it exits
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass

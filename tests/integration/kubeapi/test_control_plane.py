@@ -4,10 +4,15 @@ scheduler work, and stopping it leaves none of its processes alive."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import re
 import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -19,11 +24,12 @@ from tests.kubereal.cluster import ControlPlane
 
 
 def _alive(pid: int) -> bool:
+    """Running: an exited process waiting to be reaped (by whichever init adopted it) is not."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return False
-    return True
+    return stat_line.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _listening(port: int) -> bool:
@@ -57,7 +63,7 @@ def test_up_reachable_owner_only_and_stopped_without_a_trace(tmp_path: Path) -> 
         apps.create_namespaced_deployment("t", _deployment())
         # the ReplicaSet controller makes the pod, the scheduler finds no node for it
         pod = wait_for(lambda: core.list_namespaced_pod("t").items, timeout=60)[0]
-        cond = wait_for(lambda: _scheduled_condition(core, pod.metadata.name), timeout=60)
+        cond = wait_for(lambda: _pod_condition(core, pod.metadata.name, "t"), timeout=60)
         assert (cond.status, cond.reason) == ("False", "Unschedulable")
     finally:
         cp.stop()
@@ -78,8 +84,8 @@ def _read_sa(core: client.CoreV1Api, name: str, ns: str) -> object | None:
         raise
 
 
-def _scheduled_condition(core: client.CoreV1Api, name: str) -> object | None:
-    p = core.read_namespaced_pod(name, "t")
+def _pod_condition(core: client.CoreV1Api, name: str, ns: str) -> Any:
+    p = core.read_namespaced_pod(name, ns)
     return next((c for c in p.status.conditions or [] if c.type == "PodScheduled"), None)
 
 
@@ -95,3 +101,103 @@ def _deployment() -> dict[str, object]:
             },
         },
     }
+
+
+def test_the_real_scheduler_counts_gpus_on_a_registered_node(
+    real_control_plane: ControlPlane,
+) -> None:
+    """A Node registered and reported Ready the way a kubelet does (its capacity carries
+    `nvidia.com/gpu`, a string quantity: the official client refuses an integer in a dict body):
+    one GPU pod is bound to it, the second stays Pending for want of a GPU until the first goes."""
+    api = config.new_client_from_config(str(real_control_plane.kubeconfig))
+    core = client.CoreV1Api(api)
+    node = "gpu-node-0"
+    core.create_node({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+    try:
+        _report_ready(core, node)
+        core.create_namespace({"metadata": {"name": "gpus"}})
+        wait_for(lambda: _read_sa(core, "default", "gpus"), timeout=60)
+        for name in ("a", "b"):
+            wait_for(lambda n=name: _create_gpu_pod(core, n), timeout=60)
+        bound = wait_for(lambda: _bound(core, node), timeout=60)
+        assert len(bound) == 1
+        waiting = "b" if bound == ["a"] else "a"
+        # until the node lifecycle controller lifts the not-ready taint, that is the reason given
+        cond = wait_for(lambda: _no_gpu_left(core, waiting), timeout=60)
+        assert (cond.status, cond.reason) == ("False", "Unschedulable")
+        _report_ready(core, node)  # the heartbeat a kubelet posts every 10 s
+        core.delete_namespaced_pod(bound[0], "gpus", grace_period_seconds=0)
+        assert wait_for(lambda: _bound(core, node) == [waiting], timeout=60)
+    finally:
+        core.delete_node(node)
+        core.delete_namespace("gpus")
+
+
+def _report_ready(core: client.CoreV1Api, node: str) -> None:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    quantities = {"cpu": "4", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "1"}
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "kubelet is posting ready status",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    core.patch_node_status(
+        node,
+        {"status": {"capacity": quantities, "allocatable": quantities, "conditions": [ready]}},
+    )
+
+
+def _create_gpu_pod(core: client.CoreV1Api, name: str) -> bool:
+    gpu = {"nvidia.com/gpu": "1"}
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"limits": gpu, "requests": gpu}}
+            ]
+        },
+    }
+    try:
+        core.create_namespaced_pod("gpus", body)
+    except ApiException as e:
+        # the ServiceAccount admission refuses pods until the token controller made the
+        # account's token Secret
+        if e.status == 403 and "no API token found" in (e.body or ""):
+            return False
+        raise
+    return True
+
+
+def _no_gpu_left(core: client.CoreV1Api, name: str) -> Any:
+    cond = _pod_condition(core, name, "gpus")
+    return cond if cond and "Insufficient nvidia.com/gpu" in (cond.message or "") else None
+
+
+def _bound(core: client.CoreV1Api, node: str) -> list[str]:
+    pods = core.list_namespaced_pod("gpus", field_selector=f"spec.nodeName={node}").items
+    return sorted(p.metadata.name for p in pods)
+
+
+def test_its_processes_die_with_the_process_that_started_them(tmp_path: Path) -> None:
+    """A test process killed outright (no stop(), no finally) leaves no component running: each
+    is started with the kernel's parent-death signal."""
+    if build.cached() is None:
+        pytest.skip(f"no real control plane in {build.cache_root()} (`make kube-control-plane`)")
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tests.kubereal", "up", "--dir", str(tmp_path / "kube")],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    try:
+        assert up.stderr is not None
+        line = up.stderr.readline()
+        pids = [int(p) for p in re.findall(r"\d+", line.split("pids", 1)[1])]
+        assert len(pids) == 4 and all(_alive(p) for p in pids), line
+    finally:
+        up.kill()
+        up.wait()
+    assert wait_for(lambda: not [p for p in pids if _alive(p)], timeout=10)
