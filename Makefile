@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench bench-parallel mutation conformance differential clean lab-deps docker realvllm-env realvllm
+.PHONY: run test bench bench-parallel mutation conformance differential clean lab-deps docker realvllm-env realvllm kube-control-plane
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ docker:
 # venv with the tiny models it serves (realvllm/setup; 3.5 GB, about 2.5 minutes the first time)
 realvllm-env:
 	realvllm/setup
+
+# a real Kubernetes control plane for the Kubernetes tests (tests/kubereal): kube-apiserver,
+# kube-controller-manager and kube-scheduler v1.20 built from Debian's source package, with
+# Debian's etcd, into ~/.cache/gameday/kube/<version> (nothing installed; about 11 minutes the
+# first time on 2 cores, at the lowest CPU priority; instant once cached)
+kube-control-plane: $(VENV)/.installed
+	nice -n 19 $(BIN)/python -m tests.kubereal build
 
 run: $(VENV)/.installed lab-deps
 	$(BIN)/gameday run --lab inventories/local.yaml

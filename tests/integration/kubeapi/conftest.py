@@ -9,6 +9,8 @@ import pytest
 from kubernetes import client, config
 
 from tests.kubeapi.server import Server
+from tests.kubereal import build
+from tests.kubereal.cluster import ControlPlane
 
 
 @pytest.fixture
@@ -18,6 +20,20 @@ def server(tmp_path: Path) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def real_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The real kube-apiserver, controller-manager and scheduler (v1.20, built from Debian's
+    source package by `make kube-control-plane`), one for the session; skipped, saying so, when
+    that build is not in the cache: building it takes about 11 minutes cold."""
+    binaries = build.cached()
+    if binaries is None:
+        pytest.skip(
+            f"no real control plane in {build.cache_root()} (`make kube-control-plane` builds it)"
+        )
+    with ControlPlane(binaries, tmp_path_factory.mktemp("kubereal")) as cp:
+        yield cp
 
 
 @pytest.fixture
