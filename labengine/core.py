@@ -614,7 +614,7 @@ def _serve(
             continue
         _, rid, prompt, prompt_tokens, max_tokens, *rest = msg
         choice, params = rest[:1], (rest[1] if len(rest) > 1 else None) or {}
-        if not _kv_loaded(s, log, handshakes, rid, params):
+        if not _kv_loaded(s, log, handshakes, rid, int(prompt_tokens), params):
             # kv_load_failure_policy "fail": the request finishes with FINISHED_ERROR
             conn.send(("end", rid, "error", 0))
             continue
@@ -683,6 +683,7 @@ def _kv_loaded(
     log: VllmLog,
     handshakes: nixl.Handshakes,
     rid: str,
+    prompt_tokens: int,
     params: dict[str, Any],
 ) -> bool:
     """A decode engine's request whose prompt was computed elsewhere: the handshake with the
@@ -692,6 +693,8 @@ def _kv_loaded(
     if kv is None or not kv.is_kv_consumer or not params.get("do_remote_prefill"):
         return True
     host, port = str(params.get("remote_host")), int(params.get("remote_port") or 0)
+    local = list(range(1, -(-prompt_tokens // 16) + 1))  # block 0 is the null block
+    remote_blocks = params.get("remote_block_ids") or []
     engine = str(params.get("remote_engine_id"))
     try:
         handshakes.ensure(host, port, engine)
@@ -710,6 +713,10 @@ def _kv_loaded(
             "remote_request_id": params.get("remote_request_id"),
             "remote_host": host,
             "remote_port": port,
+            # the blocks allocated for the prompt here, and those the prefill engine holds
+            "num_local_blocks": len(local),
+            "num_remote_blocks": sum(len(g) for g in remote_blocks if isinstance(g, list)),
+            "local_block_ids_sample": local[:10],
         }
         request_line = failure_line(FailureType.REQUEST, request)
         log.error(where(s.era, Site.NIXL_HANDSHAKE_FAILED), f"{request_line}\n{exc.final}")

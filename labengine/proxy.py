@@ -44,11 +44,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class Proxy:
     """Round-robin over the prefill and decode instances, as the toy proxy does."""
 
-    def __init__(self, prefill: list[tuple[str, int]], decode: list[tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        prefill: list[tuple[str, int]],
+        decode: list[tuple[str, int]],
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         # the lab's own addresses: never through a proxy from the environment
         def client(host: str, port: int) -> httpx.AsyncClient:
             return httpx.AsyncClient(
-                base_url=f"http://{host}:{port}/v1", timeout=None, trust_env=False
+                base_url=f"http://{host}:{port}/v1",
+                timeout=None,
+                trust_env=False,
+                transport=transport,
             )
 
         self.prefill = [client(h, p) for h, p in prefill]
@@ -146,12 +154,15 @@ def run(args: argparse.Namespace) -> int:
         f"Initialized {len(proxy.prefill)} prefill clients and {len(proxy.decode)} decode clients.",
         flush=True,
     )
-    app = Starlette(
+    uvicorn.run(app(proxy), host=args.host, port=args.port)
+    return 0
+
+
+def app(proxy: Proxy) -> Starlette:
+    return Starlette(
         routes=[
             Route("/v1/completions", proxy.completions, methods=["POST"]),
             Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
             Route("/healthcheck", proxy.healthcheck, methods=["GET"]),
         ]
     )
-    uvicorn.run(app, host=args.host, port=args.port)
-    return 0

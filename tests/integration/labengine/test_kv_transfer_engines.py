@@ -123,6 +123,7 @@ def test_a_failed_handshake_is_500_with_vllms_lines_and_health_stays_200(
         "zmq.error.Again: Resource temporarily unavailable",
         "[base_worker.py:1471] NIXL transfer failure: handshake_failed | Context: ",
         "'remote_host': '127.0.0.1'",
+        "'num_local_blocks': 1, 'num_remote_blocks': 1, 'local_block_ids_sample': [1]}",
         "[serving.py:203] Request cmpl-",
         "failed with an internal error during generation",
     ]

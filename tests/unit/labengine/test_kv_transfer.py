@@ -3,12 +3,15 @@ and the side channel's handshake (listener, timeout, another engine's listener).
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
+import httpx
 import pytest
+from starlette.testclient import TestClient
 
-from labengine import cli, nixl
+from labengine import cli, nixl, proxy
 from vllmfacts.kvtransfer import (
     RECV_TIMEOUT_ERROR,
     FailureType,
@@ -121,3 +124,49 @@ def test_another_engines_listener_is_the_engine_id_mismatch() -> None:
     assert err.value.final == (
         "RuntimeError: Remote NIXL agent engine ID mismatch. Expected prefill-1,received decode-1."
     )
+
+
+def _proxy_client(decode_status: int) -> tuple[TestClient, list[dict[str, object]]]:
+    """The proxy over stub engines: the prefill answers its side channel, the decode answers
+    `decode_status`; every request the engines got, in order."""
+    seen: list[dict[str, object]] = []
+    params = {"do_remote_prefill": True, "remote_host": "10.0.0.1", "remote_port": 5600}
+
+    def engines(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append({"host": request.url.host, **body})
+        if request.url.host == "prefill":
+            return httpx.Response(200, json={"choices": [], "kv_transfer_params": params})
+        if decode_status != 200:
+            error = {"message": "Internal server error", "type": "InternalServerError"}
+            return httpx.Response(decode_status, json={"error": error})
+        return httpx.Response(200, json={"choices": [{"text": "ok"}]})
+
+    p = proxy.Proxy([("prefill", 8100)], [("decode", 8200)], httpx.MockTransport(engines))
+    return TestClient(proxy.app(p)), seen
+
+
+def test_proxy_sends_prefill_one_token_then_decode_the_prefills_parameters() -> None:
+    client, seen = _proxy_client(200)
+    resp = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 16, "stream": True})
+    assert (resp.status_code, resp.json()) == (200, {"choices": [{"text": "ok"}]})
+    first, second = seen
+    assert (first["host"], first["max_tokens"], first["stream"]) == ("prefill", 1, False)
+    assert first["kv_transfer_params"] == {
+        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+        "remote_block_ids": None, "remote_host": None, "remote_port": None,
+    }  # fmt: skip
+    assert (second["host"], second["max_tokens"]) == ("decode", 16)
+    assert second["kv_transfer_params"] == {
+        "do_remote_prefill": True,
+        "remote_host": "10.0.0.1",
+        "remote_port": 5600,
+    }
+    assert client.get("/healthcheck").json()["status"] == "ok"
+
+
+def test_proxy_fails_inside_the_stream_when_decode_answers_500() -> None:
+    """The toy proxy's raise_for_status runs in the streaming body, after the 200 started."""
+    client, _ = _proxy_client(500)
+    with pytest.raises(httpx.HTTPStatusError, match="500 Internal Server Error"):
+        client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 16})
