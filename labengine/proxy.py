@@ -6,7 +6,9 @@ its flags and its behaviour:
   `kv_transfer_params` asking for a remote decode (`do_remote_decode`); the prefill's answer
   carries the `kv_transfer_params` that name its side channel;
 - the same request, with those parameters, goes to the decode engine, and its answer is streamed
-  back as it comes. The response starts (200) before the decode engine has answered: when the
+  back as it comes. The response starts (200) before the decode engine has answered (Starlette's
+  StreamingResponse sends its start before the first chunk, starlette/responses.py
+  stream_response; FastAPI's is Starlette's): when the
   decode engine answers an error, the proxy's `raise_for_status` fails inside the stream, and
   the client sees a 200 whose body breaks off (the proxy prints the error and its traceback);
 - `/healthcheck` answers 200 with the instance counts, whatever the engines do.
