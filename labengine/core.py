@@ -593,7 +593,7 @@ def _serve(
     group: list[socket.socket],
     shared: SharedGpu | None,
 ) -> int:
-    """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens[, choice index]) ->
+    """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens[, index[, kv params]]) ->
     ("tok", rid, text)* then ("end", rid, finish_reason, n). A fatal error ends the process
     (exit 1), as EngineCore's."""
     per_token = SECONDS_PER_OUTPUT_TOKEN / s.time_scale

@@ -1,6 +1,7 @@
 """What the API server process knows, and a request's trip to the engine core and back.
 
-Generation goes over a pipe: ("gen", rid, prompt, prompt_tokens, max_tokens) out, then
+Generation goes over a pipe: ("gen", rid, prompt, prompt_tokens, max_tokens, choice index,
+kv_transfer_params) out, then
 ("tok", rid, text)*, ("kv", rid, kv_transfer_params) from a prefill engine, and
 ("end", rid, finish_reason, n) back, routed to the request's queue by
 rid; ("dead",) on every queue when the engine core has died.
