@@ -212,6 +212,7 @@ def _settings(
         chat_content_format=args.chat_template_content_format,
         max_lora_rank=args.max_lora_rank if args.enable_lora else None,
         lora_modules=tuple((m.name, m.path) for m in args.lora_modules or ()),
+        kv_transfer=args.kv_transfer_config,
     )
 
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from labengine import c10d, loading, mamba, pytorch
+from labengine import c10d, loading, mamba, nixl, pytorch
 from labengine.logs import VllmLog
 from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
 from labengine.tracebacks import Traceback, frames, process_died
 from vllmfacts import arch, envs, memory
 from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
+from vllmfacts.kvtransfer import FailureType, KVTransferConfig, failure_line, side_channel
 from vllmfacts.models import DTYPE_BYTES, ModelInfo, search_paths
 from vllmfacts.wording import (
     Era,
@@ -82,6 +83,7 @@ class CoreSettings:
     chat_content_format: str = "auto"  # --chat-template-content-format
     max_lora_rank: int | None = None  # --max-lora-rank with --enable-lora; None: LoRA disabled
     lora_modules: tuple[tuple[str, str], ...] = ()  # --lora-modules: (name, path) each
+    kv_transfer: KVTransferConfig | None = None  # --kv-transfer-config
 
     @property
     def world(self) -> int:
@@ -188,6 +190,10 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         return 1
     if shared:
         shared.allocate(s.process_name, gpu_bytes(s, plan))
+    if s.kv_transfer is not None and s.kv_transfer.kv_connector == "NixlConnector":
+        # the scheduler's handshake listener, started once the KV caches are registered
+        host, port = side_channel(s.env)
+        nixl.listen(host, port, str(s.kv_transfer.engine_id))
     conn.send(
         (
             "ready",
@@ -587,12 +593,13 @@ def _serve(
     group: list[socket.socket],
     shared: SharedGpu | None,
 ) -> int:
-    """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens[, choice index]) ->
+    """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens[, index[, kv params]]) ->
     ("tok", rid, text)* then ("end", rid, finish_reason, n). A fatal error ends the process
     (exit 1), as EngineCore's."""
     per_token = SECONDS_PER_OUTPUT_TOKEN / s.time_scale
     shapes: set[int] = set()
     steps = _Steps(conn, _state_pool(s), s.max_num_batched_tokens)
+    handshakes = nixl.Handshakes(s.time_scale)
     while True:
         try:
             msg = steps.next()
@@ -605,7 +612,12 @@ def _serve(
             continue
         if msg[0] != "gen":
             continue
-        _, rid, prompt, prompt_tokens, max_tokens, *choice = msg
+        _, rid, prompt, prompt_tokens, max_tokens, *rest = msg
+        choice, params = rest[:1], (rest[1] if len(rest) > 1 else None) or {}
+        if not _kv_loaded(s, log, handshakes, rid, int(prompt_tokens), params):
+            # kv_load_failure_policy "fail": the request finishes with FINISHED_ERROR
+            conn.send(("end", rid, "error", 0))
+            continue
         shape = int(prompt_tokens).bit_length()
         if shape not in shapes:
             failure = _jit_load(s, shared, log)
@@ -640,7 +652,76 @@ def _serve(
                     return _fatal(s, log, Traceback.BUSY_LOOP_NCCL, NCCL_REMOTE_ERROR)
             time.sleep(per_token)
             conn.send(("tok", rid, tok))
+        if (
+            s.kv_transfer is not None
+            and s.kv_transfer.is_kv_producer
+            and params.get("do_remote_decode")
+        ):
+            conn.send(("kv", rid, _remote_prefill_params(s, rid)))
         conn.send(("end", rid, reason, len(tokens)))
+
+
+def _remote_prefill_params(s: CoreSettings, rid: str) -> dict[str, Any]:
+    """What a prefill engine answers for a request to be decoded elsewhere
+    (nixl/pull_scheduler.py:278-293): its side channel, as this engine reads its variables."""
+    assert s.kv_transfer is not None
+    host, port = side_channel(s.env)
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_block_ids": [[1]],
+        "remote_engine_id": s.kv_transfer.engine_id,
+        "remote_request_id": rid,
+        "remote_host": host,
+        "remote_port": port,
+        "tp_size": s.tp,
+    }
+
+
+def _kv_loaded(
+    s: CoreSettings,
+    log: VllmLog,
+    handshakes: nixl.Handshakes,
+    rid: str,
+    prompt_tokens: int,
+    params: dict[str, Any],
+) -> bool:
+    """A decode engine's request whose prompt was computed elsewhere: the handshake with the
+    prefill engine it names must succeed first. False (logged as vLLM's worker logs it) when
+    it fails; True for every other request."""
+    kv = s.kv_transfer
+    if kv is None or not kv.is_kv_consumer or not params.get("do_remote_prefill"):
+        return True
+    host, port = str(params.get("remote_host")), int(params.get("remote_port") or 0)
+    local = list(range(1, -(-prompt_tokens // 16) + 1))  # block 0 is the null block
+    remote_blocks = params.get("remote_block_ids") or []
+    engine = str(params.get("remote_engine_id"))
+    try:
+        handshakes.ensure(host, port, engine)
+    except nixl.HandshakeError as exc:
+        base = {"engine_id": kv.engine_id}
+        setup = {"failure_type": str(FailureType.SETUP), "request_id": None, **base}
+        # logged with exc_info: the record ends in the exception (its frames, which run
+        # through concurrent.futures and pyzmq, are not reproduced)
+        setup_line = failure_line(FailureType.SETUP, {**setup, "remote_engine_id": engine})
+        log.error(where(s.era, Site.NIXL_SETUP_FAILED), f"{setup_line}\n{exc.final}")
+        request = {
+            "failure_type": str(FailureType.REQUEST),
+            "request_id": rid,
+            **base,
+            "remote_engine_id": engine,
+            "remote_request_id": params.get("remote_request_id"),
+            "remote_host": host,
+            "remote_port": port,
+            # the blocks allocated for the prompt here, and those the prefill engine holds
+            "num_local_blocks": len(local),
+            "num_remote_blocks": sum(len(g) for g in remote_blocks if isinstance(g, list)),
+            "local_block_ids_sample": local[:10],
+        }
+        request_line = failure_line(FailureType.REQUEST, request)
+        log.error(where(s.era, Site.NIXL_HANDSHAKE_FAILED), f"{request_line}\n{exc.final}")
+        return False
+    return True
 
 
 def _add_lora(s: CoreSettings, log: VllmLog, name: str, path: str) -> str | None:

@@ -73,6 +73,12 @@ class Site(enum.StrEnum):
     WAKE_UP = "wake_up"  # the /wake_up route's "wake up the engine with tags: ..."
     NOT_SLEEPING = "not_sleeping"
     WAKE_TOOK = "wake_took"
+    # NixlConnector's _log_failure (stacklevel=2: the caller's line) for a failed handshake: once
+    # for the remote engine, once per request that waited on it
+    NIXL_SETUP_FAILED = "nixl_setup_failed"
+    NIXL_HANDSHAKE_FAILED = "nixl_handshake_failed"
+    # the API server's _raise_if_error: a request the engine finished with an error
+    REQUEST_FAILED = "request_failed"
 
 
 class Location(NamedTuple):
@@ -134,6 +140,13 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.WAKE_UP: _L("entrypoints/serve/sleep/api_router.py", 39),
         Site.NOT_SLEEPING: _L("v1/executor/abstract.py", 326),
         Site.WAKE_TOOK: _L("v1/executor/abstract.py", 338),
+        Site.NIXL_SETUP_FAILED: _L(
+            "distributed/kv_transfer/kv_connector/v1/nixl_connector.py", 1504
+        ),
+        Site.NIXL_HANDSHAKE_FAILED: _L(
+            "distributed/kv_transfer/kv_connector/v1/nixl_connector.py", 1521
+        ),
+        Site.REQUEST_FAILED: _L("entrypoints/openai/engine/serving.py", 580),
     },
     Era.V0_33: {
         Site.ARGPARSE_MODEL_FLAG: _L("utils/argparse_utils.py", 330),
@@ -183,6 +196,13 @@ SITES: dict[Era, dict[Site, Location]] = {
         Site.WAKE_UP: _L("entrypoints/serve/dev/sleep/api_router.py", 50),
         Site.NOT_SLEEPING: _L("v1/executor/abstract.py", 414),
         Site.WAKE_TOOK: _L("v1/executor/abstract.py", 426),
+        Site.NIXL_SETUP_FAILED: _L(
+            "distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py", 1435
+        ),
+        Site.NIXL_HANDSHAKE_FAILED: _L(
+            "distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py", 1471
+        ),
+        Site.REQUEST_FAILED: _L("entrypoints/generate/base/serving.py", 203),
     },
 }
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from vllmfacts.kvtransfer import parse_kv_transfer_config
 from vllmfacts.wording import Era
 
 
@@ -137,5 +138,8 @@ def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
     p.add_argument("--max-lora-rank", type=int, default=16, choices=MAX_LORA_RANKS)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
+    # VllmConfig's group: a KVTransferConfig given as JSON, validated by pydantic as vLLM does
+    # (engine/arg_utils.py parse_dataclass; vllmfacts.kvtransfer)
+    p.add_argument("--kv-transfer-config", type=parse_kv_transfer_config, default=None)
     p.add_argument("--fail-on-environ-validation", action="store_true")
     p.add_argument("--enable-log-requests", action="store_true")

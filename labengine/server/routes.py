@@ -18,6 +18,7 @@ from labengine.server.metrics import CONTENT_TYPE
 from labengine.server.state import EngineDead, ServerState, generate
 from labengine.sites import Site, where
 from labengine.textgen import WORDS, chat_prompt_tokens, count_tokens, top_logprobs
+from vllmfacts.kvtransfer import GENERATION_ERROR, request_failed
 from vllmfacts.wording import NO_CHAT_TEMPLATE
 
 ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -68,6 +69,7 @@ class Prompt:
     n: int = 1
     logprobs: int | None = None  # top-N per token (completions: `logprobs`; chat: `top_logprobs`)
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+    kv_params: dict[str, Any] | None = None  # kv_transfer_params, for a KV connector
 
 
 def prompt_of(body: dict[str, Any], chat: bool) -> tuple[str, int] | JSONResponse:
@@ -140,7 +142,10 @@ async def read_request(st: ServerState, request: Request, chat: bool) -> Prompt 
     n, logprobs = options
     stream_options = body.get("stream_options")
     include = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
-    return Prompt(text, n_prompt, max_tokens, bool(body.get("stream")), n, logprobs, include)
+    kv = body.get("kv_transfer_params")
+    kv_params = kv if isinstance(kv, dict) else None
+    stream = bool(body.get("stream"))
+    return Prompt(text, n_prompt, max_tokens, stream, n, logprobs, include, kv_params)
 
 
 def invalid(message: str, param: str | None, value: object = None) -> JSONResponse:
@@ -300,7 +305,7 @@ async def _merged(st: ServerState, p: Prompt) -> AsyncIterator[tuple[int, tuple[
 
     async def pump(index: int) -> None:
         try:
-            async for item in generate(st, p.text, p.tokens, p.max_tokens, index):
+            async for item in generate(st, p.text, p.tokens, p.max_tokens, index, p.kv_params):
                 await q.put((index, item))
             await q.put(None)
         except BaseException as e:  # the consumer re-raises it (EngineDead)
@@ -331,6 +336,14 @@ async def _events(st: ServerState, p: Prompt, out: Completion) -> AsyncIterator[
     try:
         async for index, item in _merged(st, p):
             lp = None
+            if item[0] == "kv":
+                continue
+            if item[0] == "end" and item[2] == "error":
+                st.log.error(where(st.era, Site.REQUEST_FAILED), request_failed(out.id))
+                err = {"error": {"message": GENERATION_ERROR, "type": "InternalServerError",
+                                 "param": None, "code": 500}}  # fmt: skip
+                yield f"data: {json.dumps(err)}\n\n".encode()
+                break
             if item[0] == "tok":
                 if p.logprobs is not None:
                     lp = out.logprobs([item[2]], p.logprobs, counts[index], offsets[index])
@@ -358,19 +371,29 @@ async def _events(st: ServerState, p: Prompt, out: Completion) -> AsyncIterator[
 async def _whole(st: ServerState, p: Prompt, out: Completion) -> Response:
     parts: list[list[str]] = [[] for _ in range(p.n)]
     reasons, n_out = ["stop"] * p.n, 0
+    kv_params: dict[str, Any] | None = None
     try:
         async for index, item in _merged(st, p):
             if item[0] == "tok":
                 parts[index].append(item[2])
+            elif item[0] == "kv":
+                kv_params = item[2]
             else:
                 reasons[index], n_out = item[2], n_out + item[3]
     except EngineDead:
         return error(500, ENGINE_ERROR, "InternalServerError")
+    if "error" in reasons:
+        # _raise_if_error: GenerationError, answered without a traceback
+        st.log.error(where(st.era, Site.REQUEST_FAILED), request_failed(out.id))
+        return error(500, GENERATION_ERROR, "InternalServerError")
     choices = []
     for i, toks in enumerate(parts):
         lp = out.logprobs(toks, p.logprobs, 0, 0) if p.logprobs is not None else None
         choices.append(out.choice(i, "".join(toks), reasons[i], False, lp))
-    return JSONResponse(out.whole(choices, p.tokens, n_out))
+    whole = out.whole(choices, p.tokens, n_out)
+    if kv_params is not None:
+        whole["kv_transfer_params"] = kv_params
+    return JSONResponse(whole)
 
 
 class Api:

@@ -1,7 +1,9 @@
 """What the API server process knows, and a request's trip to the engine core and back.
 
-Generation goes over a pipe: ("gen", rid, prompt, prompt_tokens, max_tokens) out, then
-("tok", rid, text)* and ("end", rid, finish_reason, n) back, routed to the request's queue by
+Generation goes over a pipe: ("gen", rid, prompt, prompt_tokens, max_tokens, choice index,
+kv_transfer_params) out, then
+("tok", rid, text)*, ("kv", rid, kv_transfer_params) from a prefill engine, and
+("end", rid, finish_reason, n) back, routed to the request's queue by
 rid; ("dead",) on every queue when the engine core has died.
 """
 
@@ -59,7 +61,12 @@ class ServerState:
 
 
 async def generate(
-    st: ServerState, prompt: str, n_prompt: int, max_tokens: int, index: int = 0
+    st: ServerState,
+    prompt: str,
+    n_prompt: int,
+    max_tokens: int,
+    index: int = 0,
+    kv_params: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Any, ...]]:
     """The engine core's ("tok", ...) items then its ("end", ...) item for choice `index` of one
     request. Raises EngineDead if the engine core dies first.
@@ -74,7 +81,7 @@ async def generate(
     arrival = time.monotonic()
     stamps: list[float] = []
     try:
-        st.conn.send(("gen", rid, prompt, n_prompt, max_tokens, index))
+        st.conn.send(("gen", rid, prompt, n_prompt, max_tokens, index, kv_params))
         while True:
             item = await q.get()
             if item[0] == "dead":
