@@ -35,7 +35,7 @@ kube-control-plane: $(VENV)/.installed
 run: $(VENV)/.installed lab-deps
 	$(BIN)/gameday run --lab inventories/local.yaml
 
-test: $(VENV)/.installed lab-deps docker realvllm-env
+test: $(VENV)/.installed lab-deps docker realvllm-env kube-control-plane
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d build/site

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,9 +30,10 @@ def real_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
     that build is not in the cache: building it takes about 11 minutes cold."""
     binaries = build.cached()
     if binaries is None:
-        pytest.skip(
-            f"no real control plane in {build.cache_root()} (`make kube-control-plane` builds it)"
-        )
+        why = f"no real control plane in {build.cache_root()} (`make kube-control-plane` builds it)"
+        if os.environ.get("GAMEDAY_REQUIRE_KUBE") == "1":  # CI: `make test` built it
+            pytest.fail(f"the real control plane is required here (GAMEDAY_REQUIRE_KUBE=1): {why}")
+        pytest.skip(why)
     with ControlPlane(binaries, tmp_path_factory.mktemp("kubereal")) as cp:
         yield cp
 
