@@ -3,6 +3,7 @@
     vllm-lab serve [MODEL] [flags]   the API-server process, launched exactly like `vllm serve`
     vllm-lab smi [--json]            this node's simulated GPU and the processes holding it
     vllm-lab stray [--name N] [--mib M]   a stray GPU program (see labengine.stray)
+    vllm-lab xid --xid {48,79}       a GPU XID error on this node (see labengine.xidfault)
 
 `serve` takes vLLM's flags (`--gpu_memory_utilization` as well as `--gpu-memory-utilization`)
 and answers a bad one as `vllm serve` does: its usage, and exit 2.
@@ -16,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from labengine import apiserver, stray
+from labengine import apiserver, stray, xidfault
 from labengine.logs import VllmLog
 from labengine.tracebacks import Traceback, frames
 from vllmfacts.gpu import GpuConfigError, SharedGpu, node_gpus, smi_text
@@ -34,7 +35,7 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
         description="A GPU-less stand-in for `vllm serve`; see `vllm-lab serve --help`.",
         allow_abbrev=False,
     )
-    sub = top.add_subparsers(title="commands", metavar="{serve,smi,stray}", required=True)
+    sub = top.add_subparsers(title="commands", metavar="{serve,smi,stray,xid}", required=True)
     serve = sub.add_parser(
         "serve",
         prog="vllm serve",
@@ -49,10 +50,13 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
     smi.add_argument("--json", action="store_true", help="one JSON object, for programs")
     strayp = sub.add_parser("stray", prog="vllm-lab stray", help="a stray GPU program")
     stray.add_arguments(strayp)
+    xidp = sub.add_parser("xid", prog="vllm-lab xid", help="a GPU XID error on this node")
+    xidfault.add_arguments(xidp)
     commands: dict[str, tuple[argparse.ArgumentParser, Command]] = {
         "serve": (serve, _serve),
         "smi": (smi, _smi),
         "stray": (strayp, _stray),
+        "xid": (xidp, _xid),
     }
     for p, run in commands.values():
         p.set_defaults(parser=p, run=run)
@@ -131,6 +135,10 @@ def _smi(args: argparse.Namespace, env: dict[str, str]) -> int:
 
 def _stray(args: argparse.Namespace, env: dict[str, str]) -> int:
     return stray.run(args.name, args.mib, env)
+
+
+def _xid(args: argparse.Namespace, env: dict[str, str]) -> int:
+    return xidfault.run(args.xid, env)
 
 
 if __name__ == "__main__":

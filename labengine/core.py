@@ -23,7 +23,7 @@ from labengine.logs import VllmLog
 from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
 from labengine.tracebacks import Traceback, frames, process_died
-from vllmfacts import arch, envs, memory
+from vllmfacts import arch, envs, memory, xid
 from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
 from vllmfacts.models import DTYPE_BYTES, ModelInfo, search_paths
 from vllmfacts.wording import (
@@ -175,6 +175,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         sleep_real(ENGINE_INIT_S, s.time_scale)
         group = _init_distributed(s, log)
         shared = SharedGpu.from_env(s.gpus.gpu, s.env)
+        _check_device(shared)
         _check_free_memory(s, shared)
         _load_weights(s, log, shared)
         plan = _profile(s, log)
@@ -253,6 +254,24 @@ def _enable_envs_cache(s: CoreSettings) -> None:
         envs.vllm_port(s.era, s.env)
     except envs.EnvError as exc:
         raise EngineStartError("ValueError", str(exc), Traceback.CORE_ENVS_CACHE) from exc
+
+
+def device_error(shared: SharedGpu | None) -> str | None:
+    """What PyTorch raises at the next CUDA call on a device an XID left broken (vllmfacts.xid),
+    or None while the device works."""
+    broken = xid.fault(shared.dir) if shared else None
+    if broken is None:
+        return None
+    return "torch.AcceleratorError: " + xid.cuda_error(broken).rstrip("\n")
+
+
+def _check_device(shared: SharedGpu | None) -> None:
+    """The worker's init_device makes the device current first (gpu_worker.py:255 in 0.19.1,
+    :496 in 0.33.0): on a device an XID broke and nobody reset, that first CUDA call fails."""
+    error = device_error(shared)
+    if error is not None:
+        exc_type, _, message = error.partition(": ")
+        raise EngineStartError(exc_type, message, Traceback.CORE_SET_DEVICE)
 
 
 def _check_free_memory(s: CoreSettings, shared: SharedGpu | None) -> None:
@@ -606,6 +625,11 @@ def _serve(
         if msg[0] != "gen":
             continue
         _, rid, prompt, prompt_tokens, max_tokens, *choice = msg
+        lost = device_error(shared)
+        if lost is not None:
+            # the step's first sync with the device reports the broken device: the model
+            # runner's copy of the sampled tokens (gpu_model_runner.py _to_list)
+            return _fatal(s, log, Traceback.BUSY_LOOP_CUDA_SYNC, lost)
         shape = int(prompt_tokens).bit_length()
         if shape not in shapes:
             failure = _jit_load(s, shared, log)

@@ -65,7 +65,9 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
             runs.append(user_step(ctx, action, why))
         else:
             record_and_apply(ctx, plan_change(ctx.lab, action), why)
-            if isinstance(action, StartProcess):
+            # a GPU program counts as started once it holds its memory; an XID's program
+            # holds none (its fault takes the engine down at the next request: users' traffic)
+            if isinstance(action, StartProcess) and action.program in GPU_PROCESS_NAMES:
                 wait_holds_gpu(ctx, action)
         if why == INJECT and not isinstance(action, Traffic | Wait):
             ctx.fault_at = utcnow()
