@@ -88,6 +88,7 @@ def test_the_catalogue_passes_unchanged(lab: ComposeLab, state: Path, tmp_path: 
             "lora-rank-over-max",
             "engine-core-hang",
             "cuda-graph-capture-oom",
+            "gpu-xid-error",
         )
     } | {
         "engine-core-death": "skipped",  # the lab's serving container restarts always

@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.labengine.test_engine import QWEN, free_port, serve
 from vllmfacts import xid
+from vllmfacts.xid import Xid
 
 SCALE = {"GAMEDAY_TIME_SCALE": "1000"}
 SERVE = [sys.executable, "-m", "labengine", "serve"]
@@ -113,3 +114,22 @@ def test_a_serving_engine_dies_at_its_next_request_and_cannot_start_until_reset(
             assert httpx.post(url + "/v1/completions", json=body, timeout=10).status_code == 200
     log = (state / xid.KERNEL_LOG).read_text()
     assert f"NVRM: Xid (PCI:0000:00:1e): {code}, pid=" in log
+
+
+def test_the_fault_lasts_as_long_as_its_holder(tmp_path: Path) -> None:
+    assert xid.fault(tmp_path) is None
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from vllmfacts import xid; "
+         "xid.hold_fault(Path(sys.argv[1]), xid.Xid(48)); print('held', flush=True); "
+         "time.sleep(30)", str(tmp_path)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        assert xid.fault(tmp_path) is Xid.DOUBLE_BIT_ECC
+    finally:
+        holder.kill()  # however it ends, the reset
+        holder.wait()
+    assert xid.fault(tmp_path) is None
+    assert not (tmp_path / xid.FAULT_FILE).exists()
