@@ -36,8 +36,11 @@ def run(code: int, env: dict[str, str]) -> int:
         print("vllm-lab xid: GAMEDAY_GPU_STATE is not set (no shared GPU here)", file=sys.stderr)
         return 2
     which = xid.Xid(code)
-    # the channel in error is the engine's when it holds the device (its worker's pid and name)
-    holders = shared.processes()
+    # A double-bit error is reported against the channel that met it: the engine's, when it
+    # holds the device (its pid, and its name as the kernel keeps it, 15 characters). The bus
+    # loss is found by the driver itself (osHandleGpuLost), with no channel in error: the driver
+    # prints pid='<unknown>', name=<unknown> (krcReportXid).
+    holders = shared.processes() if which is xid.Xid.DOUBLE_BIT_ECC else []
     pid, name = (holders[0].pid, holders[0].name[:15]) if holders else (None, None)
     xid.hold_fault(shared.dir, which)
     xid.append_kernel_log(shared.dir, xid.kernel_lines(which, pid, name))
