@@ -170,6 +170,12 @@ def append_kernel_log(state_dir: Path, lines: list[str], uptime_s: float | None 
         fh.writelines(dmesg_prefix(up) + ln + "\n" for ln in lines)
 
 
+def boot(state_dir: Path) -> None:
+    """The node starts: its kernel ring buffer is empty, and the watch has counted nothing."""
+    (state_dir / KERNEL_LOG).unlink(missing_ok=True)
+    (state_dir / TEXTFILE_DIR / "kernel_log.prom").unlink(missing_ok=True)
+
+
 def count_xids(state_dir: Path) -> dict[Xid, int]:
     """The watch's look: the kernel log's XID lines of each kind (every kind, zero included)."""
     counts = dict.fromkeys(Xid, 0)

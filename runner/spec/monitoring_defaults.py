@@ -55,16 +55,17 @@ SEED_RULES = (
     ),
     # seeds/001's watch: the kernel log's lines of a kind counted every 30 s, an alert when the
     # count rises. Here the lines are the NVIDIA driver's XIDs (vllmfacts.xid), counted into
-    # node-exporter's textfile collector. It fires while the count rose within the window (30
-    # min): a count that stays (the kernel log keeps its lines until a reboot) stops paging. The
-    # seed's "while the server is up" is left out: an XID takes the server down with it.
+    # node-exporter's textfile collector. It fires while the count rose within the window (6
+    # h: an XID needs someone to reset the GPU, and pages until then or for that long); a count
+    # that stays (the kernel log keeps its lines until a reboot) stops paging. The seed's "while
+    # the server is up" is left out: an XID takes the server down with it.
     AlertRule(
         name="GpuXidError",
         expr="(node_kernel_log_nvrm_xid_lines > 0 unless node_kernel_log_nvrm_xid_lines offset "
         "$window) or (node_kernel_log_nvrm_xid_lines - node_kernel_log_nvrm_xid_lines offset "
         "$window > 0)",
         for_s=0,
-        window_s=1800,
+        window_s=21600,
         summary="the kernel log has new NVRM Xid lines: a GPU of this node is failing",
         runbook="dmesg | grep NVRM on the node; XID 79 or 48: drain the node, reset the GPU "
         "(nvidia-smi --gpu-reset -i N, or reboot), then start the engine; seeds/001",

@@ -183,6 +183,8 @@ class LocalLab(LabDriver):
             return
         self.preflight()
         private_dir(self._state_dir)  # the control socket and the nodes' environments live here
+        for n in self.inventory.nodes:  # the lab coming up is each node's boot: a new kernel log
+            xid.boot(self.gpu_dir(n.name))
         addresses = self._addresses()
         spec = {
             "time_scale": self.inventory.lab.time_scale,

@@ -49,11 +49,11 @@ def test_the_kernel_log_watch_is_a_rule_with_its_window_in_lab_time() -> None:
     assert mon is not None
     rules = {r["alert"]: r for r in rule_groups(mon, 100)["groups"][0]["rules"]}
     xid = rules["GpuXidError"]
-    # 30 min real at x100: 18 s; the rise of the watch's count within it fires
+    # 6 h real at x100: 216 s; the rise of the watch's count within it fires
     assert xid["expr"] == (
         "(node_kernel_log_nvrm_xid_lines > 0 unless node_kernel_log_nvrm_xid_lines offset "
-        "18000ms) or (node_kernel_log_nvrm_xid_lines - node_kernel_log_nvrm_xid_lines offset "
-        "18000ms > 0)"
+        "216000ms) or (node_kernel_log_nvrm_xid_lines - node_kernel_log_nvrm_xid_lines offset "
+        "216000ms > 0)"
     )
     assert "$window" not in str(rules)  # no other rule has one left unscaled
     assert "reset its GPU" in xid["annotations"]["procedure"]

@@ -58,6 +58,9 @@ def test_the_watch_counts_xid_lines_by_kind(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / xid.TEXTFILE_DIR).iterdir()) == [
         "kernel_log.prom"
     ]  # written aside and renamed: the collector never reads half a file
+    xid.boot(tmp_path)  # a reboot: the ring buffer and the watch's count start anew
+    assert xid.count_xids(tmp_path) == dict.fromkeys(Xid, 0)
+    assert not (tmp_path / xid.TEXTFILE_DIR / "kernel_log.prom").exists()
 
 
 def test_the_dmesg_prefix_is_printks() -> None:
