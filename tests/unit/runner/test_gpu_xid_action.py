@@ -59,3 +59,40 @@ def test_the_kernel_log_watch_is_a_rule_with_its_window_in_lab_time() -> None:
     assert "reset its GPU" in xid["annotations"]["procedure"]
     assert xid["annotations"]["runbook_section"].startswith("seeds/001")
     assert rules["ServingDown"]["expr"] == 'up{job="vllm"} < 1 or absent(up{job="vllm"})'
+
+
+def test_an_xid_is_in_place_from_the_start_of_its_host_action(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device breaks as the program runs, inside the host action (an Ansible play takes
+    seconds): the fault's time is the action's start; a reconfiguration's is its end."""
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from runner.run import apply
+    from runner.run.journal import Journal
+    from runner.spec.actions import SetEnv
+    from tests.support.fakelab import fake_run, scenario_doc
+
+    lab = fake_run(tmp_path, scenario_doc()).lab
+    t = [datetime(2026, 12, 4, tzinfo=UTC) + timedelta(seconds=s) for s in range(3)]
+    clock = iter(t)
+    monkeypatch.setattr(apply, "utcnow", lambda: next(clock))
+    rec = SimpleNamespace(event=lambda *a, **k: None, notes=[])
+    ctx = SimpleNamespace(
+        lab=lab,
+        journal=Journal(lab.state_dir, "run-1"),
+        scenario_id="s",
+        open_changes=[],
+        rec=rec,
+        fault_at=None,
+        fault_began_at=None,
+    )
+    xid = StartProcess(
+        kind="start_process", node="serving", name="gpu0-xid", program="gpu_xid", xid=79
+    )
+    apply.apply_actions(ctx, [xid], apply.INJECT)  # type: ignore[arg-type]
+    assert (ctx.fault_at, ctx.fault_began_at) == (t[0], t[0])
+    env = SetEnv(kind="set_env", node="serving", env={"VLLM_LOGGING_LEVEL": "DEBUG"})
+    apply.apply_actions(ctx, [env], apply.INJECT)  # type: ignore[arg-type]
+    assert (ctx.fault_at, ctx.fault_began_at) == (t[2], t[0])  # t[1]: its start
