@@ -594,6 +594,10 @@ NOT_REBUILT = {
     "compilation mode",
     "busy_loop_triton": "as busy_loop_deepgemm: the Triton launch lies under the model's "
     "forward, whose frames depend on the model and the compilation mode",
+    "busy_loop_cuda_sync": "the model runner's sync of the sampled tokens is reached from the "
+    "busy loop through the scheduler step, the executor and the worker, whose frames depend on "
+    "the executor backend and on async scheduling (the output's get_output or the runner's own "
+    "sample_tokens)",
 }
 # signal handlers: they run on top of whatever Python frame is executing when the signal lands
 SIGNAL_HANDLERS = {"signal_handler", "_interrupt_init"}

@@ -4,6 +4,7 @@
     vllm-lab smi [--json]            this node's simulated GPU and the processes holding it
     vllm-lab stray [--name N] [--mib M]   a stray GPU program (see labengine.stray)
     vllm-lab proxy [flags]           vLLM's toy disaggregated-serving proxy (labengine.proxy)
+    vllm-lab xid --xid {48,79}       a GPU XID error on this node (see labengine.xidfault)
 
 `serve` takes vLLM's flags (`--gpu_memory_utilization` as well as `--gpu-memory-utilization`)
 and answers a bad one as `vllm serve` does: its usage, and exit 2.
@@ -17,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from labengine import apiserver, proxy, stray
+from labengine import apiserver, proxy, stray, xidfault
 from labengine.logs import VllmLog
 from labengine.tracebacks import Traceback, frames
 from vllmfacts.gpu import GpuConfigError, SharedGpu, node_gpus, smi_text
@@ -35,7 +36,7 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
         description="A GPU-less stand-in for `vllm serve`; see `vllm-lab serve --help`.",
         allow_abbrev=False,
     )
-    sub = top.add_subparsers(title="commands", metavar="{serve,smi,stray,proxy}", required=True)
+    sub = top.add_subparsers(title="commands", metavar="{serve,smi,stray,proxy,xid}", required=True)
     serve = sub.add_parser(
         "serve",
         prog="vllm serve",
@@ -54,11 +55,14 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
         "proxy", prog="vllm-lab proxy", help="a prefill/decode proxy, as vLLM's toy proxy"
     )
     proxy.add_arguments(proxyp)
+    xidp = sub.add_parser("xid", prog="vllm-lab xid", help="a GPU XID error on this node")
+    xidfault.add_arguments(xidp)
     commands: dict[str, tuple[argparse.ArgumentParser, Command]] = {
         "serve": (serve, _serve),
         "smi": (smi, _smi),
         "stray": (strayp, _stray),
         "proxy": (proxyp, _proxy),
+        "xid": (xidp, _xid),
     }
     for p, run in commands.values():
         p.set_defaults(parser=p, run=run)
@@ -141,6 +145,10 @@ def _stray(args: argparse.Namespace, env: dict[str, str]) -> int:
 
 def _proxy(args: argparse.Namespace, env: dict[str, str]) -> int:
     return proxy.run(args)
+
+
+def _xid(args: argparse.Namespace, env: dict[str, str]) -> int:
+    return xidfault.run(args.xid, env)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from labengine.logs import VllmLog
 from labengine.sites import Site, where
 from labengine.textgen import completion, garbage
 from labengine.tracebacks import Traceback, frames, process_died
-from vllmfacts import arch, envs, memory
+from vllmfacts import arch, envs, memory, xid
 from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
 from vllmfacts.kvtransfer import FailureType, KVTransferConfig, failure_line, side_channel
 from vllmfacts.models import DTYPE_BYTES, ModelInfo, search_paths
@@ -177,6 +177,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
         sleep_real(ENGINE_INIT_S, s.time_scale)
         group = _init_distributed(s, log)
         shared = SharedGpu.from_env(s.gpus.gpu, s.env)
+        _check_device(shared)
         _check_free_memory(s, shared)
         _load_weights(s, log, shared)
         plan = _profile(s, log)
@@ -259,6 +260,24 @@ def _enable_envs_cache(s: CoreSettings) -> None:
         envs.vllm_port(s.era, s.env)
     except envs.EnvError as exc:
         raise EngineStartError("ValueError", str(exc), Traceback.CORE_ENVS_CACHE) from exc
+
+
+def device_error(shared: SharedGpu | None) -> str | None:
+    """What PyTorch raises at the next CUDA call on a device an XID left broken (vllmfacts.xid),
+    or None while the device works."""
+    broken = xid.fault(shared.dir) if shared else None
+    if broken is None:
+        return None
+    return "torch.AcceleratorError: " + xid.cuda_error(broken).rstrip("\n")
+
+
+def _check_device(shared: SharedGpu | None) -> None:
+    """The worker's init_device makes the device current first (gpu_worker.py:255 in 0.19.1,
+    :496 in 0.33.0): on a device an XID broke and nobody reset, that first CUDA call fails."""
+    error = device_error(shared)
+    if error is not None:
+        exc_type, _, message = error.partition(": ")
+        raise EngineStartError(exc_type, message, Traceback.CORE_SET_DEVICE)
 
 
 def _check_free_memory(s: CoreSettings, shared: SharedGpu | None) -> None:
@@ -614,6 +633,11 @@ def _serve(
             continue
         _, rid, prompt, prompt_tokens, max_tokens, *rest = msg
         choice, params = rest[:1], (rest[1] if len(rest) > 1 else None) or {}
+        lost = device_error(shared)
+        if lost is not None:
+            # the step's first sync with the device reports the broken device: the model
+            # runner's copy of the sampled tokens (gpu_model_runner.py _to_list)
+            return _fatal(s, log, Traceback.BUSY_LOOP_CUDA_SYNC, lost)
         if not _kv_loaded(s, log, handshakes, rid, int(prompt_tokens), params):
             # kv_load_failure_policy "fail": the request finishes with FINISHED_ERROR
             conn.send(("end", rid, "error", 0))

@@ -49,6 +49,7 @@ class Traceback(enum.StrEnum):
     CORE_INIT = "core_init"  # EngineCore's constructor (out of memory loading the weights)
     CORE_CUDA_GRAPHS = "core_cuda_graphs"  # capture_model out of memory, after the KV cache
     CORE_FREE_MEMORY = "core_free_memory"  # the worker's init_device: free memory on the device
+    CORE_SET_DEVICE = "core_set_device"  # init_device's first CUDA call, on a broken device
     CORE_VLLM_PORT = "core_vllm_port"  # 0.19: the executor's get_open_port() reading VLLM_PORT
     CORE_ENVS_CACHE = "core_envs_cache"  # 0.33: enable_envs_cache() at the end of EngineCore init
     # the add_lora utility call in the engine core: the worker's PEFTHelper.validate_legal
@@ -60,6 +61,8 @@ class Traceback(enum.StrEnum):
     BUSY_LOOP_RPC_TIMEOUT = "busy_loop_rpc_timeout"
     BUSY_LOOP_DEEPGEMM = "busy_loop_deepgemm"  # loading a DeepGEMM kernel (CUDA error 800)
     BUSY_LOOP_TRITON = "busy_loop_triton"  # loading a Triton kernel (CUDA error 800)
+    # the model runner's device-to-host sync of the sampled tokens, on a device an XID broke
+    BUSY_LOOP_CUDA_SYNC = "busy_loop_cuda_sync"
     # not a traceback of its own: the engine core process's frames above the first traceback
     # once run_engine_core re-raises (multiprocessing's bootstrap, then its `raise e`)
     PROCESS_BOOTSTRAP = "process_bootstrap"

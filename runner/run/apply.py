@@ -20,6 +20,7 @@ from runner.run.undo import baseline_notes, reapply_baseline, unwind
 from runner.spec.actions import (
     GPU_PROCESS_NAMES,
     Action,
+    Program,
     Restart,
     Rollback,
     Signal,
@@ -45,6 +46,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
     that service did not come back quotes what the team's own step said)."""
     runs: list[StepRun] = []
     for action in actions:
+        began = utcnow()
         if isinstance(action, Rollback):
             undo_all(ctx, reason=why)
         elif isinstance(action, Restart):
@@ -65,10 +67,15 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
             runs.append(user_step(ctx, action, why))
         else:
             record_and_apply(ctx, plan_change(ctx.lab, action), why)
-            if isinstance(action, StartProcess):
+            # a GPU program counts as started once it holds its memory; an XID's program
+            # holds none (its fault takes the engine down at the next request: users' traffic)
+            if isinstance(action, StartProcess) and action.program in GPU_PROCESS_NAMES:
                 wait_holds_gpu(ctx, action)
         if why == INJECT and not isinstance(action, Traffic | Wait):
-            ctx.fault_at = utcnow()
+            # a GPU XID breaks the device the moment its program runs, somewhere inside the
+            # host action (an Ansible play takes seconds): its fault is in place from the start
+            xid = isinstance(action, StartProcess) and action.program is Program.GPU_XID
+            ctx.fault_at = began if xid else utcnow()
             ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
     return runs
 

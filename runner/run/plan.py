@@ -113,6 +113,7 @@ def describe_action(action: Action) -> str:
             return f"wait: {action.why}"
         case StartProcess():
             mib = f", {action.mib} MiB" if action.mib else ""
+            mib += f", XID {int(action.xid)}" if action.xid is not None else ""
             return f"start_process on {action.node}: {action.name} ({action.program.value}{mib})"
         case StopProcess():
             return f"stop_process on {action.node}: {action.name}"

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import (
     Field,
+    model_validator,
 )
 
 from runner.spec.kinds import Model
@@ -85,6 +86,16 @@ class Program(enum.StrEnum):
 
     # the stray GPU process write-up's OmniParser: ~1.4 GiB of GPU memory, idle
     STRAY_GPU_PROCESS = "stray_gpu_process"
+    # a GPU XID error (labengine.xidfault): the driver's kernel-log lines, the device unusable
+    # while the program lives; stopping it is the device's reset (nvidia-smi --gpu-reset)
+    GPU_XID = "gpu_xid"
+
+
+class XidCode(enum.IntEnum):
+    """The XIDs a `gpu_xid` program raises (vllmfacts.xid.Xid)."""
+
+    DOUBLE_BIT_ECC = 48
+    FALLEN_OFF_THE_BUS = 79
 
 
 # The process name each program holds GPU memory under (what nvidia-smi lists), given on its
@@ -98,7 +109,8 @@ PROGRAMS: dict[Program, tuple[str, ...]] = {
         "stray",
         "--name",
         GPU_PROCESS_NAMES[Program.STRAY_GPU_PROCESS],
-    )
+    ),
+    Program.GPU_XID: ("vllm-lab", "xid"),
 }
 
 
@@ -114,6 +126,22 @@ class StartProcess(Model):
     name: Annotated[str, Field(pattern=PROCESS_NAME)]
     program: Program
     mib: Annotated[int | None, Field(ge=1, le=1_000_000)] = None
+    xid: XidCode | None = Field(default=None, description="The XID a gpu_xid program raises.")
+
+    @model_validator(mode="after")
+    def _program_parameters(self) -> StartProcess:
+        if (self.xid is None) == (self.program is Program.GPU_XID):
+            raise ValueError("xid (48 or 79) is given for program gpu_xid, and only for it")
+        if self.mib is not None and self.program is not Program.STRAY_GPU_PROCESS:
+            raise ValueError("mib is given only for program stray_gpu_process")
+        return self
+
+    def argv(self) -> list[str]:
+        """The program's command line."""
+        extra = ["--mib", str(self.mib)] if self.mib else []
+        if self.xid is not None:
+            extra = ["--xid", str(int(self.xid))]
+        return [*PROGRAMS[self.program], *extra]
 
 
 class StopProcess(Model):

@@ -20,6 +20,10 @@ class AlertRule(Model):
     procedure: str = Field(default="", description="What the person paged does, in order.")
     log_command: str = Field(default="", description="The command that shows the evidence.")
     runbook_section: str = Field(default="", description="Where the write-up explains it.")
+    window_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Real-world seconds that `$window` in expr stands for (scaled, like for_s).",
+    )
 
 
 SEED_RULES = (
@@ -48,6 +52,28 @@ SEED_RULES = (
         "stable overlay addresses, then reload Prometheus",
         log_command="curl -s <prometheus>/api/v1/targets?state=active (lastError per target)",
         runbook_section="seeds/000 section 7",
+    ),
+    # seeds/001's watch: the kernel log's lines of a kind counted every 30 s, an alert when the
+    # count rises. Here the lines are the NVIDIA driver's XIDs (vllmfacts.xid), counted into
+    # node-exporter's textfile collector. It fires while the count rose within the window (6
+    # h: an XID needs someone to reset the GPU, and pages until then or for that long); a count
+    # that stays (the kernel log keeps its lines until a reboot) stops paging. The seed's "while
+    # the server is up" is left out: an XID takes the server down with it.
+    AlertRule(
+        name="GpuXidError",
+        expr="(node_kernel_log_nvrm_xid_lines > 0 unless node_kernel_log_nvrm_xid_lines offset "
+        "$window) or (node_kernel_log_nvrm_xid_lines - node_kernel_log_nvrm_xid_lines offset "
+        "$window > 0)",
+        for_s=0,
+        window_s=21600,
+        summary="the kernel log has new NVRM Xid lines: a GPU of this node is failing",
+        runbook="dmesg | grep NVRM on the node; XID 79 or 48: drain the node, reset the GPU "
+        "(nvidia-smi --gpu-reset -i N, or reboot), then start the engine; seeds/001",
+        procedure="cordon or drain the node, reset its GPU (nvidia-smi --gpu-reset -i N) or "
+        "reboot it, then restart the engine: restarting the engine alone fails on the broken "
+        "device",
+        log_command="dmesg -T | grep 'NVRM: Xid' (or journalctl -k | grep 'NVRM: Xid')",
+        runbook_section="seeds/001 (the kernel-log watch)",
     ),
 )
 

@@ -32,6 +32,7 @@ RUNTIME = [
     "dhcp-address-change",
     "engine-core-hang",
     "nccl-watchdog-timeout",
+    "gpu-xid-error",
 ]
 # the stand-in server, its client and a state folder: the Kubernetes lab tests' module fixtures
 server, core, state = kube_lab.server, kube_lab.core, kube_lab.state
@@ -59,10 +60,14 @@ def test_the_runtime_scenarios_on_kubernetes(
         "dhcp-address-change": "skipped",
         "engine-core-hang": "passed",
         "nccl-watchdog-timeout": "skipped",  # a container's PID 1 cannot be stopped from exec
+        "gpu-xid-error": "skipped",  # the kernel log and the device are the node's, no pod's
     }, {k: [a for a in v["assertions"] if a["verdict"] != "passed"] for k, v in scenarios.items()}
     dhcp = scenarios["dhcp-address-change"]["notes"]
     assert dhcp[0] == "applies to local, compose, not to a kubernetes lab"
     assert "Prometheus discovers nodes through the API" in " ".join(dhcp[1].split())
+    xid = scenarios["gpu-xid-error"]["notes"]
+    assert xid[0] == "applies to local, not to a kubernetes lab"
+    assert "outside every pod" in " ".join(xid[1].split())
 
     head = scenarios["head-only-restart"]
     a = by_name(head)

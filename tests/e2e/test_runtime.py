@@ -28,8 +28,11 @@ THREE = [
 ]
 
 
-def test_the_three_pass(tmp_path: Path) -> None:
-    p = gameday("run", *THREE, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
+XID = "scenarios/gpu-xid-error.yaml"
+
+
+def test_the_three_and_gpu_xid_pass(tmp_path: Path) -> None:
+    p = gameday("run", *THREE, XID, "--lab", "inventories/local.yaml", "--reports", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     result = json.loads(next(tmp_path.glob("*/result.json")).read_text())
     by_id = {s["id"]: s for s in result["scenarios"]}
@@ -44,6 +47,20 @@ def test_the_three_pass(tmp_path: Path) -> None:
         e for e in stray["evidence"] if e["title"] == "GPU processes on node1 at the failure"
     )
     assert any("omniparser" in ln["text"] for ln in gpu["lines"])
+    # the GPU's XID: the kernel log's line through the seeds' watch, the alert it pages with
+    # (delivered, the reset in its procedure), the engine's CUDA error, and the restart without
+    # the reset failing at the worker's first CUDA call
+    xid = {a["name"]: a for a in by_id["gpu-xid-error"]["assertions"]}
+    assert (
+        xid['expect: PromQL node_kernel_log_nvrm_xid_lines{node="node1", xid="79"}']["observed"]
+        == "1"
+    )
+    assert "reset its GPU" in xid["detect: alert GpuXidError delivered"]["observed"]
+    sig = next(v for k, v in xid.items() if k.startswith("expect: signature 2/4"))
+    assert "torch.AcceleratorError: CUDA error: unspecified launch failure" in sig["observed"]
+    shortcut = [a for k, a in xid.items() if k.startswith("recover 1: ")]
+    assert {a["verdict"] for a in shortcut} == {"passed"}
+    assert any("in init_device" in a["observed"] for a in shortcut)
     dhcp = by_id["dhcp-address-change"]
     targets = next(e for e in dhcp["evidence"] if e["title"].startswith("Prometheus targets"))
     assert sum(ln["highlight"] for ln in targets["lines"]) == 2  # node3, node4 down

@@ -18,6 +18,7 @@ SHIPPED = [
     "dhcp-address-change",
     "engine-core-death",
     "engine-core-hang",
+    "gpu-xid-error",
     "head-only-restart",
     "kv-cache-shortage",
     "lora-rank-over-max",

@@ -20,7 +20,6 @@ from runner.labs.base import (
 from runner.labs.common.servicelinks import cluster_ip, kubernetes_service_env
 from runner.spec.actions import (
     MODEL_TAG,
-    PROGRAMS,
     ChangeAddress,
     ScrapeTargets,
     ServiceLinks,
@@ -48,8 +47,7 @@ def plan_change(lab: LabDriver, action: PlannedAction) -> Change:
     if isinstance(action, ServiceLinks):
         return service_links(lab, action.node, action.service, action.port, action.enabled)
     if isinstance(action, StartProcess):
-        cmd = [*PROGRAMS[action.program], *(["--mib", str(action.mib)] if action.mib else [])]
-        return start_process(lab, action.node, action.name, cmd)
+        return start_process(lab, action.node, action.name, action.argv())
     if isinstance(action, StopProcess):
         return stop_process(lab, action.node, action.name)
     if isinstance(action, ChangeAddress):

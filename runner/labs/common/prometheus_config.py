@@ -17,6 +17,7 @@ from runner.errors import LabError
 from runner.labs.base import PartDeath, PartDied
 from runner.labs.common.alertmanager_config import prometheus_alerting
 from runner.spec.inventory import Inventory, Monitoring, Role
+from runner.spec.monitoring_defaults import AlertRule
 
 # The label every alert of a lab's Prometheus carries to Alertmanager (its `external_labels`):
 # the lab's name, `<name>-p<k>` for an instance of `--parallel`, so that the runner's receiver
@@ -118,7 +119,7 @@ def rule_groups(mon: Monitoring, scale: float) -> dict[str, Any]:
                 "rules": [
                     {
                         "alert": r.name,
-                        "expr": r.expr,
+                        "expr": _scaled_expr(r, scale),
                         "for": f"{max(int(r.for_s / scale * 1000), 1)}ms",
                         "labels": {"severity": r.severity},
                         "annotations": {
@@ -135,6 +136,13 @@ def rule_groups(mon: Monitoring, scale: float) -> dict[str, Any]:
             }
         ]
     }
+
+
+def _scaled_expr(rule: AlertRule, scale: float) -> str:
+    """The rule's expr with `$window` as lab time (milliseconds, at least one)."""
+    if rule.window_s is None:
+        return rule.expr
+    return rule.expr.replace("$window", f"{max(int(rule.window_s / scale * 1000), 1)}ms")
 
 
 def expected_scrape_urls(pdir: Path) -> set[str]:

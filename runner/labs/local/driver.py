@@ -52,6 +52,7 @@ from runner.programs import command_argv, resolve_command
 from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import ERA_ENV, Inventory, Node, Role
 from runner.spec.kinds import LabKind
+from vllmfacts import xid
 
 SUPERVISOR = "runner.labs.local.supervisor"  # the daemon's module, run with `python -m`
 
@@ -182,6 +183,8 @@ class LocalLab(LabDriver):
             return
         self.preflight()
         private_dir(self._state_dir)  # the control socket and the nodes' environments live here
+        for n in self.inventory.nodes:  # the lab coming up is each node's boot: a new kernel log
+            xid.boot(self.gpu_dir(n.name))
         addresses = self._addresses()
         spec = {
             "time_scale": self.inventory.lab.time_scale,
@@ -281,12 +284,18 @@ class LocalLab(LabDriver):
         listen = [
             f"--web.listen-address={a}:{mon.exporter_port}" for a in addresses[n.name].values()
         ]
+        # the textfile collector reads the node's kernel-log watch (vllmfacts.xid), which lives
+        # beside the node's GPU state; node-exporter complains at every scrape if it is missing
+        textfile = self.gpu_dir(n.name) / xid.TEXTFILE_DIR
+        textfile.mkdir(parents=True, exist_ok=True)
         cmd = [
             resolve_command(mon.exporter_command) or mon.exporter_command,
             *listen,
             "--collector.disable-defaults",
             "--collector.loadavg",
             "--collector.meminfo",
+            "--collector.textfile",
+            f"--collector.textfile.directory={textfile}",
         ]
         return {"name": "node-exporter", "command": cmd, "env": self._base_env(n), "restart": True}
 

@@ -108,7 +108,7 @@ def test_no_subcommand_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main([])
     assert exc.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "vllm-lab: error: the following arguments are required: {serve,smi,stray,proxy}"
+        "vllm-lab: error: the following arguments are required: {serve,smi,stray,proxy,xid}"
     )
 
 

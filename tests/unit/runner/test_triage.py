@@ -195,6 +195,16 @@ def test_every_signature_a_scenario_declares() -> None:
         "stray-gpu-process": [
             ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"])
         ],
+        "gpu-xid-error": [
+            (
+                "the serving node's",
+                "node1",
+                [
+                    "the GPU's XID (the driver's kernel-log line), or the engine's next CUDA "
+                    "call failing on the GPU it broke"
+                ],
+            )
+        ],
         "tp-mismatch": [
             ("the serving node's", "serving", [""]),
             # per_platform.cpu: two ranks on a machine with one allowed NUMA node

@@ -23,6 +23,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
         "dhcp-address-change": ["addresses", "alert_delivery", "monitoring"],
         "engine-core-death": ["signals"],
         "engine-core-hang": ["signals"],
+        "gpu-xid-error": ["alert_delivery", "monitoring", "processes"],
         "head-only-restart": ["alert_delivery", "monitoring", "signals"],
         "kv-cache-shortage": [],
         "lora-rank-over-max": [],

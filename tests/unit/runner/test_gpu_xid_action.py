@@ -1,0 +1,98 @@
+"""The `gpu_xid` program of a scenario's start_process, and the seeds' kernel-log watch as an
+alert rule of every lab."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from runner.labs.common.prometheus_config import rule_groups
+from runner.run.plan import describe_action
+from runner.spec.actions import Program, StartProcess, XidCode
+from runner.spec.inventory_load import load_inventory
+from vllmfacts.xid import Xid
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_a_gpu_xid_program_names_its_xid() -> None:
+    a = StartProcess(kind="start_process", node="node1", name="gpu0-xid", program="gpu_xid", xid=79)
+    assert a.argv() == ["vllm-lab", "xid", "--xid", "79"]
+    assert "(gpu_xid, XID 79)" in describe_action(a)
+    stray = StartProcess(
+        kind="start_process", node="node1", name="omniparser", program="stray_gpu_process", mib=9
+    )
+    assert stray.argv()[-2:] == ["--mib", "9"]
+    assert {int(x) for x in XidCode} == {int(x) for x in Xid}  # the scenario's set, the lab's
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"program": "gpu_xid"}, "xid (48 or 79) is given for program gpu_xid"),
+        ({"program": "stray_gpu_process", "xid": 79}, "and only for it"),
+        ({"program": "gpu_xid", "xid": 79, "mib": 10}, "mib is given only for program"),
+        ({"program": "gpu_xid", "xid": 13}, "Input should be 48 or 79"),
+    ],
+)
+def test_a_program_gets_only_its_own_parameters(fields: dict[str, object], why: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        StartProcess.model_validate({"kind": "start_process", "node": "n", "name": "x", **fields})
+    assert why in str(e.value)
+    assert Program.GPU_XID.value == "gpu_xid"
+
+
+def test_the_kernel_log_watch_is_a_rule_with_its_window_in_lab_time() -> None:
+    mon = load_inventory(ROOT / "inventories" / "local.yaml").lab.monitoring
+    assert mon is not None
+    rules = {r["alert"]: r for r in rule_groups(mon, 100)["groups"][0]["rules"]}
+    xid = rules["GpuXidError"]
+    # 6 h real at x100: 216 s; the rise of the watch's count within it fires
+    assert xid["expr"] == (
+        "(node_kernel_log_nvrm_xid_lines > 0 unless node_kernel_log_nvrm_xid_lines offset "
+        "216000ms) or (node_kernel_log_nvrm_xid_lines - node_kernel_log_nvrm_xid_lines offset "
+        "216000ms > 0)"
+    )
+    assert "$window" not in str(rules)  # no other rule has one left unscaled
+    assert "reset its GPU" in xid["annotations"]["procedure"]
+    assert xid["annotations"]["runbook_section"].startswith("seeds/001")
+    assert rules["ServingDown"]["expr"] == 'up{job="vllm"} < 1 or absent(up{job="vllm"})'
+
+
+def test_an_xid_is_in_place_from_the_start_of_its_host_action(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device breaks as the program runs, inside the host action (an Ansible play takes
+    seconds): the fault's time is the action's start; a reconfiguration's is its end."""
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from runner.run import apply
+    from runner.run.journal import Journal
+    from runner.spec.actions import SetEnv
+    from tests.support.fakelab import fake_run, scenario_doc
+
+    lab = fake_run(tmp_path, scenario_doc()).lab
+    t = [datetime(2026, 12, 4, tzinfo=UTC) + timedelta(seconds=s) for s in range(3)]
+    clock = iter(t)
+    monkeypatch.setattr(apply, "utcnow", lambda: next(clock))
+    rec = SimpleNamespace(event=lambda *a, **k: None, notes=[])
+    ctx = SimpleNamespace(
+        lab=lab,
+        journal=Journal(lab.state_dir, "run-1"),
+        scenario_id="s",
+        open_changes=[],
+        rec=rec,
+        fault_at=None,
+        fault_began_at=None,
+    )
+    xid = StartProcess(
+        kind="start_process", node="serving", name="gpu0-xid", program="gpu_xid", xid=79
+    )
+    apply.apply_actions(ctx, [xid], apply.INJECT)  # type: ignore[arg-type]
+    assert (ctx.fault_at, ctx.fault_began_at) == (t[0], t[0])
+    env = SetEnv(kind="set_env", node="serving", env={"VLLM_LOGGING_LEVEL": "DEBUG"})
+    apply.apply_actions(ctx, [env], apply.INJECT)  # type: ignore[arg-type]
+    assert (ctx.fault_at, ctx.fault_began_at) == (t[2], t[0])  # t[1]: its start
