@@ -164,8 +164,10 @@ def _create_gpu_pod(core: client.CoreV1Api, name: str) -> bool:
         core.create_namespaced_pod("gpus", body)
     except ApiException as e:
         # the ServiceAccount admission refuses pods until the token controller made the
-        # account's token Secret
-        if e.status == 403 and "no API token found" in (e.body or ""):
+        # account's token Secret: 403 "no API token found", or, once it has waited for the
+        # token itself, 500 ServerTimeout "No API token found ... retry after the token is
+        # automatically created"
+        if e.status in (403, 500) and "api token found" in (e.body or "").lower():
             return False
         raise
     return True
