@@ -76,6 +76,12 @@ async def generate(
     rid = f"req-{next(st.ids)}"
     q: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
     ahead = bool(st.queues)
+    if st.dead:
+        # a request that read its body while the engine core died comes after the ("dead",)
+        # every queue was sent: it must fail now, not wait on a queue nobody fills (vLLM's
+        # AsyncLLM.add_request raises EngineDeadError once the client has errored,
+        # vllm/v1/engine/async_llm.py:307 in 0.19.1)
+        raise EngineDead
     st.queues[rid] = q
     st.metrics.started(min(1.0, (n_prompt + max_tokens) / max(st.kv_tokens, 1)))
     arrival = time.monotonic()
