@@ -116,13 +116,20 @@ class StateExpectation(Model):
 
 class FailureMode(enum.StrEnum):
     EXIT = "exit"  # the target's process exits (with any code)
-    SILENT = "silent"  # nothing exits or logs: only the expectation's probes show it
+    # nothing exits and the target logs nothing: the expectation's probes show it (and other
+    # nodes' lines in `elsewhere`, from the injection on, may say why)
+    SILENT = "silent"
 
 
 class NodeSignature(Model):
     """Lines another node must log after the failure, within `within_s` real-world seconds."""
 
     node: str
+    view: str = Field(
+        default="a worker's",
+        description="Whose log this is, as `gameday triage` names it in a finding, for "
+        "instance: the decode engine's.",
+    )
     source: LogSource = LogSource.CURRENT
     in_order: Annotated[list[Pattern], Field(min_length=1)]
     within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]

@@ -102,6 +102,17 @@ class Node(Model):
         description="host:port where the runner reaches the node's API when it is not "
         "address:port (a container's port published on 127.0.0.1).",
     )
+    command: tuple[str, ...] | None = Field(
+        default=None,
+        description="The program this node runs in place of gameday_lab.engine_command (its "
+        "args follow it): a node that is not an engine, such as the disaggregated-serving "
+        "proxy in front of a prefill and a decode engine ([vllm-lab, proxy]).",
+    )
+    health_path: Annotated[str, Field(pattern=r"^/")] = Field(
+        default="/health",
+        description="The path that answers 200 once the node serves (the lab's readiness "
+        "check): vLLM's /health; the toy proxy answers /healthcheck.",
+    )
     connection: dict[str, Any] = {}
     service: str | None = Field(
         default=None,
@@ -131,6 +142,10 @@ class Node(Model):
     def _yaml_no(cls, v: Any) -> Any:
         # YAML 1.1 reads an unquoted `no` as false; a restart policy of false means "no"
         return "no" if v is False else v
+
+    def program(self, engine_command: tuple[str, ...]) -> tuple[str, ...]:
+        """What the node's args follow: its own command, else the lab's engine command."""
+        return self.command if self.command is not None else engine_command
 
     def rendered_args(self) -> list[str]:
         return [

@@ -38,6 +38,8 @@ _HOST_KEYS = {
     "gameday_overlay_address": "overlay_address",
     "gameday_published": "published",
     "gameday_service": "service",
+    "gameday_command": "command",
+    "gameday_health_path": "health_path",
 }
 
 

@@ -147,14 +147,16 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
 def _elsewhere(entries: Sequence[NodeSignature]) -> list[tuple[str, str, list[Pattern]]]:
     """One signature per node, over all of its lists (a node's lines of one stream in each): the
     patterns marked identifying in any of them, else all of them."""
-    nodes = dict.fromkeys(e.node for e in entries)
+    nodes: dict[str, str] = {}
+    for e in entries:
+        nodes.setdefault(e.node, e.view)
     return [
         (
-            "a worker's",
+            view,
             node,
             identifying([p for e in entries if e.node == node for p in e.in_order], True),
         )
-        for node in nodes
+        for node, view in nodes.items()
     ]
 
 

@@ -89,6 +89,7 @@ def test_the_catalogue_passes_unchanged(lab: ComposeLab, state: Path, tmp_path: 
             "engine-core-hang",
             "nccl-watchdog-timeout",
             "cuda-graph-capture-oom",
+            "pd-kv-handshake",
         )
     } | {
         "engine-core-death": "skipped",  # the lab's serving container restarts always

@@ -24,6 +24,7 @@ SHIPPED = [
     "lora-rank-over-max",
     "missing-chat-template",
     "nccl-watchdog-timeout",
+    "pd-kv-handshake",
     "service-name-collision",
     "silent-wrong-output",
     "stray-gpu-process",

@@ -20,6 +20,27 @@ def fail(src: Source, loc: tuple[Any, ...], field: str, msg: str, hint: str) -> 
     )
 
 
+def refuse_commands(
+    src: Source, nodes: Sequence[Node], host_lines: Mapping[str, tuple[Any, ...]]
+) -> None:
+    """InventoryError for a host's gameday_command or gameday_health_path: on this lab every
+    node is an engine started by gameday_lab.engine_command and ready on /health."""
+    for n in nodes:
+        for key, given in (
+            ("gameday_command", n.command is not None),
+            ("gameday_health_path", n.health_path != "/health"),
+        ):
+            if given:
+                fail(
+                    src,
+                    (*host_lines[n.name], key),
+                    f"{n.name}.{key}",
+                    f"{key} (a node that is not an engine, such as a proxy) is for compose "
+                    "labs; on this lab every node runs gameday_lab.engine_command",
+                    f"remove {key}, or run this topology on a compose lab",
+                )
+
+
 def refuse_services(
     src: Source, nodes: Sequence[Node], host_lines: Mapping[str, tuple[Any, ...]]
 ) -> None:

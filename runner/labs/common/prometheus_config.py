@@ -83,11 +83,12 @@ def external_labels(inventory: Inventory) -> dict[str, str]:
 
 def _engines(inventory: Inventory, hosts: dict[str, str]) -> list[dict[str, Any]]:
     """The static configs of job `vllm`: each server's or head's engine, at `hosts`' host for
-    it or else its own address."""
+    it or else its own address. A node with a command of its own (a proxy) is no engine and
+    has no vLLM metrics."""
     return [
         {"targets": [f"{hosts.get(n.name, n.address)}:{n.port}"], "labels": {"node": n.name}}
         for n in inventory.nodes
-        if n.role in (Role.SERVING, Role.HEAD)
+        if n.role in (Role.SERVING, Role.HEAD) and n.command is None
     ]
 
 

@@ -35,9 +35,9 @@ from runner.labs.compose.project import PACKAGED_DOCKERFILE
 from runner.spec.inventory import ComposeSpec
 
 OFFLINE_BASE = "gameday/debian:bookworm-mmdebstrap"
-# What the lab engine imports (see labengine/); pinned to the versions installed here, so the
-# image runs what the tests ran.
-ENGINE_REQUIREMENTS = ("starlette", "uvicorn", "prometheus-client")
+# What the lab engine imports (labengine/ and the vllmfacts/ it reads); pinned to the versions
+# installed here, so the image runs what the tests ran.
+ENGINE_REQUIREMENTS = ("starlette", "uvicorn", "prometheus-client", "pydantic", "httpx")
 ROOT = Path(__file__).resolve().parents[3]
 DISTRIBUTION = "gameday"
 PACKAGES = ("labengine", "runner", "vllmfacts")

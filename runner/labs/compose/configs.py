@@ -64,11 +64,12 @@ class ConfigFiles:
     def save(
         self,
         configs: dict[str, NodeConfig],
-        engine_command: Sequence[str],
+        program: Callable[[str], Sequence[str]],
         baseline: Callable[[str], NodeConfig],
     ) -> None:
-        """Record `configs` and write the override file that applies them."""
-        self._write_override(configs, engine_command, baseline)
+        """Record `configs` and write the override file that applies them (`program`: what a
+        node's args follow)."""
+        self._write_override(configs, program, baseline)
         write_private(
             self.configs_path,
             json.dumps({k: v.model_dump(mode="json") for k, v in configs.items()}),
@@ -77,7 +78,7 @@ class ConfigFiles:
     def _write_override(
         self,
         configs: dict[str, NodeConfig],
-        engine_command: Sequence[str],
+        program: Callable[[str], Sequence[str]],
         baseline: Callable[[str], NodeConfig],
     ) -> None:
         if not configs:
@@ -92,7 +93,7 @@ class ConfigFiles:
                     "(Compose merges environments)"
                 )
             services[node] = {
-                "command": [*engine_command, *cfg.args],
+                "command": [*program(node), *cfg.args],
                 "environment": dict(cfg.env),
             }
         doc = {"version": "2.4", "services": services}

@@ -322,7 +322,10 @@ class ComposeLab(LabDriver):
         """The engine container's actual command and environment (the lab's own GAMEDAY_*
         variables and the image's defaults left out)."""
         c = self.engine(node)
-        return config_of(c, self.inventory.lab.engine_command, self._image_env)
+        return config_of(c, self._program(node), self._image_env)
+
+    def _program(self, node: str) -> tuple[str, ...]:
+        return self.inventory.node(node).program(self.inventory.lab.engine_command)
 
     def _reapply(self, node: str, cfg: NodeConfig) -> None:
         configs = self.files.configs()
@@ -330,7 +333,7 @@ class ComposeLab(LabDriver):
             configs.pop(node, None)
         else:
             configs[node] = cfg
-        self.files.save(configs, self.inventory.lab.engine_command, self.baseline_config)
+        self.files.save(configs, self._program, self.baseline_config)
         self.files.bump_generation([node])
         # stop the old container first (a stop also ends its restart policy), so that it cannot
         # crash-loop on the old config while Compose replaces it; it is replaced, so every exit

@@ -183,7 +183,7 @@ def check_services(inventory: Inventory, compose_file: Path, services: dict[str,
                 f"{compose_file}: no service {n.name!r} for inventory host {n.name}",
                 hint="inventory hosts are the compose file's engine services",
             )
-        want = [*inventory.lab.engine_command, *n.rendered_args()]
+        want = [*n.program(inventory.lab.engine_command), *n.rendered_args()]
         if list(svc.get("command") or []) != want:
             raise LabError(
                 f"{compose_file}: service {n.name}'s command differs from "

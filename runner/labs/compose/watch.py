@@ -314,7 +314,7 @@ class DockerWatch:
         with httpx.Client(timeout=max(period, 0.5), trust_env=False) as http:
             while inc.finished_at is None and self._synced:
                 try:
-                    ok = http.get(node.url + "/health").status_code == 200
+                    ok = http.get(node.url + node.health_path).status_code == 200
                 except httpx.HTTPError:
                     ok = False
                 cur = self.current(node.name)
@@ -330,6 +330,9 @@ class DockerWatch:
         if node.role is Role.WORKER:
             return bool(container.logs(tail=1))
         try:
-            return httpx.get(node.url + "/health", timeout=2, trust_env=False).status_code == 200
+            return (
+                httpx.get(node.url + node.health_path, timeout=2, trust_env=False).status_code
+                == 200
+            )
         except httpx.HTTPError:
             return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runner.errors import InventoryError
-from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_services
+from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_commands, refuse_services
 from runner.labs.common.network import resolution_error
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
@@ -24,6 +24,7 @@ def check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLin
             "adopt a Compose project (kind: compose) or a Kubernetes workload (kind: kubernetes)",
         )
     refuse_services(src, nodes, hosts)
+    refuse_commands(src, nodes, hosts)
     check_addresses(src, nodes, hosts)
 
 

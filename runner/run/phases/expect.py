@@ -59,6 +59,9 @@ def expect_silent(ctx: Context, ls: LoadedScenario) -> Expected:
     start = ctx.fault_at or ctx.injected_at
     ttf = elapsed_real(ctx.scale, start, seen_at)
     ctx.rec.event("failure observed (silent: seen by the probes)", ts=seen_at, kind=EventKind.FAIL)
+    # the target exits nothing, but another node may say why (a decode engine behind a proxy)
+    for ns in exp.elsewhere:
+        expect_elsewhere(ctx, ns, start)
     ctx.check_window(
         Phase.EXPECT,
         "expect: time to fail",

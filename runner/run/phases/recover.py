@@ -18,6 +18,7 @@ from runner.run.phases.expect import logs_for
 from runner.run.probing import ProbeResult
 from runner.run.stepexec import StepRun
 from runner.spec import signature as sig
+from runner.spec.actions import Restart, SetArgs, SetEnv
 from runner.spec.expectations import RecoveryStep
 from runner.spec.kinds import Outcome
 from runner.spec.scenario import LoadedScenario
@@ -40,6 +41,9 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
             ctx.rec.notes.append(f"FORBIDDEN shortcut - {step.name}: {step.forbidden}")
         st = ctx.caught_up()
         since, before = ctx.seq, Before(st.incarnation, utcnow(), serving=st.ready)
+        # the other nodes the step restarts: a shortcut is judged once they serve again
+        states = ctx.lab.states()
+        others = {n: states[n].incarnation for n in _restarted(ctx, step) if n != ctx.target}
         runs = apply_step(ctx, step, label, f"recover {i}")
         applied_at = utcnow()  # what applying itself costs (a reload, a stop) does not scale
         if step.outcome is Outcome.RESTORES:
@@ -48,8 +52,19 @@ def recover(ctx: Context, ls: LoadedScenario) -> Recovered:
         elif step.outcome is Outcome.MASKS:
             masks(ctx, ls, step, label)
         else:
-            shortcut(ctx, ls, step, label, since, before)
+            shortcut(ctx, ls, step, label, since, before, others)
     return Recovered(ttr)
+
+
+def _restarted(ctx: Context, step: RecoveryStep) -> list[str]:
+    """The nodes the step's actions restart (a restart, or a changed configuration applied)."""
+    names: list[str] = []
+    for a in step.actions:
+        if isinstance(a, Restart):
+            names += [n.name for name in a.nodes for n in ctx.lab.inventory.resolve(name)]
+        elif isinstance(a, SetArgs | SetEnv):
+            names.append(a.node)
+    return list(dict.fromkeys(names))
 
 
 def apply_step(ctx: Context, step: RecoveryStep, label: str, why: str) -> list[StepRun]:
@@ -244,9 +259,19 @@ class Before:
 
 
 def shortcut(
-    ctx: Context, ls: LoadedScenario, step: RecoveryStep, label: str, since: int, before: Before
+    ctx: Context,
+    ls: LoadedScenario,
+    step: RecoveryStep,
+    label: str,
+    since: int,
+    before: Before,
+    others: dict[str, int] | None = None,
 ) -> None:
-    """A step expected NOT to restore service: let it play out, then show that it did not."""
+    """A step expected NOT to restore service: let it play out, then show that it did not.
+    `others`: the other nodes it restarts, by their incarnation before it; it has played out
+    once each serves in a later one (a decode engine restarted behind a proxy that is ready
+    throughout)."""
+    others = others or {}
     settle = step.settle_s or ls.scenario.verify.time_to_recover.max_s
     budget = ctx.scale.to_lab(settle) + ctx.scale.allowance_s
     gen0 = ctx.lab.states()[ctx.target].generation
@@ -256,7 +281,10 @@ def shortcut(
     def settled(s: NodeState, evs: list[LabEvent]) -> bool:
         if before.failed_after(evs) is not None:
             return True
-        return step.expect is None and s.ready and s.generation >= gen0
+        if not (step.expect is None and s.ready and s.generation >= gen0):
+            return False
+        now = ctx.lab.states() if others else {}
+        return all(now[n].ready and now[n].incarnation > inc for n, inc in others.items())
 
     w = ctx.wait_for(settled, budget, replay_from=since)
     failure = before.failed_after(w.events)

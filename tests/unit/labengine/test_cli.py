@@ -26,14 +26,22 @@ def parse(*argv: str, era: Era = Era.V0_19) -> tuple[dict[str, object], list[str
 
 def test_compose_commands_are_serve_invocations() -> None:
     """Every engine command in compose/compose.yaml parses as `vllm-lab serve` with nothing
-    left over (the compose image runs them as written)."""
+    left over (the compose image runs them as written), and the proxy's as `vllm-lab proxy`."""
     services = yaml.safe_load((ROOT / "compose" / "compose.yaml").read_text())["services"]
-    commands = [s["command"] for s in services.values() if s.get("command", [""])[0] == "vllm-lab"]
-    assert len(commands) == 5
-    for command in commands:
+    commands = {
+        name: s["command"]
+        for name, s in services.items()
+        if s.get("command", [""])[0] == "vllm-lab"
+    }
+    proxy = commands.pop("proxy")
+    assert len(commands) == 7
+    for command in commands.values():
         args, extra = parse(*command[1:])
         assert (args["run"], extra) == (cli._serve, [])
         assert args["model_tag"] == "Qwen/Qwen2.5-14B-Instruct-AWQ"
+    args, extra = parse(*proxy[1:])
+    assert (args["run"], extra) == (cli._proxy, [])
+    assert (args["prefiller_hosts"], args["decoder_hosts"]) == (["prefill"], ["decode"])
 
 
 def test_inventory_engine_commands_parse() -> None:
@@ -45,8 +53,10 @@ def test_inventory_engine_commands_parse() -> None:
         if inv.lab.engine_command != ("vllm-lab", "serve"):
             continue
         for node in inv.nodes:
-            args, extra = parse("serve", *node.rendered_args())
-            assert (args["run"], extra) == (cli._serve, []), (path.name, node.name)
+            program = node.program(inv.lab.engine_command)
+            args, extra = parse(*program[1:], *node.rendered_args())
+            want = cli._proxy if program == ("vllm-lab", "proxy") else cli._serve
+            assert (args["run"], extra) == (want, []), (path.name, node.name)
             found += 1
     assert found >= 10
 

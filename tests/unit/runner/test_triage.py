@@ -228,6 +228,14 @@ def test_every_signature_a_scenario_declares() -> None:
             ("the serving node's", "node1", ["the heads do not split over the ranks"])
         ],
         "engine-core-hang": [],  # silent: a hung engine logs nothing to recognise it by
+        # silent at the proxy; the decode engine says why
+        "pd-kv-handshake": [
+            (
+                "the decode engine's",
+                "decode",
+                ["the decode engine's handshake with the prefill engine's side channel fails"],
+            )
+        ],
         "nccl-watchdog-timeout": [
             (
                 "the head's",

@@ -29,6 +29,7 @@ def test_each_shipped_scenario_needs_exactly_what_it_uses() -> None:
         "lora-rank-over-max": [],
         "missing-chat-template": [],
         "nccl-watchdog-timeout": ["signals"],
+        "pd-kv-handshake": [],
         "service-name-collision": [],
         "silent-wrong-output": [],
         "stray-gpu-process": ["gpu_processes", "monitoring", "processes"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,37 @@ def test_a_compose_inventory_that_names_no_file_uses_the_packaged_ones(tmp_path:
     own = spec.model_copy(update={"file": "c/compose.yaml", "playbooks": "pb"})
     assert compose_file(inv, own) == team / "c" / "compose.yaml"
     assert playbooks_dir(inv, own) == team / "pb"
+
+
+def test_the_image_carries_every_package_the_lab_engine_imports() -> None:
+    """The image installs the engine's requirements and gameday's wheel with --no-deps: any
+    other distribution labengine/ or the vllmfacts/ it reads imports is missing there, and every
+    engine container dies at its first import."""
+    import ast
+    import importlib.metadata
+    import sys
+
+    own = set(image.PACKAGES)
+    dists = importlib.metadata.packages_distributions()
+    needed: set[str] = set()
+    for pkg in ("labengine", "vllmfacts"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module]
+                    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    else []
+                )
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in own or top in sys.stdlib_module_names or top == "__future__":
+                        continue
+                    needed |= {_canonical(d) for d in dists.get(top, [top])}
+    assert needed <= {_canonical(r) for r in image.ENGINE_REQUIREMENTS}, needed
+
+
+def _canonical(name: str) -> str:
+    """A distribution's name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
