@@ -55,6 +55,7 @@ def test_list(team: Path) -> None:
         "our-kv-cache",
         "cuda-graph-capture-oom",  # its description speaks of the KV cache
         "kv-cache-shortage",
+        "pd-kv-handshake",  # a KV-cache transfer
     ]
     assert text.stdout.splitlines()[0].endswith(f"[{own}]")
     assert text.stdout.splitlines()[2].endswith("[builtin]")
