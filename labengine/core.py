@@ -172,13 +172,24 @@ def gpu_bytes(s: CoreSettings, plan: memory.KvPlan) -> int:
 
 def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     """Start the engine as vLLM's EngineCore does, report ("ready", ...) or ("failed", ...)
-    over `conn`, then serve requests from it. The exit code."""
-    s = settings
+    over `conn`, then serve requests from it. The exit code. Its workers (rank 0's, in a group)
+    are terminated as it ends, as the executor's shutdown does."""
+    with contextlib.ExitStack() as workers:
+        return _run(settings, conn, log, workers)
+
+
+def _run(s: CoreSettings, conn: Connection, log: VllmLog, workers: contextlib.ExitStack) -> int:
     t_init = time.monotonic()
+    rank0: Rank0 | None = None
     try:
         _log_config(s, log)
         sleep_real(ENGINE_INIT_S, s.time_scale)
         group = _init_distributed(s, log)
+        if group:
+            # forked with the executor, before any GPU memory is taken: the lab's per-process
+            # GPU files (SharedGpu, held by a lock) stay the engine core's alone
+            rank0 = Rank0.start(group, conn, c10d.PG_NCCL_TIMEOUT_S / s.time_scale)
+            workers.callback(rank0.stop)
         shared = SharedGpu.from_env(s.gpus.gpu, s.env)
         _check_free_memory(s, shared)
         _load_weights(s, log, shared)
@@ -207,12 +218,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
             },
         )
     )
-    rank0 = Rank0.start(group, conn, c10d.PG_NCCL_TIMEOUT_S / s.time_scale) if group else None
-    try:
-        return _serve(s, conn, log, rank0, shared)
-    finally:
-        if rank0 is not None:
-            rank0.stop()
+    return _serve(s, conn, log, rank0, shared)
 
 
 def _init_took_site(s: CoreSettings) -> str:
