@@ -8,9 +8,12 @@ from that pipe. A failure is logged as vLLM logs it and the process exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import multiprocessing
 import os
+import signal
 import socket
 import time
 from collections import deque
@@ -169,13 +172,24 @@ def gpu_bytes(s: CoreSettings, plan: memory.KvPlan) -> int:
 
 def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
     """Start the engine as vLLM's EngineCore does, report ("ready", ...) or ("failed", ...)
-    over `conn`, then serve requests from it. The exit code."""
-    s = settings
+    over `conn`, then serve requests from it. The exit code. Its workers (rank 0's, in a group)
+    are terminated as it ends, as the executor's shutdown does."""
+    with contextlib.ExitStack() as workers:
+        return _run(settings, conn, log, workers)
+
+
+def _run(s: CoreSettings, conn: Connection, log: VllmLog, workers: contextlib.ExitStack) -> int:
     t_init = time.monotonic()
+    rank0: Rank0 | None = None
     try:
         _log_config(s, log)
         sleep_real(ENGINE_INIT_S, s.time_scale)
         group = _init_distributed(s, log)
+        if group:
+            # forked with the executor, before any GPU memory is taken: the lab's per-process
+            # GPU files (SharedGpu, held by a lock) stay the engine core's alone
+            rank0 = Rank0.start(group, conn, c10d.PG_NCCL_TIMEOUT_S / s.time_scale)
+            workers.callback(rank0.stop)
         shared = SharedGpu.from_env(s.gpus.gpu, s.env)
         _check_device(shared)
         _check_free_memory(s, shared)
@@ -205,7 +219,7 @@ def run(settings: CoreSettings, conn: Connection, log: VllmLog) -> int:
             },
         )
     )
-    return _serve(s, conn, log, group, shared)
+    return _serve(s, conn, log, rank0, shared)
 
 
 def _init_took_site(s: CoreSettings) -> str:
@@ -497,6 +511,18 @@ def _check_graphs_fit(
 # worker, no completion. A stopped worker hangs the request with /health still 200 until the
 # engine core's wait for its workers' output times out (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS); the
 # other workers stay in the all-reduce until PyTorch's watchdog takes them down.
+#
+# Rank 0's part is given by a process of its own, as vLLM's multiproc executor runs rank 0's model
+# in a worker process the engine core starts (vllm/v1/executor/multiproc_executor.py, WorkerProc,
+# 0.33.0), not in the engine core. An engine core killed with a step in flight leaves that worker
+# in the step: it completes the collective with the other ranks, and only then finds its parent
+# gone (the death pipe, multiproc_executor.py:935-959 in 0.33.0, :755-762 in 0.19.1: the message
+# queues shut down and the busy loop's next dequeue raises, shm_broadcast.py:721-726 and
+# :873-874). So the headless workers finish the step and block in their next queue read, as they
+# do when the engine core dies between steps (seeds/000: the head died inside a forward pass and
+# its workers stayed Up, with only the heartbeat monitor's line).
+# An engine core that ends by itself (an error, the executor's timeout) terminates its workers
+# first (the executor's shutdown), rank 0's with them, whatever step they are in.
 
 
 def _host_store(s: CoreSettings, log: VllmLog) -> list[socket.socket]:
@@ -546,6 +572,81 @@ def _exchange(group: list[socket.socket], rid: str, timeout_s: float) -> None:
             buf += chunk
     for peer in group:
         peer.sendall(STEP_END)
+
+
+class Rank0:
+    """Rank 0's worker process: it gives rank 0's part of each step's collective, one step per
+    message from the engine core over a pipe, and answers how the step ended."""
+
+    def __init__(self, pid: int, pipe: Connection) -> None:
+        self.pid = pid
+        self.pipe = pipe
+
+    @classmethod
+    def start(cls, group: list[socket.socket], core_conn: Connection, timeout_s: float) -> Rank0:
+        """Fork the worker. `core_conn` (the engine core's pipe to the API server) is closed in
+        it, so that the API server finds the engine core gone as soon as the engine core is;
+        `timeout_s` (lab seconds) bounds one collective, as the process group's timeout does."""
+        ours, theirs = multiprocessing.Pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            code = 0
+            try:
+                core_conn.close()
+                ours.close()
+                with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
+                    f.write("VLLM::Worker_TP0")
+                _rank0_loop(group, theirs, timeout_s)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        theirs.close()
+        for peer in group:
+            peer.close()  # the worker holds the group's connections: they go when it does
+        return cls(pid, ours)
+
+    def step(self, rid: str, timeout_s: float) -> None:
+        """One step's collective through rank 0's worker. Raises TimeoutError past `timeout_s`
+        (lab seconds: the executor's wait for the workers' output), ConnectionError if a rank
+        has gone."""
+        self.pipe.send(rid)
+        if not self.pipe.poll(timeout_s):
+            raise TimeoutError("execute_model")
+        try:
+            ended = self.pipe.recv()
+        except EOFError as exc:
+            raise ConnectionError("rank 0's worker is gone") from exc
+        if ended is not None:
+            raise ConnectionError(str(ended))
+
+    def stop(self) -> None:
+        """The executor's shutdown: the worker is terminated wherever it is, even in a step."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.pipe.close()
+
+
+def _rank0_loop(group: list[socket.socket], pipe: Connection, timeout_s: float) -> None:
+    """Each step the engine core sends is completed with every rank; the engine core gone (its
+    end of the pipe closed), the worker ends, between steps only."""
+    while True:
+        try:
+            rid = pipe.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            _exchange(group, str(rid), timeout_s)
+            ended: str | None = None
+        except TimeoutError:
+            return  # past the process group's timeout: PyTorch's watchdog ends rank 0 too
+        except OSError as exc:
+            ended = f"{type(exc).__name__}: {exc}"
+        try:
+            pipe.send(ended)
+        except OSError:
+            return
 
 
 def execute_model_timeout_s(s: CoreSettings) -> float:
@@ -609,7 +710,7 @@ def _serve(
     s: CoreSettings,
     conn: Connection,
     log: VllmLog,
-    group: list[socket.socket],
+    rank0: Rank0 | None,
     shared: SharedGpu | None,
 ) -> int:
     """Request loop: ("gen", rid, prompt, prompt_tokens, max_tokens[, index[, kv params]]) ->
@@ -662,9 +763,9 @@ def _serve(
             # Positions past what RoPE was trained on: NaN logits, decoded as token 0.
             tokens, reason = garbage(max_tokens), "length"
         for tok in tokens:
-            if group:
+            if rank0 is not None:
                 try:
-                    _exchange(group, rid, execute_model_timeout_s(s) / s.time_scale)
+                    rank0.step(rid, execute_model_timeout_s(s) / s.time_scale)
                 except TimeoutError:
                     return _fatal(
                         s,

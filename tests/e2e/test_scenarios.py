@@ -153,7 +153,7 @@ def test_a_stalled_rank_takes_its_group_down_by_two_timeouts(tmp_path: Path) -> 
     after = float(observed["expect on node3: within 400 s"].split()[0])
     assert 250 < after < 350, after
     # c10's date is month * 100 + day, never zero-padded
-    line = observed["expect on node3: signature 2/4: and takes the process down"]
+    line = observed["expect on node3: signature 2/3: and takes the process down"]
     assert re.search(r"\[rank2\]:\[E[1-9]\d{2,3} ", line), line
     assert [a["verdict"] for a in sc["assertions"] if a["phase"] == "recover"] == [
         "passed",
