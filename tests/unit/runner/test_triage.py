@@ -234,7 +234,13 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the decode engine's",
                 "decode",
                 ["the decode engine's handshake with the prefill engine's side channel fails"],
-            )
+            ),
+            # per_vllm."0.9.2-0.11.0": the handshake future's own record
+            (
+                "the decode engine's",
+                "decode",
+                ["the decode engine's handshake with the prefill engine's side channel fails"],
+            ),
         ],
         "nccl-watchdog-timeout": [
             (
