@@ -115,10 +115,17 @@ def test_parallel_two_as_separate_projects(lab: ComposeLab, state: Path, tmp_pat
     p = gd(
         state, "run", *argv, "--lab", str(INVENTORY), "--parallel", "2", "--reports", str(tmp_path)
     )
-    assert p.returncode == 0, p.stdout + p.stderr
+    # two instances on a shared 2-core machine: a window the CPUs' contention stretched is
+    # inconclusive (exit 3) with that evidence, never a wrong pass or fail
+    assert p.returncode in (0, 3), p.stdout + p.stderr
     result = json.loads(next(tmp_path.glob("*/result.json")).read_text())
     assert result["lab"]["instances"] == 2
-    assert {s["id"]: s["verdict"] for s in result["scenarios"]} == dict.fromkeys(three, "passed")
+    verdicts = {s["id"]: s["verdict"] for s in result["scenarios"]}
+    assert set(verdicts) == set(three) and set(verdicts.values()) <= {"passed", "inconclusive"}
+    for sc in result["scenarios"]:
+        for a in sc["assertions"]:
+            if a["verdict"] == "inconclusive":
+                assert "the machine was too loaded to judge" in a["observed"], a
     assert "@compose-p1]" in p.stderr and "@compose]" in p.stderr  # both instances ran some
     # the second instance, brought up by the run, is gone; the first is back at its baseline
     second = ComposeLab(instance(lab.inventory, 1))
