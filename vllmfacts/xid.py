@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,10 @@ KERNEL_LOG = "kern.log"  # the node's kernel ring buffer as `dmesg` prints it
 TEXTFILE_DIR = "textfile"  # node-exporter's --collector.textfile.directory
 METRIC = "node_kernel_log_nvrm_xid_lines"  # the watch's count, one series per XID
 WATCH_INTERVAL_S = 30.0  # seeds/001: the kernel log counted every 30 s (real seconds)
+# the kernel's /proc/sys/kernel/random/boot_id, one per boot: the watch labels its counts with
+# it, so a count after a reboot is a new series, never compared with the last boot's (an XID
+# after a reboot pages even when the last boot's count, within the alert's window, was the same)
+BOOT_ID_FILE = "boot_id"
 
 
 class Xid(enum.IntEnum):
@@ -171,9 +176,21 @@ def append_kernel_log(state_dir: Path, lines: list[str], uptime_s: float | None 
 
 
 def boot(state_dir: Path) -> None:
-    """The node starts: its kernel ring buffer is empty, and the watch has counted nothing."""
+    """The node starts: its kernel ring buffer is empty, the watch has counted nothing, and the
+    boot has an id of its own."""
     (state_dir / KERNEL_LOG).unlink(missing_ok=True)
     (state_dir / TEXTFILE_DIR / "kernel_log.prom").unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / BOOT_ID_FILE).write_text(str(uuid.uuid4()) + "\n")
+
+
+def boot_id(state_dir: Path) -> str:
+    """This boot's id (a node that never booted through `boot` boots now)."""
+    try:
+        return (state_dir / BOOT_ID_FILE).read_text().strip()
+    except FileNotFoundError:
+        boot(state_dir)
+        return (state_dir / BOOT_ID_FILE).read_text().strip()
 
 
 def count_xids(state_dir: Path) -> dict[Xid, int]:
@@ -198,12 +215,13 @@ def write_watch(state_dir: Path) -> Path:
     """Count the kernel log's XID lines and write them for node-exporter's textfile collector
     (atomically: the collector may read at any moment)."""
     counts = count_xids(state_dir)
+    boot = boot_id(state_dir)
     out = state_dir / TEXTFILE_DIR
     out.mkdir(parents=True, exist_ok=True)
     body = [
         f"# HELP {METRIC} NVRM Xid lines in the kernel log, counted every {WATCH_INTERVAL_S:g} s.",
         f"# TYPE {METRIC} gauge",
-        *(f'{METRIC}{{xid="{int(x)}"}} {n}' for x, n in sorted(counts.items())),
+        *(f'{METRIC}{{boot_id="{boot}",xid="{int(x)}"}} {n}' for x, n in sorted(counts.items())),
     ]
     tmp = out / ".kernel_log.prom.tmp"
     tmp.write_text("\n".join(body) + "\n")

@@ -22,6 +22,9 @@ from labengine.sites import Site, where
 from labengine.tracebacks import Traceback, frames
 from vllmfacts.wording import Era
 
+# how often a shutting-down server asks its connections to close once idle (wall seconds)
+SHUTDOWN_ASK_S = 0.05
+
 
 def build_app(st: ServerState) -> Starlette:
     return Starlette(routes=Api(st).routes())
@@ -109,6 +112,29 @@ class _UvicornFormatter(logging.Formatter):
         return "\n".join(prefix + level + " " + line for line in record.getMessage().splitlines())
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose graceful shutdown also closes the connections made after it
+    began. uvicorn asks the connections it has at the start to close once idle; one accepted as
+    the listener closed is made a moment later (asyncio creates its protocol in a task), serves
+    its request, and then sits out its keep-alive: 5 s of wall time, 500 s of a x100 lab, with
+    the server process still alive after its engine died. vLLM's own server subclasses it too
+    (vllm/entrypoints/launchers/launcher.py, its accept tasks cancelled before shutdown)."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        async def ask_late_ones() -> None:
+            while True:
+                await asyncio.sleep(SHUTDOWN_ASK_S)
+                for conn in list(self.server_state.connections):
+                    if not conn.transport.is_closing():
+                        conn.shutdown()
+
+        late = asyncio.create_task(ask_late_ones())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            late.cancel()
+
+
 def serve(st: ServerState, sock: socket.socket, host: str, port: int) -> None:
     app = build_app(st)
     handler = logging.StreamHandler(st.log.stream)
@@ -121,7 +147,7 @@ def serve(st: ServerState, sock: socket.socket, host: str, port: int) -> None:
     config = uvicorn.Config(
         app, log_config=None, access_log=True, lifespan="on", timeout_graceful_shutdown=5
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     st.server = server
 
     async def main() -> None:

@@ -259,6 +259,13 @@ class LabDriver(abc.ABC):
         5 s of wall time, so only what reads or changes monitoring waits."""
         return None
 
+    def reboot_kernel_log(self, node: str) -> None:
+        """The node's kernel log, and the watch that counts its lines, as after a reboot: a
+        scenario whose fault the kernel logged (a GPU XID) leaves no line behind for the next
+        run's alert to read as its own. Nothing by default: a lab whose nodes' kernel log is not
+        the lab's own to write."""
+        return None
+
     def dead_part(self) -> PartDeath | None:
         """The first part the lab started beside the engines (its monitoring) that has exited
         or crash-loops since the lab came up; None when all of them run (or the lab has none).

@@ -71,6 +71,8 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
             # holds none (its fault takes the engine down at the next request: users' traffic)
             if isinstance(action, StartProcess) and action.program in GPU_PROCESS_NAMES:
                 wait_holds_gpu(ctx, action)
+            if isinstance(action, StartProcess) and action.program is Program.GPU_XID:
+                ctx.kernel_logged.add(action.node)
         if why == INJECT and not isinstance(action, Traffic | Wait):
             # a GPU XID breaks the device the moment its program runs, somewhere inside the
             # host action (an Ansible play takes seconds): its fault is in place from the start

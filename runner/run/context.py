@@ -88,6 +88,8 @@ class Context:
     # nodes whose engine this run stopped (SIGSTOP) and has not restarted since: their /health
     # still answers 200, so only a restart at cleanup brings them back
     stopped: set[str] = field(default_factory=set)
+    # nodes whose kernel log this run wrote a fault to (a GPU XID): rebooted at cleanup
+    kernel_logged: set[str] = field(default_factory=set)
     seq: int = 0  # the last lab event this run has seen
     injected_at: datetime | None = None  # the injection began
     # the injected fault is in place: its last change applied (a playbook or a container

@@ -142,6 +142,8 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
         redeployed = lab.redeployed()
         applied, undone, failed = _unwind_journals(lab, items, steps)
         lines += undone
+        for n in lab.inventory.nodes:  # an interrupted run's XID lines page no later run
+            lab.reboot_kernel_log(n.name)
         reasons = list(dict.fromkeys(s.reason for s in reversed(steps) if s.undo is None))
         if reasons:
             again = reapply_baseline(lab)

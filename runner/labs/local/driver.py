@@ -268,6 +268,9 @@ class LocalLab(LabDriver):
             "GAMEDAY_GPU_STATE": str(self.gpu_dir(n.name)),
         }
 
+    def reboot_kernel_log(self, node: str) -> None:
+        xid.boot(self.gpu_dir(node))
+
     def gpu_dir(self, node: str) -> Path:
         return self._state_dir / "nodes" / node / "gpu"
 

@@ -30,6 +30,12 @@ def cleanup(ctx: Context) -> Cleaned:
     undone: list[Change] = []
     try:
         undone = undo_all(ctx, "cleanup")
+        for node in sorted(ctx.kernel_logged):
+            # the GPU's reset keeps the kernel log's lines, and its alert pages for hours: the
+            # next run on this lab starts from a node as booted, whose watch has counted nothing
+            ctx.lab.reboot_kernel_log(node)
+            ctx.rec.event(f"cleanup: {node}'s kernel log as after a reboot (its XID lines gone)")
+        ctx.kernel_logged.clear()
         if ctx.stopped:
             restarted, st = restart_stopped(ctx)
         elif ctx.lab.states()[ctx.target].ready:

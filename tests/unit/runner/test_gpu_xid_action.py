@@ -87,12 +87,41 @@ def test_an_xid_is_in_place_from_the_start_of_its_host_action(
         rec=rec,
         fault_at=None,
         fault_began_at=None,
+        kernel_logged=set(),
     )
     xid = StartProcess(
         kind="start_process", node="serving", name="gpu0-xid", program="gpu_xid", xid=79
     )
     apply.apply_actions(ctx, [xid], apply.INJECT)  # type: ignore[arg-type]
     assert (ctx.fault_at, ctx.fault_began_at) == (t[0], t[0])
+    assert ctx.kernel_logged == {"serving"}  # cleanup reboots its kernel log
     env = SetEnv(kind="set_env", node="serving", env={"VLLM_LOGGING_LEVEL": "DEBUG"})
     apply.apply_actions(ctx, [env], apply.INJECT)  # type: ignore[arg-type]
     assert (ctx.fault_at, ctx.fault_began_at) == (t[2], t[0])  # t[1]: its start
+
+
+def test_cleanup_leaves_the_next_run_a_node_as_booted(tmp_path: Path) -> None:
+    """The reset keeps the kernel log's XID lines, and GpuXidError pages on them for hours (216
+    s at x100): a second run soon after would find its alert firing before its injection.
+    Cleanup reboots the kernel log of every node the run wrote an XID to, and only those."""
+    from tests.support.fakelab import fake_run, scenario_doc
+
+    doc = scenario_doc()
+    doc["inject"] = [
+        {
+            "kind": "start_process",
+            "node": "serving",
+            "name": "gpu0-xid",
+            "program": "gpu_xid",
+            "xid": 79,
+        }
+    ]
+    run = fake_run(tmp_path, doc)
+    rebooted: list[str] = []
+    run.lab.reboot_kernel_log = rebooted.append  # type: ignore[method-assign]
+    result = run.run()
+    assert rebooted == ["serving"]
+    assert any("kernel log as after a reboot" in e.event for e in result.timeline)
+    rebooted.clear()
+    fake_run(tmp_path / "plain", scenario_doc()).run()
+    assert rebooted == []

@@ -52,8 +52,9 @@ def test_the_watch_counts_xid_lines_by_kind(tmp_path: Path) -> None:
     # "NVRM: GPU ...: GPU has fallen off the bus." is no XID line: one 79, no 48
     assert xid.count_xids(tmp_path) == {Xid.DOUBLE_BIT_ECC: 0, Xid.FALLEN_OFF_THE_BUS: 1}
     prom = xid.write_watch(tmp_path).read_text()
-    assert 'node_kernel_log_nvrm_xid_lines{xid="79"} 1\n' in prom
-    assert 'node_kernel_log_nvrm_xid_lines{xid="48"} 0\n' in prom
+    first = xid.boot_id(tmp_path)
+    assert f'node_kernel_log_nvrm_xid_lines{{boot_id="{first}",xid="79"}} 1\n' in prom
+    assert f'node_kernel_log_nvrm_xid_lines{{boot_id="{first}",xid="48"}} 0\n' in prom
     assert "# TYPE node_kernel_log_nvrm_xid_lines gauge" in prom
     assert sorted(p.name for p in (tmp_path / xid.TEXTFILE_DIR).iterdir()) == [
         "kernel_log.prom"
@@ -61,6 +62,9 @@ def test_the_watch_counts_xid_lines_by_kind(tmp_path: Path) -> None:
     xid.boot(tmp_path)  # a reboot: the ring buffer and the watch's count start anew
     assert xid.count_xids(tmp_path) == dict.fromkeys(Xid, 0)
     assert not (tmp_path / xid.TEXTFILE_DIR / "kernel_log.prom").exists()
+    # a new boot, a new series: the alert never compares this boot's count with the last's
+    assert xid.boot_id(tmp_path) != first
+    assert f'boot_id="{xid.boot_id(tmp_path)}"' in xid.write_watch(tmp_path).read_text()
 
 
 def test_the_dmesg_prefix_is_printks() -> None:
