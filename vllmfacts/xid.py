@@ -157,11 +157,22 @@ def fault(state_dir: Path) -> Xid | None:
         os.close(fd)
 
 
+def broke_at(text: str) -> float | None:
+    """When the device broke (Unix seconds), from the fault file's text; None if it says not."""
+    try:
+        at = json.loads(text)["at"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return float(at) if isinstance(at, int | float) else None
+
+
 def hold_fault(state_dir: Path, xid: Xid) -> None:
     """This process is the device's fault until it exits."""
     state_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_dir / f".{FAULT_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"xid": int(xid)}))
+    # when the device broke, on the node's clock: the runner reads it as the fault's time (a
+    # host action that starts this program takes seconds of its own around that moment)
+    tmp.write_text(json.dumps({"xid": int(xid), "at": time.time()}))
     fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
     fcntl.flock(fd, fcntl.LOCK_EX)
     tmp.replace(state_dir / FAULT_FILE)

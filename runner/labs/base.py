@@ -266,6 +266,11 @@ class LabDriver(abc.ABC):
         the lab's own to write."""
         return None
 
+    def xid_broke_at(self, node: str) -> datetime | None:
+        """When a GPU XID broke the node's device, on the node's clock (vllmfacts.xid's fault
+        file); None when no fault is held or the lab cannot read it."""
+        return None
+
     def dead_part(self) -> PartDeath | None:
         """The first part the lab started beside the engines (its monitoring) that has exited
         or crash-loops since the lab came up; None when all of them run (or the lab has none).

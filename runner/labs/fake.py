@@ -115,6 +115,7 @@ class FakeLab(LabDriver):
         self._events: list[LabEvent] = []
         self._nodes: dict[str, _Node] = {}
         self._values: dict[tuple[str, str, str], AnyState] = {}
+        self._xid_broke: dict[str, datetime] = {}  # when a GPU XID program broke a node's GPU
         self.applied: list[Change] = []  # every change applied, in order (undos included)
         self.restarted: list[list[str]] = []  # every restart, in order
         # tests interrupt a run here: called with the name of each lab call as it is made
@@ -215,6 +216,12 @@ class FakeLab(LabDriver):
             self._start(change.node)
         else:
             self._values[change.key] = change.after
+            after = change.after
+            if isinstance(after, ProcessState) and after.running and "xid" in after.command:
+                self._xid_broke[change.node] = datetime.now(UTC)  # the program breaks the GPU
+
+    def xid_broke_at(self, node: str) -> datetime | None:
+        return self._xid_broke.get(node)
 
     def restart(self, nodes: Sequence[str]) -> None:
         self.on_call("restart")

@@ -47,6 +47,7 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
     runs: list[StepRun] = []
     for action in actions:
         began = utcnow()
+        broke: datetime | None = None  # when a GPU XID's program broke the device
         if isinstance(action, Rollback):
             undo_all(ctx, reason=why)
         elif isinstance(action, Restart):
@@ -67,17 +68,18 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
             runs.append(user_step(ctx, action, why))
         else:
             record_and_apply(ctx, plan_change(ctx.lab, action), why)
-            # a GPU program counts as started once it holds its memory; an XID's program
-            # holds none (its fault takes the engine down at the next request: users' traffic)
+            # a GPU program counts as started once it holds its memory; an XID's program once
+            # the device is broken (its fault takes the engine down at the next request)
             if isinstance(action, StartProcess) and action.program in GPU_PROCESS_NAMES:
                 wait_holds_gpu(ctx, action)
             if isinstance(action, StartProcess) and action.program is Program.GPU_XID:
                 ctx.kernel_logged.add(action.node)
+                broke = wait_device_broken(ctx, action, began)
         if why == INJECT and not isinstance(action, Traffic | Wait):
             # a GPU XID breaks the device the moment its program runs, somewhere inside the
-            # host action (an Ansible play takes seconds): its fault is in place from the start
-            xid = isinstance(action, StartProcess) and action.program is Program.GPU_XID
-            ctx.fault_at = began if xid else utcnow()
+            # host action (an Ansible play takes seconds): its fault is in place when the node
+            # says the device broke
+            ctx.fault_at = broke or utcnow()
             ctx.fault_began_at = ctx.fault_began_at or ctx.fault_at
     return runs
 
@@ -107,6 +109,22 @@ def wait_holds_gpu(ctx: Context, action: StartProcess) -> None:
         time.sleep(POLL_S)  # the GPU list has no events
     raise LabError(
         f"{action.name} on {action.node} did not take GPU memory within {GPU_HOLD_TIMEOUT_S:g} s"
+    )
+
+
+def wait_device_broken(ctx: Context, action: StartProcess, began: datetime) -> datetime:
+    """An XID's program counts as started once the device is broken: when that happened, on the
+    node's clock (the fault it holds says), not when the host action that started it ended."""
+    deadline = time.monotonic() + GPU_HOLD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        at = ctx.lab.xid_broke_at(action.node)
+        if at is not None and at >= began:  # an earlier run's fault file is not this one's
+            ctx.rec.event(f"{action.node}: {action.name} broke the GPU", ts=at)
+            return at
+        time.sleep(POLL_S)
+    raise LabError(
+        f"{action.name} on {action.node} did not break the node's GPU within "
+        f"{GPU_HOLD_TIMEOUT_S:g} s (no XID fault held in its GPU state)"
     )
 
 

@@ -90,10 +90,10 @@ def test_the_catalogue_passes_unchanged(lab: ComposeLab, state: Path, tmp_path: 
             "nccl-watchdog-timeout",
             "cuda-graph-capture-oom",
             "pd-kv-handshake",
+            "gpu-xid-error",
         )
     } | {
         "engine-core-death": "skipped",  # the lab's serving container restarts always
-        "gpu-xid-error": "skipped",  # local only: the fault starts inside an Ansible play
     }
     # host actions ran as Ansible playbooks, their events kept beside the report
     events = list((run / "ansible" / "artifacts").glob("*/job_events/*.json"))

@@ -30,7 +30,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
@@ -65,12 +65,14 @@ from runner.labs.compose.watch import DockerWatch
 from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import ComposeSpec, Inventory
 from runner.spec.kinds import LabKind
+from vllmfacts import xid
 
 STOP_TIMEOUT_S = 3
 # the monitoring's containers by their gameday.role, as a report names them
 _PARTS = {"prometheus": "Prometheus", "alertmanager": "Alertmanager", "host": "node-exporter"}
 LOG_TAIL = 50  # lines of a dead monitoring container's log read for its last lines
 PROMETHEUS_DIR_IN_CONTAINER = "/etc/gameday/prometheus"
+GPU_STATE_IN_CONTAINER = "/var/lib/gameday/gpu"  # GAMEDAY_GPU_STATE of compose.yaml's nodes
 
 
 class ComposeLab(LabDriver):
@@ -481,6 +483,19 @@ class ComposeLab(LabDriver):
     def applied_via(self, kind: ChangeKind) -> str:
         playbook = {ChangeKind.PROCESS: "process", ChangeKind.ADDRESS: "change-address"}
         return f"Ansible: playbooks/{playbook[kind]}.yaml" if kind in playbook else ""
+
+    def xid_broke_at(self, node: str) -> datetime | None:
+        rc, out = self._exec(self.host(node), ["cat", f"{GPU_STATE_IN_CONTAINER}/{xid.FAULT_FILE}"])
+        at = xid.broke_at(out) if rc == 0 else None
+        return None if at is None else datetime.fromtimestamp(at, UTC)
+
+    def reboot_kernel_log(self, node: str) -> None:
+        # the image's own interpreter runs the same code as the local lab's reboot
+        state = repr(GPU_STATE_IN_CONTAINER)
+        boot = f"import pathlib, vllmfacts.xid as x; x.boot(pathlib.Path({state}))"
+        rc, out = self._exec(self.host(node), ["python3", "-c", boot])
+        if rc != 0:
+            raise LabError(f"{node}: the kernel log's reboot failed: {out.strip()[-200:]}")
 
     def gpu_processes(self, node: str) -> list[GpuProcess]:
         rc, out = self._exec(self.host(node), ["vllm-lab", "smi", "--json"])

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +270,14 @@ class LocalLab(LabDriver):
 
     def reboot_kernel_log(self, node: str) -> None:
         xid.boot(self.gpu_dir(node))
+
+    def xid_broke_at(self, node: str) -> datetime | None:
+        try:
+            text = (self.gpu_dir(node) / xid.FAULT_FILE).read_text()
+        except OSError:
+            return None
+        at = xid.broke_at(text)
+        return None if at is None else datetime.fromtimestamp(at, UTC)
 
     def gpu_dir(self, node: str) -> Path:
         return self._state_dir / "nodes" / node / "gpu"

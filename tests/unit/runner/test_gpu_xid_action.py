@@ -61,11 +61,12 @@ def test_the_kernel_log_watch_is_a_rule_with_its_window_in_lab_time() -> None:
     assert rules["ServingDown"]["expr"] == 'up{job="vllm"} < 1 or absent(up{job="vllm"})'
 
 
-def test_an_xid_is_in_place_from_the_start_of_its_host_action(
+def test_an_xid_is_in_place_when_the_node_says_the_device_broke(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The device breaks as the program runs, inside the host action (an Ansible play takes
-    seconds): the fault's time is the action's start; a reconfiguration's is its end."""
+    seconds): the fault's time is the node's record of the break, neither the action's start nor
+    its end; a reconfiguration's is its end. A fault file of an earlier run is not this one's."""
     from datetime import UTC, datetime, timedelta
     from types import SimpleNamespace
 
@@ -75,10 +76,15 @@ def test_an_xid_is_in_place_from_the_start_of_its_host_action(
     from tests.support.fakelab import fake_run, scenario_doc
 
     lab = fake_run(tmp_path, scenario_doc()).lab
-    t = [datetime(2026, 12, 4, tzinfo=UTC) + timedelta(seconds=s) for s in range(3)]
+    t = [datetime(2026, 12, 4, tzinfo=UTC) + timedelta(seconds=s) for s in range(4)]
     clock = iter(t)
     monkeypatch.setattr(apply, "utcnow", lambda: next(clock))
-    rec = SimpleNamespace(event=lambda *a, **k: None, notes=[])
+    monkeypatch.setattr(apply, "POLL_S", 0.001)
+    # the node's records: an earlier run's break, then this one's, half a second in
+    records = iter([t[0] - timedelta(hours=1), None, t[0] + timedelta(seconds=0.5)])
+    monkeypatch.setattr(lab, "xid_broke_at", lambda node: next(records))
+    events: list[str] = []
+    rec = SimpleNamespace(event=lambda what, **k: events.append(what), notes=[])
     ctx = SimpleNamespace(
         lab=lab,
         journal=Journal(lab.state_dir, "run-1"),
@@ -93,11 +99,34 @@ def test_an_xid_is_in_place_from_the_start_of_its_host_action(
         kind="start_process", node="serving", name="gpu0-xid", program="gpu_xid", xid=79
     )
     apply.apply_actions(ctx, [xid], apply.INJECT)  # type: ignore[arg-type]
-    assert (ctx.fault_at, ctx.fault_began_at) == (t[0], t[0])
+    broke = t[0] + timedelta(seconds=0.5)
+    assert (ctx.fault_at, ctx.fault_began_at) == (broke, broke)
+    assert "serving: gpu0-xid broke the GPU" in events
     assert ctx.kernel_logged == {"serving"}  # cleanup reboots its kernel log
     env = SetEnv(kind="set_env", node="serving", env={"VLLM_LOGGING_LEVEL": "DEBUG"})
     apply.apply_actions(ctx, [env], apply.INJECT)  # type: ignore[arg-type]
-    assert (ctx.fault_at, ctx.fault_began_at) == (t[2], t[0])  # t[1]: its start
+    assert (ctx.fault_at, ctx.fault_began_at) == (t[2], broke)  # t[1]: its start
+
+
+def test_an_xid_program_that_breaks_nothing_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from runner.errors import LabError
+    from runner.run import apply
+    from tests.support.fakelab import fake_run, scenario_doc
+
+    run = fake_run(tmp_path, scenario_doc())
+    monkeypatch.setattr(apply, "GPU_HOLD_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(run.lab, "xid_broke_at", lambda node: None)
+    ctx = SimpleNamespace(lab=run.lab, rec=SimpleNamespace(event=lambda *a, **k: None))
+    xid = StartProcess(
+        kind="start_process", node="serving", name="gpu0-xid", program="gpu_xid", xid=79
+    )
+    with pytest.raises(LabError, match=r"did not break the node's GPU within 0\.05 s"):
+        apply.wait_device_broken(ctx, xid, datetime.now(UTC))  # type: ignore[arg-type]
 
 
 def test_cleanup_leaves_the_next_run_a_node_as_booted(tmp_path: Path) -> None:
@@ -118,7 +147,7 @@ def test_cleanup_leaves_the_next_run_a_node_as_booted(tmp_path: Path) -> None:
     ]
     run = fake_run(tmp_path, doc)
     rebooted: list[str] = []
-    run.lab.reboot_kernel_log = rebooted.append  # type: ignore[method-assign]
+    run.lab.reboot_kernel_log = rebooted.append  # type: ignore[method-assign,assignment]
     result = run.run()
     assert rebooted == ["serving"]
     assert any("kernel log as after a reboot" in e.event for e in result.timeline)
