@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from runner.errors import LabError
 from runner.labs import heal, wait_all_ready
-from runner.labs.base import Change, ChangeKind, LabDriver
+from runner.labs.base import Change, ChangeKind, LabDriver, ProcessState
 from runner.run import journal, orphans
 from runner.spec.timing import TimeScale
 from runner.spec.usersteps import HttpStep
@@ -121,6 +121,17 @@ def unwind(
     return done + restore(lab, batch[::-1], note, applied_hook)
 
 
+def _xid_nodes(items: Sequence[journal.OpenChange]) -> list[str]:
+    """The nodes an open change started a GPU XID's program on (`vllm-lab xid`)."""
+    return sorted(
+        {
+            i.change.node
+            for i in items
+            if isinstance(i.change.after, ProcessState) and "xid" in i.change.after.command
+        }
+    )
+
+
 def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
     """`gameday cleanup`: undo whatever interrupted runs left (their user-written steps' undos
     included), close their journals, and get every node serving again (a killed run may have
@@ -142,8 +153,8 @@ def cleanup_lab(lab: LabDriver) -> CleanupOutcome:
         redeployed = lab.redeployed()
         applied, undone, failed = _unwind_journals(lab, items, steps)
         lines += undone
-        for n in lab.inventory.nodes:  # an interrupted run's XID lines page no later run
-            lab.reboot_kernel_log(n.name)
+        for node in _xid_nodes(items):  # an interrupted run's XID lines page no later run
+            lab.reboot_kernel_log(node)
         reasons = list(dict.fromkeys(s.reason for s in reversed(steps) if s.undo is None))
         if reasons:
             again = reapply_baseline(lab)

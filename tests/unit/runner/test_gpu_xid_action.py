@@ -154,3 +154,26 @@ def test_cleanup_leaves_the_next_run_a_node_as_booted(tmp_path: Path) -> None:
     rebooted.clear()
     fake_run(tmp_path / "plain", scenario_doc()).run()
     assert rebooted == []
+
+
+def test_gameday_cleanup_reboots_the_kernel_log_of_an_interrupted_xid_run(tmp_path: Path) -> None:
+    """A run killed while its XID's program ran: `gameday cleanup` stops the program and reboots
+    that node's kernel log, and no other node's (a stopped container cannot be asked)."""
+    from runner.labs.common.planning import start_process
+    from runner.labs.fake import FakeLab
+    from runner.run.journal import Journal
+    from runner.run.undo import cleanup_lab
+    from tests.support.fakelab import inventory
+
+    lab = FakeLab(inventory(tmp_path), state_dir=tmp_path / "state")
+    lab.up()
+    journal = Journal(lab.state_dir, "killed")
+    for node, cmd in (("node1", ["vllm-lab", "xid", "--xid", "79"]), ("node2", ["sleep", "1"])):
+        change = start_process(lab, node, f"{node}-program", cmd)
+        journal.record("s", change)
+        lab.apply(change)
+    rebooted: list[str] = []
+    lab.reboot_kernel_log = rebooted.append  # type: ignore[method-assign,assignment]
+    cleanup_lab(lab)
+    assert rebooted == ["node1"]
+    assert lab.leftovers() == []
