@@ -1,7 +1,8 @@
 """The host's page: one self-contained HTML document (inline CSS and JS, no external assets). It
 opens one EventSource on `events` (beside it, under its token) and redraws the table from each
-scoreboard pushed: every seat, its attendee's name, and its drill page's address with the seat's
-token, to hand out; every value goes in as textContent."""
+scoreboard pushed: every seat, its attendee's name, what its users felt (when its drill has a
+load), and its drill page's address with the seat's token, to hand out; every value goes in as
+textContent."""
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -30,7 +31,8 @@ PAGE = """<!doctype html>
 <table>
   <thead><tr>
     <th>seat</th><th>attendee</th><th>lab</th><th>state</th><th>scenario</th><th>elapsed</th><th>hints</th>
-    <th>shortcuts tried</th><th>acked</th><th>recovered at</th><th>page</th>
+    <th>shortcuts tried</th><th>acked</th><th>recovered at</th><th class="users">users failed</th>
+    <th>page</th>
   </tr></thead>
   <tbody id="seats"></tbody>
 </table>
@@ -52,6 +54,8 @@ function draw(board) {
   document.getElementById("title").textContent = "gameday workshop: lab " + board.lab;
   const body = document.getElementById("seats");
   const rows = [];
+  // the users' column shows once a seat's drill has a load (its requests since the fault)
+  const loaded = board.seats.some((r) => r.users_sent !== null && r.users_sent !== undefined);
   for (const r of board.seats) {
     const tr = document.createElement("tr");
     tr.className = r.state;
@@ -66,6 +70,9 @@ function draw(board) {
     cell(tr, r.shortcuts.length ? r.shortcuts.join(", ") : "-", r.shortcuts.length ? "short" : "");
     cell(tr, secs(r.acked_at_s));
     cell(tr, secs(r.recovered_at_s));
+    const users = r.users_sent === null || r.users_sent === undefined
+      ? "-" : r.users_failed + " of " + r.users_sent;
+    cell(tr, users, "users");
     const td = cell(tr, "");
     // the seat's page, its token in the address: what the host hands the attendee
     const seat = /^http:\\/\\/[A-Za-z0-9.-]+:\\d+\\/responder\\/[A-Za-z0-9_-]+\\/$/;
@@ -89,6 +96,7 @@ function draw(board) {
     rows.push(tr);
   }
   body.replaceChildren(...rows);
+  for (const e of document.querySelectorAll(".users")) e.hidden = !loaded;
   const at = new Date(board.at).toLocaleTimeString();
   document.getElementById("conn").textContent = "live (updated " + at + ")";
 }

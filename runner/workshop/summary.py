@@ -1,5 +1,6 @@
 """The summary `workshop down` writes: per seat, each drill it ran, whether and when it was
-acknowledged and recovered, the hints used and the shortcuts people tried; as `summary.md` and
+acknowledged and recovered, the hints used, the shortcuts people tried and (with the scenario's
+load) how many users' requests failed while they worked; as `summary.md` and
 `summary.html` in the workshop's reports folder.
 
 A drill that finished wrote its result.json (the workshop's reports folder); one that did not
@@ -53,6 +54,11 @@ class SeatDrill(Frozen):
     hints: tuple[HintView, ...] = ()
     shortcuts: tuple[ObservedAction, ...] = ()  # people's actions that matched a shortcut
     report: str | None = None  # the drill's report.html, relative to the summary's folder
+    # the scenario's load: its requests answered from the fault on, and how many failed (None:
+    # the drill had no load); a finished drill's are those of its fault phase, while people
+    # worked, an unfinished one's those its page last showed
+    users_sent: int | None = None
+    users_failed: int | None = None
 
 
 class WorkshopSummary(Frozen):
@@ -61,6 +67,11 @@ class WorkshopSummary(Frozen):
     written_at: datetime
     drills: tuple[SeatDrill, ...]
     unreadable: tuple[str, ...] = ()  # result files that could not be read, with why
+
+    @property
+    def loaded(self) -> bool:
+        """Whether a drill had a load (the users' column then shows)."""
+        return any(d.users_sent is not None for d in self.drills)
 
 
 def _people(actions: Sequence[ObservedAction]) -> tuple[ObservedAction, ...]:
@@ -72,6 +83,7 @@ def _people(actions: Sequence[ObservedAction]) -> tuple[ObservedAction, ...]:
 def from_result(k: int, folder: Path, run_dir: Path, s: ScenarioResult) -> SeatDrill:
     d = s.drill
     assert d is not None  # only drills' results are read
+    fault = next((f for f in s.impact.phases if f.phase == "fault"), None) if s.impact else None
     return SeatDrill(
         seat=k,
         lab=s.lab,
@@ -84,6 +96,8 @@ def from_result(k: int, folder: Path, run_dir: Path, s: ScenarioResult) -> SeatD
         hints=tuple(d.hints),
         shortcuts=_people(d.shortcuts),
         report=str((run_dir / "report.html").relative_to(folder)),
+        users_sent=None if s.impact is None else (fault.sent if fault else 0),
+        users_failed=None if s.impact is None else (fault.failed if fault else 0),
     )
 
 
@@ -103,6 +117,8 @@ def from_status(k: int, st: DrillStatus) -> SeatDrill:
         recovered_at_s=st.recovered_at_s,
         hints=st.hints,
         shortcuts=_people(st.actions),
+        users_sent=st.users.fault_sent if st.users else None,
+        users_failed=st.users.fault_failed if st.users else None,
     )
 
 
@@ -151,6 +167,13 @@ def summarise(ws: Workshop, folder: Path, now: datetime | None = None) -> Worksh
     )
 
 
+def users_failed(d: SeatDrill) -> str:
+    """The requests that failed from the fault on, of those answered; `-` without a load."""
+    if d.users_sent is None or d.users_failed is None:
+        return "-"
+    return f"{d.users_failed} of {d.users_sent}"
+
+
 def clock(v: float | None) -> str:
     """Seconds as m:ss, as the scoreboard shows them; `-` for none."""
     if v is None:
@@ -176,9 +199,11 @@ def markdown(summary: WorkshopSummary) -> str:
         f"{summary.seats} seat(s); written {summary.written_at:%Y-%m-%d %H:%M} UTC, when the "
         "workshop went down. Times are minutes:seconds since each seat's fault.",
         "",
-        "| seat | lab | scenario | outcome | acknowledged | recovered | hints | shortcuts tried |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    loaded = summary.loaded
+    head = ["seat", "lab", "scenario", "outcome", "acknowledged", "recovered", "hints"]
+    head += ["shortcuts tried", *(["users failed"] if loaded else [])]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for d in summary.drills:
         cells = (
             str(d.seat),
@@ -189,6 +214,7 @@ def markdown(summary: WorkshopSummary) -> str:
             clock(d.recovered_at_s),
             str(len(d.hints)),
             str(len(d.shortcuts)),
+            *([users_failed(d)] if loaded else []),
         )
         lines.append("| " + " | ".join(cells) + " |")
     for d in summary.drills:
@@ -206,6 +232,8 @@ def markdown(summary: WorkshopSummary) -> str:
             f"  - {clock(h.at_s)} hint {h.index}{' (asked)' if h.requested else ''}: {md(h.text)}"
             for h in d.hints
         ]
+        if d.users_sent is not None:
+            lines.append(f"- users' requests failed while people worked: {users_failed(d)}")
         lines.append(f"- shortcuts tried: {len(d.shortcuts)}")
         lines += [
             f"  - {clock(a.at_s)} {md(a.step or a.kind.value)}: {md(a.why)}" for a in d.shortcuts
@@ -220,7 +248,9 @@ def markdown(summary: WorkshopSummary) -> str:
 
 
 def html(summary: WorkshopSummary) -> str:
-    return ENV.get_template("workshop.html.j2").render(s=summary, clock=clock)
+    return ENV.get_template("workshop.html.j2").render(
+        s=summary, clock=clock, users_failed=users_failed
+    )
 
 
 def write_summary(summary: WorkshopSummary, folder: Path) -> list[Path]:

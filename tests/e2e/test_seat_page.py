@@ -163,7 +163,7 @@ def test_a_workshop_seat_page_from_its_card_in_chromium(tmp_path: Path) -> None:
     """A real workshop on the local lab, its pages on another address than 127.0.0.1 (as a LAN
     address would be): the card's address opens seat 1's page; its button and `gameday drill
     ack` reach the drill; the bare address and seat 2's token do not; the host page lists both
-    seats with their attendees."""
+    seats with their attendees and what seat 1's users felt."""
     need_browser()
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -220,6 +220,13 @@ def test_a_workshop_seat_page_from_its_card_in_chromium(tmp_path: Path) -> None:
                 lambda b: text(b, "tr[data-seat] td.attendee") == "Ada Lovelace | Grace Hopper"
             )
             assert text(driver, "tr[data-seat='2'] a.seat-page") == other
+            # seat 1's drill has the scenario's load: what its users felt since the fault
+            wait.until(
+                lambda b: (
+                    re.fullmatch(r"\d+ of \d+ \| -", text(b, "tr[data-seat] td.users")) is not None
+                )
+            )
+            assert driver.find_element("css selector", "th.users").is_displayed()
             driver.save_screenshot(str(tmp_path / "host.png"))
         st = status_of(tmp_path, inv)["seats"][0]
         assert st["acked_at_s"] is not None

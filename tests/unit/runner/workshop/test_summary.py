@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from runner.cli import output
 from runner.cli.main import main
-from runner.drill.model import DrillPhase, DrillStatus
+from runner.drill.model import DrillPhase, DrillStatus, UsersView
 from runner.results.drill_record import ActionKind, HintView, ObservedAction
 from runner.results.rundirs import run_dirs
-from runner.results.schema import DrillOutcome, load_result
+from runner.results.schema import DrillOutcome, ImpactFigures, PhaseFigures, load_result
 from runner.results.trends import load_history
 from runner.spec.inventory_load import load_inventory
 from runner.spec.kinds import Outcome
@@ -78,12 +78,16 @@ def write_status(ws: Workshop, k: int, **kw: object) -> None:
     (folder / "status.json").write_text(DrillStatus.model_validate(base | kw).model_dump_json())
 
 
-def write_result(ws: Workshop, k: int, run_id: str, **drill: object) -> Path:
+def write_result(
+    ws: Workshop, k: int, run_id: str, impact: ImpactFigures | None = None, **drill: object
+) -> Path:
     """A finished drill of seat k in the workshop's reports folder, as the drill writes it."""
     r = load_result(DRILL_RESULT)
     s = r.scenarios[0]
     assert s.drill is not None
-    s = s.model_copy(update={"lab": f"local-p{k}", "drill": s.drill.model_copy(update=drill)})
+    s = s.model_copy(
+        update={"lab": f"local-p{k}", "drill": s.drill.model_copy(update=drill), "impact": impact}
+    )
     r = r.model_copy(
         update={"run_id": run_id, "lab": r.lab.model_copy(update={"name": f"local-p{k}"}),
                 "scenarios": [s]}
@@ -134,6 +138,41 @@ def test_a_seat_drilled_twice_has_both_and_a_killed_drill_its_last_status(ws: Wo
         (1, "head-only-restart", "timed out"),
         (1, "kv-cache-shortage", "unfinished (cleanup)"),
     ]
+
+
+def test_what_users_felt_while_people_worked_is_each_seats(ws: Workshop, tmp_path: Path) -> None:
+    """A finished drill's requests of its fault phase (from the fault in place until service was
+    back), an unfinished one's as its page last showed them; `-` for a seat with no load."""
+    phases = [
+        PhaseFigures(phase="baseline", sent=40, failed=0, error_rate=0.0),
+        PhaseFigures(phase="fault", sent=300, failed=212, error_rate=212 / 300),
+        PhaseFigures(phase="verify", sent=20, failed=0, error_rate=0.0),
+    ]
+    impact = ImpactFigures(mode="open", rate=10.0, node="node1", phases=phases)
+    write_result(ws, 1, "20261202T100000Z-aaaaaa", impact, outcome=DrillOutcome.RECOVERED)
+    write_status(ws, 1, phase=DrillPhase.DONE, recovered_at_s=95.0)
+    users = UsersView(fault_sent=50, fault_failed=50, window_s=10.0, bin_s=1.0)
+    write_status(ws, 2, users=users)
+    assert ws.manifest.reports is not None
+    s = summarise(ws, Path(ws.manifest.reports), now=T0)
+    assert [(d.seat, d.users_sent, d.users_failed) for d in s.drills] == [
+        (1, 300, 212),
+        (2, 50, 50),
+        (3, None, None),
+    ]
+    text = markdown(s)
+    assert "| shortcuts tried | users failed |" in text
+    assert "| 212 of 300 |" in text and "| 50 of 50 |" in text
+    assert "- users' requests failed while people worked: 212 of 300" in text
+    page = html(s)
+    assert "<th>users failed</th>" in page and '<td class="users">212 of 300</td>' in page
+
+
+def test_without_a_load_there_is_no_users_column(ws: Workshop) -> None:
+    three_seats(ws)
+    assert ws.manifest.reports is not None
+    s = summarise(ws, Path(ws.manifest.reports), now=T0)
+    assert "users failed" not in markdown(s) and "users failed" not in html(s)
 
 
 def test_markdown_and_html_are_written_with_each_seat(ws: Workshop, tmp_path: Path) -> None:
