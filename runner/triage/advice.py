@@ -322,9 +322,9 @@ def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], log: Log) -> 
 def stalled(running: str, lines: str) -> list[str]:
     """Advice for an engine whose stats lines show it stalled (runner.triage.stall)."""
     return [
-        f"{running} requests running and not one token made over {lines} stats lines while /health "
-        "answers 200 (it only notices an engine core that exited): probe with an inference "
-        "request, not /health",
+        f"{running} request(s) running and not one token made over {lines} stats lines; /health "
+        "answers 200 for such an engine (it only notices an engine core that exited): probe "
+        "with an inference request, not /health",
         "`py-spy dump --pid <pid>` of the process titled VLLM::EngineCore shows where it is "
         "stuck; then restart the server (nothing else ends the hang)",
     ]
