@@ -1,23 +1,23 @@
 """An engine that stopped making progress, read from its periodic stats lines.
 
 A hung engine core logs nothing of its own: the API server goes on logging the stats line every
-VLLM_LOG_STATS_INTERVAL (10 s; vllm/entrypoints/openai/api_server.py's `_force_log` calls
-AsyncLLM.do_log_stats) from the last figures the engine core reported (vllm/v1/metrics/loggers.py
-LoggingStatLogger.log reads `last_scheduler_stats`, which only a report from the engine core
-replaces). So a hang reads as stats lines with requests running, no token made (prompt and
-generation throughput 0.0) and every scheduler figure after them (waiting, KV cache usage, hit
-rates) the same from line to line. An engine that works changes them: a long prefill fills KV
-cache blocks, requests finish or arrive.
+VLLM_LOG_STATS_INTERVAL (10 s; the API server's `_force_log` task calls AsyncLLM.do_log_stats,
+vllm/entrypoints/openai/server_utils.py:449 in 0.19.1) from the last figures the engine core
+reported (vllm/v1/metrics/loggers.py LoggingStatLogger.log reads `last_scheduler_stats`, which
+only a report from the engine core replaces). So a hang reads as stats lines with requests
+running, no token made (prompt and generation throughput 0.0) and every scheduler figure after
+them (waiting, KV cache usage, hit rates) the same from line to line. An engine that works
+changes them: a long prefill fills KV cache blocks, requests finish or arrive.
 
 V1 prints `Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f
-tokens/s, Running: %d reqs, Waiting: %d reqs, ...` (0.8.0 on; 0.7.3 without the `Engine 000: `
-prefix; several engines' `N Engines Aggregated: `); V0 `Avg prompt throughput: ..., Running: %d
-reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: ...` (vllm/engine/metrics.py
-LoggingStatLogger). V1 up to 0.8.3 logs the line at INFO whatever it says; from 0.8.5 (and V0 in
-0.10.2) an interval that made no token after one that made none is logged at DEBUG, so a paste at
-the default level shows one line of zeros after a hang, and repeated ones only with
-VLLM_LOGGING_LEVEL=DEBUG. V0 logs the line from its own step loop, so a V0 engine hung inside a
-step logs none.
+tokens/s, Running: %d reqs, Waiting: %d reqs, ...` (0.8.3 on; 0.7.3 and 0.8.0 without the
+`Engine 000: ` prefix; several engines' `N Engines Aggregated: `); V0 `Avg prompt throughput:
+..., Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: ...`
+(vllm/engine/metrics.py LoggingStatLogger). V1 up to 0.8.3 logs the line at INFO whatever it
+says; from 0.8.5 (and V0 in 0.10.2) an interval that made no token after one that made none is
+logged at DEBUG, so a paste at the default level shows one line of zeros after a hang, and
+repeated ones only with VLLM_LOGGING_LEVEL=DEBUG. V0 logs the line from its own step loop, so a
+V0 engine hung inside a step logs none.
 """
 
 from __future__ import annotations
