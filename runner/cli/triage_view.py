@@ -16,6 +16,8 @@ _CUT = {
     "message": "the paste is cut: the message stops part way, and its start names the failure",
     "raise": "the paste is cut: the traceback ends at the line that raises the message, and the "
     "message is not in it",
+    "cause": "the paste is cut before the root cause: vLLM logs the exception that killed the "
+    "engine with these lines (a traceback), and the paste shows none; paste the lines around them",
 }
 
 _PHASE_SOURCE = {
@@ -46,7 +48,9 @@ def as_dict(name: str, findings: Sequence[Finding]) -> dict[str, Any]:
                         "node": s.node,
                         "pod": s.pod,
                         "releases": s.releases,
-                        "releases_note": " ".join(s.note.split()) if s.note else None,
+                        "releases_note": _flat(s.note) if s.note and s.releases else None,
+                        "when": s.when,
+                        "when_note": _flat(s.note) if s.note and s.when else None,
                         "cut": s.cut,
                         "evidence": [
                             {
@@ -88,9 +92,9 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
             if s.cut:
                 out.append(f"  {_CUT[s.cut]}")
             if s.releases:
-                out.append(
-                    f"  wording of vLLM {esc(s.releases)}: {esc(' '.join((s.note or '').split()))}"
-                )
+                out.append(f"  wording of vLLM {esc(s.releases)}: {esc(_flat(s.note))}")
+            if s.when:
+                out.append(f"  seen {esc(s.when)}: {esc(_flat(s.note))}")
             for e in s.evidence:
                 head = f"  matched line {e.number}: "
                 for i, ln in enumerate(e.lines):
@@ -105,6 +109,10 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
             out.append("  shortcuts that did not restore service in the scenario's lab:")
             out += [f"    {esc(s)}" for s in f.shortcuts]
     return out
+
+
+def _flat(text: str | None) -> str:
+    return " ".join((text or "").split())
 
 
 def fold(line: str, limit: int = LINE_LIMIT) -> str:

@@ -135,6 +135,48 @@ class NodeSignature(Model):
     within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
 
 
+class TriageSignature(Model):
+    """The same fault as a log outside the scenario's own run shows it, read by `gameday triage`
+    only (a run never checks it): another moment of the fault, such as the engine started with
+    the cause already there, or a paste that holds only part of what the run's signature
+    quotes."""
+
+    when: Annotated[str, Field(min_length=1, max_length=200)] = Field(
+        description="When a log shows these lines, as the finding says it (for instance: at "
+        "start-up, the stranger already on the GPU)."
+    )
+    note: Annotated[str, Field(min_length=1, max_length=4000)] = Field(
+        description="What vLLM prints here and where in its source (file, function, the "
+        "releases read), since a signature no run checks is a claim a reader must be able to "
+        "check."
+    )
+    view: str = Field(
+        default="the serving node's",
+        description="Whose log this is, as `gameday triage` names it in a finding.",
+    )
+    in_order: list[Pattern] = Field(
+        default=[], description="The lines, in order; or `stalled_stats` instead."
+    )
+    stalled_stats: Annotated[int | None, Field(ge=2, le=100)] = Field(
+        default=None,
+        description="Instead of patterns: at least this many consecutive periodic stats lines "
+        "of one engine (`Avg prompt throughput: ...`) with requests running, no token made and "
+        "the scheduler's figures unchanged (runner.triage.stall).",
+    )
+    cut_before_cause: bool = Field(
+        default=False,
+        description="vLLM logs the failure's root cause with these lines (a traceback that "
+        "ends in its exception): a paste that shows no exception but the engine's own death "
+        "wrappers is cut before the cause, and the finding says so.",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TriageSignature:
+        if bool(self.in_order) == (self.stalled_stats is not None):
+            raise ValueError("a triage entry has either in_order or stalled_stats")
+        return self
+
+
 class Expectation(Model):
     failure: FailureMode = FailureMode.EXIT
     signature: Signature | None = None

@@ -31,7 +31,7 @@ from pydantic import (
 
 from runner.errors import ScenarioError
 from runner.spec.actions import Action, Rollback, ScrapeTargets
-from runner.spec.expectations import Detection, Expectation, RecoveryStep
+from runner.spec.expectations import Detection, Expectation, RecoveryStep, TriageSignature
 from runner.spec.kinds import (
     API_VERSION,
     MAX_WINDOW_S,
@@ -254,6 +254,11 @@ class Scenario(Model):
         json_schema_extra={
             "propertyNames": {"anyOf": [{"enum": list(Era)}, {"pattern": RELEASES}]}
         },
+    )
+    triage: list[TriageSignature] = Field(
+        default=[],
+        description="The same fault as logs outside the scenario's run show it, for `gameday "
+        "triage` only: each with when it shows so and a note citing the vLLM source.",
     )
     per_platform: dict[Platform, PlatformVariant] = Field(
         default={},

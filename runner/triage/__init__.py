@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from runner.spec.expectations import NodeSignature, Pattern
+from runner.spec.expectations import NodeSignature, Pattern, TriageSignature
 from runner.spec.kinds import Outcome
 from runner.spec.probes import AnyProbe, InferenceProbe
 from runner.spec.scenario import LoadedScenario, Scenario
 from runner.triage.advice import advise
+from runner.triage.cause import shows_cause
 from runner.triage.cut import find_cut
 from runner.triage.match import Evidence, Log, find_in_order
 from runner.triage.normalise import (
@@ -33,6 +34,7 @@ from runner.triage.normalise import (
     fold_typography,
     normalise,
 )
+from runner.triage.stall import find_stall
 from vllmfacts import startup
 from vllmfacts.startup import StartupPhase
 from vllmfacts.wording import Era, Platform
@@ -76,7 +78,9 @@ class Sighting:
     evidence: tuple[Evidence, ...]
     releases: str | None = None  # the per_vllm releases whose wording matched, if dated
     note: str | None = None  # that entry's note: what those releases print, and where
-    cut: str | None = None  # the paste is cut: "message" (its start only) or "raise"
+    # the paste is cut: "message" (its start only), "raise" or "cause" (before the root cause)
+    cut: str | None = None
+    when: str | None = None  # the scenario's triage signature that matched: when a log shows it
 
 
 @dataclass(frozen=True)
@@ -110,14 +114,15 @@ def identifying(patterns: Sequence[Pattern], all_if_none: bool = False) -> list[
     return marked if marked or not all_if_none else list(patterns)
 
 
-Signature = tuple[str, str, list[Pattern], str | None]
+Signature = tuple[str, str, list[Pattern], str | None, TriageSignature | None]
 
 
 def signatures(ls: LoadedScenario) -> list[Signature]:
-    """(view, node, identifying patterns, releases) of every signature the scenario declares,
-    on every lab kind it runs on, for every vLLM version and platform (a pasted log may be
-    any's), each once; then those of its per_vllm entries for releases no lab runs, with the
-    releases they date."""
+    """(view, node, identifying patterns, releases, triage entry) of every signature the
+    scenario declares, on every lab kind it runs on, for every vLLM version and platform (a
+    pasted log may be any's), each once; then those of its per_vllm entries for releases no lab
+    runs, with the releases they date; then its triage entries (the fault as logs outside its
+    run show it), all their patterns where they mark none identifying."""
     out: list[Signature] = []
     seen: set[tuple[str, ...]] = set()
     variants: list[tuple[Scenario, str | None]] = [
@@ -140,7 +145,13 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
             key = (view, *(p.regex for p in pats))
             if pats and key not in seen:
                 seen.add(key)
-                out.append((view, node, pats, releases))
+                out.append((view, node, pats, releases, None))
+    for entry in ls.scenario.triage:
+        pats = identifying(entry.in_order, all_if_none=True)
+        key = (entry.view, *(p.regex for p in pats))
+        if key not in seen:
+            seen.add(key)
+            out.append((entry.view, ls.scenario.target, pats, None, entry))
     return out
 
 
@@ -272,24 +283,40 @@ def triage(
     log = Log(normalise(text, deadline), deadline)
     found: list[tuple[LoadedScenario, list[Sighting]]] = []
     for ls in scenarios:
-        sightings = []
-        sigs = signatures(ls)
-        for view, node, pats, releases in sigs:
-            # a pattern's literal typography is folded as the pasted text is (normalise)
-            ev = find_in_order(log, [(_folded(p.regex), p.description) for p in pats])
-            if ev is not None:
-                sightings.append(_sighting(ls, view, node, ev, releases))
-        # only a failure the log does not show whole is looked for cut short
-        for view, node, pats, releases in sigs if not sightings else ():
-            hit = _cut_short(log, pats)
-            if hit is not None:
-                ev, how = hit
-                sightings.append(_sighting(ls, view, node, ev, releases, how))
+        sightings = _sightings(ls, log)
         if sightings:
             found.append((ls, _distinct(sightings)))
     markers = _marker_lines(log) if found else []
     findings = [_finding(ls, sightings, log, markers) for ls, sightings in found]
     return sorted(_most_telling(findings), key=lambda f: f.first_line)
+
+
+def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
+    """The scenario's sightings in the log: by the signatures its runs check; where those show
+    nothing, by its triage entries (another moment of the fault, or a part of what the run's
+    signature quotes, which adds nothing where the whole is there); where those show nothing
+    either, by any of them cut short."""
+    sigs = signatures(ls)
+    sightings: list[Sighting] = []
+    for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
+        for view, node, pats, releases, entry in group if not sightings else ():
+            if entry is not None and entry.stalled_stats is not None:
+                ev = find_stall(log, entry.stalled_stats)
+            else:
+                # a pattern's literal typography is folded as the pasted text is (normalise)
+                ev = find_in_order(log, [(_folded(p.regex), p.description) for p in pats])
+            if ev:
+                cause = entry is not None and entry.cut_before_cause and not shows_cause(log)
+                sightings.append(
+                    _sighting(ls, view, node, ev, releases, "cause" if cause else None, entry)
+                )
+    # only a failure the log does not show whole is looked for cut short
+    for view, node, pats, releases, entry in sigs if not sightings else ():
+        hit = _cut_short(log, pats) if pats else None
+        if hit is not None:
+            ev, how = hit
+            sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
+    return sightings
 
 
 def _sighting(
@@ -299,10 +326,14 @@ def _sighting(
     ev: list[Evidence],
     releases: str | None,
     cut: str | None = None,
+    entry: TriageSignature | None = None,
 ) -> Sighting:
     pod = next((ln.node for e in ev for ln in e.lines if ln.node), None)
     note = ls.scenario.wordings()[releases].note if releases else None
-    return Sighting(view, node, pod, tuple(ev), releases, note, cut)
+    if entry is not None:
+        note = entry.note
+    when = None if entry is None else entry.when
+    return Sighting(view, node, pod, tuple(ev), releases, note, cut, when)
 
 
 def _cut_short(log: Log, pats: list[Pattern]) -> tuple[list[Evidence], str] | None:

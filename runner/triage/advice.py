@@ -9,6 +9,11 @@ token (vllmfacts.memory) where it agrees with the message's "needed" figure; els
 own numbers give it by proportion. The advice says which.
 Figures no vLLM could have run with (not finite, not positive, a tensor-parallel size that does
 not divide the model's heads) give no numbers: the advice says which figure and why.
+
+A start-up refused for free memory (captures `free`, `total`, `util`, `requested`) gets what
+another process holds and the utilisation that would fit beside it; an engine's death (a capture
+`death`) whose paste shows no root cause gets where that cause is; a stalled engine (stats
+lines with `running` requests) how to see it and what brings it back.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+from runner.triage.cause import shows_cause
 from runner.triage.match import Log
 from vllmfacts import memory
 from vllmfacts.gpu import gpu_types
@@ -49,6 +55,10 @@ _LABEL = {
     "needed": "GiB needed",
     "available": "GiB available",
     "tokens": "KV cache tokens",
+    "free": "GiB free",
+    "total": "GiB total",
+    "util": "GPU memory utilization",
+    "requested": "GiB requested",
 }
 
 
@@ -231,6 +241,55 @@ def kv_tokens(caps: Mapping[str, str], log: Log) -> list[str]:
     ]
 
 
+NVIDIA_SMI = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"
+
+
+def free_memory(caps: Mapping[str, str]) -> list[str]:
+    """Advice for vLLM's start-up check (vllm/v1/worker/utils.py request_memory): the device
+    had `free` of `total` GiB free, and `util` of it (`requested` GiB) is the engine's budget.
+    What is not free then is another process's (and this engine's own CUDA context, a few
+    hundred MiB: the check runs after the device is initialised). Raises Unusable for figures no
+    vLLM run could show."""
+    free, total, util, requested = (
+        _number(caps, k) for k in ("free", "total", "util", "requested")
+    )
+    if free is None or total is None or util is None or requested is None:
+        return []
+    if util > 1:
+        raise Unusable(f"the log's utilisation {util:g} is not in (0, 1]")
+    if free >= requested or free > total:
+        raise Unusable(
+            f"the log's {free:g} GiB free is not below its {requested:g} GiB budget and its "
+            f"{total:g} GiB total"
+        )
+    held = total - free
+    fits = math.floor(free / total * 100) / 100
+    return [
+        f"another process holds GPU memory: {held:.2f} GiB of the device's {total:g} GiB was in "
+        f"use when vLLM started (its own CUDA context is a few hundred MiB of it), so "
+        f"--gpu-memory-utilization {util:g} ({requested:g} GiB) did not fit in the {free:g} GiB "
+        f"free; list what holds it on the node: {NVIDIA_SMI}",
+        "stop that process (a stray server, an engine from an earlier run that did not exit, a "
+        "notebook), then start vLLM again",
+        f"--gpu-memory-utilization {fits:.2f} would fit the free memory, but the engine then "
+        "shares the GPU with that process: a kernel loaded at run time may be refused (CUDA "
+        "error 800, this scenario's runtime failure)",
+    ]
+
+
+def engine_death(log: Log) -> list[str]:
+    """Where the root cause of an engine's death is when the paste shows none
+    (runner.triage.cause)."""
+    if shows_cause(log):
+        return []
+    return [
+        "the paste shows no root cause: vLLM logs it as the engine core's traceback before this "
+        '(after "EngineCore encountered a fatal error."); paste the lines before it. Where the '
+        "engine core logged none, it was killed from outside (SIGKILL, the kernel's OOM killer: "
+        "`dmesg | grep -i 'killed process'` on the node)",
+    ]
+
+
 def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], log: Log) -> list[str]:
     """Advice from the first evidence with KV-shortage figures. Figures that cannot be computed
     with give one line saying why, in place of numbers."""
@@ -247,4 +306,25 @@ def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], log: Log) -> 
                 return [f"no numeric advice: {exc}"]
             except ArithmeticError as exc:
                 return [f"no numeric advice: the log's figures cannot be computed with ({exc})"]
+        if {"free", "total", "util", "requested"} <= caps.keys():
+            try:
+                return free_memory(caps)
+            except Unusable as exc:
+                return [f"no numeric advice: {exc}"]
+    if any("death" in caps for caps, _ in evidence_caps):
+        return engine_death(log)
+    for caps, _ in evidence_caps:
+        if {"running", "lines"} <= caps.keys():
+            return stalled(caps["running"], caps["lines"])
     return []
+
+
+def stalled(running: str, lines: str) -> list[str]:
+    """Advice for an engine whose stats lines show it stalled (runner.triage.stall)."""
+    return [
+        f"{running} request(s) running and not one token made over {lines} stats lines; /health "
+        "answers 200 for such an engine (it only notices an engine core that exited): probe "
+        "with an inference request, not /health",
+        "`py-spy dump --pid <pid>` of the process titled VLLM::EngineCore shows where it is "
+        "stuck; then restart the server (nothing else ends the hang)",
+    ]

@@ -106,7 +106,7 @@ def test_runtime_stamps_are_stripped() -> None:
 def test_every_signature_a_scenario_declares() -> None:
     by_id = {
         ls.scenario.metadata.id: [
-            (view, node, [p.description for p in pats]) for view, node, pats, _ in signatures(ls)
+            (view, node, [p.description for p in pats]) for view, node, pats, *_ in signatures(ls)
         ]
         for ls in SCEN
     }
@@ -193,7 +193,13 @@ def test_every_signature_a_scenario_declares() -> None:
         ],
         "silent-wrong-output": [],  # silent: no log line, only the correctness probe
         "stray-gpu-process": [
-            ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"])
+            ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"]),
+            # triage: the engine started with the stranger already there
+            (
+                "the serving node's",
+                "node1",
+                ["the worker's start-up check finds less free memory than the engine's budget"],
+            ),
         ],
         "gpu-xid-error": [
             (
@@ -218,6 +224,14 @@ def test_every_signature_a_scenario_declares() -> None:
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
             # per_vllm."0.6.0-0.8.4": the V0 API server's own words
             ("the serving node's", "serving", ["the V0 API server finds its engine dead"]),
+            # triage: the death's other lines, the cause missing from the paste
+            ("the serving node's", "serving", ["the engine core's busy loop raised"]),
+            (
+                "the serving node's",
+                "serving",
+                ["the V0 engine's death, as its API server raises it"],
+            ),
+            ("the serving node's", "serving", ["the engine core's process exited"]),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [("a client's", "serving", [ANSWERED])],
@@ -227,7 +241,8 @@ def test_every_signature_a_scenario_declares() -> None:
         "tp-head-divisibility": [
             ("the serving node's", "node1", ["the heads do not split over the ranks"])
         ],
-        "engine-core-hang": [],  # silent: a hung engine logs nothing to recognise it by
+        # silent: a hung engine logs nothing of its own; triage reads its stalled stats lines
+        "engine-core-hang": [("the serving node's", "serving", [])],
         # silent at the proxy; the decode engine says why
         "pd-kv-handshake": [
             (

@@ -179,6 +179,8 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
             "pod": "node2-0",
             "releases": None,  # the wording of the releases the labs run
             "releases_note": None,
+            "when": None,  # the run's own signature, not a triage entry's
+            "when_note": None,
             "cut": None,  # the message is whole
             "evidence": [
                 {
