@@ -196,12 +196,15 @@ def boot(state_dir: Path) -> None:
 
 
 def boot_id(state_dir: Path) -> str:
-    """This boot's id (a node that never booted through `boot` boots now)."""
+    """This boot's id. A node that never booted through `boot` (a new GPU volume) gets one now,
+    its kernel log kept: what is in it was logged during this boot."""
+    path = state_dir / BOOT_ID_FILE
     try:
-        return (state_dir / BOOT_ID_FILE).read_text().strip()
+        return path.read_text().strip()
     except FileNotFoundError:
-        boot(state_dir)
-        return (state_dir / BOOT_ID_FILE).read_text().strip()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(uuid.uuid4()) + "\n")
+        return path.read_text().strip()
 
 
 def count_xids(state_dir: Path) -> dict[Xid, int]:

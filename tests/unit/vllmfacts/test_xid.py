@@ -70,3 +70,11 @@ def test_the_watch_counts_xid_lines_by_kind(tmp_path: Path) -> None:
 def test_the_dmesg_prefix_is_printks() -> None:
     assert xid.dmesg_prefix(0.000001) == "[    0.000001] "
     assert re.fullmatch(r"\[\d{6}\.\d{6}\] ", xid.dmesg_prefix(123456.5))
+
+
+def test_the_watch_of_a_node_that_never_booted_keeps_its_kernel_log(tmp_path: Path) -> None:
+    """A new GPU volume has no boot id: the watch gives it one and counts what is logged."""
+    xid.append_kernel_log(tmp_path, xid.kernel_lines(Xid.FALLEN_OFF_THE_BUS, None, None), 9.5)
+    prom = xid.write_watch(tmp_path).read_text()
+    assert f'{{boot_id="{xid.boot_id(tmp_path)}",xid="79"}} 1\n' in prom
+    assert xid.count_xids(tmp_path)[Xid.FALLEN_OFF_THE_BUS] == 1
