@@ -66,7 +66,7 @@ def test_the_runtime_scenarios_on_kubernetes(
     assert dhcp[0] == "applies to local, compose, not to a kubernetes lab"
     assert "Prometheus discovers nodes through the API" in " ".join(dhcp[1].split())
     xid = scenarios["gpu-xid-error"]["notes"]
-    assert xid[0] == "applies to local, not to a kubernetes lab"
+    assert xid[0] == "applies to local, compose, not to a kubernetes lab"
     assert "outside every pod" in " ".join(xid[1].split())
 
     head = scenarios["head-only-restart"]
