@@ -16,7 +16,7 @@ from runner.drill.bus import STATUS_FILE, read_status
 from runner.labs import open_lab
 from runner.workshop.drills import drilling, read_record
 from runner.workshop.seats import Workshop
-from runner.workshop.summary import clock
+from runner.workshop.summary import clock, failed_of
 
 IDLE = "idle"  # up, no drill (yet)
 DOWN = "down"  # the seat's lab is not up
@@ -175,6 +175,4 @@ def table(board: Scoreboard) -> Table:
 
 def failed(r: SeatRow) -> str:
     """The requests that failed since the fault, of those answered."""
-    if r.users_sent is None or r.users_failed is None:
-        return "-"
-    return f"{r.users_failed} of {r.users_sent}"
+    return failed_of(r.users_failed, r.users_sent)

@@ -167,11 +167,16 @@ def summarise(ws: Workshop, folder: Path, now: datetime | None = None) -> Worksh
     )
 
 
-def users_failed(d: SeatDrill) -> str:
-    """The requests that failed from the fault on, of those answered; `-` without a load."""
-    if d.users_sent is None or d.users_failed is None:
+def failed_of(failed: int | None, sent: int | None) -> str:
+    """Users' requests failed of those answered ("120 of 200"); `-` without a load."""
+    if sent is None or failed is None:
         return "-"
-    return f"{d.users_failed} of {d.users_sent}"
+    return f"{failed} of {sent}"
+
+
+def users_failed(d: SeatDrill) -> str:
+    """The requests that failed from the fault on, of those answered."""
+    return failed_of(d.users_failed, d.users_sent)
 
 
 def clock(v: float | None) -> str:
