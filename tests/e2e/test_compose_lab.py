@@ -189,6 +189,35 @@ def test_missing_image_is_one_message_and_nothing_created(state: Path, tmp_path:
     assert _no_lab_objects(state) == []
 
 
+def test_an_image_of_other_sources_is_refused(state: Path, tmp_path: Path) -> None:
+    """An image `gameday lab build` made from other sources (its inputs label differs from the
+    checkout's) would run other code than the runner asserts against: refused, naming the fix.
+    The lab is another project, so that this module's lab being up does not matter."""
+    import io
+
+    client = docker_or_skip()
+    ok(gd(state, "lab", "build", "--lab", str(INVENTORY)))  # cached when built
+    tag = "gameday-lab:other-sources"
+    dockerfile = b"FROM gameday-lab:latest\nLABEL gameday.inputs=0000000000000000\n"
+    client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
+    inv = _variant(
+        tmp_path,
+        **{
+            "image: gameday-lab:latest": f"image: {tag}",
+            "project: gameday-compose": "project: gameday-other-sources",
+        },
+    )
+    try:
+        p = gd(state, "lab", "up", "--lab", str(inv))
+        assert p.returncode == 3, p.stderr
+        assert f"the lab image {tag} was built from other sources" in p.stderr, p.stderr
+        assert f"gameday lab build --lab {inv}" in p.stderr
+        assert "Traceback" not in p.stderr
+    finally:
+        gd(state, "lab", "down", "--lab", str(inv))  # a lab that came up after all
+        client.images.remove(tag, force=True)
+
+
 def test_port_taken_is_one_message_and_nothing_created(state: Path) -> None:
     docker_or_skip()
     with socket.socket() as s:

@@ -152,6 +152,42 @@ def inputs_hash(base_id: str, files: SourceFiles, dockerfile: Path = PACKAGED_DO
     return h.hexdigest()[:16]
 
 
+def current_inputs(client: Any, spec: ComposeSpec) -> str | None:
+    """The inputs hash `build` would give the lab image now, from the base image on the machine
+    (nothing is pulled), or None when it cannot be known here: no base image, or gameday neither
+    in its checkout nor installed."""
+    import docker
+
+    for name in (spec.base_image, OFFLINE_BASE):
+        try:
+            base_id = client.images.get(name).id
+            break
+        except docker.errors.ImageNotFound:
+            continue
+    else:
+        return None
+    if in_checkout():
+        return inputs_hash(base_id, checkout_files())
+    try:
+        return inputs_hash(base_id, installed_files(importlib.metadata.distribution(DISTRIBUTION)))
+    except (importlib.metadata.PackageNotFoundError, LabError):
+        return None
+
+
+def check_current(client: Any, spec: ComposeSpec, inventory_path: Path) -> None:
+    """LabError when the lab image was built by `build` from other inputs than this gameday's:
+    it would run other code in the lab than the runner asserts against, and say nothing of it.
+    An image without the inputs label (not built by gameday) is the user's to answer for."""
+    built_from = (client.images.get(spec.image).labels or {}).get("gameday.inputs")
+    now = current_inputs(client, spec) if built_from else None
+    if built_from and now and built_from != now:
+        raise LabError(
+            f"the lab image {spec.image} was built from other sources than this gameday's "
+            f"(its inputs {built_from}, these {now}): the lab would run other code",
+            hint=f"gameday lab build --lab {inventory_path}",
+        )
+
+
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 

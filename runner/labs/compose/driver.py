@@ -57,7 +57,7 @@ from runner.labs.common.alertmanager_config import webhook_url, write_alertmanag
 from runner.labs.common.network import configured_addresses
 from runner.labs.common.prometheus_config import write_prometheus
 from runner.labs.compose import hostactions, project
-from runner.labs.compose.build import docker_client
+from runner.labs.compose.build import check_current, docker_client
 from runner.labs.compose.configs import ConfigFiles, config_of, receiver_listen
 from runner.labs.compose.hosts import NodeHosts
 from runner.labs.compose.project import LABEL, compose_command, compose_file
@@ -179,6 +179,7 @@ class ComposeLab(LabDriver):
                 "(gameday_lab.compose.file) does not exist"
             )
         project.check_project(self.docker, self.spec, self.inventory)
+        check_current(self.docker, self.spec, self.inventory.path)
         self._check_compose_file()
 
     def _resolved(self) -> dict[str, Any]:
