@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from bench_compose import detection_latency as compose_latency  # noqa: E402
 from engine_stamp import LAUNCHER, STAMP_VAR  # noqa: E402
 from overhead import CATEGORIES, split  # noqa: E402
+from seeds import SEVEN  # noqa: E402
 
 from runner.labs import wait_all_ready  # noqa: E402
 from runner.labs.base import Change, ChangeKind, NodeConfig  # noqa: E402
@@ -48,7 +49,6 @@ from runner.spec.inventory import Inventory  # noqa: E402
 from runner.spec.inventory_load import load_inventory  # noqa: E402
 from runner.spec.scenario import load_scenario  # noqa: E402
 
-SEVEN = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))  # the seven
 ALERT_OF = {
     "head-only-restart": "ServingDown",
     "stray-gpu-process": "ServingDown",

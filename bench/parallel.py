@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from instance_cost import Sampler, local_roots  # bench/, this script's folder
+from seeds import SEVEN
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "inventories" / "local.yaml"
-SEVEN = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
 NODES = 5  # the local lab's
 
 
