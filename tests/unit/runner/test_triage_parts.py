@@ -202,6 +202,7 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
             "when": None,  # the run's own signature, not a triage entry's
             "when_note": None,
             "cut": None,  # the message is whole
+            "cut_before": None,  # nor cut before a line the run's signature quotes
             "evidence": [
                 {
                     "line": 1,
