@@ -232,12 +232,19 @@ class Log:
         self.deadline = deadline
         n = len(lines)
         texts, nodes = lines.texts, lines.nodes
-        # 1 where a line cannot continue the one before: blank, another node's, a record's start
+        # 1 where a line cannot continue the one before: blank, another node's (than the last
+        # line a collector's prefix named), a record's start. A line without a prefix continues
+        # one with it: a paste wrapped at a fixed column after the prefix was written carries it
+        # on the first line only
         starts = bytearray(n)
         match = _RECORD_START.match
+        last: str | None = None
         for k in range(n):
-            t = texts[k]
-            starts[k] = not k or not t or nodes[k] != nodes[k - 1] or match(t) is not None
+            t, node = texts[k], nodes[k]
+            other = node is not None and node != last
+            starts[k] = not k or not t or other or match(t) is not None
+            if node is not None:
+                last = node
         self._check()
         # the end of each line's longest window: MAX_SPAN lines, or the next record's start
         ends = array("l", range(MAX_SPAN, n + MAX_SPAN))

@@ -95,6 +95,21 @@ def test_a_hard_wrapped_message_reads_whole_where_it_broke_mid_word_and_at_a_spa
     hit = find(wrapped, rx)
     assert hit is not None and (hit[1].number, hit[1].captures) == (1, {"v": "tcp://1.2.3.4:80"})
     assert loose(r"a b +c\s*d\s[ ]e {2}f") == r"a ?b *c\s*d\s?[ ]e *f"
+    # a collector's prefix on the first line only: the lines after it continue it
+    prefixed = normalise(
+        "[pod/a/c] VLLM_PORT 'tcp://1.2.3.\n4:80' appears to be a\nURI. This\n[pod/b/c] x"
+    )
+    hit = find(prefixed, rx)
+    assert hit is not None and [ln.number for ln in hit[1].lines] == [1, 2, 3]
+    assert (
+        find(
+            normalise(
+                "[pod/a/c] VLLM_PORT 'tcp://1.2.3.4:80' appears to be a\n[pod/b/c] URI. This"
+            ),
+            rx,
+        )
+        is None
+    )
     # the words must still be there, in order
     assert find(normalise("VLLM_PORT 'tcp://1.2.3.\n4:80' appears to\nURI. This"), rx) is None
 
