@@ -52,6 +52,7 @@ def as_dict(name: str, findings: Sequence[Finding]) -> dict[str, Any]:
                         "when": s.when,
                         "when_note": _flat(s.note) if s.note and s.when else None,
                         "cut": s.cut,
+                        "cut_before": s.lacks,
                         "evidence": [
                             {
                                 "line": e.number,
@@ -89,7 +90,9 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
             out.append(f"  phase reached: {f.phase.value} ({_PHASE_SOURCE[f.phase_source]})")
         for s in f.sightings:
             out.append(f"  view: {esc(_where(s))}")
-            if s.cut:
+            if s.cut == "before":
+                out.append(f"  the paste is cut before {s.lacks}: paste the lines before these")
+            elif s.cut:
                 out.append(f"  {_CUT[s.cut]}")
             if s.releases:
                 out.append(f"  wording of vLLM {esc(s.releases)}: {esc(_flat(s.note))}")

@@ -154,6 +154,11 @@ class TriageSignature(Model):
         default="the serving node's",
         description="Whose log this is, as `gameday triage` names it in a finding.",
     )
+    node: str | None = Field(
+        default=None,
+        description="The scenario's node whose log this is (default: the target), where the "
+        "lines are another node's, such as the prefill engine of a proxy's scenario.",
+    )
     in_order: list[Pattern] = Field(
         default=[], description="The lines, in order; or `stalled_stats` instead."
     )
@@ -162,6 +167,12 @@ class TriageSignature(Model):
         description="Instead of patterns: at least this many consecutive periodic stats lines "
         "of one engine (`Avg prompt throughput: ...`) with requests running, no token made and "
         "the scheduler's figures unchanged (runner.triage.stall).",
+    )
+    cut_before: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None,
+        description="What the fault logs before these lines, which the run's signature quotes "
+        "and these do not (for instance: the driver's Xid line): a paste that shows these and "
+        "not the run's signature is cut before it, and the finding says so in these words.",
     )
     cut_before_cause: bool = Field(
         default=False,

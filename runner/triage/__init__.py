@@ -78,9 +78,11 @@ class Sighting:
     evidence: tuple[Evidence, ...]
     releases: str | None = None  # the per_vllm releases whose wording matched, if dated
     note: str | None = None  # that entry's note: what those releases print, and where
-    # the paste is cut: "message" (its start only), "raise" or "cause" (before the root cause)
+    # the paste is cut: "message" (its start only), "raise", "cause" (before the root cause) or
+    # "before" (before the line `lacks` says)
     cut: str | None = None
     when: str | None = None  # the scenario's triage signature that matched: when a log shows it
+    lacks: str | None = None  # for a paste cut "before": what it lacks, in the scenario's words
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
         key = (entry.view, *(p.regex for p in pats))
         if key not in seen:
             seen.add(key)
-            out.append((entry.view, ls.scenario.target, pats, None, entry))
+            out.append((entry.view, entry.node or ls.scenario.target, pats, None, entry))
     return out
 
 
@@ -306,16 +308,20 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 # a pattern's literal typography is folded as the pasted text is (normalise)
                 ev = find_in_order(log, [(_folded(p.regex), p.description) for p in pats])
             if ev:
-                cause = entry is not None and entry.cut_before_cause and not shows_cause(log)
-                sightings.append(
-                    _sighting(ls, view, node, ev, releases, "cause" if cause else None, entry)
-                )
-    # only a failure the log does not show whole is looked for cut short
-    for view, node, pats, releases, entry in sigs if not sightings else ():
-        hit = _cut_short(log, pats) if pats else None
-        if hit is not None:
-            ev, how = hit
-            sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
+                how = None
+                if entry is not None and entry.cut_before_cause and not shows_cause(log):
+                    how = "cause"
+                elif entry is not None and entry.cut_before:
+                    how = "before"  # the run's signature, which quotes that line, found nothing
+                sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
+    # only a failure the log does not show whole is looked for cut short, in the same order:
+    # a triage entry that quotes part of a run's signature adds nothing where that one is found
+    for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
+        for view, node, pats, releases, entry in group if not sightings else ():
+            hit = _cut_short(log, pats) if pats else None
+            if hit is not None:
+                ev, how = hit
+                sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
     return sightings
 
 
@@ -333,7 +339,8 @@ def _sighting(
     if entry is not None:
         note = entry.note
     when = None if entry is None else entry.when
-    return Sighting(view, node, pod, tuple(ev), releases, note, cut, when)
+    lacks = entry.cut_before if entry is not None and cut == "before" else None
+    return Sighting(view, node, pod, tuple(ev), releases, note, cut, when, lacks)
 
 
 def _cut_short(log: Log, pats: list[Pattern]) -> tuple[list[Evidence], str] | None:

@@ -31,7 +31,7 @@ import re2
 
 from runner.spec.expectations import Pattern
 from runner.spec.patterns import compile_user
-from runner.triage.match import _OPTIONS, Evidence, Log, _finder
+from runner.triage.match import _OPTIONS, Evidence, Log, _finder, loose
 
 MIN_LITERAL = 24  # literal characters a cut message must still show
 # what a writer closes a shortened message with before the record ends: an ellipsis, the end of
@@ -149,11 +149,29 @@ def _flat(tokens: list[str]) -> list[str]:
     return out
 
 
+def _partial(token: str) -> str | None:
+    """What a message cut inside a group of alternatives shows of it: a start of any of them
+    (a quoted id cut half way: `'request_id': 'cmp`), or None for any other part (a literal,
+    a class, or a repeated group, which the parts around it already cut before or after)."""
+    opener = _OPENER.match(token)
+    if opener is None or token[opener.end() : opener.end() + 1] == "?":
+        return None
+    close = token.rindex(")")
+    if token[close + 1 :] not in ("", "?"):
+        return None
+    alts = _top_alternatives(_tokens(token[opener.end() : close]))
+    if len(alts) < 2:
+        return None
+    return "(?:" + "|".join(_nested(_flat(alt)) for alt in alts) + ")"
+
+
 def _nested(parts: list[str]) -> str:
-    """Each part optional after the one before it: `a(?:b(?:c)?)?`."""
+    """Each part optional after the one before it, `a(?:b(?:c)?)?`, a group of alternatives
+    also cut inside (_partial)."""
     out = ""
     for part in reversed(parts):
-        out = f"(?:{part}{out})?"
+        inside = _partial(part)
+        out = f"(?:{part}{out}|{inside})?" if inside else f"(?:{part}{out})?"
     return out
 
 
@@ -201,11 +219,14 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
     one RE2 pass over each of the log's joined texts."""
     cut = cut_pattern(pattern.regex)
     finder = _record_end_finder(cut[0]) if cut else None
-    if finder is None or start >= len(log.lines):
+    # the lines joined with nothing lose the spaces a hard wrap broke at (runner.triage.match)
+    joined_finder = _record_end_finder(loose(cut[0])) if cut else None
+    if finder is None or joined_finder is None or start >= len(log.lines):
         return None
     first: int | None = None
-    for data, at in ((log.spaced, log.spaced_at), (log.joined, log.joined_at)):
-        m = finder.search(data, at[start], len(data))
+    ways = ((finder, log.spaced, log.spaced_at), (joined_finder, log.joined, log.joined_at))
+    for f, data, at in ways:
+        m = f.search(data, at[start], len(data))
         if m is not None:
             k = bisect_right(at, m.start(), start, len(log.lines)) - 1
             first = k if first is None else min(first, k)

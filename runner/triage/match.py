@@ -3,8 +3,11 @@
 A pattern is tried on each line alone and, where that fails, on the line joined with the lines
 that continue it (up to `MAX_SPAN`; a continuation never starts a new record, comes from the same
 node and is not blank), joined both with a space (an editor wraps at a word) and with nothing (a
-terminal cuts mid-word). The evidence is the first line where the match starts, with the lines it
-needed.
+terminal cuts mid-word). A paste hard-wrapped at a fixed column does both in one message: a break
+mid-word or mid-number, and a break at a space that the paste's trailing spaces took with them.
+So the lines joined with nothing are read with every space of the pattern optional (`loose`): a
+message broken anywhere reads whole. The evidence is the first line where the match starts, with
+the lines it needed.
 
 Trying those windows at every line reads each line dozens of times per pattern, so a log is read
 in one pass per pattern instead: its lines are joined once, both ways, into two texts in which
@@ -23,6 +26,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import accumulate, pairwise
 from typing import Any
 
@@ -74,14 +78,18 @@ class Evidence:
         return " ".join(ln.text for ln in self.lines)
 
 
-def _search(rx: Regex, lines: Sequence[Line]) -> tuple[str, dict[str, str]] | None:
+def _search(
+    rx: Regex, lines: Sequence[Line], rx_loose: Regex | None = None
+) -> tuple[str, dict[str, str]] | None:
     """The separator and the groups of the first joining of `lines` the pattern matches, where
-    the match needs the first line (the same match without it belongs to a later start)."""
+    the match needs the first line (the same match without it belongs to a later start). Lines
+    joined with nothing are read by `rx_loose` (the pattern's spaces optional) where given."""
     for sep in (" ", "") if len(lines) > 1 else (" ",):
-        m = rx.search(sep.join(ln.text for ln in lines)[:MAX_LINE])
+        r = rx_loose if sep == "" and rx_loose is not None else rx
+        m = r.search(sep.join(ln.text for ln in lines)[:MAX_LINE])
         if not m:
             continue
-        if len(lines) > 1 and rx.search(sep.join(ln.text for ln in lines[1:])[:MAX_LINE]):
+        if len(lines) > 1 and r.search(sep.join(ln.text for ln in lines[1:])[:MAX_LINE]):
             continue
         return sep, {k: v for k, v in m.groupdict().items() if v is not None}
     return None
@@ -125,6 +133,57 @@ def unanchored(pattern: str) -> str:
             if c not in "^$":
                 out.append(c)
             i += 1
+    return "".join(out)
+
+
+_SPACE_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
+
+
+def loose(pattern: str) -> str:
+    """`pattern` with each of its spaces optional outside character classes (a literal space, an
+    escaped one or `\\s`, repeated or not): it matches what `pattern` matches with any of those
+    spaces gone, as a hard-wrapped line joined to its continuation loses the space it broke at."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        space = False
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            end = i + 2
+            if nxt == "Q":  # \Q...\E quotes literally
+                e = pattern.find("\\E", i + 2)
+                end = n if e < 0 else e + 2
+            elif nxt in ("p", "P", "x") and pattern[i + 2 : i + 3] == "{":
+                e = pattern.find("}", i + 3)
+                end = n if e < 0 else e + 1
+            space = not in_class and nxt in (" ", "s")
+            out.append(pattern[i:end])
+            i = end
+        elif in_class:
+            if c == "[" and pattern[i + 1 : i + 2] == ":" and (e := pattern.find(":]", i)) > 0:
+                out.append(pattern[i : e + 2])
+                i = e + 2
+                continue
+            in_class = c != "]"
+            out.append(c)
+            i += 1
+        elif c == "[":
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"  # a `]` first in a class is a character
+            out.append(pattern[i:j])
+            in_class, i = True, j
+        else:
+            space = c == " "
+            out.append(c)
+            i += 1
+        if space:
+            m = _SPACE_QUANT.match(pattern, i)
+            quant = m.group(0) if m else ""
+            lazy = "?" if len(quant) > 1 and quant.endswith("?") else ""
+            # none, one or more of them: whatever the count was, none is allowed
+            out.append("?" if not quant else quant if quant[0] in "*?" else "*" + lazy)
+            i += len(quant)
     return "".join(out)
 
 
@@ -173,12 +232,19 @@ class Log:
         self.deadline = deadline
         n = len(lines)
         texts, nodes = lines.texts, lines.nodes
-        # 1 where a line cannot continue the one before: blank, another node's, a record's start
+        # 1 where a line cannot continue the one before: blank, another node's (than the last
+        # line a collector's prefix named), a record's start. A line without a prefix continues
+        # one with it: a paste wrapped at a fixed column after the prefix was written carries it
+        # on the first line only
         starts = bytearray(n)
         match = _RECORD_START.match
+        last: str | None = None
         for k in range(n):
-            t = texts[k]
-            starts[k] = not k or not t or nodes[k] != nodes[k - 1] or match(t) is not None
+            t, node = texts[k], nodes[k]
+            other = node is not None and node != last
+            starts[k] = not k or not t or other or match(t) is not None
+            if node is not None:
+                last = node
         self._check()
         # the end of each line's longest window: MAX_SPAN lines, or the next record's start
         ends = array("l", range(MAX_SPAN, n + MAX_SPAN))
@@ -232,11 +298,18 @@ class Log:
         if self.deadline is not None:
             self.deadline.check()
 
-    def candidates(self, finder: Any | None, start: int, windows: bool = True) -> Iterator[int]:
-        """In increasing order from `start`, lines where the unanchored search (`finder`) finds a
-        match beginning; no window starting before a yielded line's predecessor, nor between two
-        yielded lines, can match. Every line where there is no finder. Without `windows` (a
-        pattern for one line alone) the spaced text, which holds every line, is enough."""
+    def candidates(
+        self,
+        finder: Any | None,
+        start: int,
+        windows: bool = True,
+        joined_finder: Any | None = None,
+    ) -> Iterator[int]:
+        """In increasing order from `start`, lines where the unanchored search (`finder`, and
+        `joined_finder` in the joined text where given) finds a match beginning; no window
+        starting before a yielded line's predecessor, nor between two yielded lines, can match.
+        Every line where there is no finder. Without `windows` (a pattern for one line alone)
+        the spaced text, which holds every line, is enough."""
         n = len(self.lines)
         if finder is None:
             for k in range(start, n):
@@ -250,9 +323,12 @@ class Log:
             hi = min(n, pos + stretch)
             upto = min(n, hi + MAX_SPAN - 1)
             best = n
-            ways = ((self.spaced, self.spaced_at), (self.joined, self.joined_at))
-            for data, at in ways if windows else ways[:1]:
-                m = finder.search(data, at[pos], min(at[upto], len(data)))
+            ways = (
+                (finder, self.spaced, self.spaced_at),
+                (joined_finder or finder, self.joined, self.joined_at),
+            )
+            for f, data, at in ways if windows else ways[:1]:
+                m = f.search(data, at[pos], min(at[upto], len(data)))
                 if m is not None:
                     best = min(best, bisect_right(at, m.start(), pos, upto) - 1)
             if best > hi or best == n:  # no window starts in [pos, hi): each ends before upto
@@ -274,21 +350,34 @@ class Log:
 
 
 def _window(
-    log: Log, rx: Regex, i: int, anchored: bool, description: str
+    log: Log, rx: Regex, rx_loose: Regex, i: int, anchored: bool, description: str
 ) -> tuple[int, Evidence] | None:
-    """The shortest window of lines from line index `i` that the pattern matches, needing `i`."""
+    """The shortest window of lines from line index `i` that the pattern matches, needing `i`:
+    `rx` reads the lines joined by a space, `rx_loose` (its spaces optional) joined by nothing."""
     lines = log.lines
     last = log.ends[i]
     if last - i > 1 and not anchored:
         # a joining that does not match holds no shorter one that does
         window = lines[i:last]
-        if not any(rx.search(sep.join(ln.text for ln in window)[:MAX_LINE]) for sep in (" ", "")):
+        if not any(
+            r.search(sep.join(ln.text for ln in window)[:MAX_LINE])
+            for r, sep in ((rx, " "), (rx_loose, ""))
+        ):
             return None
     for end in range(i + 1, last + 1):
-        hit = _search(rx, lines[i:end])
+        hit = _search(rx, lines[i:end], rx_loose)
         if hit is not None:
             return end, Evidence(description, tuple(lines[i:end]), hit[1])
     return None
+
+
+@cache
+def _compiled_loose(regex: str) -> Regex:
+    """`regex` with its spaces optional (`loose`), or as it is where that does not compile."""
+    try:
+        return compile_user(loose(regex))
+    except ValueError:
+        return compile_user(regex)
 
 
 def find(
@@ -297,12 +386,15 @@ def find(
     """The first match of `regex` at or after line index `start`: the index after its last line,
     and the evidence."""
     log = log if isinstance(log, Log) else Log(log)
-    rx = compile_user(regex)
+    rx, rx_loose = compile_user(regex), _compiled_loose(regex)
     anchored = "^" in regex or "$" in regex
     tried = start - 1
-    for c in log.candidates(_finder(regex), start):
+    finder, joined_finder = _finder(regex), _finder(loose(regex))
+    if finder is None or joined_finder is None:
+        finder = joined_finder = None  # every line is tried
+    for c in log.candidates(finder, start, joined_finder=joined_finder):
         for i in range(max(c - 1, tried + 1), c + 1):
-            hit = _window(log, rx, i, anchored, description or regex)
+            hit = _window(log, rx, rx_loose, i, anchored, description or regex)
             if hit is not None:
                 return hit
         tried = c

@@ -149,6 +149,8 @@ def test_every_signature_a_scenario_declares() -> None:
                     "the allocator's OOM, or the runtime's at the capture's end",
                 ],
             ),
+            # triage: SGLang's capture, its wrapper around the OOM
+            ("the serving node's", "serving", ["SGLang's graph capture ran out of memory"]),
         ],
         "dhcp-address-change": [],  # no log signature at all
         "head-only-restart": [
@@ -168,6 +170,12 @@ def test_every_signature_a_scenario_declares() -> None:
             ("the serving node's", "serving", ["the V0 engine's wording, in tokens"]),
             ("the serving node's", "serving", ["the first V1 wording, in GB, no estimate"]),
             ("the serving node's", "serving", ["the estimate lost to a line break"]),
+            # triage: the message's middle, its start lost
+            (
+                "the serving node's",
+                "serving",
+                ["more KV cache needed for one request than the budget holds"],
+            ),
         ],
         "service-name-collision": [
             ("the serving node's", "serving", [""]),
@@ -209,7 +217,9 @@ def test_every_signature_a_scenario_declares() -> None:
                     "the GPU's XID (the driver's kernel-log line), or the engine's next CUDA "
                     "call failing on the GPU it broke"
                 ],
-            )
+            ),
+            # triage: the driver's GPU-lost line, the Xid line before it not pasted
+            ("the serving node's", "node1", ["the driver's GPU-lost line, printed with XID 79"]),
         ],
         "tp-mismatch": [
             ("the serving node's", "serving", [""]),
@@ -218,6 +228,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["more ranks than the NUMA nodes their threads may bind to"],
+            ),
+            # triage: Ray's placement group short of the world size
+            (
+                "the serving node's",
+                "serving",
+                ["Ray's placement group cannot hold one GPU for each rank"],
             ),
         ],
         "engine-core-death": [
@@ -256,6 +272,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "decode",
                 ["the decode engine's handshake with the prefill engine's side channel fails"],
             ),
+            # triage: the prefill's side channel never listening
+            (
+                "the prefill engine's",
+                "prefill",
+                ["the side channel's listener thread died (a ZMQError on its bind follows)"],
+            ),
         ],
         "nccl-watchdog-timeout": [
             (
@@ -274,8 +296,8 @@ def test_every_signature_a_scenario_declares() -> None:
 
 def edited_kv(tmp_path: Path, *edits: tuple[str, str]) -> LoadedScenario:
     # the edits are to the shared sections: the per_vllm entry's own text is kept as it is; the
-    # per_platform.cpu entry is left out, since its own signature names the failure by its KV
-    # line alone, whatever the shared sections say
+    # per_platform.cpu entry and the triage entries after it are left out, since their own
+    # signatures name the failure by its KV line alone, whatever the shared sections say
     source = (ROOT / "scenarios" / "kv-cache-shortage.yaml").read_text()
     text, per_vllm, tail = source.partition("\nper_platform:\n")[0].partition("\nper_vllm:\n")
     for old, new in edits:

@@ -4,6 +4,7 @@ the command's output."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -12,7 +13,8 @@ from runner.cli.main import main
 from runner.cli.triage_view import fold
 from runner.spec.scenario import discover, load_scenario
 from runner.triage import normalise, phase_of, triage
-from runner.triage.match import find
+from runner.triage.cut import cut_pattern
+from runner.triage.match import find, loose
 from vllmfacts.startup import StartupPhase
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -84,6 +86,39 @@ def test_a_wrapped_message_is_matched_across_its_lines() -> None:
     # the match belongs to the line it starts on
     hit = find(normalise("noise\nVLLM_PORT 'tcp://1.2.3.4:80' appears to be a URI. This"), rx)
     assert hit is not None and hit[1].number == 2
+
+
+def test_a_hard_wrapped_message_reads_whole_where_it_broke_mid_word_and_at_a_space() -> None:
+    # a fixed column breaks mid-number and at a space the copy dropped: neither joining alone
+    wrapped = normalise("VLLM_PORT 'tcp://1.2.3.\n4:80' appears to be a\nURI. This")
+    rx = r"VLLM_PORT '(?P<v>tcp://[0-9.]+:\d+)' appears to be a URI\. This"
+    hit = find(wrapped, rx)
+    assert hit is not None and (hit[1].number, hit[1].captures) == (1, {"v": "tcp://1.2.3.4:80"})
+    assert loose(r"a b +c\s*d\s[ ]e {2}f") == r"a ?b *c\s*d\s?[ ]e *f"
+    # a collector's prefix on the first line only: the lines after it continue it
+    prefixed = normalise(
+        "[pod/a/c] VLLM_PORT 'tcp://1.2.3.\n4:80' appears to be a\nURI. This\n[pod/b/c] x"
+    )
+    hit = find(prefixed, rx)
+    assert hit is not None and [ln.number for ln in hit[1].lines] == [1, 2, 3]
+    assert (
+        find(
+            normalise(
+                "[pod/a/c] VLLM_PORT 'tcp://1.2.3.4:80' appears to be a\n[pod/b/c] URI. This"
+            ),
+            rx,
+        )
+        is None
+    )
+    # the words must still be there, in order
+    assert find(normalise("VLLM_PORT 'tcp://1.2.3.\n4:80' appears to\nURI. This"), rx) is None
+
+
+def test_a_message_cut_inside_a_quoted_value_is_found_by_its_start() -> None:
+    head = "a transfer failed in the handshake, id: "
+    rx, _ = cut_pattern(head + r"(None|'[^']+'), engine: '[^']+'") or ("", "")
+    assert re.fullmatch(rx, head + "'cm") and re.fullmatch(rx, head + "None, engi")
+    assert not re.fullmatch(rx, head + "Nx")
 
 
 def test_phase_from_the_evidence() -> None:
@@ -182,6 +217,7 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
             "when": None,  # the run's own signature, not a triage entry's
             "when_note": None,
             "cut": None,  # the message is whole
+            "cut_before": None,  # nor cut before a line the run's signature quotes
             "evidence": [
                 {
                     "line": 1,

@@ -70,7 +70,7 @@ def every_window(log: Log, regex: str, start: int = 0) -> Any:
     rx = match.compile_user(regex)
     anchored = "^" in regex or "$" in regex
     for i in range(start, len(log.lines)):
-        hit = match._window(log, rx, i, anchored, regex)
+        hit = match._window(log, rx, match._compiled_loose(regex), i, anchored, regex)
         if hit is not None:
             return hit
     return None
