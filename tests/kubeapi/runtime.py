@@ -17,6 +17,7 @@ Every period (probe, back-off, grace) is divided by the time scale, like the lab
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import secrets
@@ -139,9 +140,21 @@ class NodeRuntime(ABC):
         self.runtimes: dict[str, PodRuntime] = {}  # pod uid -> its runtime
         self.stopping = threading.Event()
         self.started: list[Container] = []  # every container ever started, for stop_containers()
+        self.ips = itertools.cycle(range(2, 255))
 
     def seconds(self, real_s: float) -> float:
         return max(real_s / self.scale, 0.01)
+
+    def node_gpus(self, node: str) -> int:
+        """The GPUs the node has."""
+        return self.gpus
+
+    def pod_ip(self, p: dict[str, Any]) -> str:
+        """A StatefulSet pod's IP is the one its stable DNS name resolves to (see `resolve`);
+        any other pod's is the next one of 127.0.90.0/24."""
+        if p["spec"].get("subdomain"):
+            return stable_ip(p["metadata"]["namespace"], p["metadata"]["name"])
+        return f"127.0.90.{next(self.ips)}"
 
     # ---- where the pod's object lives ---------------------------------------------------------
 
@@ -199,7 +212,7 @@ class NodeRuntime(ABC):
             env[e["name"]] = resolve(_expand(str(e.get("value", "")), env))
         # the device plugin's share of the node; or, for a container that requests none, what
         # the NVIDIA runtime hands it for NVIDIA_VISIBLE_DEVICES (the scheduler never counts it)
-        gpus = gpu_request(p) or visible_gpus(env, self.gpus)
+        gpus = gpu_request(p) or visible_gpus(env, self.node_gpus(rt.node))
         if gpus:
             env |= {
                 "GAMEDAY_GPU": "a10g",
@@ -276,7 +289,7 @@ class NodeRuntime(ABC):
                 break
             env = self.container_env(p, c, rt)
             try:
-                cont = self.start(rt, c, env)
+                cont = self.start_container(rt, c, env)
             except OSError as exc:
                 # as containerd reports an entrypoint it cannot exec: StartError, exit code 128
                 msg = (
@@ -343,7 +356,7 @@ class NodeRuntime(ABC):
         self.finish(rt)
         rt.gone.set()
 
-    def start(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container:
+    def start_container(self, rt: PodRuntime, c: dict[str, Any], env: dict[str, str]) -> Container:
         argv = self.argv(c, env, rt.ip, rt.volumes)
         if shutil.which(argv[0], path=env.get("PATH")) is None:
             raise FileNotFoundError(f'"{argv[0]}": executable file not found in $PATH')
@@ -387,8 +400,12 @@ class NodeRuntime(ABC):
                     f"Stopping container {p['spec']['containers'][0]['name']}",
                     "kubelet",
                 )
-                grace = p["metadata"].get("deletionGracePeriodSeconds")
-                if grace is None:
+                # the grace period the deletion set; none left when the pod is already gone
+                now_p = self.pod(rt)
+                grace = (now_p or p)["metadata"].get("deletionGracePeriodSeconds")
+                if now_p is None:
+                    grace = 0
+                elif grace is None:
                     grace = p["spec"].get("terminationGracePeriodSeconds", 30)
                 self.kill(cont, self.seconds(float(grace)))
                 break

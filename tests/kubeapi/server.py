@@ -74,7 +74,6 @@ from tests.kubeapi.runtime import (
     not_found,
     now,
     pod_ready,
-    stable_ip,
 )
 from tests.support import kube_sd
 
@@ -190,7 +189,6 @@ class Cluster(NodeRuntime):
         super().__init__(time_scale, state_dir, gpus)
         self.nodes = [f"{NODE_PREFIX}{i + 1}" for i in range(nodes)]
         self.store = Store()
-        self.ips = itertools.cycle(range(2, 255))
         self.wake = threading.Event()
         self.bound: set[str] = set()  # uids of the pods a kubelet has taken
         self.ensure_default_namespace()
@@ -450,13 +448,6 @@ class Cluster(NodeRuntime):
         rt.node = node
         self.runtimes[uid] = rt
         threading.Thread(target=self.run_pod, args=(rt,), daemon=True).start()
-
-    def pod_ip(self, p: dict[str, Any]) -> str:
-        """A StatefulSet pod's IP is the one its stable DNS name resolves to (see `resolve`);
-        any other pod's is the next free one."""
-        if p["spec"].get("subdomain"):
-            return stable_ip(p["metadata"]["namespace"], p["metadata"]["name"])
-        return f"127.0.90.{next(self.ips)}"
 
     def unschedulable(self, p: dict[str, Any]) -> tuple[str | None, str]:
         """(why not, "") or (None, the node)."""
@@ -964,22 +955,8 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             argv = query.get("command") or []
             if not argv:
                 raise ApiError(400, "BadRequest", "you must specify at least 1 command")
-            if "websocket" not in (self.headers.get("Upgrade") or "").lower():
-                raise ApiError(400, "BadRequest", "Upgrade request required")
             target = api.c.exec_target(api.pod(ns, name), (query.get("container") or [None])[-1])
-            proto = kexec.choose_protocol(self.headers.get("Sec-WebSocket-Protocol"))
-            if proto is None:
-                raise ApiError(400, "BadRequest", "no supported WebSocket subprotocol offered")
-            self.send_response(101, "Switching Protocols")
-            self.send_header("Upgrade", "websocket")
-            self.send_header("Connection", "Upgrade")
-            key = self.headers.get("Sec-WebSocket-Key") or ""
-            self.send_header("Sec-WebSocket-Accept", kexec.accept_key(key))
-            self.send_header("Sec-WebSocket-Protocol", proto)
-            self.end_headers()
-            self.wfile.flush()
-            session = kexec.Session(self.rfile, self.wfile, self.connection, proto)
-            kexec.run(session, target, argv)
+            kexec.serve(self, target, argv)
             self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _do

@@ -12,6 +12,7 @@ from kubernetes import client, config
 from tests.kubeapi.server import Server
 from tests.kubereal import build
 from tests.kubereal.cluster import ControlPlane
+from tests.kubereal.kubelet import Kubelet
 
 
 @pytest.fixture
@@ -36,6 +37,15 @@ def real_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
         pytest.skip(why)
     with ControlPlane(binaries, tmp_path_factory.mktemp("kubereal")) as cp:
         yield cp
+
+
+@pytest.fixture
+def kubelet(real_control_plane: ControlPlane, tmp_path: Path) -> Iterator[Kubelet]:
+    """Our kubelet on the real control plane: five GPU nodes, periods at x100."""
+    cp = real_control_plane
+    token = cp.pki.tokens["system:node:kubelet"]
+    with Kubelet(cp.url, cp.pki, token, tmp_path / "kubelet", time_scale=100) as k:
+        yield k
 
 
 @pytest.fixture
