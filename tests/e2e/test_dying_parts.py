@@ -98,6 +98,7 @@ def server() -> Iterator[Server]:
     srv.stop()
 
 
+@pytest.mark.kube_standin("not yet moved to the real control plane")
 def test_a_crash_looping_prometheus_pod_ends_the_run_with_its_reason(
     server: Server, tmp_path: Path
 ) -> None:

@@ -209,6 +209,7 @@ def test_compose_ps_restart_config(tmp_path: Path) -> None:
         ok(gameday("lab", "down", "--lab", str(inv), timeout=300))
 
 
+@pytest.mark.kube_standin("not yet moved to the real control plane")
 def test_kubernetes_stop_scales_to_zero_and_start_back(tmp_path: Path) -> None:
     from kubernetes import client, config
 

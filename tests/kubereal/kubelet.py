@@ -66,6 +66,8 @@ NODE_PREFIX = "gameday-testserver-gpu-"  # g5.xlarge-like nodes, one GPU each
 CPU_NODE_PREFIX = "gameday-testserver-cpu-"  # the system node group: no GPU, no taint
 NODE_LABELS = {"nvidia.com/gpu.present": "true", "node.kubernetes.io/instance-type": "g5.xlarge"}
 NODE_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+# a g5.xlarge's (the engine's pod asks 2 CPUs, 12 GiB and 20 GiB of ephemeral storage)
+CAPACITY = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "250Gi", "pods": "110"}
 LEASE_S = 40  # the node lifecycle controller's grace period; renewed every quarter of it
 WATCH_S = 300
 LOGS = re.compile(r"^/containerLogs/(?P<ns>[^/]+)/(?P<pod>[^/]+)/(?P<container>[^/]+)$")
@@ -205,7 +207,7 @@ class Kubelet(NodeRuntime):
     def _node_status(self, node: str, address: str | None = None) -> None:
         t = k8s_time(now())
         gpus = self.node_gpus(node)
-        capacity = {"cpu": "8", "memory": "32Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
+        capacity = {**CAPACITY, GPU_RESOURCE: str(gpus)}
         conditions = [
             {
                 "type": kind,

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client, config
+from kubernetes.stream import stream
 
 from tests.kubeapi.server import Server
 from tests.kubereal import build
@@ -100,3 +101,21 @@ def running_pod(core: client.CoreV1Api, ns: str, app: str) -> Any:
         return None
 
     return wait_for(find)
+
+
+def pod_exec(core: client.CoreV1Api, pod: str, command: list[str], ns: str = "lab") -> Any:
+    """`command` run in the pod through the API's exec (the official client's stream), to its
+    end: read_stdout(), read_stderr(), returncode."""
+    resp = stream(
+        core.connect_get_namespaced_pod_exec,
+        pod,
+        ns,
+        command=command,
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
+        _preload_content=False,
+    )
+    resp.run_forever(timeout=20)
+    return resp

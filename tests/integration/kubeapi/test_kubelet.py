@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from kubernetes.stream import stream
 
-from tests.integration.kubeapi.conftest import deployment, running_pod, wait_for
+from tests.integration.kubeapi.conftest import deployment, pod_exec, running_pod, wait_for
 from tests.kubereal.cluster import ControlPlane
 from tests.kubereal.kubelet import Kubelet
 
@@ -43,22 +42,6 @@ def _token_ready(core: client.CoreV1Api, ns: str) -> bool:
 
 def _gone(core: client.CoreV1Api) -> bool:
     return "lab" not in [n.metadata.name for n in core.list_namespace().items]
-
-
-def _exec(core: client.CoreV1Api, pod: str, command: list[str]) -> Any:
-    resp = stream(
-        core.connect_get_namespaced_pod_exec,
-        pod,
-        "lab",
-        command=command,
-        stdout=True,
-        stderr=True,
-        stdin=False,
-        tty=False,
-        _preload_content=False,
-    )
-    resp.run_forever(timeout=20)
-    return resp
 
 
 def test_nodes_are_ready_with_a_gpu_each_and_a_lease(
@@ -110,9 +93,9 @@ def test_a_pod_runs_with_service_links_logs_and_exec_through_the_api_server(
     status = json.loads(no_previous.value.body)
     assert status["reason"] == "BadRequest"
     assert status["message"] == f'previous terminated container "app" in pod "{name}" not found'
-    ok = _exec(core, name, ["sh", "-c", "echo out; hostname; echo $VLLM_SERVICE_HOST"])
+    ok = pod_exec(core, name, ["sh", "-c", "echo out; hostname; echo $VLLM_SERVICE_HOST"])
     assert (ok.read_stdout(), ok.returncode) == (f"out\n{name}\n{svc_ip}\n", 0)
-    bad = _exec(core, name, ["sh", "-c", "echo err >&2; exit 3"])
+    bad = pod_exec(core, name, ["sh", "-c", "echo err >&2; exit 3"])
     assert (bad.read_stderr(), bad.returncode) == ("err\n", 3)
     reasons = {e.reason for e in core.list_namespaced_event("lab").items}
     assert {"Scheduled", "Pulled", "Created", "Started"} <= reasons
