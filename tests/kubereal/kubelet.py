@@ -142,6 +142,7 @@ class Kubelet(NodeRuntime):
         self._serve()
         for i, node in enumerate(self.nodes):
             self._register(node, KUBELET_ADDRESSES[i])
+            self._renew_lease(node)
         threading.Thread(target=self._heartbeat, name="kubelet-heartbeat", daemon=True).start()
         for node in self.nodes:
             threading.Thread(
@@ -277,13 +278,11 @@ class Kubelet(NodeRuntime):
         r.raise_for_status()
 
     def _heartbeat(self) -> None:
-        while True:
+        while not self.stopping.wait(LEASE_S / 4):
             for node in self.nodes:
                 with contextlib.suppress(httpx.HTTPError):
                     self._renew_lease(node)
                     self._node_status(node)
-            if self.stopping.wait(LEASE_S / 4):
-                return
 
     # ---- the pods bound to a node ---------------------------------------------------------------
 
