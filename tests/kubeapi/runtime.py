@@ -673,6 +673,37 @@ _STABLE_IPS: dict[tuple[str, str], str] = {}
 _STABLE_LOCK = threading.Lock()
 
 
+def event_object(
+    pod: dict[str, Any], type_: str, reason: str, message: str, source: str, name: str, t: str
+) -> dict[str, Any]:
+    """A core/v1 Event about the pod, first seen at `t`, as its reporter writes it (a kubelet's
+    names the pod's container)."""
+    meta, node = pod["metadata"], pod["spec"].get("nodeName", "")
+    container = pod["spec"]["containers"][0]["name"]
+    return {
+        "kind": "Event",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": meta["namespace"]},
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "apiVersion": "v1",
+            "fieldPath": f"spec.containers{{{container}}}" if source == "kubelet" else None,
+        },
+        "reason": reason,
+        "message": message,
+        "source": {"component": source, "host": node},
+        "firstTimestamp": t,
+        "lastTimestamp": t,
+        "count": 1,
+        "type": type_,
+        "reportingComponent": source,
+        "reportingInstance": node,
+    }
+
+
 def stable_ip(ns: str, pod: str) -> str:
     """The IP of the pod of that name: the same for every pod of the name, and no other name's
     (a hash of the name collided: two ranks of one group on one address)."""

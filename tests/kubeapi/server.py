@@ -69,6 +69,7 @@ from tests.kubeapi.runtime import (
     ApiError,
     NodeRuntime,
     PodRuntime,
+    event_object,
     gpu_request,
     k8s_time,
     not_found,
@@ -233,33 +234,10 @@ class Cluster(NodeRuntime):
                     self.store.put("events", ns, e, "MODIFIED")
                     return
             t = k8s_time(now())
-            e = {
-                "kind": "Event",
-                "apiVersion": "v1",
-                "metadata": {
-                    "name": f"{meta['name']}.{secrets.token_hex(8)}",
-                    "namespace": ns,
-                    "uid": str(uuid.uuid4()),
-                    "creationTimestamp": t,
-                },
-                "involvedObject": {
-                    "kind": "Pod",
-                    "namespace": ns,
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "apiVersion": "v1",
-                    "fieldPath": "spec.containers{vllm}" if source == "kubelet" else None,
-                },
-                "reason": reason,
-                "message": message,
-                "source": {"component": source, "host": pod["spec"].get("nodeName", "")},
-                "firstTimestamp": t,
-                "lastTimestamp": t,
-                "count": 1,
-                "type": type_,
-                "reportingComponent": source,
-                "reportingInstance": pod["spec"].get("nodeName", ""),
-            }
+            e = event_object(
+                pod, type_, reason, message, source, f"{meta['name']}.{secrets.token_hex(8)}", t
+            )
+            e["metadata"] |= {"uid": str(uuid.uuid4()), "creationTimestamp": t}
             self.store.put("events", ns, e, "ADDED")
 
     # ---- controllers: Deployment (Recreate), StatefulSet, and the scheduler --------------------

@@ -56,6 +56,7 @@ from tests.kubeapi.runtime import (
     ApiError,
     NodeRuntime,
     PodRuntime,
+    event_object,
     k8s_time,
     now,
 )
@@ -390,7 +391,7 @@ class Kubelet(NodeRuntime):
         self, pod: dict[str, Any], type_: str, reason: str, message: str, source: str
     ) -> None:
         meta = pod["metadata"]
-        ns, node = meta["namespace"], pod["spec"].get("nodeName", "")
+        ns = meta["namespace"]
         t = k8s_time(now())
         key = (meta["uid"], reason, message)
         with self.events_lock:
@@ -409,30 +410,7 @@ class Kubelet(NodeRuntime):
                 return
             name = f"{meta['name']}.{secrets.token_hex(8)}"
             self.events[key] = (name, 1)
-        container = pod["spec"]["containers"][0]["name"]
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": ns},
-            "involvedObject": {
-                "kind": "Pod",
-                "namespace": ns,
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "apiVersion": "v1",
-                "resourceVersion": meta.get("resourceVersion", ""),
-                "fieldPath": f"spec.containers{{{container}}}",
-            },
-            "reason": reason,
-            "message": message,
-            "source": {"component": source, "host": node},
-            "firstTimestamp": t,
-            "lastTimestamp": t,
-            "count": 1,
-            "type": type_,
-            "reportingComponent": "",
-            "reportingInstance": "",
-        }
+        body = event_object(pod, type_, reason, message, source, name, t)
         with contextlib.suppress(httpx.HTTPError):
             self.call("POST", f"/api/v1/namespaces/{ns}/events", body)
 
