@@ -122,6 +122,7 @@ class Kubelet(NodeRuntime):
             verify=ssl.create_default_context(cafile=str(self.pki.ca)),
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=httpx.Timeout(30, read=timeout),
+            trust_env=False,  # the API server is on loopback: never through a proxy of the env
         )
 
     # ---- the API ----------------------------------------------------------------------------
