@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -37,3 +38,37 @@ def _isolated_state(
 ) -> None:
     """Every test gets its own lab state directory: no test sees another's journal."""
     monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Which Kubernetes tests ran against the real API server and which against the stand-in,
+    and why (the `kube_real` and `kube_standin(why)` marks)."""
+    real, standin = [], []
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if getattr(r, "when", None) != "call" and not (
+                getattr(r, "when", None) == "setup" and r.outcome != "passed"
+            ):
+                continue
+            kw = getattr(r, "keywords", {})
+            if "kube_real" in kw:
+                real.append(f"{r.nodeid} ({r.outcome})")
+            elif "kube_standin" in kw:
+                standin.append(f"{r.nodeid} ({r.outcome}): {_STANDIN_WHY.get(r.nodeid, '')}")
+    if not real and not standin:
+        return
+    terminalreporter.section("Kubernetes API server per test")
+    for line in real:
+        terminalreporter.write_line(f"real v1.20 + our kubelet: {line}")
+    for line in standin:
+        terminalreporter.write_line(f"stand-in (tests/kubeapi): {line}")
+
+
+_STANDIN_WHY: dict[str, str] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        mark = item.get_closest_marker("kube_standin")
+        if mark is not None:
+            _STANDIN_WHY[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("why"))

@@ -1,11 +1,11 @@
 """Adopting a deployment the team already runs: a Compose project the test
 creates with the Compose CLI (not gameday), with the opt-in label, adopted, faulted, recovered
 and left as found, its anonymous volume with it; the same project without the label refused with
-exit 3 and nothing touched; a Deployment the test creates through the Kubernetes API
-(tests/kubeapi) adopted, faulted with set_args and restored to its original spec; a deployment
-the team changed after the adoption never overwritten with the old baseline, and re-adopted on
-request; a killed runner's fault lease running out and `cleanup --expired` putting the
-deployment back."""
+exit 3 and nothing touched; a Deployment the test creates through the Kubernetes API (the real
+control plane v1.20 with our kubelet) adopted, faulted with set_args and restored to its
+original spec; a deployment the team changed after the adoption never overwritten with the old
+baseline, and re-adopted on request; a killed runner's fault lease running out and
+`cleanup --expired` putting the deployment back."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from kubernetes import client, config
 
 from runner.labs.compose.build import docker_client
 from runner.labs.compose.project import compose_command
-from tests.kubeapi.server import Server
 from tests.support.cli import ROOT, gameday
+from tests.support.kubecluster import real_cluster
 
 pytestmark = pytest.mark.e2e
 PROJECT = "gameday-adopt-test"
@@ -383,13 +383,11 @@ def team_deployment() -> dict[str, Any]:
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[tuple[Path, Any, Any]]:
+    """The real control plane and our kubelet, its kubeconfig and clients."""
     kubeconfig = tmp_path / "kubeapi" / "kubeconfig"
-    srv = Server(0, kubeconfig, time_scale=100).start()
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
+    with real_cluster(tmp_path / "kubereal", kubeconfig):
+        api = config.new_client_from_config(config_file=str(kubeconfig))
         yield kubeconfig, client.CoreV1Api(api), client.AppsV1Api(api)
-    finally:
-        srv.stop()
 
 
 def kube_inventory(tmp_path: Path, kubeconfig: Path, lab: str, lease_s: int = 0) -> Path:
@@ -417,6 +415,7 @@ def lease_annotation(apps: Any) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
+@pytest.mark.kube_real
 def test_a_deployment_the_team_changed_since_adoption_is_not_overwritten_and_is_readopted(
     kube: tuple[Path, Any, Any], tmp_path: Path
 ) -> None:
@@ -451,6 +450,7 @@ def test_a_deployment_the_team_changed_since_adoption_is_not_overwritten_and_is_
     assert engine_args(apps) == newer
 
 
+@pytest.mark.kube_real
 def test_a_killed_runners_fault_lease_runs_out_and_cleanup_expired_puts_it_back(
     kube: tuple[Path, Any, Any], tmp_path: Path
 ) -> None:
@@ -489,6 +489,7 @@ def test_a_killed_runners_fault_lease_runs_out_and_cleanup_expired_puts_it_back(
     assert d.metadata.generation == generation and d.spec.template == original.template
 
 
+@pytest.mark.kube_real
 def test_a_deployment_in_a_labelled_namespace_is_adopted_faulted_and_restored(
     kube: tuple[Path, Any, Any], tmp_path: Path
 ) -> None:
@@ -516,6 +517,7 @@ def test_a_deployment_in_a_labelled_namespace_is_adopted_faulted_and_restored(
     assert not (state / LAB / "adopted.json").exists()
 
 
+@pytest.mark.kube_real
 def test_a_namespace_without_the_lab_label_is_refused(
     kube: tuple[Path, Any, Any], tmp_path: Path
 ) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kubeapi.server import Server
 from tests.support.cli import ROOT, gameday, variant
+from tests.support.kubecluster import RealCluster, real_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -92,14 +92,16 @@ def test_a_local_monitoring_process_that_exits_at_start_ends_the_run_in_seconds(
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    srv = Server(0, ROOT / "build" / "kubeapi" / "kubeconfig", time_scale=100).start()
-    yield srv
-    srv.stop()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """The real control plane and our kubelet, at the inventory's kubeconfig."""
+    kubeconfig = ROOT / "build" / "kubeapi" / "kubeconfig"
+    with real_cluster(tmp_path_factory.mktemp("kubereal"), kubeconfig) as cluster:
+        yield cluster
 
 
+@pytest.mark.kube_real
 def test_a_crash_looping_prometheus_pod_ends_the_run_with_its_reason(
-    server: Server, tmp_path: Path
+    server: RealCluster, tmp_path: Path
 ) -> None:
     prog = _dying(tmp_path, "prometheus")
     kubeconfig = str(ROOT / "build" / "kubeapi" / "kubeconfig")

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.cli import ROOT, gameday
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.kube_standin("tests the stand-in's own command line")]
 
 KUBERNETES = [
     "context-window-overflow",

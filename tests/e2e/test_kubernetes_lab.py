@@ -1,5 +1,6 @@
-"""The Kubernetes lab: the driver on the official client against tests/kubeapi (the stand-in API
-server and kubelet; no real API server installs here). The four start-up scenarios unchanged,
+"""The Kubernetes lab: the driver on the official client against the real control plane
+(tests/kubereal: kube-apiserver, controller-manager and scheduler v1.20) and our kubelet. The
+start-up scenarios unchanged,
 previous logs and exit times from the container status, the namespace guard, `lab down`
 deleting only what gameday created, and every manifest checked against the Kubernetes schemas."""
 
@@ -24,11 +25,11 @@ from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.spec.inventory_load import load_inventory
 from runner.spec.kinds import LabKind, LogSource, NodeStatus
-from tests.kubeapi.server import Server
 from tests.support import cli as conftest
 from tests.support.cli import ROOT, gameday, ok
+from tests.support.kubecluster import RealCluster, real_cluster
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.kube_real]
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
 KUBECONFIG = ROOT / "build" / "kubeapi" / "kubeconfig"
 STARTUP = [
@@ -50,14 +51,14 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    srv = Server(0, KUBECONFIG, time_scale=100).start()  # writes the inventory's kubeconfig
-    yield srv
-    srv.stop()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """The real control plane and our kubelet, at the inventory's kubeconfig."""
+    with real_cluster(tmp_path_factory.mktemp("kubereal"), KUBECONFIG) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
-def core(server: Server) -> Any:
+def core(server: RealCluster) -> Any:
     return client.CoreV1Api(config.new_client_from_config(config_file=str(KUBECONFIG)))
 
 
@@ -71,7 +72,7 @@ def variant(tmp_path: Path, **replace: str) -> Path:
 
 
 def test_the_startup_scenarios_and_a_request_time_one_pass_unchanged(
-    server: Server, state: Path, tmp_path: Path, core: Any
+    server: RealCluster, state: Path, tmp_path: Path, core: Any
 ) -> None:
     files = [str(ROOT / "scenarios" / f"{s}.yaml") for s in [*STARTUP, REQUEST_TIME]]
     r = gd(state, "run", *files, "--lab", str(INVENTORY), "--reports", str(tmp_path), "--json")
@@ -107,7 +108,9 @@ def test_the_startup_scenarios_and_a_request_time_one_pass_unchanged(
 
 
 @pytest.fixture
-def lab(server: Server, state: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesLab]:
+def lab(
+    server: RealCluster, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[KubernetesLab]:
     monkeypatch.setenv("GAMEDAY_STATE_DIR", str(state))
     driver = KubernetesLab(load_inventory(INVENTORY))
     driver.up()
@@ -169,18 +172,21 @@ def test_exit_time_and_previous_logs_come_from_the_container_status(
 
 
 def test_a_namespace_that_is_not_a_lab_is_refused(
-    server: Server, state: Path, tmp_path: Path, core: Any
+    server: RealCluster, state: Path, tmp_path: Path, core: Any
 ) -> None:
     inv = variant(tmp_path, **{"namespace: gameday-lab": "namespace: default"})
+    # the API server's own Service `kubernetes` is there from the start
+    before = [s.metadata.name for s in core.list_namespaced_service("default").items]
     r = gd(state, "lab", "up", "--lab", str(inv))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "namespace 'default' is not a lab namespace" in r.stderr
     assert "gameday.io/lab" in r.stderr and "Traceback" not in r.stderr
-    assert core.list_namespaced_service("default").items == []  # nothing created there
+    after = [s.metadata.name for s in core.list_namespaced_service("default").items]
+    assert after == before  # nothing created there
 
 
 def test_an_override_acts_in_it_and_deletes_only_what_it_created(
-    server: Server, state: Path, tmp_path: Path, core: Any
+    server: RealCluster, state: Path, tmp_path: Path, core: Any
 ) -> None:
     core.create_namespace({"metadata": {"name": "shared-staging"}})
     core.create_namespaced_service(
@@ -198,7 +204,7 @@ def test_an_override_acts_in_it_and_deletes_only_what_it_created(
     assert core.read_namespace("shared-staging").metadata.name == "shared-staging"
 
 
-def test_lab_down_leaves_nothing(server: Server, state: Path, core: Any) -> None:
+def test_lab_down_leaves_nothing(server: RealCluster, state: Path, core: Any) -> None:
     assert gd(state, "lab", "up", "--lab", str(INVENTORY)).returncode == 0
     assert gd(state, "lab", "down", "--lab", str(INVENTORY)).returncode == 0
     deadline = time.monotonic() + 10
@@ -289,7 +295,7 @@ def test_the_shipped_baseline_is_what_lab_manifests_prints() -> None:
     assert list(yaml.safe_load_all(r.stdout)) == list(yaml.safe_load_all(shipped))
 
 
-def test_the_cli_exits_cleanly_with_the_watch_open(server: Server, state: Path) -> None:
+def test_the_cli_exits_cleanly_with_the_watch_open(server: RealCluster, state: Path) -> None:
     # the watch thread is stopped before the interpreter exits (a read still in flight during
     # finalisation aborts the process, exit 134)
     assert gd(state, "lab", "up", "--lab", str(INVENTORY)).returncode == 0
@@ -345,7 +351,7 @@ def group_inventory(tmp_path: Path) -> Path:
 
 
 def test_a_tensor_parallel_group_runs_as_statefulsets(
-    server: Server, state: Path, tmp_path: Path, core: Any, monkeypatch: pytest.MonkeyPatch
+    server: RealCluster, state: Path, tmp_path: Path, core: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GAMEDAY_STATE_DIR", str(state))
     inv = load_inventory(group_inventory(tmp_path))
@@ -374,7 +380,7 @@ def test_a_tensor_parallel_group_runs_as_statefulsets(
 
 
 def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
-    server: Server, state: Path, tmp_path: Path
+    server: RealCluster, state: Path, tmp_path: Path
 ) -> None:
     """A drill on Kubernetes: the person puts the Deployment right with the API directly (as
     `kubectl edit` does), not through gameday; the drill sees the configuration change, matches

@@ -1,12 +1,13 @@
-"""The Kubernetes lab's Prometheus: on the test server, `lab up` runs it as a pod that scrapes
-the serving engine, `ServingDown` fires when the engine's pod is gone, and `lab down` leaves
-nothing; in a Prometheus fed the pods directly, of the lab's pods it scrapes the serving and head
-engines only, each labelled with its inventory node.
+"""The Kubernetes lab's Prometheus: on the real control plane with our kubelet, `lab up` runs it
+as a pod that scrapes the serving engine, `ServingDown` fires when the engine's pod is gone, and
+`lab down` leaves nothing; in a Prometheus fed the pods directly, of the lab's pods it scrapes the
+serving and head engines only, each labelled with its inventory node.
 
 The Prometheus here is Debian's, built without Kubernetes discovery: the pods' targets, with the
-labels pod discovery gives them, reach it from the stand-in API server's HTTP service discovery
-(with the token its configuration names), or from a file (tests/support/kube_sd.py); everything
-after discovery (relabelling, rules, alerting) is the lab's own configuration.
+labels pod discovery gives them, reach it from the kubelet's HTTP service discovery (which asks
+the API server with the token its configuration names), or from a file
+(tests/support/kube_sd.py); everything after discovery (relabelling, rules, alerting) is the
+lab's own configuration.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from runner.programs import resolve_command
 from runner.spec.inventory import Inventory
 from runner.spec.inventory_load import load_inventory
 from tests.e2e.test_kubernetes_lab import GROUP
-from tests.kubeapi.server import Server
 from tests.support import cli, kube_sd
 from tests.support.cli import ROOT
+from tests.support.kubecluster import RealCluster, real_cluster
 
 pytestmark = pytest.mark.e2e
 PROM = "127.0.95.100:19393"
@@ -217,10 +218,10 @@ def http_query(base: str, q: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(0, tmp_path / "kubeapi" / "kubeconfig", time_scale=100).start()
-    yield srv
-    srv.stop()
+def server(tmp_path: Path) -> Iterator[RealCluster]:
+    """The real control plane and our kubelet."""
+    with real_cluster(tmp_path / "kubereal", tmp_path / "kubeapi" / "kubeconfig") as cluster:
+        yield cluster
 
 
 def serving_down(base: str) -> Any:
@@ -235,8 +236,9 @@ def serving_down(base: str) -> Any:
     return poll("ServingDown firing", firing)
 
 
+@pytest.mark.kube_real
 def test_on_the_test_server_lab_up_runs_prometheus_and_serving_down_fires(
-    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: RealCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path / "state"))
     inv = cli.variant(

@@ -209,16 +209,17 @@ def test_compose_ps_restart_config(tmp_path: Path) -> None:
         ok(gameday("lab", "down", "--lab", str(inv), timeout=300))
 
 
+@pytest.mark.kube_real
 def test_kubernetes_stop_scales_to_zero_and_start_back(tmp_path: Path) -> None:
     from kubernetes import client, config
 
     from runner.labs.kubernetes.driver import KubernetesLab
-    from tests.kubeapi.server import Server
+    from tests.support.kubecluster import real_cluster
 
     kubeconfig = ROOT / "build" / "kubeapi" / "kubeconfig"
     inv = ROOT / "inventories" / "kube-testserver.yaml"
-    server = Server(0, kubeconfig, time_scale=100).start()  # writes the inventory's kubeconfig
-    try:
+    # the real control plane and our kubelet, at the inventory's kubeconfig
+    with real_cluster(tmp_path / "kubereal", kubeconfig):
         apps = client.AppsV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         ok(gameday("lab", "up", "--lab", str(inv)))
         lab = KubernetesLab(load_inventory(inv))
@@ -239,5 +240,3 @@ def test_kubernetes_stop_scales_to_zero_and_start_back(tmp_path: Path) -> None:
             assert args[args.index("--max-model-len") + 1] == "2048"
         finally:
             ok(gameday("lab", "down", "--lab", str(inv), timeout=120))
-    finally:
-        server.stop()

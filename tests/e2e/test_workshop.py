@@ -94,14 +94,16 @@ def test_two_compose_seats_up_idle_and_down_leaves_nothing(tmp_path: Path, lab_i
 
 
 @pytest.fixture(scope="module")
-def kubeapi() -> Iterator[Any]:
-    from tests.kubeapi.server import Server
+def kubeapi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The real control plane and our kubelet, at the inventory's kubeconfig."""
+    from tests.support.kubecluster import real_cluster
 
-    srv = Server(0, ROOT / "build" / "kubeapi" / "kubeconfig", time_scale=100).start()
-    yield srv
-    srv.stop()
+    state = tmp_path_factory.mktemp("kubereal")
+    with real_cluster(state, ROOT / "build" / "kubeapi" / "kubeconfig") as cluster:
+        yield cluster
 
 
+@pytest.mark.kube_real
 def test_two_kubernetes_seats_are_two_labelled_namespaces(tmp_path: Path, kubeapi: Any) -> None:
     from kubernetes import client, config
 

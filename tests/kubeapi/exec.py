@@ -30,9 +30,11 @@ import struct
 import subprocess
 import threading
 import time
+from http.server import BaseHTTPRequestHandler
 from typing import IO, Any, Protocol
 
 from runner.programs import command_argv
+from tests.kubeapi.runtime import ApiError
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 V4 = "v4.channel.k8s.io"
@@ -212,3 +214,24 @@ def run(session: Session, target: Target, argv: list[str]) -> None:
     for t in pumps:
         t.join(5)
     session.finish(argv, 128 - rc if rc < 0 else rc)
+
+
+def serve(handler: BaseHTTPRequestHandler, target: Target, argv: list[str]) -> None:
+    """Answer `handler`'s request with the upgrade to the channel protocol, then run argv in
+    target's namespaces over it; ApiError (400) before the upgrade when it cannot be made."""
+    if "websocket" not in (handler.headers.get("Upgrade") or "").lower():
+        raise ApiError(400, "BadRequest", "Upgrade request required")
+    proto = choose_protocol(handler.headers.get("Sec-WebSocket-Protocol"))
+    if proto is None:
+        raise ApiError(400, "BadRequest", "no supported WebSocket subprotocol offered")
+    handler.send_response(101, "Switching Protocols")
+    handler.send_header("Upgrade", "websocket")
+    handler.send_header("Connection", "Upgrade")
+    handler.send_header(
+        "Sec-WebSocket-Accept", accept_key(handler.headers.get("Sec-WebSocket-Key") or "")
+    )
+    handler.send_header("Sec-WebSocket-Protocol", proto)
+    handler.end_headers()
+    handler.wfile.flush()
+    session = Session(handler.rfile, handler.wfile, handler.connection, proto)  # type: ignore[arg-type]
+    run(session, target, argv)

@@ -158,6 +158,13 @@ class ControlPlane:
                 # Endpoints validation refuses: the reconciler would log that forever
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
+                # the API server reaches a kubelet (logs, exec) at its Node's InternalIP and
+                # daemonEndpoints port, checks its serving certificate against the run's CA and
+                # presents its own as the client certificate the kubelet asks for
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={keys.ca}",
+                f"--kubelet-client-certificate={keys.cert}",
+                f"--kubelet-client-key={keys.key}",
                 "--profiling=false",
             ],
         )

@@ -25,13 +25,15 @@ import yaml
 from tests.kubeapi import httpsd
 
 
-def _http_sd(sd: dict[str, Any], refresh: str) -> list[dict[str, Any]]:
-    """One kubernetes_sd_configs entry (role pod, api_server named) as HTTP service discovery:
-    one endpoint per namespace it names, with its `authorization`. Its `selectors` are left to
-    the relabelling (the lab's keeps only its own nodes' pods)."""
+def _http_sd(sd: dict[str, Any], refresh: str, base: str | None = None) -> list[dict[str, Any]]:
+    """One kubernetes_sd_configs entry (role pod, api_server named) as HTTP service discovery at
+    `base` (None: the API server it names): one endpoint per namespace it names, with its
+    `authorization`. Its `selectors` are left to the relabelling (the lab's keeps only its own
+    nodes' pods)."""
+    root = (base or sd["api_server"]).rstrip("/")
     return [
         {
-            "url": f"{sd['api_server'].rstrip('/')}/gameday/v1/http-sd/namespaces/{ns}/pods",
+            "url": f"{root}/gameday/v1/http-sd/namespaces/{ns}/pods",
             "refresh_interval": refresh,
             **({"authorization": sd["authorization"]} if "authorization" in sd else {}),
         }
@@ -47,7 +49,11 @@ _SERVICE_DNS = re.compile(
 
 
 def _service_endpoints(
-    target: str, services: list[dict[str, Any]], sd: dict[str, Any], refresh: str
+    target: str,
+    services: list[dict[str, Any]],
+    sd: dict[str, Any],
+    refresh: str,
+    base: str | None = None,
 ) -> dict[str, Any] | None:
     """An alertmanagers entry reaching the pods behind the Service `target` names, as cluster DNS
     and kube-proxy would: the namespace's pods through HTTP discovery, kept by the Service's
@@ -86,13 +92,17 @@ def _service_endpoints(
         }
     )
     return {
-        "http_sd_configs": _http_sd(sd | {"namespaces": {"names": [m["ns"]]}}, refresh),
+        "http_sd_configs": _http_sd(sd | {"namespaces": {"names": [m["ns"]]}}, refresh, base),
         "relabel_configs": keep,
     }
 
 
 def _alerting(
-    config: dict[str, Any], services: list[dict[str, Any]], sd: dict[str, Any], refresh: str
+    config: dict[str, Any],
+    services: list[dict[str, Any]],
+    sd: dict[str, Any],
+    refresh: str,
+    base: str | None = None,
 ) -> dict[str, Any] | None:
     """Prometheus's `alerting:` with each Alertmanager named by a Service's DNS name reached
     through the Service's pods instead (the stand-in has no cluster DNS); None: nothing to do."""
@@ -105,7 +115,7 @@ def _alerting(
         rest = []
         for sc in am["static_configs"]:
             for t in sc.get("targets") or []:
-                entry = _service_endpoints(t, services, sd, refresh)
+                entry = _service_endpoints(t, services, sd, refresh, base)
                 if entry is None:
                     rest.append(t)
                     continue
@@ -120,11 +130,15 @@ def _alerting(
 
 
 def as_http_sd(
-    config: dict[str, Any], refresh: str = "1s", services: list[dict[str, Any]] | None = None
+    config: dict[str, Any],
+    refresh: str = "1s",
+    services: list[dict[str, Any]] | None = None,
+    base: str | None = None,
 ) -> dict[str, Any] | None:
-    """`config` with each job's pod discovery asked of the stand-in's endpoint, and each
-    Alertmanager named by one of `services`' DNS names reached through its pods; None when it
-    has pod discovery that does not name an API server, or none."""
+    """`config` with each job's pod discovery asked of the HTTP discovery endpoint at `base`
+    (None: the stand-in's, at the API server named), and each Alertmanager named by one of
+    `services`' DNS names reached through its pods; None when it has pod discovery that does not
+    name an API server, or none."""
     jobs, found, api_sd = [], False, None
     for job in config.get("scrape_configs") or []:
         job = dict(job)
@@ -133,23 +147,27 @@ def as_http_sd(
             return None
         if sds:
             found, api_sd = True, sds[0]
-            job["http_sd_configs"] = [h for sd in sds for h in _http_sd(sd, refresh)]
+            job["http_sd_configs"] = [h for sd in sds for h in _http_sd(sd, refresh, base)]
         jobs.append(job)
     if not found:
         return None
     out = {**config, "scrape_configs": jobs}
-    if api_sd is not None and (alerting := _alerting(config, services or [], api_sd, refresh)):
+    alerting = None if api_sd is None else _alerting(config, services or [], api_sd, refresh, base)
+    if alerting:
         out["alerting"] = alerting
     return out
 
 
-def rewrite_config(config_dir: Path, services: list[dict[str, Any]] | None = None) -> bool:
-    """In the stand-in's kubelet: `config_dir/prometheus.yml` rewritten by `as_http_sd`, when
-    there is one with pod discovery through a named API server (False: left as it is)."""
+def rewrite_config(
+    config_dir: Path, services: list[dict[str, Any]] | None = None, base: str | None = None
+) -> bool:
+    """In a test kubelet: `config_dir/prometheus.yml` rewritten by `as_http_sd` (discovery at
+    `base`), when there is one with pod discovery through a named API server (False: left as it
+    is)."""
     path = config_dir / "prometheus.yml"
     if not path.is_file():
         return False
-    rewritten = as_http_sd(yaml.safe_load(path.read_text()) or {}, services=services)
+    rewritten = as_http_sd(yaml.safe_load(path.read_text()) or {}, services=services, base=base)
     if rewritten is None:
         return False
     path.write_text(yaml.safe_dump(rewritten, sort_keys=False))

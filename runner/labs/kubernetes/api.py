@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,18 @@ class KubeApi:
         if status != 200:
             self.call("read namespace", self.core.read_namespace, self.ns)
         return ns
+
+    def wait_namespace_gone(self, timeout_s: float) -> None:
+        """Until the namespace is gone: a deleted namespace stays, Terminating, while the
+        namespace controller deletes what is in it, and nothing can be created in it."""
+        deadline = time.monotonic() + timeout_s
+        while self.namespace() is not None:
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"namespace {self.ns} is still terminating after {timeout_s:g} s",
+                    hint=f"kubectl get namespace {self.ns} -o yaml (its status says what is left)",
+                )
+            time.sleep(0.25)
 
     def calls(self, node: Node) -> Calls:
         """The API calls of the node's workload: a Deployment, or a group rank's StatefulSet."""

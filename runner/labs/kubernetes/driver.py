@@ -58,6 +58,7 @@ from runner.spec.timing import TimeScale
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this
+NAMESPACE_GONE_S = 180  # the namespace controller empties a deleted namespace; EKS takes minutes
 
 
 class KubernetesLab(LabDriver):
@@ -190,6 +191,9 @@ class KubernetesLab(LabDriver):
             lws.require_api(self.kube)  # before anything is created
         self.access.forget_prometheus()
         ns = self.kube.namespace()
+        if ns is not None and ns.metadata.deletion_timestamp:
+            self.kube.wait_namespace_gone(NAMESPACE_GONE_S)  # a lab taken down a moment ago
+            ns = None
         if ns is not None:
             self.guard(ns)
             if self._workloads_exist():
@@ -274,6 +278,7 @@ class KubernetesLab(LabDriver):
         if (ns.metadata.annotations or {}).get(mf.CREATED_BY_ANNOTATION) == "gameday":
             self.kube.delete(self.kube.core.delete_namespace, self.ns, namespaced=False)
             self._guarded = False  # a namespace created again is checked again
+            self.kube.wait_namespace_gone(NAMESPACE_GONE_S)
 
     def _wait_pods_gone(self, sel: str, timeout: int) -> None:
         """Until no pod matches `sel`: a list, then a watch of its deletions (no polling)."""

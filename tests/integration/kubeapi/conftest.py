@@ -8,10 +8,12 @@ from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client, config
+from kubernetes.stream import stream
 
 from tests.kubeapi.server import Server
 from tests.kubereal import build
 from tests.kubereal.cluster import ControlPlane
+from tests.kubereal.kubelet import Kubelet
 
 
 @pytest.fixture
@@ -36,6 +38,15 @@ def real_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
         pytest.skip(why)
     with ControlPlane(binaries, tmp_path_factory.mktemp("kubereal")) as cp:
         yield cp
+
+
+@pytest.fixture
+def kubelet(real_control_plane: ControlPlane, tmp_path: Path) -> Iterator[Kubelet]:
+    """Our kubelet on the real control plane: five GPU nodes, periods at x100."""
+    cp = real_control_plane
+    token = cp.pki.tokens["system:node:kubelet"]
+    with Kubelet(cp.url, cp.pki, token, tmp_path / "kubelet", time_scale=100) as k:
+        yield k
 
 
 @pytest.fixture
@@ -90,3 +101,21 @@ def running_pod(core: client.CoreV1Api, ns: str, app: str) -> Any:
         return None
 
     return wait_for(find)
+
+
+def pod_exec(core: client.CoreV1Api, pod: str, command: list[str], ns: str = "lab") -> Any:
+    """`command` run in the pod through the API's exec (the official client's stream), to its
+    end: read_stdout(), read_stderr(), returncode."""
+    resp = stream(
+        core.connect_get_namespaced_pod_exec,
+        pod,
+        ns,
+        command=command,
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
+        _preload_content=False,
+    )
+    resp.run_forever(timeout=20)
+    return resp

@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.stream import stream
 
-from tests.integration.kubeapi.conftest import wait_for
+from tests.integration.kubeapi.conftest import pod_exec, wait_for
 from tests.kubeapi.server import NODE_PREFIX, Server
+
+pytestmark = pytest.mark.kube_standin(
+    "tests the stand-in's own kubelet features (test_kubelet.py has ours)"
+)
 
 
 def pod(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
@@ -85,19 +88,8 @@ def test_a_deleted_bare_pod_is_gone_and_a_pinned_one_runs_on_its_node(
 
 
 def smi(core: client.CoreV1Api, name: str) -> str:
-    resp = stream(
-        core.connect_get_namespaced_pod_exec,
-        name,
-        "lab",
-        command=["sh", "-c", "echo $GAMEDAY_GPU $GAMEDAY_GPU_COUNT $GAMEDAY_GPU_STATE"],
-        stdout=True,
-        stderr=True,
-        stdin=False,
-        tty=False,
-        _preload_content=False,
-    )
-    resp.run_forever(timeout=20)
-    return str(resp.read_stdout())
+    command = ["sh", "-c", "echo $GAMEDAY_GPU $GAMEDAY_GPU_COUNT $GAMEDAY_GPU_STATE"]
+    return str(pod_exec(core, name, command).read_stdout())
 
 
 def test_nvidia_visible_devices_without_a_request_gets_the_nodes_gpu(

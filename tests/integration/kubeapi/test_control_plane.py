@@ -50,7 +50,7 @@ def test_up_reachable_owner_only_and_stopped_without_a_trace(tmp_path: Path) -> 
         # the directory keeps everything in it from other users; the credentials are 0600 too
         assert _mode(cp.dir) == _mode(cp.dir / "pki") == 0o700
         creds = [*(cp.dir / "pki").iterdir(), *cp.dir.glob("kubeconfig*")]
-        assert len(creds) == 9 and {_mode(f) for f in creds} == {0o600}
+        assert len(creds) == 12 and {_mode(f) for f in creds} == {0o600}
         api = config.new_client_from_config(str(cp.kubeconfig))
         core = client.CoreV1Api(api)
         v = client.VersionApi(api).get_code()

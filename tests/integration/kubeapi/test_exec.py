@@ -9,25 +9,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.stream import stream
 
-from tests.integration.kubeapi.conftest import deployment, running_pod, wait_for
+from tests.integration.kubeapi.conftest import deployment, pod_exec, running_pod, wait_for
 
-
-def run(core: client.CoreV1Api, pod: str, command: list[str], ns: str = "lab") -> Any:
-    resp = stream(
-        core.connect_get_namespaced_pod_exec,
-        pod,
-        ns,
-        command=command,
-        stdout=True,
-        stderr=True,
-        stdin=False,
-        tty=False,
-        _preload_content=False,
-    )
-    resp.run_forever(timeout=20)
-    return resp
+pytestmark = pytest.mark.kube_standin(
+    "tests the stand-in's own kubelet features (test_kubelet.py has ours)"
+)
 
 
 @pytest.fixture
@@ -40,13 +27,13 @@ def test_exec_streams_stdout_stderr_and_the_exit_code(lab: client.CoreV1Api) -> 
     apps = client.AppsV1Api(lab.api_client)
     apps.create_namespaced_deployment("lab", deployment("box", ["sleep", "600"]))
     pod = running_pod(lab, "lab", "box").metadata.name
-    ok = run(lab, pod, ["sh", "-c", "echo out; hostname"])
+    ok = pod_exec(lab, pod, ["sh", "-c", "echo out; hostname"])
     assert (ok.read_stdout(), ok.read_stderr(), ok.returncode) == (f"out\n{pod}\n", "", 0)
-    bad = run(lab, pod, ["sh", "-c", "echo err >&2; exit 3"])
+    bad = pod_exec(lab, pod, ["sh", "-c", "echo err >&2; exit 3"])
     assert (bad.read_stdout(), bad.read_stderr(), bad.returncode) == ("", "err\n", 3)
     status = json.loads(bad.read_channel(3) or "null") if bad.peek_channel(3) else None
     assert status is None  # returncode consumed the error channel
-    missing = run(lab, pod, ["no-such-program", "x"])
+    missing = pod_exec(lab, pod, ["no-such-program", "x"])
     assert missing.read_stderr() == (
         "OCI runtime exec failed: exec failed: unable to start container process: "
         'exec: "no-such-program": executable file not found in $PATH: unknown\n'
@@ -58,7 +45,7 @@ def test_exec_status_is_the_v4_status_json(lab: client.CoreV1Api) -> None:
     apps = client.AppsV1Api(lab.api_client)
     apps.create_namespaced_deployment("lab", deployment("box", ["sleep", "600"]))
     pod = running_pod(lab, "lab", "box").metadata.name
-    resp = run(lab, pod, ["sh", "-c", "exit 7"])
+    resp = pod_exec(lab, pod, ["sh", "-c", "exit 7"])
     # the handshake's answer, as every client exposes it (WSClient.subprotocol is from 30 on)
     headers = {k.lower(): v for k, v in resp.sock.getheaders().items()}
     assert headers["sec-websocket-protocol"] == "v4.channel.k8s.io"
@@ -70,7 +57,7 @@ def test_exec_status_is_the_v4_status_json(lab: client.CoreV1Api) -> None:
         "reason": "NonZeroExitCode",
         "details": {"causes": [{"reason": "ExitCode", "message": "7"}]},
     }
-    ok = run(lab, pod, ["true"])
+    ok = pod_exec(lab, pod, ["true"])
     assert json.loads(ok.read_channel(3)) == {"metadata": {}, "status": "Success"}
 
 
@@ -87,13 +74,13 @@ def test_the_container_is_pid_1_of_its_own_namespaces(lab: client.CoreV1Api) -> 
 
     def processes() -> list[list[str]] | None:
         # the pod is Running once PID 1 runs: its shell may not have started `sleep` yet
-        ps = run(lab, pod.metadata.name, ["ps", "-e", "-o", "pid=,ppid=,comm="])
+        ps = pod_exec(lab, pod.metadata.name, ["ps", "-e", "-o", "pid=,ppid=,comm="])
         rows = [line.split() for line in ps.read_stdout().splitlines()]
         rows = [r for r in rows if r[2] != "ps"]
         return rows if len(rows) > 1 else None
 
     assert wait_for(processes) == [["1", "0", "sh"], ["2", "1", "sleep"]]
-    kill = run(lab, pod.metadata.name, ["pkill", "--signal", "KILL", "--parent", "1"])
+    kill = pod_exec(lab, pod.metadata.name, ["pkill", "--signal", "KILL", "--parent", "1"])
     assert kill.returncode == 0
 
     def terminated() -> Any:
@@ -124,8 +111,8 @@ def test_exec_into_a_pod_that_is_not_running_is_refused(lab: client.CoreV1Api) -
         },
     )
     with pytest.raises(ApiException) as err:
-        run(lab, "wants-gpus", ["true"])
+        pod_exec(lab, "wants-gpus", ["true"])
     assert err.value.status == 0 and "400" in str(err.value.reason)
     with pytest.raises(ApiException) as missing:
-        run(lab, "nobody", ["true"])
+        pod_exec(lab, "nobody", ["true"])
     assert "404" in str(missing.value.reason)

@@ -17,6 +17,10 @@ from kubernetes import client
 from tests.integration.kubeapi.conftest import deployment, running_pod, wait_for
 from tests.kubeapi.server import Server
 
+pytestmark = pytest.mark.kube_standin(
+    "tests the stand-in's own kubelet features (test_kubelet.py has ours)"
+)
+
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 

@@ -15,6 +15,10 @@ from tests.integration.kubeapi.conftest import wait_for
 from tests.kubeapi.server import Server
 from tests.kubeapi.volumes import rewrite, rewrite_listen
 
+pytestmark = pytest.mark.kube_standin(
+    "tests the stand-in's own kubelet features (test_kubelet.py has ours)"
+)
+
 
 @pytest.fixture
 def lab(core: client.CoreV1Api) -> client.CoreV1Api:
