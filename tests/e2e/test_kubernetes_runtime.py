@@ -2,7 +2,8 @@
 kubelet, containers in their own PID namespaces, exec over the channel protocol, a real
 Prometheus in the lab's namespace): head-only-restart with the kubelet restarting the head alone,
 stray-gpu-process with a stray pod that asks for no GPU and sees them all, dhcp-address-change
-not applicable with its reason; and a runner SIGKILLed mid-scenario cleaned up by its journal."""
+not applicable with its reason, pd-kv-handshake with the prefill, the decode and the proxy as pods
+of their own; and a runner SIGKILLed mid-scenario cleaned up by its journal."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ RUNTIME = [
     "engine-core-hang",
     "nccl-watchdog-timeout",
     "gpu-xid-error",
+    "pd-kv-handshake",
 ]
 # the stand-in server, its client and a state folder: the Kubernetes lab tests' module fixtures
 server, core, state = kube_lab.server, kube_lab.core, kube_lab.state
@@ -61,6 +63,7 @@ def test_the_runtime_scenarios_on_kubernetes(
         "engine-core-hang": "passed",
         "nccl-watchdog-timeout": "skipped",  # a container's PID 1 cannot be stopped from exec
         "gpu-xid-error": "skipped",  # the kernel log and the device are the node's, no pod's
+        "pd-kv-handshake": "passed",
     }, {k: [a for a in v["assertions"] if a["verdict"] != "passed"] for k, v in scenarios.items()}
     dhcp = scenarios["dhcp-address-change"]["notes"]
     assert dhcp[0] == "applies to local, compose, not to a kubernetes lab"
@@ -96,6 +99,21 @@ def test_the_runtime_scenarios_on_kubernetes(
     assert hang["expect: GET /health"]["observed"] == "HTTP 200"
     assert hang["expect: inference (chat) hangs"]["verdict"] == "passed"
     assert hang["expect: state of serving"]["observed"].startswith("running, restarts 0")
+
+    pd = scenarios["pd-kv-handshake"]
+    a = by_name(pd)
+    # the decode pod dialled the localhost the prefill advertised: its own loopback, not the
+    # prefill's; the proxy answered 200 and broke the body off
+    handshake = next(x for x in pd["assertions"] if "signature 3/4" in x["name"])
+    assert "'remote_host': 'localhost'" in handshake["observed"]
+    assert a["expect: GET /health on decode"]["observed"] == "HTTP 200"
+    recover = [x for x in pd["assertions"] if x["phase"] == "recover"]
+    assert {x["verdict"] for x in recover} == {"passed"}
+    assert [x["name"].split(":")[0] for x in recover if "does NOT restore" in x["name"]] == [
+        "recover 1",
+        "recover 2",
+    ]
+    assert "per_lab.kubernetes" in " ".join(pd["notes"])
 
     gpu = scenarios["stray-gpu-process"]
     timeline = " | ".join(e["event"] for e in gpu["timeline"])
