@@ -477,7 +477,12 @@ class KubernetesLab(LabDriver):
             pod = self.pods.views[change.node].pod
             self._apply_workload(self.inventory.node(change.node), change.after)
             if pod is not None and change.after != change.before:
-                self.pods.wait_replacing({change.node: pod.metadata.uid})
+                # the old pod gone, as the compose lab stops the old container before it
+                # returns: one still shutting down answers some requests and fails others, and
+                # a probe right after the change would judge it rather than the new one
+                self.pods.wait_gone(
+                    {change.node: pod.metadata.uid}, self.spec.termination_grace_s + 60
+                )
             return
         self.current(change)  # raises: not a change this lab makes
 
