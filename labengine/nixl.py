@@ -8,10 +8,19 @@ library and its peers are lab engines, so the wire is one JSON line each way ove
 peer sees is vLLM's: a ZMQ connect never fails on its own (it retries in the background), so a
 side channel nobody listens on is the receive timeout after 5 s, and a listener of another
 engine is the engine-id mismatch.
+
+Its loopback is its network namespace's own. A process bound or dialling `localhost` reaches
+only the processes of its own network namespace, and the lab's processes in different
+namespaces (pods, containers) have different host names; the Kubernetes test server's pods,
+though, share the machine's network stack (each is a process on a loopback IP of its own). So the
+lab engine puts a loopback host on an address of its host name's own, in 127.0.0.0/8: the
+processes under one host name (the local lab's nodes, one pod's) share it, as they share a
+loopback, and a pod's is no other pod's, as on a cluster.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import socketserver
@@ -49,10 +58,23 @@ class _Server(socketserver.ThreadingTCPServer):
         super().__init__(address, _Handler)
 
 
+LOOPBACK = frozenset(("localhost", "127.0.0.1", "::1"))
+
+
+def own_address(host: str) -> str:
+    """The address a side channel on `host` is bound or dialled at: a loopback host is this
+    host name's own loopback address (127.200.0.0 to 127.249.255.255, which no lab uses);
+    any other host is itself."""
+    if host not in LOOPBACK:
+        return host
+    h = hashlib.sha256(socket.gethostname().encode()).digest()
+    return f"127.{200 + h[0] % 50}.{h[1]}.{1 + h[2] % 254}"
+
+
 def listen(host: str, port: int, engine_id: str) -> socketserver.BaseServer:
     """Serve this engine's handshake metadata on host:port from a daemon thread (vLLM's
     `nixl_handshake_listener`). OSError when the address cannot be bound."""
-    server = _Server((host, port), engine_id)
+    server = _Server((own_address(host), port), engine_id)
     threading.Thread(
         target=server.serve_forever, name="nixl_handshake_listener", daemon=True
     ).start()
@@ -78,7 +100,7 @@ class Handshakes:
             if left <= 0:
                 raise HandshakeError(RECV_TIMEOUT_ERROR)
             try:
-                with socket.create_connection((host, port), timeout=left) as sock:
+                with socket.create_connection((own_address(host), port), timeout=left) as sock:
                     sock.settimeout(left)
                     sock.sendall(GET_META_MSG + b"\n")
                     reply = sock.makefile("rb").readline()

@@ -2,7 +2,8 @@
 kube-apiserver, controller-manager and scheduler v1.20) and our kubelet (containers in their own
 PID namespaces, logs and exec through the API server, a real Prometheus in the lab's namespace):
 head-only-restart with the kubelet restarting the head alone,
-engine-core-hang, dhcp-address-change not applicable with its reason; and a runner SIGKILLed
+engine-core-hang, dhcp-address-change not applicable with its reason, pd-kv-handshake with the
+prefill, the decode and the proxy as pods of their own; and a runner SIGKILLed
 mid-scenario (stray-gpu-process) cleaned up by its journal. stray-gpu-process's verdict is
 test_kubernetes_standin.py's: see there why it runs on the stand-in."""
 
@@ -34,6 +35,7 @@ RUNTIME = [
     "engine-core-hang",
     "nccl-watchdog-timeout",
     "gpu-xid-error",
+    "pd-kv-handshake",
 ]
 # the real control plane and our kubelet, its client and a state folder: the Kubernetes lab
 # tests' module fixtures
@@ -62,6 +64,7 @@ def test_the_runtime_scenarios_on_kubernetes(
         "engine-core-hang": "passed",
         "nccl-watchdog-timeout": "skipped",  # a container's PID 1 cannot be stopped from exec
         "gpu-xid-error": "skipped",  # the kernel log and the device are the node's, no pod's
+        "pd-kv-handshake": "passed",
     }, {k: [a for a in v["assertions"] if a["verdict"] != "passed"] for k, v in scenarios.items()}
     dhcp = scenarios["dhcp-address-change"]["notes"]
     assert dhcp[0] == "applies to local, compose, not to a kubernetes lab"
@@ -97,6 +100,21 @@ def test_the_runtime_scenarios_on_kubernetes(
     assert hang["expect: GET /health"]["observed"] == "HTTP 200"
     assert hang["expect: inference (chat) hangs"]["verdict"] == "passed"
     assert hang["expect: state of serving"]["observed"].startswith("running, restarts 0")
+
+    pd = scenarios["pd-kv-handshake"]
+    a = by_name(pd)
+    # the decode pod dialled the localhost the prefill advertised: its own loopback, not the
+    # prefill's; the proxy answered 200 and broke the body off
+    handshake = next(x for x in pd["assertions"] if "signature 3/4" in x["name"])
+    assert "'remote_host': 'localhost'" in handshake["observed"]
+    assert a["expect: GET /health on decode"]["observed"] == "HTTP 200"
+    recover = [x for x in pd["assertions"] if x["phase"] == "recover"]
+    assert {x["verdict"] for x in recover} == {"passed"}
+    assert [x["name"].split(":")[0] for x in recover if "does NOT restore" in x["name"]] == [
+        "recover 1",
+        "recover 2",
+    ]
+    assert "per_lab.kubernetes" in " ".join(pd["notes"])
 
     # the suite brought the lab up and took it down: nothing of it is left
     assert "gameday-lab" not in [n.metadata.name for n in core.list_namespace().items]

@@ -18,7 +18,7 @@ def main() -> None:
     ap.add_argument("--kubeconfig", type=Path, default=Path("build/kubeapi/kubeconfig"))
     ap.add_argument("--time-scale", type=float, default=100.0)
     ap.add_argument("--gpus", type=int, default=1, help="nvidia.com/gpu per node")
-    ap.add_argument("--nodes", type=int, default=5, help="GPU nodes (g5.xlarge-like)")
+    ap.add_argument("--nodes", type=int, default=7, help="GPU nodes (g5.xlarge-like)")
     a = ap.parse_args()
     server = Server(a.port, a.kubeconfig, a.time_scale, a.gpus, a.nodes).start()
     done = threading.Event()

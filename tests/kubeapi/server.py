@@ -954,7 +954,7 @@ class Server:
         kubeconfig: Path,
         time_scale: float,
         gpus: int = 1,
-        nodes: int = 5,
+        nodes: int = 7,  # inventories/kube-testserver.yaml: one GPU for each engine
         host: str = "127.0.0.1",
     ) -> None:
         # absolute: a container runs with the state directory as its working directory, and the

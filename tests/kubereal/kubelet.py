@@ -92,7 +92,7 @@ class Kubelet(NodeRuntime):
         state_dir: Path,
         time_scale: float,
         gpus: int = 1,
-        nodes: int = 5,
+        nodes: int = 7,  # inventories/kube-testserver.yaml: one GPU for each engine
         cpu_nodes: int = 1,
     ) -> None:
         super().__init__(time_scale, state_dir.resolve(), gpus)

@@ -36,8 +36,8 @@ def refuse_commands(
                     (*host_lines[n.name], key),
                     f"{n.name}.{key}",
                     f"{key} (a node that is not an engine, such as a proxy) is for compose "
-                    "labs; on this lab every node runs gameday_lab.engine_command",
-                    f"remove {key}, or run this topology on a compose lab",
+                    "and Kubernetes labs; on this lab every node runs gameday_lab.engine_command",
+                    f"remove {key}, or run this topology on a compose or Kubernetes lab",
                 )
 
 

@@ -241,7 +241,13 @@ class PodAccess:
             return None
         exited = ended if ended is not None else before
         exit_code = exited.exit_code if exited is not None else None
-        reason = (waiting.reason if waiting else "") or (ended.reason if ended else "") or ""
+        # a container running again says nothing of why it stopped: its last exit does (Error)
+        reason = (
+            (waiting.reason if waiting else "")
+            or (ended.reason if ended else "")
+            or (before.reason if before else "")
+            or ""
+        )
         # a container running again after a restart: the one that died is the previous
         previous = state is not None and state.running is not None
         try:

@@ -151,9 +151,10 @@ class KubeApi:
             time.sleep(0.25)
 
     def calls(self, node: Node) -> Calls:
-        """The API calls of the node's workload: a Deployment, or a group rank's StatefulSet."""
+        """The API calls of the node's workload: a Deployment, or a StatefulSet (a group's rank,
+        a server its peers address by name)."""
         a = self.apps
-        if mf.is_grouped(node):
+        if mf.is_stateful(self.inventory, node):
             return Calls(
                 "statefulset",
                 a.read_namespaced_stateful_set,

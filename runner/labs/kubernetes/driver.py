@@ -3,7 +3,8 @@ runner.labs.base.LabDriver.
 
 Plain API use, so that what the tests exercise (against tests/kubeapi, a stand-in API server)
 is what a real cluster receives: create / replace / delete of the lab's Namespace, Services,
-Deployments (single-node servers) and StatefulSets (the ranks of a tensor-parallel group); one
+Deployments (single-node servers) and StatefulSets (the ranks of a tensor-parallel group, and
+servers that address each other by name); one
 list of the lab's pods, then a watch from its resourceVersion (an informer's cache: `states()`
 reads it, no polling); pod logs with `timestamps=true`, current and
 `previous`; Events of a pod.
@@ -217,7 +218,7 @@ class KubernetesLab(LabDriver):
                 self.kube.call(
                     "create service", self.kube.core.create_namespaced_service, self.ns, svc
                 )
-            for group in mf.groups(self.inventory):
+            for group in mf.headless_groups(self.inventory):
                 status, _ = self.kube.status_of(
                     self.kube.core.read_namespaced_service, group, self.ns
                 )
@@ -481,7 +482,12 @@ class KubernetesLab(LabDriver):
             pod = self.pods.views[change.node].pod
             self._apply_workload(self.inventory.node(change.node), change.after)
             if pod is not None and change.after != change.before:
-                self.pods.wait_replacing({change.node: pod.metadata.uid})
+                # the old pod gone, as the compose lab stops the old container before it
+                # returns: one still shutting down answers some requests and fails others, and
+                # a probe right after the change would judge it rather than the new one
+                self.pods.wait_gone(
+                    {change.node: pod.metadata.uid}, self.spec.termination_grace_s + 60
+                )
             return
         self.current(change)  # raises: not a change this lab makes
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from runner.errors import InventoryError
-from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_commands, refuse_services
+from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_services
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
 from runner.spec.yamlsrc import Source
@@ -60,7 +60,6 @@ def _image_matches_version(src: Source, lab: LabSpec) -> None:
 
 def check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:
     refuse_services(src, nodes, hosts)
-    refuse_commands(src, nodes, hosts)
 
 
 def check_adoption(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:

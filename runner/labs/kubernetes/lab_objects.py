@@ -9,7 +9,7 @@ from typing import Any
 
 from runner.labs.kubernetes import lws, monitoring
 from runner.labs.kubernetes.manifests import (
-    groups,
+    headless_groups,
     headless_service,
     namespace,
     service,
@@ -27,7 +27,7 @@ def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
     return [
         namespace(inventory),
         service(inventory),
-        *(headless_service(inventory, g) for g in groups(inventory)),
+        *(headless_service(inventory, g) for g in headless_groups(inventory)),
         *monitoring.manifests(inventory),
         *(workload(inventory, n) for n in inventory.nodes),
     ]

@@ -140,11 +140,12 @@ def leaderworkerset(inventory: Inventory, group: str) -> dict[str, Any]:
 
 
 def all_manifests(inventory: Inventory) -> list[dict[str, Any]]:
-    """The lab's manifests with each group as a LeaderWorkerSet (LWS makes the group's
-    headless Service)."""
+    """The lab's manifests with each tensor-parallel group as a LeaderWorkerSet (LWS makes the
+    group's headless Service; a group of servers keeps gameday's)."""
     return [
         mf.namespace(inventory),
         mf.service(inventory),
+        *(mf.headless_service(inventory, g) for g in mf.peer_groups(inventory)),
         *(mf.workload(inventory, n) for n in inventory.nodes if not mf.is_grouped(n)),
         *(leaderworkerset(inventory, g) for g in mf.groups(inventory)),
     ]

@@ -10,6 +10,14 @@ head has a stable DNS name for `--master-addr` (`node1-0.tp-group.<namespace>.sv
 `podManagementPolicy: Parallel`, since the head is not ready until its workers join. Workers are
 headless (no HTTP): no probes.
 
+A serving node that shares an inventory group with other hosts (a prefill and a decode engine and
+the proxy in front of them, group `pd`) is a StatefulSet too, under the group's headless Service:
+its peers reach it at a stable DNS name (`prefill-0.pd.<namespace>.svc.cluster.local`), as a
+compose service is reached at its name, and an engine binds its KV-transfer side channel there
+(a name that resolves to its own pod's IP, which a Service's ClusterIP is not). A node with a
+command of its own (`gameday_command`, the proxy) runs that in place of the lab's engine command,
+and its probes ask its `gameday_health_path`.
+
 Everything here is a plain dict in the shape the API server takes: the driver sends exactly these,
 `gameday lab manifests` prints them, and the tests validate them against the Kubernetes schemas.
 """
@@ -56,7 +64,24 @@ def group_of(inventory: Inventory, node: Node) -> str:
 
 
 def is_grouped(node: Node) -> bool:
+    """Whether the node is a rank of a tensor-parallel group (a head or a worker)."""
     return node.role is not Role.SERVING
+
+
+def peer_group(inventory: Inventory, node: Node) -> str | None:
+    """The group a serving node shares with other hosts, whose peers address it by name (the
+    disaggregated pair and its proxy); None for a server by itself."""
+    if node.role is not Role.SERVING:
+        return None
+    if not any(g != "all" and len(inventory.resolve(g)) > 1 for g in node.groups):
+        return None
+    return group_of(inventory, node)
+
+
+def is_stateful(inventory: Inventory, node: Node) -> bool:
+    """Whether the node's workload is a StatefulSet (a stable pod name and DNS name under its
+    group's headless Service) rather than a Deployment."""
+    return is_grouped(node) or peer_group(inventory, node) is not None
 
 
 def labels(inventory: Inventory, node: str | None = None) -> dict[str, str]:
@@ -87,13 +112,20 @@ def namespace(inventory: Inventory) -> dict[str, Any]:
 
 
 def headless_service(inventory: Inventory, group: str) -> dict[str, Any]:
-    """The group's headless Service: DNS names for its pods, ready or not."""
+    """The group's headless Service: DNS names for its pods, ready or not (an engine binds its
+    side channel at its name before it is ready). A tensor-parallel group's port is the
+    rendezvous; a group of servers', their HTTP port."""
     spec = spec_of(inventory)
     head = next(
         (n for n in inventory.nodes if n.role is Role.HEAD and group_of(inventory, n) == group),
         None,
     )
-    port = _flag(head.rendered_args(), "--master-port", "29501") if head else "29501"
+    members = [n for n in inventory.nodes if peer_group(inventory, n) == group]
+    if head is None and members:
+        named = {"name": "http", "port": members[0].port}
+    else:
+        port = _flag(head.rendered_args(), "--master-port", "29501") if head else "29501"
+        named = {"name": "rendezvous", "port": int(port)}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -102,7 +134,7 @@ def headless_service(inventory: Inventory, group: str) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {LAB_LABEL: inventory.lab.name, GROUP_LABEL: group},
-            "ports": [{"name": "rendezvous", "port": int(port), "protocol": "TCP"}],
+            "ports": [{**named, "protocol": "TCP"}],
         },
     }
 
@@ -154,9 +186,9 @@ def lab_env(inventory: Inventory) -> dict[str, str]:
     return env
 
 
-def _probe(period_s: int, failure_threshold: int) -> dict[str, Any]:
+def _probe(path: str, period_s: int, failure_threshold: int) -> dict[str, Any]:
     return {
-        "httpGet": {"path": "/health", "port": "http"},
+        "httpGet": {"path": path, "port": "http"},
         "periodSeconds": period_s,
         "failureThreshold": failure_threshold,
     }
@@ -181,7 +213,7 @@ def _pod_spec(inventory: Inventory, node: Node, config: NodeConfig | None) -> di
                 "name": CONTAINER,
                 "image": spec.image,
                 "imagePullPolicy": spec.image_pull_policy,
-                "command": list(inventory.lab.engine_command),
+                "command": list(node.program(inventory.lab.engine_command)),
                 "args": list(cfg.args),
                 "env": [{"name": k, "value": v} for k, v in env.items()],
                 "ports": [{"name": "http", "containerPort": node.port, "protocol": "TCP"}],
@@ -199,10 +231,12 @@ def _pod_spec(inventory: Inventory, node: Node, config: NodeConfig | None) -> di
     }
     if node.role is not Role.WORKER:  # a headless worker has no HTTP to probe
         pod["containers"][0]["startupProbe"] = _probe(
-            spec.startup_probe.period_s, spec.startup_probe.failure_threshold
+            node.health_path, spec.startup_probe.period_s, spec.startup_probe.failure_threshold
         )
         pod["containers"][0]["readinessProbe"] = _probe(
-            spec.readiness_probe.period_s, spec.readiness_probe.failure_threshold
+            node.health_path,
+            spec.readiness_probe.period_s,
+            spec.readiness_probe.failure_threshold,
         )
     if spec.gpu is not None:
         pod["tolerations"] = [dict(t) for t in spec.gpu.tolerations]
@@ -213,8 +247,8 @@ def _pod_spec(inventory: Inventory, node: Node, config: NodeConfig | None) -> di
 def workload(inventory: Inventory, node: Node, config: NodeConfig | None = None) -> dict[str, Any]:
     """The node's workload with `config` (default: the baseline) as its container's args, env
     and the pod's enableServiceLinks: a Deployment for a single-node server, a StatefulSet for
-    a rank of a group."""
-    if is_grouped(node):
+    a rank of a group or a server its peers address by name."""
+    if is_stateful(inventory, node):
         return statefulset(inventory, node, config)
     return deployment(inventory, node, config)
 
@@ -281,7 +315,19 @@ def config_of(deployment_obj: Any, inventory: Inventory) -> NodeConfig:
 
 
 def groups(inventory: Inventory) -> list[str]:
+    """The tensor-parallel groups."""
     return sorted({group_of(inventory, n) for n in inventory.nodes if is_grouped(n)})
+
+
+def peer_groups(inventory: Inventory) -> list[str]:
+    """The groups of servers that address each other by name."""
+    return sorted({g for n in inventory.nodes if (g := peer_group(inventory, n)) is not None})
+
+
+def headless_groups(inventory: Inventory) -> list[str]:
+    """Every group with a headless Service of gameday's: the tensor-parallel groups and the
+    groups of servers."""
+    return sorted({*groups(inventory), *peer_groups(inventory)})
 
 
 class _Dumper(yaml.SafeDumper):

@@ -39,7 +39,7 @@ from runner.labs.kubernetes import alertmanager as am
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.api import KubeApi
 from runner.results.redact import MASK
-from runner.spec.inventory import Inventory, Monitoring, Role
+from runner.spec.inventory import Inventory, Monitoring, Node, Role
 
 NAME = "gameday-prometheus"
 API_SECRET = "gameday-prometheus-api"
@@ -92,9 +92,10 @@ def _api_server(mon: Monitoring, api: ApiServer | None) -> str | None:
 def scrape_config(
     inventory: Inventory, mon: Monitoring, api: ApiServer | None = None
 ) -> dict[str, Any]:
-    """Job `vllm`: the lab's serving and head pods, on each one's engine port, `node` labelled."""
+    """Job `vllm`: the lab's serving and head pods, on each one's engine port, `node` labelled.
+    A node with a command of its own (a proxy) is no engine and has no vLLM metrics."""
     ns = mf.spec_of(inventory).namespace
-    engines = [n for n in inventory.nodes if n.role in (Role.SERVING, Role.HEAD)]
+    engines = _engines(inventory)
     keep = "|".join(f"{re.escape(n.name)};{n.port}" for n in engines)
     sd: dict[str, Any] = {
         "role": "pod",
@@ -281,9 +282,13 @@ def engine_targets(inventory: Inventory, pod_ips: dict[str, str | None]) -> set[
     without an IP yet is a target no Prometheus reports, so a wait for this set goes on."""
     return {
         f"http://{ip}:{n.port}/metrics" if (ip := pod_ips.get(n.name)) else f"{n.name}: no pod IP"
-        for n in inventory.nodes
-        if n.role in (Role.SERVING, Role.HEAD)
+        for n in _engines(inventory)
     }
+
+
+def _engines(inventory: Inventory) -> list[Node]:
+    """The serving and head nodes that run the engine command."""
+    return [n for n in inventory.nodes if n.role in (Role.SERVING, Role.HEAD) and n.command is None]
 
 
 # ---- on the API --------------------------------------------------------------------------------

@@ -437,6 +437,19 @@ class PodWatch:
                     hint=f"kubectl -n {self.ns} get pods",
                 )
 
+    def wait_gone(self, old: dict[str, str], timeout: float) -> None:
+        """Until the watch shows each node's old pod deleted: its container has stopped."""
+
+        def gone() -> bool:
+            return all(uid not in self.views[node].pods for node, uid in old.items())
+
+        with self.feed.cond:
+            if not self.feed.cond.wait_for(gone, timeout):
+                raise LabError(
+                    f"{', '.join(old)}: the old pod is still there after {timeout:.0f} s",
+                    hint=f"kubectl -n {self.ns} get pods",
+                )
+
     def expect_stop_now(self, nodes: Sequence[str]) -> None:
         with self.feed.cond:
             for n in nodes:

@@ -126,6 +126,29 @@ def test_another_engines_listener_is_the_engine_id_mismatch() -> None:
     )
 
 
+def test_localhost_is_its_host_names_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loopback side channel is the network namespace's own: a process under another host
+    name (another pod on the Kubernetes test server, whose pods share the machine's network
+    stack) dialling localhost reaches nothing there, one under the same host name reaches it."""
+    port = _free_port()
+    monkeypatch.setattr(socket, "gethostname", lambda: "prefill-0")
+    prefills = nixl.own_address("localhost")
+    assert prefills == nixl.own_address("127.0.0.1")
+    assert prefills.startswith("127.") and prefills != "127.0.0.1"
+    assert nixl.own_address("127.0.91.3") == "127.0.91.3"  # a pod's IP is itself
+    server = nixl.listen("localhost", port, "prefill-1")
+    try:
+        nixl.Handshakes(time_scale=100).ensure("localhost", port, "prefill-1")
+        monkeypatch.setattr(socket, "gethostname", lambda: "decode-0")
+        assert nixl.own_address("localhost") != prefills
+        with pytest.raises(nixl.HandshakeError) as err:
+            nixl.Handshakes(time_scale=100).ensure("localhost", port, "prefill-1")
+        assert err.value.final == RECV_TIMEOUT_ERROR
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _proxy_client(decode_status: int) -> tuple[TestClient, list[dict[str, object]]]:
     """The proxy over stub engines: the prefill answers its side channel, the decode answers
     `decode_status`; every request the engines got, in order."""

@@ -81,10 +81,10 @@ def test_every_generated_and_shipped_manifest_validates(tmp_path: Path, version:
     for doc in docs:
         check(doc, version)
     # eks and kind (3 each, their Prometheus's 5 and Alertmanager's 4 with its receiver token's
-    # Secret), the test server (its 5 nodes, the group's headless Service, its Prometheus's 5,
-    # Alertmanager's 4 and the API token's Secret), the LWS lab, the StatefulSet lab, a stray pod
-    # each, k8s/ (the eks lab's 3, Prometheus's 5, Alertmanager's 4; the lease CronJob's 7)
-    assert len(docs) == 2 * (3 + 5 + 4) + (3 + 5 + 4 + 6) + 4 + 8 + 5 + (3 + 5 + 4) + 7
+    # Secret), the test server (its 8 nodes, the two groups' headless Services, its Prometheus's
+    # 5, Alertmanager's 4 and the API token's Secret), the LWS lab, the StatefulSet lab, a stray
+    # pod each, k8s/ (the eks lab's 3, Prometheus's 5, Alertmanager's 4; the lease CronJob's 7)
+    assert len(docs) == 2 * (3 + 5 + 4) + (3 + 5 + 4 + 10) + 4 + 8 + 5 + (3 + 5 + 4) + 7
 
 
 def test_the_lease_cronjob_runs_cleanup_expired_on_its_configmaps_adopting_inventory(

@@ -67,12 +67,13 @@ def test_the_test_servers_manifests_in_order_all_valid() -> None:
     assert kinds == [
         "Namespace",
         "Service",
-        "Service",  # the group's headless Service
+        "Service",  # the prefill/decode group's headless Service
+        "Service",  # the tensor-parallel group's
         *[d["kind"] for d in docs],
         "Deployment",
-        *["StatefulSet"] * 4,
+        *["StatefulSet"] * 7,  # four ranks; prefill, decode and proxy
     ]
-    assert printed[6]["stringData"] == {"token": "<redacted>"}
+    assert printed[7]["stringData"] == {"token": "<redacted>"}
 
 
 def test_the_role_lets_prometheus_watch_pods_only() -> None:
@@ -192,7 +193,9 @@ def test_the_scrape_job_keeps_the_serving_and_head_pods_on_the_engine_port() -> 
                         "__meta_kubernetes_pod_container_port_number",
                     ],
                     "separator": ";",
-                    "regex": "serving;8000|node1;8000",  # the server and the group's head
+                    # the server, the group's head and the two disaggregated engines (their
+                    # proxy is no engine)
+                    "regex": "serving;8000|node1;8000|prefill;8000|decode;8000",
                     "action": "keep",
                 },
                 {
@@ -211,14 +214,23 @@ def test_the_scrape_job_keeps_the_serving_and_head_pods_on_the_engine_port() -> 
 
 def test_engine_targets_are_pod_ips_and_wait_while_one_has_none() -> None:
     inv = load_inventory(TESTSERVER)
-    ips: dict[str, str | None] = {"serving": "127.0.90.7", "node1": "127.0.91.3"}
+    ips: dict[str, str | None] = {
+        "serving": "127.0.90.7",
+        "node1": "127.0.91.3",
+        "prefill": "127.0.91.6",
+        "decode": "127.0.91.7",
+        "proxy": "127.0.91.8",  # no engine: no target
+    }
+    pd = {"http://127.0.91.6:8000/metrics", "http://127.0.91.7:8000/metrics"}
     assert km.engine_targets(inv, ips) == {
         "http://127.0.90.7:8000/metrics",
         "http://127.0.91.3:8000/metrics",
+        *pd,
     }
     assert km.engine_targets(inv, ips | {"node1": None}) == {
         "http://127.0.90.7:8000/metrics",
         "node1: no pod IP",
+        *pd,
     }
 
 
