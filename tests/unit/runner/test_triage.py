@@ -248,7 +248,15 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
-                ["vLLM warns that Ray has fewer GPUs than one for each rank"],
+                ["vLLM warns that the Ray cluster has fewer GPUs than one for each rank"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "vLLM warns that this node has fewer GPUs than one for each rank",
+                    "and Ray has not placed one GPU bundle per rank",
+                ],
             ),
             (
                 "the serving node's",
