@@ -29,7 +29,13 @@ GPUD_REASON = r"\bXID (?P<xid>\d{1,3}) ?\([^()]+\) detected on (?:GPU )?\S"
 _LINE = re.compile(XID_LINE + r"(?: pid=(?P<pid>[^,]*), name=(?P<name>[^,]*),)?")
 _CAUSED = re.compile(r"caused by previous Xid (?P<xid>\d{1,3})\b")
 _GPUD = re.compile(GPUD_REASON)
-_ANY = _finder(r"NVRM: Xid \(|XID \d{1,3} ?\(")
+# the driver's own line for a GPU lost from the bus, printed only with XID 79 (osinit.c
+# osHandleGpuLost), which a kernel-log paste may hold without the Xid line before it
+GPU_LOST = (
+    r"NVRM: GPU [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: GPU has fallen off the bus\."
+)
+_LOST = re.compile(GPU_LOST)
+_ANY = _finder(r"NVRM: Xid \(|XID \d{1,3} ?\(|GPU has fallen off the bus")
 MAX_SHOWN = 6  # distinct XIDs described; a paste of a failing board may hold dozens
 
 
@@ -108,30 +114,32 @@ APPLICATION = frozenset({8, 11, 13, 25, 31, 32, 43, 45, 69})
 NVLINK = frozenset({74, 136, 155} | set(range(144, 151)))
 
 
-class Sighting(NamedTuple):
+class Seen(NamedTuple):
     xid: int
     process: str | None  # "name (pid N)" where the driver named the process
 
 
-def sightings(log: Log) -> list[Sighting]:
+def sightings(log: Log) -> list[Seen]:
     """Each XID the paste shows, first time each, in order: the driver's lines, the earlier XID
-    an Xid 45 names, gpud's reasons."""
-    seen: dict[int, Sighting] = {}
+    an Xid 45 names, gpud's reasons, 79 for the driver's GPU-lost line."""
+    seen: dict[int, Seen] = {}
     for k in log.candidates(_ANY, 0, windows=False):
         text = log.lines[k].text
         for m in _LINE.finditer(text):
             name, pid = (m.group("name") or "").strip(), (m.group("pid") or "").strip(" '")
             known = name and name != "<unknown>"
             process = f"{name} (pid {pid})" if known else None
-            seen.setdefault(int(m.group("xid")), Sighting(int(m.group("xid")), process))
+            seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), process))
         for m in _CAUSED.finditer(text):
-            seen.setdefault(int(m.group("xid")), Sighting(int(m.group("xid")), None))
+            seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
         for m in _GPUD.finditer(text):
-            seen.setdefault(int(m.group("xid")), Sighting(int(m.group("xid")), None))
+            seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
+        if _LOST.search(text):
+            seen.setdefault(79, Seen(79, None))
     return list(seen.values())
 
 
-def describe(s: Sighting) -> str:
+def describe(s: Seen) -> str:
     entry = CATALOGUE.get(s.xid)
     if entry is None:
         return f"Xid {s.xid}: not among the codes gameday knows; see NVIDIA's Xid catalogue"

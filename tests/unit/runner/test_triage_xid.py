@@ -53,3 +53,11 @@ def test_an_xid_gameday_does_not_know_is_still_named() -> None:
 
 def test_a_line_that_only_mentions_xid_is_no_finding() -> None:
     assert triage("grep Xid /var/log/kern.log returned nothing; XID count is 0\n", SCEN) == []
+
+
+def test_the_gpu_lost_line_without_its_xid_line_is_explained_as_79() -> None:
+    advice = _advice(
+        "kernel: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"
+        "kernel: NVRM: GPU 0000:3b:00.0: GPU serial number is 1564320012345.\n"
+    )
+    assert advice[0].startswith("Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS)")
