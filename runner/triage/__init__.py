@@ -296,12 +296,16 @@ def triage(
 def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
     """The scenario's sightings in the log: by the signatures its runs check; where those show
     nothing, by its triage entries (another moment of the fault, or a part of what the run's
-    signature quotes, which adds nothing where the whole is there); where those show nothing
-    either, by any of them cut short."""
+    signature quotes, which adds nothing where the whole is there), the first that matches for
+    each view of a node; where those show nothing either, by any of them cut short."""
     sigs = signatures(ls)
     sightings: list[Sighting] = []
     for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
         for view, node, pats, releases, entry in group if not sightings else ():
+            if entry is not None and any((s.view, s.node) == (view, node) for s in sightings):
+                # a scenario lists its triage entries strongest first (the error before the
+                # warning that led to it): one view of a node is told by the first that matches
+                continue
             if entry is not None and entry.stalled_stats is not None:
                 ev = find_stall(log, entry.stalled_stats)
             else:

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 
 from runner.triage.cause import shows_cause
 from runner.triage.match import Log
+from runner.triage.xid import GPU_LOST, GPUD_REASON, XID_LINE
+from runner.triage.xid import advice as xid_advice
 from vllmfacts import memory
 from vllmfacts.gpu import gpu_types
 from vllmfacts.models import ModelInfo, ModelNotFound, resolve
@@ -48,6 +50,9 @@ _CPU_BUDGET = re.compile(
 )
 # the V0 CPU worker's shortage names its own budget (vllm/worker/cpu_worker.py)
 _CPU_V0 = re.compile(r"Try increasing `VLLM_CPU_KVCACHE_SPACE`")
+# a GPU XID's own line (the driver's, or gpud's; the driver's GPU-lost line for 79), which names
+# the XID the advice explains
+_XID_EVIDENCE = (re.compile(XID_LINE), re.compile(GPUD_REASON), re.compile(GPU_LOST))
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
 AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the message's
 _LABEL = {
@@ -311,6 +316,8 @@ def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], log: Log) -> 
                 return free_memory(caps)
             except Unusable as exc:
                 return [f"no numeric advice: {exc}"]
+    if any(rx.search(text) for _, text in evidence_caps for rx in _XID_EVIDENCE):
+        return xid_advice(log)
     if any("death" in caps for caps, _ in evidence_caps):
         return engine_death(log)
     for caps, _ in evidence_caps:

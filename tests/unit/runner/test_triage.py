@@ -176,6 +176,8 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["more KV cache needed for one request than the budget holds"],
             ),
+            # triage: V0's count of zero GPU blocks, the error after it cut
+            ("the serving node's", "serving", ["the profile left no memory for one KV block"]),
         ],
         "service-name-collision": [
             ("the serving node's", "serving", [""]),
@@ -218,7 +220,14 @@ def test_every_signature_a_scenario_declares() -> None:
                     "call failing on the GPU it broke"
                 ],
             ),
-            # triage: the driver's GPU-lost line, the Xid line before it not pasted
+            # triage: any XID's line, gpud's report of one, and the driver's GPU-lost line, the
+            # Xid line before it not pasted
+            (
+                "the serving node's",
+                "node1",
+                ["the driver's Xid line (the XID after the bus address)"],
+            ),
+            ("the serving node's", "node1", ["gpud's report of an XID in the kernel log"]),
             ("the serving node's", "node1", ["the driver's GPU-lost line, printed with XID 79"]),
         ],
         "tp-mismatch": [
@@ -229,11 +238,30 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["more ranks than the NUMA nodes their threads may bind to"],
             ),
-            # triage: Ray's placement group short of the world size
+            # triage: Ray's placement group short of the world size, vLLM's warning before it,
+            # and the placement group's long wait
             (
                 "the serving node's",
                 "serving",
                 ["Ray's placement group cannot hold one GPU for each rank"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["vLLM warns that the Ray cluster has fewer GPUs than one for each rank"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "vLLM warns that this node has fewer GPUs than one for each rank",
+                    "and Ray has not placed one GPU bundle per rank",
+                ],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["Ray has not placed one GPU bundle per rank in 30 s or more"],
             ),
         ],
         "engine-core-death": [
@@ -247,6 +275,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["the V0 engine's death, as its API server raises it"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["the V0 engine's loop died (its traceback follows)"],
+            ),
             ("the serving node's", "serving", ["the engine core's process exited"]),
         ],
         # a failure only a client sees: the refusal the chat probe expects
@@ -257,8 +290,16 @@ def test_every_signature_a_scenario_declares() -> None:
         "tp-head-divisibility": [
             ("the serving node's", "node1", ["the heads do not split over the ranks"])
         ],
-        # silent: a hung engine logs nothing of its own; triage reads its stalled stats lines
-        "engine-core-hang": [("the serving node's", "serving", [])],
+        # silent: a hung engine logs nothing of its own; triage reads its stalled stats lines and
+        # the shared-memory broadcast's long wait
+        "engine-core-hang": [
+            ("the serving node's", "serving", []),
+            (
+                "the serving node's",
+                "serving",
+                ["a process of the engine waited that long for its peers"],
+            ),
+        ],
         # silent at the proxy; the decode engine says why
         "pd-kv-handshake": [
             (
@@ -266,7 +307,7 @@ def test_every_signature_a_scenario_declares() -> None:
                 "decode",
                 ["the decode engine's handshake with the prefill engine's side channel fails"],
             ),
-            # per_vllm."0.9.2-0.11.0": the handshake future's own record
+            # per_vllm."0.9.2-0.12.0": the handshake future's own record
             (
                 "the decode engine's",
                 "decode",
@@ -277,6 +318,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the prefill engine's",
                 "prefill",
                 ["the side channel's listener thread died (a ZMQError on its bind follows)"],
+            ),
+            # triage: 0.11.2-0.12's request line, or the handshake traceback's end
+            (
+                "the decode engine's",
+                "decode",
+                ["the decode engine's handshake with the prefill's side channel failed"],
             ),
         ],
         "nccl-watchdog-timeout": [
