@@ -238,7 +238,9 @@ def _pod_spec(inventory: Inventory, node: Node, config: NodeConfig | None) -> di
             spec.readiness_probe.period_s,
             spec.readiness_probe.failure_threshold,
         )
-    if spec.gpu is not None:
+    # a node that takes no GPU (the disaggregated pair's proxy) is not placed on GPU nodes: it
+    # goes where a cluster's other services go, and leaves the GPU nodes' capacity to engines
+    if spec.gpu is not None and gpus:
         pod["tolerations"] = [dict(t) for t in spec.gpu.tolerations]
         pod["nodeSelector"] = dict(spec.gpu.node_selector)
     return pod
