@@ -95,13 +95,14 @@ def _search(
     return None
 
 
-def unanchored(pattern: str) -> str:
-    """`pattern` without its zero-width assertions (`^`, `$`, `\\A`, `\\z`, `\\b`, `\\B`) outside
-    character classes: it matches wherever `pattern` matches, whatever the text around."""
-    out: list[str] = []
+def _tokens(pattern: str) -> Iterator[tuple[str, int, bool]]:
+    """`pattern`'s tokens in order, each with where it ends and whether it stands outside a
+    character class: an escape (`\\Q...\\E` and `\\p{...}` whole), a POSIX class, a class's
+    opening (with its `^` and a literal `]` first), or one character."""
     i, n, in_class = 0, len(pattern), False
     while i < n:
         c = pattern[i]
+        outside = not in_class
         if c == "\\":
             nxt = pattern[i + 1 : i + 2]
             end = i + 2
@@ -111,29 +112,29 @@ def unanchored(pattern: str) -> str:
             elif nxt in ("p", "P", "x") and pattern[i + 2 : i + 3] == "{":
                 e = pattern.find("}", i + 3)
                 end = n if e < 0 else e + 1
-            elif not in_class and nxt in ("b", "B", "A", "z"):
-                i = end
-                continue
-            out.append(pattern[i:end])
-            i = end
+        elif in_class and c == "[" and pattern[i + 1 : i + 2] == ":" and pattern.find(":]", i) > 0:
+            end = pattern.find(":]", i) + 2
         elif in_class:
-            if c == "[" and pattern[i + 1 : i + 2] == ":" and (e := pattern.find(":]", i)) > 0:
-                out.append(pattern[i : e + 2])
-                i = e + 2
-                continue
             in_class = c != "]"
-            out.append(c)
-            i += 1
+            end = i + 1
         elif c == "[":
-            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
-            j += pattern[j : j + 1] == "]"  # a `]` first in a class is a character
-            out.append(pattern[i:j])
-            in_class, i = True, j
+            end = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            end += pattern[end : end + 1] == "]"  # a `]` first in a class is a character
+            in_class = True
         else:
-            if c not in "^$":
-                out.append(c)
-            i += 1
-    return "".join(out)
+            end = i + 1
+        yield pattern[i:end], end, outside
+        i = end
+
+
+def unanchored(pattern: str) -> str:
+    """`pattern` without its zero-width assertions (`^`, `$`, `\\A`, `\\z`, `\\b`, `\\B`) outside
+    character classes: it matches wherever `pattern` matches, whatever the text around."""
+    return "".join(
+        tok
+        for tok, _, outside in _tokens(pattern)
+        if not (outside and tok in ("^", "$", "\\b", "\\B", "\\A", "\\z"))
+    )
 
 
 _SPACE_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
@@ -144,46 +145,18 @@ def loose(pattern: str) -> str:
     escaped one or `\\s`, repeated or not): it matches what `pattern` matches with any of those
     spaces gone, as a hard-wrapped line joined to its continuation loses the space it broke at."""
     out: list[str] = []
-    i, n, in_class = 0, len(pattern), False
-    while i < n:
-        c = pattern[i]
-        space = False
-        if c == "\\":
-            nxt = pattern[i + 1 : i + 2]
-            end = i + 2
-            if nxt == "Q":  # \Q...\E quotes literally
-                e = pattern.find("\\E", i + 2)
-                end = n if e < 0 else e + 2
-            elif nxt in ("p", "P", "x") and pattern[i + 2 : i + 3] == "{":
-                e = pattern.find("}", i + 3)
-                end = n if e < 0 else e + 1
-            space = not in_class and nxt in (" ", "s")
-            out.append(pattern[i:end])
-            i = end
-        elif in_class:
-            if c == "[" and pattern[i + 1 : i + 2] == ":" and (e := pattern.find(":]", i)) > 0:
-                out.append(pattern[i : e + 2])
-                i = e + 2
-                continue
-            in_class = c != "]"
-            out.append(c)
-            i += 1
-        elif c == "[":
-            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
-            j += pattern[j : j + 1] == "]"  # a `]` first in a class is a character
-            out.append(pattern[i:j])
-            in_class, i = True, j
-        else:
-            space = c == " "
-            out.append(c)
-            i += 1
-        if space:
-            m = _SPACE_QUANT.match(pattern, i)
+    skip_to = 0
+    for tok, end, outside in _tokens(pattern):
+        if end <= skip_to:  # a space's quantifier, rewritten with it
+            continue
+        out.append(tok)
+        if outside and tok in (" ", "\\ ", "\\s"):
+            m = _SPACE_QUANT.match(pattern, end)
             quant = m.group(0) if m else ""
             lazy = "?" if len(quant) > 1 and quant.endswith("?") else ""
             # none, one or more of them: whatever the count was, none is allowed
             out.append("?" if not quant else quant if quant[0] in "*?" else "*" + lazy)
-            i += len(quant)
+            skip_to = end + len(quant)
     return "".join(out)
 
 
