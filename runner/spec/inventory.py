@@ -79,6 +79,10 @@ def is_address(text: str) -> bool:
     )
 
 
+# a Node's name is a DNS-1123 subdomain, as the kubernetes.io/hostname label carries it
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
 class Node(Model):
     name: str
     role: Role
@@ -114,6 +118,12 @@ class Node(Model):
         "check): vLLM's /health; the toy proxy answers /healthcheck.",
     )
     connection: dict[str, Any] = {}
+    kubernetes_node: str | None = Field(
+        default=None,
+        description="On a Kubernetes lab: the cluster node this host's pod runs on (a "
+        "kubernetes.io/hostname nodeSelector), so the host is one machine as in an inventory "
+        "of machines. Unset, the scheduler places the pod on any node that fits.",
+    )
     service: str | None = Field(
         default=None,
         description="On an adopted compose lab: the Compose service this node is "
@@ -134,6 +144,16 @@ class Node(Model):
             raise ValueError(
                 f"{v!r} is neither an IP address nor a host name (letters, digits and hyphens, "
                 "in dot-separated labels)"
+            )
+        return v
+
+    @field_validator("kubernetes_node")
+    @classmethod
+    def _a_node_name(cls, v: str | None) -> str | None:
+        if v is not None and (len(v) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(v)):
+            raise ValueError(
+                f"{v!r} is not a Kubernetes node name (lower-case letters, digits, '-' and '.', "
+                "at most 253 characters): `kubectl get nodes` lists the names"
             )
         return v
 

@@ -40,6 +40,7 @@ _HOST_KEYS = {
     "gameday_service": "service",
     "gameday_command": "command",
     "gameday_health_path": "health_path",
+    "gameday_kubernetes_node": "kubernetes_node",
 }
 
 

@@ -25,6 +25,7 @@ from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.spec.inventory_load import load_inventory
 from runner.spec.kinds import LabKind, LogSource, NodeStatus
+from tests.kubereal.kubelet import NODE_PREFIX
 from tests.support import cli as conftest
 from tests.support.cli import ROOT, gameday, ok
 from tests.support.kubecluster import RealCluster, real_cluster
@@ -437,3 +438,44 @@ def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
     # before the exit it follows can still be taken for a restart (no shortcut is flagged)
     assert {a["kind"] for a in drill["actions"]} <= {"config_change", "restart"}
     assert drill["shortcuts"] == []
+
+
+def pinned(tmp_path: Path) -> Path:
+    """The test inventory with each GPU host pinned to a node of its own
+    (gameday_kubernetes_node), as an inventory of machines is."""
+    hosts = {
+        "        serving:\n": 5,
+        "            node1:\n": 1,
+        "            node2:\n": 2,
+        "            node3:\n": 3,
+        "            node4:\n": 4,
+        "        prefill:\n": 6,
+        "        decode:\n": 7,
+    }
+    indent = {h: " " * (len(h) - len(h.lstrip()) + 2) for h in hosts}
+    replace = {
+        h: f"{h}{indent[h]}gameday_kubernetes_node: {NODE_PREFIX}{i}\n" for h, i in hosts.items()
+    }
+    return conftest.variant(
+        INVENTORY, tmp_path, {"../build/kubeapi/kubeconfig": str(KUBECONFIG)} | replace
+    )
+
+
+def test_stray_gpu_process_where_the_group_is_pinned_to_its_nodes(
+    server: RealCluster, state: Path, tmp_path: Path
+) -> None:
+    """The scenario's shortcut (disable DeepGEMM, restart the group) must not restore: the
+    stranger still holds the head's GPU. That holds where the restarted head comes back to its
+    node. Unpinned, the real scheduler may score the stranger's node as the more allocated one
+    and place the new head on another free GPU node, where the restart does restore."""
+    inv = pinned(tmp_path)
+    files = [str(ROOT / "scenarios" / "stray-gpu-process.yaml")]
+    r = gd(state, "run", *files, "--lab", str(inv), "--reports", str(tmp_path), "--json")
+    assert r.stdout, r.stderr[-3000:]
+    gpu: dict[str, Any] = json.loads(r.stdout)["scenarios"][0]
+    failed = [a for a in gpu["assertions"] if a["verdict"] != "passed"]
+    assert r.returncode == 0, json.dumps(failed, indent=1) + r.stderr[-2000:]
+    timeline = " | ".join(e["event"] for e in gpu["timeline"])
+    assert "node1: omniparser holds GPU memory" in timeline
+    shortcut = [a for a in gpu["assertions"] if a["name"].startswith("recover 1")]
+    assert shortcut and all(a["verdict"] == "passed" for a in shortcut), shortcut

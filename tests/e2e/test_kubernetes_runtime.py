@@ -5,7 +5,7 @@ head-only-restart with the kubelet restarting the head alone,
 engine-core-hang, dhcp-address-change not applicable with its reason, pd-kv-handshake with the
 prefill, the decode and the proxy as pods of their own; and a runner SIGKILLed
 mid-scenario (stray-gpu-process) cleaned up by its journal. stray-gpu-process's verdict is
-test_kubernetes_standin.py's: see there why it runs on the stand-in."""
+test_kubernetes_lab.py's, with its group pinned to its nodes."""
 
 from __future__ import annotations
 

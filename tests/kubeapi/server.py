@@ -431,7 +431,14 @@ class Cluster(NodeRuntime):
         """(why not, "") or (None, the node)."""
         n = len(self.nodes)
         sel = p["spec"].get("nodeSelector") or {}
-        if any(NODE_LABELS.get(k) != v for k, v in sel.items()):
+        matching = [
+            node
+            for node in self.nodes
+            if all(
+                (NODE_LABELS | {"kubernetes.io/hostname": node}).get(k) == v for k, v in sel.items()
+            )
+        ]
+        if not matching:
             why = (
                 f"0/{n} nodes are available: {n} node(s) didn't match Pod's node affinity/selector."
             )
@@ -450,7 +457,7 @@ class Cluster(NodeRuntime):
                 f"0/{n} nodes are available: {n} node(s) had untolerated taint "
                 "{nvidia.com/gpu: true}."
             ), ""
-        for node in self.nodes:
+        for node in matching:
             if self.gpus_in_use(node) + gpu_request(p) <= self.gpus:
                 return None, node
         return f"0/{n} nodes are available: {n} Insufficient {GPU_RESOURCE}.", ""

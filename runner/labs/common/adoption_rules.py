@@ -1,5 +1,6 @@
 """What the kinds' inventory rules share: the adoption section's place in the file, its hint,
-and the rule that `gameday_service` belongs to an adopted Compose project only."""
+the rule that `gameday_service` belongs to an adopted Compose project only, and that
+`gameday_kubernetes_node` belongs to a Kubernetes lab."""
 
 from __future__ import annotations
 
@@ -18,6 +19,23 @@ def fail(src: Source, loc: tuple[Any, ...], field: str, msg: str, hint: str) -> 
     raise InventoryError(
         msg, file=src.path, line=src.line_of(loc), field=field, hint=f"{hint}; {ADOPT_HINT}"
     )
+
+
+def refuse_kubernetes_node(
+    src: Source, nodes: Sequence[Node], host_lines: Mapping[str, tuple[Any, ...]], kind: str
+) -> None:
+    """InventoryError for a host's gameday_kubernetes_node: this lab places no pods."""
+    for n in nodes:
+        if n.kubernetes_node is not None:
+            loc = (*host_lines[n.name], "gameday_kubernetes_node")
+            raise InventoryError(
+                f"gameday_kubernetes_node places a host's pod on a Kubernetes node; this is a "
+                f"{kind} lab",
+                file=src.path,
+                line=src.line_of(loc),
+                field=f"{n.name}.gameday_kubernetes_node",
+                hint="remove it, or use it in an inventory whose gameday_lab.kind is kubernetes",
+            )
 
 
 def refuse_commands(

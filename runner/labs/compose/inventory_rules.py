@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_services
+from runner.labs.common.adoption_rules import (
+    ADOPT_LOC,
+    fail,
+    refuse_kubernetes_node,
+    refuse_services,
+)
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
 from runner.spec.yamlsrc import Source
@@ -14,6 +19,7 @@ from runner.spec.yamlsrc import Source
 def check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:
     if lab.adopt is None:
         refuse_services(src, nodes, hosts)
+    refuse_kubernetes_node(src, nodes, hosts, "compose")
 
 
 def check_adoption(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLines) -> None:

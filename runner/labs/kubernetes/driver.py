@@ -485,9 +485,10 @@ class KubernetesLab(LabDriver):
                 # the old pod gone, as the compose lab stops the old container before it
                 # returns: one still shutting down answers some requests and fails others, and
                 # a probe right after the change would judge it rather than the new one
-                self.pods.wait_gone(
-                    {change.node: pod.metadata.uid}, self.spec.termination_grace_s + 60
-                )
+                old = {change.node: pod.metadata.uid}
+                self.pods.wait_gone(old, self.spec.termination_grace_s + 60)
+                # and its successor created, so a restart right after has a pod to delete
+                self.pods.wait_successor(old, 60)
             return
         self.current(change)  # raises: not a change this lab makes
 

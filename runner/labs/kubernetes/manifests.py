@@ -243,6 +243,13 @@ def _pod_spec(inventory: Inventory, node: Node, config: NodeConfig | None) -> di
     if spec.gpu is not None and gpus:
         pod["tolerations"] = [dict(t) for t in spec.gpu.tolerations]
         pod["nodeSelector"] = dict(spec.gpu.node_selector)
+    if node.kubernetes_node is not None:
+        # the host is one machine: its pod comes back there after every restart, as a process
+        # of an inventory of machines does, whatever else the scheduler would score higher
+        pod["nodeSelector"] = {
+            **pod.get("nodeSelector", {}),
+            "kubernetes.io/hostname": node.kubernetes_node,
+        }
     return pod
 
 

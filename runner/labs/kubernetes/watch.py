@@ -450,6 +450,22 @@ class PodWatch:
                     hint=f"kubectl -n {self.ns} get pods",
                 )
 
+    def wait_successor(self, old: dict[str, str], timeout: float) -> None:
+        """Until the watch shows a pod other than each node's old one: its controller has
+        created the replacement, so the node has a pod to restart, read or judge."""
+
+        def created() -> bool:
+            return all(
+                any(uid != gone for uid in self.views[node].pods) for node, gone in old.items()
+            )
+
+        with self.feed.cond:
+            if not self.feed.cond.wait_for(created, timeout):
+                raise LabError(
+                    f"{', '.join(old)}: no new pod after {timeout:.0f} s",
+                    hint=f"kubectl -n {self.ns} get events --sort-by=.lastTimestamp",
+                )
+
     def expect_stop_now(self, nodes: Sequence[str]) -> None:
         with self.feed.cond:
             for n in nodes:

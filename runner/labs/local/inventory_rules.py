@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runner.errors import InventoryError
-from runner.labs.common.adoption_rules import ADOPT_LOC, fail, refuse_commands, refuse_services
+from runner.labs.common.adoption_rules import (
+    ADOPT_LOC,
+    fail,
+    refuse_commands,
+    refuse_kubernetes_node,
+    refuse_services,
+)
 from runner.labs.common.network import resolution_error
 from runner.labs.registry import HostLines
 from runner.spec.inventory import LabSpec, Node
@@ -25,6 +31,7 @@ def check_hosts(src: Source, lab: LabSpec, nodes: Sequence[Node], hosts: HostLin
         )
     refuse_services(src, nodes, hosts)
     refuse_commands(src, nodes, hosts)
+    refuse_kubernetes_node(src, nodes, hosts, "local")
     check_addresses(src, nodes, hosts)
 
 
