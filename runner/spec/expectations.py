@@ -174,6 +174,12 @@ class TriageSignature(Model):
         "and these do not (for instance: the driver's Xid line): a paste that shows these and "
         "not the run's signature is cut before it, and the finding says so in these words.",
     )
+    ended_by: Pattern | None = Field(
+        default=None,
+        description="A line that shows the wait these lines report ended by itself (for "
+        "instance: start-up finished after a long compilation): where one follows the last "
+        "match of these lines, the paste shows no failure of this kind.",
+    )
     cut_before_cause: bool = Field(
         default=False,
         description="vLLM logs the failure's root cause with these lines (a traceback that "

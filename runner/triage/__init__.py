@@ -25,7 +25,7 @@ from runner.spec.scenario import LoadedScenario, Scenario
 from runner.triage.advice import advise
 from runner.triage.cause import shows_cause
 from runner.triage.cut import find_cut
-from runner.triage.match import Evidence, Log, find_in_order
+from runner.triage.match import Evidence, Log, find, find_in_order
 from runner.triage.normalise import (
     BudgetExceeded,
     Deadline,
@@ -310,7 +310,12 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 ev = find_stall(log, entry.stalled_stats)
             else:
                 # a pattern's literal typography is folded as the pasted text is (normalise)
-                ev = find_in_order(log, [(_folded(p.regex), p.description) for p in pats])
+                # lines a later one shows ended by themselves are no failure: only what
+                # follows the last such end is read
+                start = 0 if entry is None else _after_last(log, entry.ended_by)
+                ev = find_in_order(
+                    log, [(_folded(p.regex), p.description) for p in pats], start=start
+                )
             if ev:
                 how = None
                 if entry is not None and entry.cut_before_cause and not shows_cause(log):
@@ -327,6 +332,14 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 ev, how = hit
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
     return sightings
+
+
+def _after_last(log: Log, pattern: Pattern | None) -> int:
+    """The line index after the last match of `pattern` (0 where there is none)."""
+    pos = 0
+    while pattern is not None and (hit := find(log, _folded(pattern.regex), start=pos)):
+        pos = hit[0]
+    return pos
 
 
 def _sighting(

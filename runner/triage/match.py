@@ -375,12 +375,12 @@ def find(
 
 
 def find_in_order(
-    log: Log | Sequence[Line], patterns: Sequence[tuple[str, str]]
+    log: Log | Sequence[Line], patterns: Sequence[tuple[str, str]], start: int = 0
 ) -> list[Evidence] | None:
-    """Every (regex, description) in order, each after the lines of the one before; None when
-    one is missing."""
+    """Every (regex, description) in order from line index `start`, each after the lines of the
+    one before; None when one is missing."""
     log = log if isinstance(log, Log) else Log(log)
-    pos = 0
+    pos = start
     found = []
     for regex, description in patterns:
         hit = find(log, regex, description, pos)
