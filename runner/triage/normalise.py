@@ -31,7 +31,13 @@ _JOURNALD_PREFIX = re.compile(
 # quoting and list markers a chat, a mail or a Markdown file adds
 _QUOTE = re.compile(r"^(?:>|&gt;|\|)(?: |$)")
 _LIST_MARKER = re.compile(r"^(?:[-*•→]|\d{1,2}[.)])\s+")
-_FENCE = re.compile(r"^(?:```|~~~)")
+# a fence line opens or closes a code block (with its info string: ```python); a fence with more
+# after it is a one-line code span (```ValueError: ...```), whose text is the log's
+_FENCE = re.compile(r"^(?:```|~~~)[\w+.-]*\s*$")
+_SPAN_FENCE = re.compile(r"^(?:```|~~~)(?P<body>.*?)(?:```|~~~)?\s*$")
+# Markdown's strong emphasis around words a writer highlighted in a pasted line (`**Watchdog
+# caught ...:**`); a lone `**` (Python's `**kwargs`) is no emphasis and stays
+_EMPHASIS = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 # the start of any of the above: a line that begins with none of them carries none, so it is only
 # stripped of its surrounding spaces (most lines of a log)
 _MAYBE_PREFIX = re.compile(
@@ -100,6 +106,9 @@ def _strip_prefixes(text: str) -> tuple[str, str | None]:
         text = text.strip()
         if _FENCE.match(text):
             return "", node
+        span = _SPAN_FENCE.match(text)
+        if span is not None:
+            text = span.group("body")
         text = _QUOTE.sub("", text, count=1)
         text = _RUNTIME_TS.sub("", text, count=1)
         for rx in (_KUBECTL_PREFIX, _COMPOSE_PREFIX, _JOURNALD_PREFIX):
@@ -251,6 +260,8 @@ def normalise(text: str, deadline: Deadline | None = None) -> Lines:
             node = None
             if _MAYBE_PREFIX.match(stripped):
                 stripped, node = _strip_prefixes(body)
+            if "**" in stripped:
+                stripped = _EMPHASIS.sub(r"\1", stripped)
             stripped = unmask(stripped)
             add_text(original if stripped == original else stripped)
             add_node(node)
