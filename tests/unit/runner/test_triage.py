@@ -281,6 +281,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["the V0 engine's loop died (its traceback follows)"],
             ),
             ("the serving node's", "serving", ["the engine core's process exited"]),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "SGLang was serving",
+                    "its scheduler process raised, and the server goes down with it",
+                ],
+            ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [("a client's", "serving", [ANSWERED])],
