@@ -27,7 +27,7 @@ realvllm-env:
 
 # a real Kubernetes control plane for the Kubernetes tests (tests/kubereal): kube-apiserver,
 # kube-controller-manager and kube-scheduler v1.20 built from Debian's source package, with
-# Debian's etcd, into ~/.cache/gameday/kube/<version> (nothing installed; about 11 minutes the
+# Debian's etcd, into ~/.cache/gameday/kube/<version> (nothing installed; 6 to 11 minutes the
 # first time on 2 cores, at the lowest CPU priority; instant once cached)
 kube-control-plane: $(VENV)/.installed
 	nice -n 19 $(BIN)/python -m tests.kubereal build

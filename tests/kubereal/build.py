@@ -104,7 +104,7 @@ def ensure(
     env = _in_tree(_go_env(work, goroot), tree)
     log("generating pkg/generated/openapi (vendored openapi-gen)")
     _openapi(tree, env, work)
-    log(f"building {', '.join(COMPONENTS)} (GOPATH mode; about 11 minutes cold on 2 cores)")
+    log(f"building {', '.join(COMPONENTS)} (GOPATH mode; 6 to 11 minutes cold on 2 cores)")
     out.bin.mkdir(exist_ok=True)
     _run(
         [

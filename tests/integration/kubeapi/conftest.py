@@ -29,7 +29,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
 def real_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """The real kube-apiserver, controller-manager and scheduler (v1.20, built from Debian's
     source package by `make kube-control-plane`), one for the session; skipped, saying so, when
-    that build is not in the cache: building it takes about 11 minutes cold."""
+    that build is not in the cache: building it takes 6 to 11 minutes cold."""
     binaries = build.cached()
     if binaries is None:
         why = f"no real control plane in {build.cache_root()} (`make kube-control-plane` builds it)"
