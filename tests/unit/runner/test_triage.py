@@ -263,11 +263,6 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["Ray has not placed one GPU bundle per rank in 30 s or more"],
             ),
-            (
-                "the serving node's",
-                "serving",
-                ["the ranks started are not the tensor- times the pipeline-parallel size"],
-            ),
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
