@@ -456,9 +456,7 @@ def pinned(tmp_path: Path) -> Path:
     replace = {
         h: f"{h}{indent[h]}gameday_kubernetes_node: {NODE_PREFIX}{i}\n" for h, i in hosts.items()
     }
-    return conftest.variant(
-        INVENTORY, tmp_path, {"../build/kubeapi/kubeconfig": str(KUBECONFIG)} | replace
-    )
+    return variant(tmp_path, **replace)
 
 
 def test_stray_gpu_process_where_the_group_is_pinned_to_its_nodes(
