@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from labengine import apiserver, proxy, stray, xidfault
+from labengine import apiserver, proxyflags, stray, xidfault
 from labengine.logs import VllmLog
 from labengine.tracebacks import Traceback, frames
 from vllmfacts.gpu import GpuConfigError, SharedGpu, node_gpus, smi_text
@@ -54,7 +54,7 @@ def build_parser(era: Era) -> argparse.ArgumentParser:
     proxyp = sub.add_parser(
         "proxy", prog="vllm-lab proxy", help="a prefill/decode proxy, as vLLM's toy proxy"
     )
-    proxy.add_arguments(proxyp)
+    proxyflags.add_arguments(proxyp)
     xidp = sub.add_parser("xid", prog="vllm-lab xid", help="a GPU XID error on this node")
     xidfault.add_arguments(xidp)
     commands: dict[str, tuple[argparse.ArgumentParser, Command]] = {
@@ -144,6 +144,8 @@ def _stray(args: argparse.Namespace, env: dict[str, str]) -> int:
 
 
 def _proxy(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from labengine import proxy  # its HTTP client and server: this command's only
+
     return proxy.run(args)
 
 

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labengine import c10d, loading, mamba, nixl, pytorch
 from labengine.logs import VllmLog
@@ -28,7 +28,7 @@ from labengine.textgen import completion, garbage
 from labengine.tracebacks import Traceback, frames, process_died
 from vllmfacts import arch, envs, memory, xid
 from vllmfacts.gpu import MIB, NodeGpus, SharedGpu
-from vllmfacts.kvtransfer import FailureType, KVTransferConfig, failure_line, side_channel
+from vllmfacts.kvtransfer import FailureType, failure_line, side_channel
 from vllmfacts.models import DTYPE_BYTES, ModelInfo, search_paths
 from vllmfacts.wording import (
     Era,
@@ -39,6 +39,9 @@ from vllmfacts.wording import (
     no_kv_memory,
     worker_died,
 )
+
+if TYPE_CHECKING:
+    from vllmfacts.kvconfig import KVTransferConfig
 
 # Real-world durations (seconds) of the phases that do not depend on model size, from the EKS
 # start-failure write-up's logs: the API server resolves config ~9 s after start; the engine core

@@ -32,17 +32,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """toy_proxy_server.py's parse_args."""
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--host", type=str, default="127.0.0.1")
-    p.add_argument("--prefiller-hosts", "--prefiller-host", type=str, nargs="+",
-                   default=["localhost"])  # fmt: skip
-    p.add_argument("--prefiller-ports", "--prefiller-port", type=int, nargs="+", default=[8100])
-    p.add_argument("--decoder-hosts", "--decoder-host", type=str, nargs="+", default=["localhost"])
-    p.add_argument("--decoder-ports", "--decoder-port", type=int, nargs="+", default=[8200])
-
-
 class Proxy:
     """Round-robin over the prefill and decode instances, as the toy proxy does."""
 

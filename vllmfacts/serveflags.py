@@ -8,10 +8,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from vllmfacts.kvtransfer import parse_kv_transfer_config
 from vllmfacts.wording import Era
+
+if TYPE_CHECKING:
+    from vllmfacts.kvconfig import KVTransferConfig
+
+
+def _kv_transfer_config(val: str) -> KVTransferConfig:
+    """--kv-transfer-config's `type`: pydantic is imported only when the flag is given."""
+    from vllmfacts.kvconfig import parse_kv_transfer_config
+
+    return parse_kv_transfer_config(val)
 
 
 def _max_len(text: str) -> int:
@@ -139,7 +148,7 @@ def add_serve_arguments(p: argparse.ArgumentParser, era: Era) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
     # VllmConfig's group: a KVTransferConfig given as JSON, validated by pydantic as vLLM does
-    # (engine/arg_utils.py parse_dataclass; vllmfacts.kvtransfer)
-    p.add_argument("--kv-transfer-config", type=parse_kv_transfer_config, default=None)
+    # (engine/arg_utils.py parse_dataclass; vllmfacts.kvconfig)
+    p.add_argument("--kv-transfer-config", type=_kv_transfer_config, default=None)
     p.add_argument("--fail-on-environ-validation", action="store_true")
     p.add_argument("--enable-log-requests", action="store_true")

