@@ -592,7 +592,13 @@ def _alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done:
             return False
-    return True
+    # nor is another's zombie: a supervisor that `lab up` started belongs to init once that
+    # command has ended, and an init may take seconds to reap it
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): kill(0) is all there is to go on
+    return stat[stat.rfind(")") + 2 :][:1] != "Z"
 
 
 def _state(v: dict[str, Any]) -> NodeState:

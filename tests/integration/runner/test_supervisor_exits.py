@@ -120,3 +120,32 @@ def test_a_supervisor_stopped_by_a_signal_stops_what_it_started(tmp_path: Path, 
             sup.kill()
         for pid in _marked(mark):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_supervisor_that_exited_is_gone_though_nobody_has_reaped_it_yet() -> None:
+    """`lab down` waits for the supervisor to be gone. One that `lab up` started belongs to init
+    once that command ends, and an init may take seconds to reap it: its zombie is not alive."""
+    from runner.labs.local.driver import _alive
+
+    # a parent that forks a child which exits at once, and does not reap it for a while
+    code = (
+        "import os, sys, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "print(pid, flush=True)\n"
+        "time.sleep(5)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        assert not _alive(child)
+        assert _alive(parent.pid)  # a live process is alive
+    finally:
+        parent.kill()
+        parent.wait()
