@@ -21,7 +21,8 @@ from runner.results.schema import EventKind, Phase, Verdict
 from runner.run.apply import SETUP, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.run.plan import describe_action
-from runner.spec.actions import Action
+from runner.spec.actions import Action, ScrapeTargets
+from runner.spec.probes import PromQLProbe, TargetsProbe
 from runner.spec.scenario import LoadedScenario
 
 PROMETHEUS_READY_S = 60.0  # wall seconds for the lab's Prometheus to scrape every target once
@@ -44,20 +45,8 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
             f"node {ctx.target} is not at its baseline configuration",
             hint="a previous run left changes behind: run `gameday cleanup`",
         )
-    if ls.scenario.uses_monitoring:
-        # brought up with the lab, but its first targets come 5 s of wall time later
-        try:
-            ctx.lab.monitoring_ready(PROMETHEUS_READY_S)
-        except LabError as exc:
-            ctx.rec.error(
-                phase=Phase.BASELINE,
-                name="baseline: Prometheus scraping",
-                expected="Prometheus has scraped every target of its configuration",
-                observed=exc.message,
-                detail=exc.hint or "",
-                died=exc.death if isinstance(exc, PartDied) else None,
-            )
-            raise ScenarioAborted from exc
+    if _reads_prometheus(ls):
+        monitoring_scraping(ctx, ls)
     gen0 = ctx.lab.states()[ctx.target].generation
     restarted = setup(ctx, ls.scenario.baseline.setup)
     boot = ctx.boot_timeout_lab
@@ -86,6 +75,38 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
     if any(r.verdict is not Verdict.PASSED for r in results):
         raise ScenarioAborted
     return Steady(utcnow())
+
+
+def _reads_prometheus(ls: LoadedScenario) -> bool:
+    """Whether the baseline itself reads or changes Prometheus (a PromQL or targets probe, a
+    scrape-config setup): then it waits for the first scrape before its own steps."""
+    base = ls.scenario.baseline
+    return any(isinstance(p, TargetsProbe | PromQLProbe) for p in base.probes) or any(
+        isinstance(a, ScrapeTargets) for a in base.setup
+    )
+
+
+def monitoring_scraping(ctx: Context, ls: LoadedScenario) -> None:
+    """The lab's Prometheus has scraped every target once, for a scenario that uses it: before
+    the injection, whose detection it watches. Brought up with the lab, its first targets come
+    5 s of wall time later (its discovery's pace, whatever the time scale), so a scenario whose
+    baseline does not read it waits here, after its baseline and the load's first answers,
+    which take that time anyway; a failure is the baseline's (error: the scenario cannot be
+    judged)."""
+    if not ls.scenario.uses_monitoring:
+        return
+    try:
+        ctx.lab.monitoring_ready(PROMETHEUS_READY_S)
+    except LabError as exc:
+        ctx.rec.error(
+            phase=Phase.BASELINE,
+            name="baseline: Prometheus scraping",
+            expected="Prometheus has scraped every target of its configuration",
+            observed=exc.message,
+            detail=exc.hint or "",
+            died=exc.death if isinstance(exc, PartDied) else None,
+        )
+        raise ScenarioAborted from exc
 
 
 def setup(ctx: Context, actions: list[Action]) -> bool:

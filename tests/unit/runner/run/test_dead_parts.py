@@ -53,3 +53,40 @@ def test_a_part_that_dies_while_an_alert_is_awaited_ends_the_wait(tmp_path: Path
     detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
     assert (detect.verdict, detect.died) == (Verdict.ERROR, DEATH)
     assert detect.observed == DEATH.summary()
+
+
+def test_prometheus_is_awaited_after_the_baseline_and_before_the_injection(
+    tmp_path: Path,
+) -> None:
+    """Its first scrape takes 5 s of wall time from the lab's start: a scenario whose baseline
+    does not read Prometheus waits for it once its baseline holds, just before the injection."""
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=list)
+
+    def awaited(timeout_s: float) -> None:
+        run.progress.append("(Prometheus awaited)")
+        raise PartDied(DEATH)  # the run ends here: what came before it is the order
+
+    run.lab.monitoring_ready = awaited  # type: ignore[method-assign]
+    result = run.run()
+    said = [p.split(":")[0] for p in run.progress]
+    assert said[: said.index("(Prometheus awaited)")] == ["baseline"]
+    assert "inject" not in said
+    assert [a.name for a in result.assertions if a.phase is Phase.BASELINE][-1] == (
+        "baseline: Prometheus scraping"
+    )
+    assert any(a.phase is Phase.BASELINE and a.verdict is Verdict.PASSED for a in result.assertions)
+
+
+def test_a_baseline_that_reads_prometheus_waits_for_it_before_its_probes(tmp_path: Path) -> None:
+    doc = _alerting(scenario_doc())
+    doc["baseline"]["probes"].append({"kind": "promql", "query": "up", "value": 0})  # type: ignore[index]
+    run = fake_run(tmp_path, doc, wrong_flag(), alerts=list)
+
+    def died(timeout_s: float) -> None:
+        raise PartDied(DEATH)
+
+    run.lab.monitoring_ready = died  # type: ignore[method-assign]
+    result = run.run()
+    assert [a.name for a in result.assertions if a.phase is Phase.BASELINE] == [
+        "baseline: Prometheus scraping"
+    ]  # no probe of the baseline ran before it
