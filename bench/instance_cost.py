@@ -11,7 +11,9 @@ the runner's own process:
 
 - CPU: each process's utime + stime, summed over the samples as each one's growth (a process that
   ends or restarts between two samples loses at most its last 0.2 s); `cpu_mean` is the instance's
-  and the runner's CPU seconds over the run's wall seconds, `cpu_peak` their busiest second;
+  and the runner's CPU seconds over the wall seconds from the first scenario's start to the lab's
+  going down (its bring-up left out: see `scenarios_span`), `cpu_peak` their busiest second in
+  that span;
 - memory: the resident memory of each part at its peak (supervisor, Prometheus, Alertmanager,
   node-exporters, engines), split into what each instance has once (`fixed_mib`) and what scales
   with its nodes (`per_node_mib`: engines and exporters over the nodes).
@@ -169,8 +171,12 @@ class Sampler:
                 self.peak_kib[k] = max(self.peak_kib[k], v)
             self.series.append((now, self.total_ticks))
 
-    def figures(self, nodes: int) -> dict[str, Any]:
+    def figures(self, nodes: int, span: tuple[float, float] | None = None) -> dict[str, Any]:
+        """CPU over `span` (monotonic from, to) if given, else over every sample; memory at its
+        peaks over every sample."""
         s = self.series
+        if span is not None:
+            s = [x for x in s if span[0] <= x[0] <= span[1]] or s
         span = s[-1][0] - s[0][0] if len(s) > 1 else 0.0
         cpu_s = (s[-1][1] - s[0][1]) / TICK if len(s) > 1 else 0.0
         peak = 0.0
@@ -209,15 +215,39 @@ def measure(lab: Path) -> tuple[dict[str, Any], dict[str, str], float]:
             sampler = Sampler(lambda: local_roots(Path(state)), proc.pid)
         th = threading.Thread(target=sampler.run, daemon=True)
         th.start()
-        out, err = proc.communicate(timeout=1800)
+        said: list[tuple[float, str]] = []  # the run's progress lines, as they came
+        reader = threading.Thread(target=_progress, args=(proc, said), daemon=True)
+        reader.start()
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.wait(timeout=1800)
+        reader.join()
         wall = time.monotonic() - t0
         sampler.stop.set()
         th.join()
+        err = "".join(line for _, line in said)
     try:
         verdicts = {s["id"]: s["verdict"] for s in json.loads(out)["scenarios"]}
     except (json.JSONDecodeError, KeyError):
         verdicts = {"(run)": f"exit {proc.returncode}: {err.strip()[-300:]}"}
-    return sampler.figures(len(inventory.nodes)), verdicts, wall
+    return sampler.figures(len(inventory.nodes), scenarios_span(said)), verdicts, wall
+
+
+def _progress(proc: subprocess.Popen[str], said: list[tuple[float, str]]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        said.append((time.monotonic(), line))
+
+
+def scenarios_span(said: list[tuple[float, str]]) -> tuple[float, float] | None:
+    """From the first scenario's start to the lab's going down, by the run's progress lines:
+    the CPU figures leave out the lab's bring-up. Every instance of a parallel run comes up at
+    once, so its bring-up is a busy moment they share, but one in which no window is judged (a
+    node's boot has its own timeout, 1800 s real); the rule's room for one instance's peak is
+    for the scenarios' steps, which do not line up."""
+    starts = [t for t, line in said if "] starting" in line]
+    downs = [t for t, line in said if "taking lab" in line]
+    return (starts[0], downs[-1]) if starts and downs else None
 
 
 def main() -> int:

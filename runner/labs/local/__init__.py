@@ -31,15 +31,15 @@ def _instance(inventory: Inventory, k: int) -> Inventory:
 
 
 # One instance running the scenarios of scenarios/ serially at x100 on 2 cores, measured by
-# `python bench/instance_cost.py --lab inventories/local.yaml` on 2026-12-04 (it prints these
+# `python bench/instance_cost.py --lab inventories/local.yaml` on 2026-12-05 (it prints these
 # figures; bench/RESULTS.md has the run's, the machine shared with other work)
 COST = InstanceCost(
-    measured="2026-12-04 on 2 cores",
+    measured="2026-12-05 on 2 cores",
     by="bench/instance_cost.py --lab inventories/local.yaml",
-    cpu_mean=0.31,
-    cpu_peak=0.79,
-    fixed_mib=255.8,
-    per_node_mib=53.6,
+    cpu_mean=0.35,
+    cpu_peak=0.84,
+    fixed_mib=190.6,
+    per_node_mib=57.7,
 )
 
 ENTRY = LabKindEntry(
