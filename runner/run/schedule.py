@@ -44,26 +44,30 @@ class Order:
         total = len(self.scenarios)
         if not self.known:
             return "no earlier run of these scenarios on this lab: taken in the files' order"
+        known = (
+            "all known"
+            if self.known == total
+            else f"{self.known} of {total} known, the others first"
+        )
         return (
             f"longest first, by their wall time in the latest of {self.runs_read} earlier "
-            f"run(s) of this lab ({self.known} of {total} known; the others first)"
+            f"run(s) of this lab ({known})"
         )
 
 
 def _seconds(s: dict[str, Any]) -> float | None:
     try:
-        started = datetime.fromisoformat(str(s["started_at"]).replace("Z", "+00:00"))
-        finished = datetime.fromisoformat(str(s["finished_at"]).replace("Z", "+00:00"))
-    except (KeyError, ValueError):
+        started = datetime.fromisoformat(str(s["started_at"]))
+        wall = (datetime.fromisoformat(str(s["finished_at"])) - started).total_seconds()
+    except (KeyError, ValueError, TypeError):  # TypeError: one time with a zone, one without
         return None
-    wall = (finished - started).total_seconds()
     return wall if wall >= 0 else None
 
 
 def last_durations(reports_root: Path, inventory: Inventory) -> tuple[dict[str, float], int]:
     """Each scenario's wall seconds in the newest run of the same lab (name, kind and time
-    scale) that took it the whole way, from the newest RUNS_READ runs; and how many runs were
-    read. Runs that cannot be read are passed over: this is a hint."""
+    scale) that took it the whole way, from the newest RUNS_READ runs of any lab; and how many
+    of them were this lab's. Runs that cannot be read are passed over: this is a hint."""
     lab = inventory.lab
     durations: dict[str, float] = {}
     read = 0
@@ -79,9 +83,9 @@ def last_durations(reports_root: Path, inventory: Inventory) -> tuple[dict[str, 
             scenarios = result["scenarios"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        read += 1
         if not same or not isinstance(scenarios, list):
             continue
+        read += 1
         for s in scenarios:
             if not isinstance(s, dict) or s.get("verdict") not in _MEASURED:
                 continue

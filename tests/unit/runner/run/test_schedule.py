@@ -58,7 +58,7 @@ def test_longest_first_unknown_ones_before_them(todo: list[LoadedScenario], tmp_
     order = longest_first(todo, reports, load_inventory(LOCAL))
     assert ids(order.scenarios) == ["d-new", "b-long", "c-middle", "a-short"]
     assert order.known == 3
-    assert "3 of 4 known" in order.sentence()
+    assert "3 of 4 known, the others first" in order.sentence()
 
 
 def test_the_newest_run_of_the_same_lab_counts(todo: list[LoadedScenario], tmp_path: Path) -> None:
@@ -74,6 +74,7 @@ def test_the_newest_run_of_the_same_lab_counts(todo: list[LoadedScenario], tmp_p
     assert ids(order.scenarios) == list(IDS)  # no reports there: the files' order
     order = longest_first(todo, reports, load_inventory(LOCAL))
     assert ids(order.scenarios) == ["c-middle", "d-new", "a-short", "b-long"]
+    assert order.runs_read == 3  # this lab's at this scale; not compose's, not x10's
 
 
 def test_a_broken_reports_folder_leaves_the_files_order(
