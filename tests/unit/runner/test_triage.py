@@ -291,7 +291,14 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
-        "missing-chat-template": [("a client's", "serving", [ANSWERED])],
+        "missing-chat-template": [
+            ("a client's", "serving", [ANSWERED]),
+            (
+                "the API server's",
+                "serving",
+                ["transformers refuses to render the chat without a template"],
+            ),
+        ],
         "lora-rank-over-max": [
             ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"])
         ],
