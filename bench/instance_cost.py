@@ -219,8 +219,14 @@ def measure(lab: Path) -> tuple[dict[str, Any], dict[str, str], float]:
         reader = threading.Thread(target=_progress, args=(proc, said), daemon=True)
         reader.start()
         assert proc.stdout is not None
-        out = proc.stdout.read()
-        proc.wait(timeout=1800)
+        # a run that hangs is killed after 30 minutes, as `communicate(timeout=1800)` would
+        killer = threading.Timer(1800, proc.kill)
+        killer.start()
+        try:
+            out = proc.stdout.read()
+            proc.wait()
+        finally:
+            killer.cancel()
         reader.join()
         wall = time.monotonic() - t0
         sampler.stop.set()
@@ -242,9 +248,9 @@ def _progress(proc: subprocess.Popen[str], said: list[tuple[float, str]]) -> Non
 def scenarios_span(said: list[tuple[float, str]]) -> tuple[float, float] | None:
     """From the first scenario's start to the lab's going down, by the run's progress lines:
     the CPU figures leave out the lab's bring-up. Every instance of a parallel run comes up at
-    once, so its bring-up is a busy moment they share, but one in which no window is judged (a
-    node's boot has its own timeout, 1800 s real); the rule's room for one instance's peak is
-    for the scenarios' steps, which do not line up."""
+    once, a busy moment they share that the rule's room for one instance's peak cannot cover
+    however it is measured; that room is for the scenarios' steps, which do not line up. A
+    window missed in the bring-ups' contention is inconclusive (runner/run/load.py)."""
     starts = [t for t, line in said if "] starting" in line]
     downs = [t for t, line in said if "taking lab" in line]
     return (starts[0], downs[-1]) if starts and downs else None

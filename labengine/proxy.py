@@ -1,6 +1,6 @@
 """`vllm-lab proxy`: the disaggregated-serving proxy vLLM's NixlConnector tests put in front of a
 prefill and a decode engine (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py), with
-its flags and its behaviour:
+its behaviour (its flags, toy_proxy_server.py's, are in labengine/proxyflags.py):
 
 - a completion request goes to the prefill engine first, with `max_tokens` 1, not streamed, and
   `kv_transfer_params` asking for a remote decode (`do_remote_decode`); the prefill's answer

@@ -12,8 +12,9 @@ What one instance takes is measured, per lab kind, by `bench/instance_cost.py` (
 running the scenarios of scenarios/ serially, read from /proc), and kept as constants in the
 kind's package (`runner/labs/<kind>/__init__.py`, the registry entry's `instance_cost`) with the
 date and the command of their measurement: its CPU on average and in its busiest second while
-its scenarios run (its bring-up left out: all instances come up at once, and no window is judged
-then), the runner's share included, and its memory at its parts' peaks (runner/labs/cost.py).
+its scenarios run (its bring-up left out: all instances come up at once, which the room for one
+peak below does not cover, and a window missed only for that contention is inconclusive), the
+runner's share included, and its memory at its parts' peaks (runner/labs/cost.py).
 n instances fit when
 
     n x mean + (peak - mean) <= free cores,   n x memory <= MEMORY_SHARE x MemAvailable

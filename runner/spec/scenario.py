@@ -392,7 +392,8 @@ class Scenario(Model):
     @property
     def uses_monitoring(self) -> bool:
         """Whether the scenario reads or changes Prometheus (alerts, PromQL or target probes,
-        a scrape-config change): the lab's monitoring must be scraping before its baseline."""
+        a scrape-config change): the lab's monitoring must be scraping before its injection
+        (before its baseline, where the baseline itself reads it)."""
         probes = [
             *self.baseline.probes,
             *self.expect.probes,

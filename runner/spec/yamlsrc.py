@@ -103,7 +103,7 @@ def load(path: Path, error_cls: type[InputError], what: str, *, trusted: bool = 
         raise error_cls(f"not UTF-8 text ({exc.reason})", file=path) from None
     loader: _Loader | None = None
     try:
-        loader = _Loader(text)  # rejects non-printable characters already
+        loader = _Loader(text)  # non-printable characters are refused as it reads
         node = loader.get_single_node()
         if node is None:
             raise error_cls(f"empty {what} file", file=path)

@@ -31,8 +31,8 @@ def _instance(inventory: Inventory, k: int) -> Inventory:
 
 
 # One instance running the scenarios of scenarios/ serially at x100 on 2 cores, measured by
-# `python bench/instance_cost.py --lab inventories/local.yaml` on 2026-12-05 (it prints these
-# figures; bench/RESULTS.md has the run's, the machine shared with other work)
+# `python bench/instance_cost.py --lab inventories/local.yaml` on 2026-12-05, the machine quiet
+# (it prints these figures; bench/RESULTS.md has the run's)
 COST = InstanceCost(
     measured="2026-12-05 on 2 cores",
     by="bench/instance_cost.py --lab inventories/local.yaml",

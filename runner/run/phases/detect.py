@@ -247,6 +247,9 @@ def watch_alert(ctx: Context, a: AlertExpectation, prom: str, since: datetime) -
     window_lab = ctx.scale.to_lab(a.within_s) + ctx.scale.allowance_s
     seen = AlertSeen("inactive", None, "")
     checked = 0.0
+    # an alert active before this fault began is another's: the lab's boot (ServingDown fires
+    # on the engines' absence before Prometheus's first scrape) or an earlier scenario's fault
+    earliest = since - timedelta(seconds=ctx.scrape_interval_lab)
     while True:
         if time.monotonic() - checked >= DEATH_CHECK_S:
             checked = time.monotonic()
@@ -258,6 +261,7 @@ def watch_alert(ctx: Context, a: AlertExpectation, prom: str, since: datetime) -
                 for x in prometheus.alerts(ctx.http, prom)
                 if x["labels"].get("alertname") == a.name
                 and all(x["labels"].get(k) == v for k, v in a.labels.items())
+                and _active_since(x, earliest)
             ]
             seen = AlertSeen(
                 mine[0]["state"] if mine else "inactive", mine[0] if mine else None, ""
@@ -269,6 +273,18 @@ def watch_alert(ctx: Context, a: AlertExpectation, prom: str, since: datetime) -
         # no push API: look three times per evaluation interval, so that the runner goes on
         # within a third of an interval of the alert firing (its time is Prometheus's own)
         ctx.pause(ctx.scrape_interval_lab / 3)
+
+
+def _active_since(alert: dict[str, Any], earliest: datetime) -> bool:
+    """Whether Prometheus's alert became active at or after `earliest` (one without a readable
+    activeAt is taken as this fault's)."""
+    active = alert.get("activeAt")
+    if not isinstance(active, str):
+        return True
+    try:
+        return datetime.fromisoformat(active.replace("Z", "+00:00")) >= earliest
+    except ValueError:
+        return True
 
 
 def alert_fired_at(ctx: Context, name: str, alert: dict[str, Any]) -> datetime:

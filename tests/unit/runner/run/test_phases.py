@@ -409,6 +409,23 @@ def test_an_alert_firing_in_time_gives_the_time_to_detect(tmp_path: Path) -> Non
     assert fired_at == fired["at"] + timedelta(seconds=0.3)
 
 
+def test_an_alert_firing_since_before_the_injection_is_not_its_detection(tmp_path: Path) -> None:
+    """The lab's boot fires ServingDown before Prometheus's first scrape, and an earlier fault's
+    alert may still fire: neither is this fault's detection."""
+    from datetime import UTC, datetime, timedelta
+
+    booted = datetime.now(UTC) - timedelta(seconds=30)
+
+    def alerts() -> list[dict[str, object]]:
+        stale = booted.isoformat().replace("+00:00", "Z")
+        return [{"labels": {"alertname": "ServingDown"}, "state": "firing", "activeAt": stale}]
+
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=alerts)
+    result = run.run()
+    detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
+    assert (detect.verdict, detect.observed) == (Verdict.FAILED, "inactive after 400 s real")
+
+
 def test_an_alert_that_never_fires_fails_detect(tmp_path: Path) -> None:
     run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=list)
     result = run.run()
