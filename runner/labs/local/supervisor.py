@@ -113,17 +113,42 @@ class Node:
 
 
 async def terminate(proc: asyncio.subprocess.Process | None) -> None:
-    """SIGTERM to the process's group, SIGKILL after the grace period; returns once it is gone."""
+    """SIGTERM to the process's group, SIGKILL after the grace period; returns once it is gone,
+    and every other process of its group too (an engine's core, a stray program's children),
+    which may outlive it by a moment."""
     if proc is None or proc.returncode is not None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
     try:
         await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_S)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+    # SIGKILL once the grace is over; a process that not even that ends (stuck in the kernel)
+    # is left after one more grace rather than holding the stop forever
+    while group_running(proc.pid) and time.monotonic() < deadline + STOP_GRACE_S:
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.sleep(0.01)
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. A zombie has exited: once its parent is
+    gone it waits for init to collect its status, which on some machines takes seconds."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 @dataclass

@@ -149,3 +149,20 @@ def test_a_supervisor_that_exited_is_gone_though_nobody_has_reaped_it_yet() -> N
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_stop_waits_for_the_whole_process_group() -> None:
+    """An engine's core (any process of the node's group) may outlive the engine by a moment
+    after SIGTERM: the stop returns once none of them runs."""
+    from runner.labs.local.supervisor import group_running, terminate
+
+    # the leader ends at once on SIGTERM; a member of its group takes 0.3 s to end
+    script = '(trap "sleep 0.3; exit 0" TERM; while :; do sleep 0.05; done) & exec sleep 30'
+
+    async def scenario() -> bool:
+        proc = await asyncio.create_subprocess_exec("sh", "-c", script, start_new_session=True)
+        await asyncio.sleep(0.3)  # the member has set its trap
+        await terminate(proc)
+        return group_running(proc.pid)
+
+    assert not asyncio.run(scenario())
