@@ -104,8 +104,7 @@ def check_delivered(
     window_lab = ctx.scale.to_lab(a.delivery_window_s) + ctx.scale.allowance_s
     left = window_lab - (utcnow() - since).total_seconds()
 
-    # an alert of an earlier fault, still firing, became active before this one began
-    earliest = since - timedelta(seconds=ctx.scrape_interval_lab)
+    earliest = _earliest(ctx, since)
 
     def mine(r: ReceivedAlert) -> bool:
         return (
@@ -247,9 +246,7 @@ def watch_alert(ctx: Context, a: AlertExpectation, prom: str, since: datetime) -
     window_lab = ctx.scale.to_lab(a.within_s) + ctx.scale.allowance_s
     seen = AlertSeen("inactive", None, "")
     checked = 0.0
-    # an alert active before this fault began is another's: the lab's boot (ServingDown fires
-    # on the engines' absence before Prometheus's first scrape) or an earlier scenario's fault
-    earliest = since - timedelta(seconds=ctx.scrape_interval_lab)
+    earliest = _earliest(ctx, since)
     while True:
         if time.monotonic() - checked >= DEATH_CHECK_S:
             checked = time.monotonic()
@@ -273,6 +270,16 @@ def watch_alert(ctx: Context, a: AlertExpectation, prom: str, since: datetime) -
         # no push API: look three times per evaluation interval, so that the runner goes on
         # within a third of an interval of the alert firing (its time is Prometheus's own)
         ctx.pause(ctx.scrape_interval_lab / 3)
+
+
+def _earliest(ctx: Context, since: datetime) -> datetime:
+    """The earliest an alert of this fault can have become active. One active before is
+    another's: the lab's boot (ServingDown fires on the engines' absence before Prometheus's
+    first scrape) or an earlier fault's. Counted from the injection's start, not from the fault
+    being in place (`since`): its first change can show in a scrape before its last is made (a
+    node's exporter leaves its address before the move ends), less one scrape interval."""
+    began = min(ctx.injected_at or since, since)
+    return began - timedelta(seconds=ctx.scrape_interval_lab)
 
 
 def _active_since(alert: dict[str, Any], earliest: datetime) -> bool:
