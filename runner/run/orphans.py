@@ -16,6 +16,8 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
+from runner import procstat
+
 MARK_ENV = "GAMEDAY_STEP_MARK"
 GRACE_S = 5.0  # SIGTERM to SIGKILL
 POLL_S = 0.05
@@ -35,10 +37,9 @@ def marked(marks: Collection[str]) -> dict[int, str]:
             continue
         try:
             env = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_bytes().rsplit(b")", 1)[-1].split()[0]
         except OSError:  # gone, or another user's
             continue
-        if state == b"Z":
+        if not procstat.running(entry.name):
             continue  # already dead, waiting for its parent to reap it
         for var in env.split(b"\0"):
             if var in wanted:

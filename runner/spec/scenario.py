@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -42,7 +43,7 @@ from runner.spec.kinds import (
     RestartPolicy,
     Window,
 )
-from runner.spec.probes import Probe, PromQLProbe, TargetsProbe
+from runner.spec.probes import AnyProbe, Probe, PromQLProbe, TargetsProbe
 from runner.spec.usersteps import check_files
 from runner.spec.workload import Load
 from runner.spec.yamlsrc import load
@@ -210,6 +211,14 @@ class Resolved(Model):
 def version_text(v: Any) -> Any:
     """A vLLM version as YAML reads it unquoted (0.33 is a float) -> its text, "0.33"."""
     return repr(v) if isinstance(v, float) else v
+
+
+def reads_prometheus(probes: Sequence[AnyProbe], actions: Sequence[Action]) -> bool:
+    """Whether these probes or actions read or change Prometheus (a PromQL or targets probe, a
+    scrape-config change)."""
+    return any(isinstance(p, TargetsProbe | PromQLProbe) for p in probes) or any(
+        isinstance(a, ScrapeTargets) for a in actions
+    )
 
 
 class Scenario(Model):
@@ -404,11 +413,7 @@ class Scenario(Model):
             *self.inject,
             *(a for step in self.recover for a in (*step.actions, *step.reveal)),
         ]
-        return (
-            bool(self.detect.alerts)
-            or any(isinstance(p, TargetsProbe | PromQLProbe) for p in probes)
-            or any(isinstance(a, ScrapeTargets) for a in actions)
-        )
+        return bool(self.detect.alerts) or reads_prometheus(probes, actions)
 
     @model_validator(mode="after")
     def _recovers(self) -> Scenario:

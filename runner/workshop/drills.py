@@ -17,6 +17,7 @@ from typing import BinaryIO
 
 import pydantic
 
+from runner import procstat
 from runner.errors import InputError
 from runner.fsutil import write_private
 from runner.workshop.seats import Workshop
@@ -48,10 +49,11 @@ def running(rec: DrillRecord) -> bool:
     """Whether the record's process still runs and is that drill (not a reused pid)."""
     try:
         raw = Path(f"/proc/{rec.pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{rec.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return state != "Z" and raw.rstrip(b"\0").split(b"\0") == [os.fsencode(a) for a in rec.argv]
+    return procstat.running(rec.pid) and raw.rstrip(b"\0").split(b"\0") == [
+        os.fsencode(a) for a in rec.argv
+    ]
 
 
 def drilling(ws: Workshop, k: int) -> DrillRecord | None:

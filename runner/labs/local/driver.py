@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pydantic
 
+from runner import procstat
 from runner.errors import LabError, LabNotUp
 from runner.fsutil import private_dir, write_private
 from runner.labs.base import (
@@ -594,11 +595,7 @@ def _alive(pid: int) -> bool:
             return False
     # nor is another's zombie: a supervisor that `lab up` started belongs to init once that
     # command has ended, and an init may take seconds to reap it
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc (not Linux): kill(0) is all there is to go on
-    return stat[stat.rfind(")") + 2 :][:1] != "Z"
+    return procstat.running(pid)
 
 
 def _state(v: dict[str, Any]) -> NodeState:

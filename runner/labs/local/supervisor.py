@@ -42,6 +42,7 @@ from runner.fsutil import private_dir, write_private
 from runner.labs.base import EventType, ExitInfo, LabEvent
 from runner.labs.common.helpers import crash_loop_backoff_s
 from runner.labs.local.control import ControlApi
+from runner.procstat import stat_fields
 
 BACKOFF_RESET_S = 600.0
 PROBE_PERIOD_S = 10.0
@@ -140,13 +141,8 @@ def group_running(pgid: int) -> bool:
     """Whether a process of group `pgid` still runs. A zombie has exited: once its parent is
     gone it waits for init to collect its status, which on some machines takes seconds."""
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        fields = stat_fields(entry.name) if entry.name.isdigit() else None
+        if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
 

@@ -21,9 +21,8 @@ from runner.results.schema import EventKind, Phase, Verdict
 from runner.run.apply import SETUP, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.run.plan import describe_action
-from runner.spec.actions import Action, ScrapeTargets
-from runner.spec.probes import PromQLProbe, TargetsProbe
-from runner.spec.scenario import LoadedScenario
+from runner.spec.actions import Action
+from runner.spec.scenario import LoadedScenario, reads_prometheus
 
 PROMETHEUS_READY_S = 60.0  # wall seconds for the lab's Prometheus to scrape every target once
 
@@ -45,8 +44,8 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
             f"node {ctx.target} is not at its baseline configuration",
             hint="a previous run left changes behind: run `gameday cleanup`",
         )
-    if _reads_prometheus(ls):
-        monitoring_scraping(ctx, ls)
+    if reads_prometheus(ls.scenario.baseline.probes, ls.scenario.baseline.setup):
+        monitoring_scraping(ctx, ls)  # the baseline's own steps read it
     gen0 = ctx.lab.states()[ctx.target].generation
     restarted = setup(ctx, ls.scenario.baseline.setup)
     boot = ctx.boot_timeout_lab
@@ -75,15 +74,6 @@ def baseline(ctx: Context, ls: LoadedScenario) -> Steady:
     if any(r.verdict is not Verdict.PASSED for r in results):
         raise ScenarioAborted
     return Steady(utcnow())
-
-
-def _reads_prometheus(ls: LoadedScenario) -> bool:
-    """Whether the baseline itself reads or changes Prometheus (a PromQL or targets probe, a
-    scrape-config setup): then it waits for the first scrape before its own steps."""
-    base = ls.scenario.baseline
-    return any(isinstance(p, TargetsProbe | PromQLProbe) for p in base.probes) or any(
-        isinstance(a, ScrapeTargets) for a in base.setup
-    )
 
 
 def monitoring_scraping(ctx: Context, ls: LoadedScenario) -> None:
