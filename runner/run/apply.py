@@ -32,6 +32,9 @@ from runner.spec.actions import (
 from runner.spec.usersteps import Command, Http, HttpStep, Playbook, UserStep, describe_user_step
 
 GPU_HOLD_TIMEOUT_S = 30.0  # wall seconds a started program has to take its GPU memory
+# wall seconds Prometheus has to scrape a new scrape configuration's targets: its discovery
+# hands them over within 5 s, whatever the time scale
+SCRAPED_AFTER_RELOAD_S = 30.0
 
 
 SETUP = "setup"  # the baseline's setup: the scenario's starting configuration
@@ -137,6 +140,8 @@ def record_and_apply(ctx: Context, change: Change, why: str) -> None:
     t0 = time.monotonic()
     ctx.lab.apply(change)
     if change.kind is ChangeKind.SCRAPE_TARGETS:
+        # a step that changes what Prometheus scrapes has taken effect once it scrapes that
+        ctx.lab.monitoring_ready(SCRAPED_AFTER_RELOAD_S)
         note_prometheus_load(ctx, time.monotonic() - t0)
 
 
@@ -231,10 +236,10 @@ def undo_all(ctx: Context, reason: str) -> list[Change]:
     (runner.run.undo.unwind); then, if a user step ran without an undo, re-apply the baseline where
     a node differs from it. Returns the undos applied."""
 
-    def applied(undo: Change, seconds: float) -> None:
+    def applied(undo: Change, _seconds: float) -> None:
+        # an undone scrape configuration is not waited for: a later scenario that uses
+        # Prometheus waits for its scrape before its injection (baseline.monitoring_scraping)
         ctx.rec.event(f"{reason}: restore {describe_change(undo)}")
-        if undo.kind is ChangeKind.SCRAPE_TARGETS:
-            note_prometheus_load(ctx, seconds)
 
     failed: dict[int, str] = {}  # journal sequence number -> what the report says
 

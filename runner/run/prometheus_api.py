@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 
 from runner.errors import LabError
+from runner.spec.expectations import AlertExpectation
 
 
 def _get(http: httpx.Client, url: str, path: str) -> Any:
@@ -37,7 +38,16 @@ def targets(http: httpx.Client, url: str, job: str) -> dict[str, dict[str, str]]
 
 
 def alerts(http: httpx.Client, url: str) -> list[dict[str, Any]]:
+    """Prometheus's active alerts: pending and firing."""
     return list(_get(http, url, "/api/v1/alerts")["alerts"])
+
+
+def is_alert(alert: dict[str, Any], want: AlertExpectation) -> bool:
+    """Prometheus's alert is the one the expectation names (its name and labels)."""
+    labels = alert.get("labels") or {}
+    return labels.get("alertname") == want.name and all(
+        labels.get(k) == v for k, v in want.labels.items()
+    )
 
 
 def query(http: httpx.Client, url: str, promql: str) -> list[float]:

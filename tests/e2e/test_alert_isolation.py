@@ -5,6 +5,7 @@ outlive the lab)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -113,3 +114,22 @@ def test_a_lab_brought_up_again_delivers_what_its_previous_life_delivered(
         # Alertmanager's repeat_interval is 144 s at x100: a notification log kept from the
         # lab's previous life would hold this firing back that long
         assert _fire(lab, receiver, 30)
+
+
+def test_a_lab_brought_up_again_has_none_of_its_previous_lifes_samples(
+    local_instances: Callable[..., dict[int, LocalLab]],
+) -> None:
+    """Prometheus evaluates its rules from its start, on its data within the 5 min lookback: a
+    previous life's last samples (an engine down as that lab stopped) would fire an alert the
+    new lab never earned, active before any injection."""
+    lab = local_instances(4)[4]
+    _, prom, _ = _mon(lab)
+    before = time.time()
+    assert httpx.get(prom + "/api/v1/query", params={"query": "up", "time": before}).json()["data"][
+        "result"
+    ]
+    lab.down()
+    lab.up()
+    lab.monitoring_ready(60)
+    old = httpx.get(prom + "/api/v1/query", params={"query": "up", "time": before}).json()
+    assert old["data"]["result"] == []

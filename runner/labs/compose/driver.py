@@ -379,14 +379,7 @@ class ComposeLab(LabDriver):
         elif change.kind is ChangeKind.ADDRESS and isinstance(after, Value):
             self.hosts.set_address(change.node, change.subject, after.value, self._ansible_dir)
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
-            common.apply_scrape_targets(
-                self.inventory,
-                self._pdir,
-                self._write_prometheus,
-                after.value,
-                self._prom_hint,
-                self.dead_part,
-            )
+            common.apply_scrape_targets(self.inventory, self._write_prometheus, after.value)
         else:
             raise LabError(f"the compose lab cannot apply a {change.kind.value} change")
 

@@ -199,6 +199,11 @@ class LocalLab(LabDriver):
             # (kept in its data folder) holds back a firing it believes it already delivered
             # for its repeat_interval, when the resolution never reached a receiver
             shutil.rmtree(self._state_dir / "alertmanager" / "data", ignore_errors=True)
+            # and new series: Prometheus evaluates its rules from its start, before its first
+            # scrape, on what its data holds within the lookback (5 min); the previous life's
+            # last samples (an engine down as that lab stopped) would fire an alert the new lab
+            # never earned, active since before any injection
+            shutil.rmtree(self._pdir / "data", ignore_errors=True)
         write_private(self._state_dir / "lab.json", json.dumps(spec, indent=2))
         log = (self._state_dir / "supervisor.log").open("ab")
         proc = subprocess.Popen(
@@ -491,14 +496,7 @@ class LocalLab(LabDriver):
         elif change.kind is ChangeKind.ADDRESS and isinstance(after, Value):
             self._move(change.node, change.subject, after.value)
         elif change.kind is ChangeKind.SCRAPE_TARGETS and isinstance(after, Value):
-            common.apply_scrape_targets(
-                self.inventory,
-                self._pdir,
-                self._write_prometheus,
-                after.value,
-                self._prom_hint,
-                self.dead_part,
-            )
+            common.apply_scrape_targets(self.inventory, self._write_prometheus, after.value)
         else:
             raise LabError(f"the local lab cannot apply a {change.kind.value} change")
 

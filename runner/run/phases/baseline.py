@@ -18,6 +18,7 @@ from runner.errors import GamedayError, LabError
 from runner.labs.base import ChangeKind, PartDied
 from runner.labs.common.adoption import redeployed_error
 from runner.results.schema import EventKind, Phase, Verdict
+from runner.run import prometheus_api as prometheus
 from runner.run.apply import SETUP, UserStepFailed, apply_actions
 from runner.run.context import Context, ScenarioAborted, utcnow
 from runner.run.plan import describe_action
@@ -25,6 +26,9 @@ from runner.spec.actions import Action
 from runner.spec.scenario import LoadedScenario, reads_prometheus
 
 PROMETHEUS_READY_S = 60.0  # wall seconds for the lab's Prometheus to scrape every target once
+# wall seconds for an alert whose cause is gone (an engine answers again) to resolve: a few of
+# Prometheus's evaluations on a loaded machine
+ALERTS_QUIET_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,57 @@ def monitoring_scraping(ctx: Context, ls: LoadedScenario) -> None:
             died=exc.death if isinstance(exc, PartDied) else None,
         )
         raise ScenarioAborted from exc
+    alerts_quiet(ctx, ls)
+
+
+def alerts_quiet(ctx: Context, ls: LoadedScenario) -> None:
+    """None of the alerts the scenario's detection waits for is pending or firing before the
+    injection. Prometheus keeps one alert per label set: one active since before the fault (the
+    lab's boot, when an engine was not yet answering; an earlier scenario's fault) would stay
+    active through this fault and never become this fault's, so detection could not be judged.
+    An alert whose cause is gone resolves at the next evaluation; waited for, up to
+    ALERTS_QUIET_S."""
+    wanted = ls.scenario.detect.alerts
+    if not wanted:
+        return
+    try:
+        prom = ctx.lab.prometheus_url()
+    except GamedayError:
+        prom = None
+    if not prom:
+        return  # detection itself says why it cannot look
+    deadline = time.monotonic() + ALERTS_QUIET_S
+    while True:
+        try:
+            active = [
+                x
+                for x in prometheus.alerts(ctx.http, prom)
+                if any(prometheus.is_alert(x, a) for a in wanted)
+            ]
+        except GamedayError as exc:
+            active, error = [], exc.message
+        else:
+            error = ""
+        if not active and not error:
+            return
+        if time.monotonic() > deadline:
+            break
+        ctx.pause(ctx.scrape_interval_lab / 3)
+    ctx.rec.error(
+        phase=Phase.BASELINE,
+        name="baseline: the scenario's alerts are quiet",
+        expected="no alert the detection waits for is pending or firing before the injection",
+        observed=error
+        or "; ".join(
+            f"{x['labels'].get('alertname')} {x.get('state')} since {x.get('activeAt')} "
+            f"({', '.join(f'{k}={v}' for k, v in sorted(x['labels'].items()) if k != 'alertname')})"
+            for x in active
+        )
+        + f", still after {ALERTS_QUIET_S:g} s",
+        detail="an alert active before the fault would hide this fault's own: look at what "
+        "the lab's Prometheus finds down (`gameday alerts`, its /alerts page)",
+    )
+    raise ScenarioAborted
 
 
 def setup(ctx: Context, actions: list[Action]) -> bool:

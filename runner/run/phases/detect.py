@@ -256,9 +256,7 @@ def watch_alert(ctx: Context, a: AlertExpectation, prom: str, since: datetime) -
             mine = [
                 x
                 for x in prometheus.alerts(ctx.http, prom)
-                if x["labels"].get("alertname") == a.name
-                and all(x["labels"].get(k) == v for k, v in a.labels.items())
-                and _active_since(x, earliest)
+                if prometheus.is_alert(x, a) and _active_since(x, earliest)
             ]
             seen = AlertSeen(
                 mine[0]["state"] if mine else "inactive", mine[0] if mine else None, ""

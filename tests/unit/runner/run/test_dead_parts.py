@@ -5,7 +5,10 @@ while an alert is awaited that a dead Prometheus will never fire."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from runner.labs.base import PartDeath, PartDied
 from runner.results.schema import Phase, Verdict
@@ -90,3 +93,56 @@ def test_a_baseline_that_reads_prometheus_waits_for_it_before_its_probes(tmp_pat
     assert [a.name for a in result.assertions if a.phase is Phase.BASELINE] == [
         "baseline: Prometheus scraping"
     ]  # no probe of the baseline ran before it
+
+
+def _serving_down(active_at: str) -> dict[str, object]:
+    return {
+        "labels": {"alertname": "ServingDown", "node": "serving"},
+        "state": "firing",
+        "activeAt": active_at,
+    }
+
+
+def test_an_alert_active_before_the_injection_is_awaited_until_it_resolves(
+    tmp_path: Path,
+) -> None:
+    """One alert per label set: a ServingDown still active from the lab's boot would stay
+    active through the fault and never be this fault's. The baseline waits for it to resolve."""
+    looks: list[int] = []
+
+    def alerts() -> list[dict[str, object]]:
+        looks.append(1)
+        if len(looks) <= 3:  # the boot's, resolving at a later evaluation
+            return [_serving_down("2026-01-01T00:00:00Z")]
+        if len(looks) == 4:
+            return []
+        return [_serving_down(datetime.now(UTC).isoformat())]  # the fault's own
+
+    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=alerts)
+    result = run.run()
+    assert len(looks) > 3
+    said = [p.split(":")[0] for p in run.progress]
+    assert "inject" in said
+    assert not any(a.name == "baseline: the scenario's alerts are quiet" for a in result.assertions)
+    detect = next(a for a in result.assertions if a.name == "detect: alert ServingDown fires")
+    assert detect.verdict is Verdict.PASSED
+
+
+def test_an_alert_that_stays_active_before_the_injection_is_the_baselines_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("runner.run.phases.baseline.ALERTS_QUIET_S", 0.2)
+    run = fake_run(
+        tmp_path,
+        _alerting(scenario_doc()),
+        wrong_flag(),
+        alerts=lambda: [_serving_down("2026-01-01T00:00:00Z")],
+    )
+    result = run.run()
+    assert result.verdict is Verdict.ERROR
+    [a] = [a for a in result.assertions if a.verdict is Verdict.ERROR]
+    assert (a.phase, a.name) == (Phase.BASELINE, "baseline: the scenario's alerts are quiet")
+    assert a.observed == (
+        "ServingDown firing since 2026-01-01T00:00:00Z (node=serving), still after 0.2 s"
+    )
+    assert "inject" not in [p.split(":")[0] for p in run.progress]

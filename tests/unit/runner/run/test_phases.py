@@ -4,6 +4,7 @@ cleaned up after each."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -380,6 +381,20 @@ def _alerting(doc: dict[str, object]) -> dict[str, object]:
     return doc
 
 
+def _after_a_quiet_baseline(
+    alerts: Callable[[], list[dict[str, object]]],
+) -> Callable[[], list[dict[str, object]]]:
+    """Prometheus's alerts as `alerts` gives them, but none at the first look: the baseline's,
+    which must find the scenario's alerts quiet before the injection."""
+    looks: list[int] = []
+
+    def answer() -> list[dict[str, object]]:
+        looks.append(1)
+        return [] if len(looks) == 1 else alerts()
+
+    return answer
+
+
 def test_an_alert_firing_in_time_gives_the_time_to_detect(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
@@ -395,7 +410,9 @@ def test_an_alert_firing_in_time_gives_the_time_to_detect(tmp_path: Path) -> Non
             }
         ]
 
-    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=alerts)
+    run = fake_run(
+        tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=_after_a_quiet_baseline(alerts)
+    )
     result = run.run()
     detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
     assert (detect.name, detect.verdict) == ("detect: alert ServingDown fires", Verdict.PASSED)
@@ -410,8 +427,8 @@ def test_an_alert_firing_in_time_gives_the_time_to_detect(tmp_path: Path) -> Non
 
 
 def test_an_alert_firing_since_before_the_injection_is_not_its_detection(tmp_path: Path) -> None:
-    """The lab's boot fires ServingDown before Prometheus's first scrape, and an earlier fault's
-    alert may still fire: neither is this fault's detection."""
+    """An alert active since before the injection (one that became pending again after the
+    baseline found it quiet) is not this fault's detection."""
     from datetime import UTC, datetime, timedelta
 
     booted = datetime.now(UTC) - timedelta(seconds=30)
@@ -420,7 +437,9 @@ def test_an_alert_firing_since_before_the_injection_is_not_its_detection(tmp_pat
         stale = booted.isoformat().replace("+00:00", "Z")
         return [{"labels": {"alertname": "ServingDown"}, "state": "firing", "activeAt": stale}]
 
-    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=alerts)
+    run = fake_run(
+        tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=_after_a_quiet_baseline(alerts)
+    )
     result = run.run()
     detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
     assert (detect.verdict, detect.observed) == (Verdict.FAILED, "inactive after 400 s real")
@@ -440,7 +459,9 @@ def test_prometheus_not_answering_is_a_detect_error(tmp_path: Path) -> None:
     def down() -> list[dict[str, object]]:
         raise httpx.ConnectError("connection refused")
 
-    run = fake_run(tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=down)
+    run = fake_run(
+        tmp_path, _alerting(scenario_doc()), wrong_flag(), alerts=_after_a_quiet_baseline(down)
+    )
     result = run.run()
     detect = next(a for a in result.assertions if a.phase is Phase.DETECT)
     assert detect.verdict is Verdict.ERROR
