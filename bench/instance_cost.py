@@ -1,6 +1,6 @@
 """What one instance of a lab takes on this machine while it runs the scenarios of scenarios/
 (the seed scenarios and the catalogue's) serially, through the CLI as a user runs them: the
-figures `--parallel auto` reads (the lab kind's COST in runner/labs/<kind>/__init__.py),
+figures `--parallel auto` reads (the lab kind's COST in runner/labs/<kind>/kind.py),
 printed as the lines to put there.
 
     python bench/instance_cost.py [--lab inventories/local.yaml] [--write bench/RESULTS.md]
@@ -286,7 +286,7 @@ def main() -> int:
         f"    per_node_mib={figures['per_node_mib']},\n"
         ")"
     )
-    print(f"runner/labs/{kind}/__init__.py's COST:\n" + const)
+    print(f"runner/labs/{kind}/kind.py's COST:\n" + const)
     if bad:
         print(f"not every scenario passed: {bad}; the figures are not a healthy run's")
     if args.write:

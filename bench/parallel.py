@@ -5,8 +5,12 @@ run, auto's pick and every verdict. The lab is healthy: a verdict other than pas
 where the serial runs skip the scenario: it does not apply) that is not `inconclusive` is flagged
 WRONG, in a serial run as in a parallel one.
 
-    python bench/parallel.py [--rounds 3] [--modes serial,2,4,auto] [--measure]
+    python bench/parallel.py [--rounds 3] [--modes serial,2,4,auto] [--measure] [--fresh-reports]
                              [--write bench/PARALLEL.md --title TITLE]
+
+The runs share one reports folder, as a user's or a CI's kept folder is, so a parallel run after
+the first takes the longest scenarios first by their wall times in the earlier runs;
+`--fresh-reports` gives each run an empty one (a checkout without history: the files' order).
 
 With --measure, every serial run also measures what one instance of the lab takes while it runs
 the scenarios, as bench/instance_cost.py does (CPU on average and in its busiest second, the
@@ -53,11 +57,14 @@ class Run:
     cost: dict[str, Any] | None = None
 
 
-def gameday_run(mode: str, r: int, state: Path, measure: bool) -> Run:
+def gameday_run(mode: str, r: int, state: Path, measure: bool, history: Path | None) -> Run:
+    """One run; `history`: the reports folder the benchmark's runs share (None: every run gets
+    an empty one)."""
     args = [sys.executable, "-m", "runner.cli", "run", *SEVEN, "--lab", str(LAB), "--json"]
     if mode != "serial":
         args[4:4] = ["--parallel", mode]  # before the scenarios: `--parallel auto tp-...`
-    with tempfile.TemporaryDirectory() as reports:
+    with tempfile.TemporaryDirectory() as fresh:
+        reports = str(history or fresh)
         env = os.environ | {"GAMEDAY_STATE_DIR": str(state), "GAMEDAY_REPORTS": reports}
         t0 = time.monotonic()
         proc = subprocess.Popen(
@@ -162,6 +169,12 @@ def main() -> int:
     ap.add_argument("--measure", action="store_true", help="measure one instance's cost")
     ap.add_argument("--write", type=Path, help="append the figures to this markdown file")
     ap.add_argument("--title", default="The seven scenarios, serial and in parallel")
+    ap.add_argument(
+        "--fresh-reports",
+        action="store_true",
+        help="every run gets an empty reports folder (a checkout without history: the "
+        "scenarios are taken in the files' order), not the one the benchmark's runs share",
+    )
     args = ap.parse_args()
     modes = args.modes.split(",")
     began = datetime.now(UTC)
@@ -173,10 +186,13 @@ def main() -> int:
     print(f"# gameday parallel benchmark {began.isoformat(timespec='seconds')}\nmachine: {head}")
     runs: list[Run] = []
     measured: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as state:
+    with tempfile.TemporaryDirectory() as state, tempfile.TemporaryDirectory() as kept:
+        # one reports folder for every run, as a user's or a CI's kept folder is: a parallel
+        # run takes the longest scenarios first, by the earlier runs' wall times in it
+        history = None if args.fresh_reports else Path(kept)
         for r in range(1, args.rounds + 1):
             for m in modes:  # rounds interleave the modes: the machine's noise falls on each
-                run = gameday_run(m, r, Path(state), args.measure and m == "serial")
+                run = gameday_run(m, r, Path(state), args.measure and m == "serial", history)
                 runs.append(run)
                 print(
                     f"round {r} {m:>6}: {run.wall:6.1f} s, exit {run.exit}, "
@@ -195,7 +211,14 @@ def main() -> int:
         text.append(
             f"`python bench/parallel.py --rounds {args.rounds} --modes {args.modes}"
             + (" --measure" if args.measure else "")
-            + "`; vs serial: the same round's serial wall time over this one.\n"
+            + (" --fresh-reports" if args.fresh_reports else "")
+            + "`; vs serial: the same round's serial wall time over this one; "
+            + (
+                "every run with an empty reports folder (the scenarios in the files' order).\n"
+                if args.fresh_reports
+                else "the runs share one reports folder (after the first run, a parallel run "
+                "takes the longest scenarios first).\n"
+            )
         )
         text += lines
         for i, c in enumerate(measured, 1):

@@ -36,7 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner.labs import LabDriver, open_lab  # noqa: E402
+from runner.labs import open_lab  # noqa: E402
+from runner.labs.base import LabDriver  # noqa: E402
 from runner.results.schema import (  # noqa: E402
     Assertion,
     Evidence,

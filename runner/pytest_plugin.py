@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from runner.errors import GamedayError, LeftoversError
-from runner.labs import LabDriver, open_lab
+from runner.labs import open_lab
+from runner.labs.base import LabDriver
 from runner.labs.capabilities import lacking
 from runner.results.schema import ScenarioResult, Verdict
 from runner.run import journal, run_scenario

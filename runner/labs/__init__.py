@@ -9,16 +9,20 @@ each registered once (runner.labs.registry).
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from runner.errors import LabError
-from runner.labs.base import LabDriver, NodeState
-from runner.labs.registry import entry
-from runner.spec.inventory import Inventory
+
+if TYPE_CHECKING:  # imported where used: the local lab's supervisor imports only what it needs
+    from runner.labs.base import LabDriver, NodeState
+    from runner.spec.inventory import Inventory
 
 
 def open_lab(inventory: Inventory) -> LabDriver:
     """The driver of the inventory's lab kind (runner.labs.registry), or its driver of an
     adopted deployment."""
+    from runner.labs.registry import entry
+
     return entry(inventory.lab.kind).open(inventory)
 
 
@@ -75,7 +79,6 @@ def wait_all_ready(lab: LabDriver, timeout_s: float) -> dict[str, NodeState]:
 
 
 __all__ = [
-    "LabDriver",
     "group_restart_needed",
     "heal",
     "open_lab",

@@ -16,19 +16,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runner.errors import LabError
+from runner.labs.lifecycle import EventType as EventType  # re-exported: a lab's events are its API
+from runner.labs.lifecycle import ExitInfo as ExitInfo
+from runner.labs.lifecycle import Frozen as Frozen
+from runner.labs.lifecycle import LabEvent as LabEvent
 from runner.results.redact import redact
 from runner.results.schema import PartDeath as PartDeath  # the lab reports it, a result keeps it
 from runner.results.schema import truncate
 from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import Inventory
 from runner.spec.kinds import LabKind, LogSource, NodeStatus
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class NodeConfig(Frozen):
@@ -53,14 +53,6 @@ class Value(Frozen):
 
 
 State = Annotated[NodeConfig | ProcessState | Value, Field(discriminator="type")]
-
-
-class ExitInfo(Frozen):
-    incarnation: int
-    code: int
-    started_at: datetime
-    first_output_at: datetime | None
-    finished_at: datetime
 
 
 class NodeState(Frozen):
@@ -119,44 +111,6 @@ def last_lines(text: str, n: int = LAST_LINES) -> tuple[str, ...]:
     its command line with a token, never reach a report)."""
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     return tuple(truncate(redact(ln), MAX_LINE) for ln in lines[-n:])
-
-
-class EventType(enum.StrEnum):
-    APPLIED = "applied"
-    STARTED = "started"
-    FIRST_OUTPUT = "first_output"
-    READY = "ready"
-    UNREADY = "unready"
-    EXITED = "exited"
-    BACKOFF = "backoff"
-    AUX_STARTED = "aux_started"
-    AUX_STOPPED = "aux_stopped"
-
-
-class LabEvent(Frozen):
-    """Something the lab saw happen to a node (or to a process it runs beside the nodes). The
-    fields after `type` are its payload: which are set depends on the type."""
-
-    seq: int
-    ts: datetime
-    node: str
-    type: EventType
-    incarnation: int | None = None  # STARTED, FIRST_OUTPUT, READY, UNREADY
-    pid: int | None = None  # STARTED (where the runtime shows it)
-    pod: str = ""  # STARTED on Kubernetes
-    generation: int | None = None  # STARTED, APPLIED: the node's configuration generation
-    exit: ExitInfo | None = None  # EXITED
-    stopped: bool = False  # EXITED: the lab stopped it (a re-apply, a restart), not a failure
-    stop_took_s: float | None = None  # EXITED after a stop: seconds from SIGTERM to the exit
-    reason: str = ""  # EXITED: the runtime's reason (Kubernetes: Error, Completed, OOMKilled)
-    delay_s: float | None = None  # BACKOFF: lab seconds until the next restart
-    restarts: int | None = None  # BACKOFF
-    name: str = ""  # AUX_STARTED, AUX_STOPPED: the process's name
-
-    @property
-    def failure(self) -> ExitInfo | None:
-        """The exit, if this is the node exiting on its own (not stopped by the lab)."""
-        return self.exit if self.type is EventType.EXITED and not self.stopped else None
 
 
 class ChangeKind(enum.StrEnum):

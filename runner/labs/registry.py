@@ -2,7 +2,7 @@
 instance k of it, the inventory rules only it has, and the optional abilities only some kinds
 have (an image to build, manifests to print, an Alertmanager the host reaches).
 
-Each kind declares its entry in its own package (`runner/labs/<kind>/__init__.py`, `ENTRY`);
+Each kind declares its entry in its own package (`runner/labs/<kind>/kind.py`, `ENTRY`);
 this module only finds it. Nothing outside `runner/labs/<kind>/` and this module switches on the
 kind: a new kind is a new folder and a line in `_PACKAGES`.
 """
@@ -91,9 +91,9 @@ class LabKindEntry:
 
 
 _PACKAGES = {
-    LabKind.LOCAL: "runner.labs.local",
-    LabKind.COMPOSE: "runner.labs.compose",
-    LabKind.KUBERNETES: "runner.labs.kubernetes",
+    LabKind.LOCAL: "runner.labs.local.kind",
+    LabKind.COMPOSE: "runner.labs.compose.kind",
+    LabKind.KUBERNETES: "runner.labs.kubernetes.kind",
 }
 
 

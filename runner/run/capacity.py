@@ -10,7 +10,7 @@ error halfway.
 
 What one instance takes is measured, per lab kind, by `bench/instance_cost.py` (one instance
 running the scenarios of scenarios/ serially, read from /proc), and kept as constants in the
-kind's package (`runner/labs/<kind>/__init__.py`, the registry entry's `instance_cost`) with the
+kind's package (`runner/labs/<kind>/kind.py`, the registry entry's `instance_cost`) with the
 date and the command of their measurement: its CPU on average and in its busiest second while
 its scenarios run (its bring-up left out: all instances come up at once, which the room for one
 peak below does not cover, and a window missed only for that contention is inconclusive), the
@@ -21,7 +21,9 @@ n instances fit when
 
 (every instance at its mean, and room for one of them at its peak: the instances' busy moments are
 scenario steps that do not line up). Free cores are the usable ones less what other work keeps
-busy now, read from /proc/stat (`busy_cores`).
+busy, read from /proc/stat's counters less this process's own CPU, from the command's start
+(runner.procstat.STARTED) over at least BUSY_WINDOW_S (`busy_cores`): the command's own start-up
+is the watch, not a wait of its own.
 
 Instances of a Kubernetes lab run on the cluster's nodes, not here: no limit from this machine.
 
@@ -37,9 +39,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner import procstat
 from runner.errors import InputError
 from runner.labs.cost import InstanceCost
 from runner.labs.registry import entry
+from runner.procstat import CpuMark, cpu_mark
 from runner.run.parallel import MAX_PARALLEL
 from runner.spec.inventory import Inventory
 from runner.spec.kinds import LabKind
@@ -122,33 +126,19 @@ class Machine:
     mem_available_mib: float
 
 
-def busy_cores(window_s: float = BUSY_WINDOW_S) -> float:
+def busy_cores(window_s: float = BUSY_WINDOW_S, since: CpuMark | None = None) -> float:
     """How many of the usable cores other work keeps busy, from /proc/stat's counters of those
-    cores over `window_s` (a CI container's CPU set, not the host's). 0 where there is no
-    /proc/stat."""
-    try:
-        cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
-    except AttributeError:
+    cores (a CI container's CPU set, not the host's) less this process's own CPU, over at
+    least `window_s` from `since` (default: the process's start, procstat.STARTED), waiting
+    for what is left of it. 0 where there is no /proc/stat."""
+    start = since or procstat.STARTED or cpu_mark()
+    if start is None:
         return 0.0
-
-    def sample() -> tuple[int, int]:
-        busy = total = 0
-        for line in Path("/proc/stat").read_text().splitlines():
-            name, *fields = line.split()
-            if name in cpus:
-                # user nice system idle iowait irq softirq steal
-                ticks = [int(f) for f in fields[:8]]
-                total += sum(ticks)
-                busy += sum(ticks) - ticks[3] - ticks[4]
-        return busy, total
-
-    try:
-        b0, t0 = sample()
-        time.sleep(window_s)
-        b1, t1 = sample()
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return len(cpus) * (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+    left = window_s - (time.monotonic() - start.at)
+    if left > 0:
+        time.sleep(left)
+    end = cpu_mark()
+    return start.others_busy(end) if end is not None else 0.0
 
 
 def mem_available_mib() -> float:

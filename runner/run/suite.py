@@ -13,7 +13,8 @@ from pathlib import Path
 
 from runner import __version__
 from runner.errors import GamedayError, LeftoversError
-from runner.labs import LabDriver, open_lab, wait_all_ready
+from runner.labs import open_lab, wait_all_ready
+from runner.labs.base import LabDriver
 from runner.labs.capabilities import lacking
 from runner.labs.common.adoption import redeployed_error
 from runner.labs.common.alertmanager_config import receiver_token

@@ -36,8 +36,8 @@ from typing import Any
 
 import httpx
 
-from runner.labs.common.helpers import crash_loop_backoff_s
 from runner.labs.common.servicelinks import kubernetes_service_env
+from runner.labs.lifecycle import crash_loop_backoff_s
 from runner.programs import command_argv
 from tests.kubeapi import volumes as kvolumes
 

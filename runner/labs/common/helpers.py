@@ -19,8 +19,6 @@ from runner.labs.common.prometheus_config import reload, wait_scraped
 from runner.spec.inventory import Inventory, LabSpec
 from runner.spec.kinds import NodeStatus
 
-BACKOFF_FIRST_S = 10.0  # the kubelet's first crash-loop back-off, real-world seconds
-BACKOFF_MAX_S = 300.0  # and its cap
 SCRAPED_NETWORK = "management"  # the network a lab's Prometheus scrapes exporters on at baseline
 
 
@@ -37,12 +35,6 @@ def state_root() -> Path:
 def state_dir(lab: LabSpec) -> Path:
     """The lab's state directory: its own `state_dir`, else one named after it under the root."""
     return Path(lab.state_dir) if lab.state_dir else state_root() / lab.name
-
-
-def crash_loop_backoff_s(restart: int) -> float:
-    """Real-world seconds the kubelet waits before restart number `restart` + 1 of a crashing
-    container (0-based): 10 s, doubling, at most 300 s."""
-    return min(BACKOFF_FIRST_S * 2.0 ** min(restart, 16), BACKOFF_MAX_S)  # no float overflow
 
 
 _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})?")

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from runner.labs.base import EventType
+from runner.labs.lifecycle import EventType
 
 if TYPE_CHECKING:
     from runner.labs.local.supervisor import Supervisor

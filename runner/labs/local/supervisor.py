@@ -39,8 +39,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from runner.fsutil import private_dir, write_private
-from runner.labs.base import EventType, ExitInfo, LabEvent
-from runner.labs.common.helpers import crash_loop_backoff_s
+from runner.labs.lifecycle import EventType, ExitInfo, LabEvent, crash_loop_backoff_s
 from runner.labs.local.control import ControlApi
 from runner.procstat import stat_fields
 

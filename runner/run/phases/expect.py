@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runner.labs.base import EventType, ExitInfo, LabEvent, LogLine, NodeState
-from runner.labs.common.helpers import crash_loop_backoff_s
+from runner.labs.lifecycle import crash_loop_backoff_s
 from runner.results.schema import EventKind, Phase
 from runner.run.context import (
     LOAD_RECHECK_S,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner.errors import LabError
-from runner.labs import open_lab
+from runner.labs import lifecycle, open_lab
 from runner.labs.base import ExitInfo, GpuProcess, LabDriver, LogLine, NodeConfig, NodeState
 from runner.labs.common import helpers as common
 from runner.labs.common.events import Incarnation
@@ -61,7 +61,7 @@ def test_stamped_lines_keep_the_text_and_drop_unstamped_lines() -> None:
     [(0, 10.0), (1, 20.0), (2, 40.0), (3, 80.0), (4, 160.0), (5, 300.0), (6, 300.0), (5000, 300.0)],
 )
 def test_crash_loop_backoff_is_the_kubelets(restart: int, delay: float) -> None:
-    assert common.crash_loop_backoff_s(restart) == delay
+    assert lifecycle.crash_loop_backoff_s(restart) == delay
 
 
 def test_gpu_processes_of_smi_json() -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from runner import procstat
 from runner.cli.main import main
 from runner.labs.cost import InstanceCost
 from runner.results.rundirs import LATEST
@@ -217,7 +219,31 @@ def test_a_cluster_kind_has_no_cost_here() -> None:
 
 def test_busy_cores_are_a_share_of_the_usable_ones() -> None:
     assert 0.0 <= capacity.busy_cores(0.05) <= capacity.usable_cores()
+    assert 0.0 <= capacity.busy_cores(0.05, since=procstat.cpu_mark()) <= capacity.usable_cores()
     assert capacity.mem_available_mib() > 0
+
+
+def test_the_commands_own_cpu_is_not_counted_as_other_work() -> None:
+    # 2 cores over 100 ticks each: 150 busy ticks, 60 of them this process's
+    before = procstat.CpuMark(at=0.0, cores=2, busy=1000, total=4000, own=10)
+    after = procstat.CpuMark(at=1.0, cores=2, busy=1150, total=4200, own=70)
+    assert before.others_busy(after) == pytest.approx(2 * 90 / 200)
+    assert before.others_busy(before) == 0.0  # no time between them: nothing known
+    spun = procstat.cpu_mark()
+    assert spun is not None
+    t_end = time.monotonic() + 0.3
+    while time.monotonic() < t_end:
+        pass
+    later = procstat.cpu_mark()
+    assert later is not None and later.own - spun.own >= 10  # 0.3 s spinning: ~30 ticks
+    assert procstat.STARTED is not None and procstat.STARTED.at <= spun.at
+
+
+def test_a_watch_already_long_enough_is_not_waited_for() -> None:
+    old = procstat.CpuMark(at=time.monotonic() - 5, cores=1, busy=0, total=0, own=0)
+    t0 = time.monotonic()
+    capacity.busy_cores(0.5, since=old)
+    assert time.monotonic() - t0 < 0.4
 
 
 # the CLI: --parallel alone, auto, a number, and a scenario right after it
