@@ -334,6 +334,15 @@ def test_every_signature_a_scenario_declares() -> None:
                 "prefill",
                 ["the side channel's listener thread died (a ZMQError on its bind follows)"],
             ),
+            # triage: SGLang's decode and prefill servers' handshake
+            (
+                "the decode server's",
+                "decode",
+                [
+                    "SGLang's decode and prefill servers did not complete their handshake "
+                    "(bootstrap)"
+                ],
+            ),
             # triage: 0.11.2-0.12's request line, or the handshake traceback's end
             (
                 "the decode engine's",
