@@ -178,6 +178,12 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
             # triage: V0's count of zero GPU blocks, the error after it cut
             ("the serving node's", "serving", ["the profile left no memory for one KV block"]),
+            # triage: SGLang's pool with no token
+            (
+                "the serving node's",
+                "serving",
+                ["SGLang's KV pool got no token from the memory it may take"],
+            ),
         ],
         "service-name-collision": [
             ("the serving node's", "serving", [""]),
