@@ -309,7 +309,13 @@ def test_every_signature_a_scenario_declares() -> None:
             ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"])
         ],
         "tp-head-divisibility": [
-            ("the serving node's", "node1", ["the heads do not split over the ranks"])
+            ("the serving node's", "node1", ["the heads do not split over the ranks"]),
+            # triage: SGLang's attention layer's assertion
+            (
+                "the serving node's",
+                "node1",
+                ["SGLang's attention layer found the heads do not split over the ranks"],
+            ),
         ],
         # silent: a hung engine logs nothing of its own; triage reads its stalled stats lines and
         # the shared-memory broadcast's long wait
