@@ -326,6 +326,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["a process of the engine waited that long for its peers"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["SGLang's scheduler saw no forward progress for its watchdog's timeout"],
+            ),
         ],
         # silent at the proxy; the decode engine says why
         "pd-kv-handshake": [
