@@ -269,6 +269,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["Ray has not placed one GPU bundle per rank in 30 s or more"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["TensorRT-LLM sees fewer GPUs on this node than the ranks it must run"],
+            ),
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
