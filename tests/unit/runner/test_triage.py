@@ -112,7 +112,13 @@ def test_every_signature_a_scenario_declares() -> None:
     }
     assert by_id == {
         "context-window-overflow": [
-            ("the serving node's", "serving", ["requested length above the derived window"])
+            ("the serving node's", "serving", ["requested length above the derived window"]),
+            # triage: SGLang's check of --context-length
+            (
+                "the serving node's",
+                "serving",
+                ["SGLang refuses a context length above the model's window"],
+            ),
         ],
         "cuda-graph-capture-oom": [
             (
