@@ -315,6 +315,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["transformers refuses to render the chat without a template"],
             ),
+            (
+                "the API server's",
+                "serving",
+                ["TGI's router has no chat template to render the chat with"],
+            ),
         ],
         "lora-rank-over-max": [
             ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"])
