@@ -69,6 +69,11 @@ def cpu_mark() -> CpuMark | None:
     return CpuMark(time.monotonic(), len(cpus), busy, total, mine)
 
 
-# Taken when the process starts (runner.cli imports this module first): how busy the machine
+# The command's start (mark_start, called by runner.cli as it is imported): how busy the machine
 # already is can then be read over the time the command spends starting, not waited for.
-STARTED = cpu_mark()
+STARTED: CpuMark | None = None
+
+
+def mark_start() -> None:
+    global STARTED
+    STARTED = cpu_mark()

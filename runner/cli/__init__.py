@@ -6,4 +6,6 @@ The entry point is runner.cli.main:main; the library below it raises gameday's e
 
 # First of all, the mark `--parallel auto` reads the machine's load from (runner.procstat.STARTED):
 # over the command's own start, less its own CPU, rather than a wait of its own.
-from runner import procstat as _procstat  # noqa: F401
+from runner import procstat as _procstat
+
+_procstat.mark_start()

@@ -50,7 +50,7 @@ from runner.run.impact import Users
 from runner.run.interrupt import shielded_from_sigint
 from runner.run.journal import Journal
 from runner.run.orchestration import LAB_CARRIES_OUT, result
-from runner.run.phases.baseline import baseline, monitoring_scraping
+from runner.run.phases.baseline import alerts_quiet, baseline, monitoring_scraping
 from runner.run.phases.cleanup import cleanup
 from runner.run.phases.expect import expect
 from runner.run.phases.inject import inject
@@ -235,6 +235,7 @@ class Drill:
         baseline(ctx, ls)
         self._start_users()
         monitoring_scraping(ctx, ls)
+        alerts_quiet(ctx, ls)
         self._phase(DrillPhase.INJECT)
         inject(ctx, ls)
         self._phase(DrillPhase.EXPECT)

@@ -32,8 +32,8 @@ from runner.spec.actions import (
 from runner.spec.usersteps import Command, Http, HttpStep, Playbook, UserStep, describe_user_step
 
 GPU_HOLD_TIMEOUT_S = 30.0  # wall seconds a started program has to take its GPU memory
-# wall seconds Prometheus has to scrape a new scrape configuration's targets: its discovery
-# hands them over within 5 s, whatever the time scale
+# wall seconds Prometheus has to scrape a new scrape configuration's targets, beyond two of
+# its scrape intervals: its discovery hands them over within 5 s, whatever the time scale
 SCRAPED_AFTER_RELOAD_S = 30.0
 
 
@@ -52,7 +52,12 @@ def apply_actions(ctx: Context, actions: list[Action], why: str) -> list[StepRun
         began = utcnow()
         broke: datetime | None = None  # when a GPU XID's program broke the device
         if isinstance(action, Rollback):
-            undo_all(ctx, reason=why)
+            t0 = time.monotonic()
+            undone = undo_all(ctx, reason=why)
+            if any(u.kind is ChangeKind.SCRAPE_TARGETS for u in undone):
+                # a recovery's rollback has taken effect once Prometheus scrapes what it restored
+                scraped(ctx)
+                note_prometheus_load(ctx, time.monotonic() - t0)
         elif isinstance(action, Restart):
             restart(ctx, action, why)
         elif isinstance(action, Signal):
@@ -141,8 +146,15 @@ def record_and_apply(ctx: Context, change: Change, why: str) -> None:
     ctx.lab.apply(change)
     if change.kind is ChangeKind.SCRAPE_TARGETS:
         # a step that changes what Prometheus scrapes has taken effect once it scrapes that
-        ctx.lab.monitoring_ready(SCRAPED_AFTER_RELOAD_S)
+        scraped(ctx)
         note_prometheus_load(ctx, time.monotonic() - t0)
+
+
+def scraped(ctx: Context) -> None:
+    """Wait until Prometheus has scraped the targets of its new configuration: its discovery
+    hands them over within 5 s whatever the time scale, and it scrapes them within a scrape
+    interval, which is the lab's."""
+    ctx.lab.monitoring_ready(SCRAPED_AFTER_RELOAD_S + 2 * ctx.scrape_interval_lab)
 
 
 def note_prometheus_load(ctx: Context, seconds: float) -> None:

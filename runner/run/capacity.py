@@ -56,6 +56,8 @@ MEMORY_SHARE = 0.8
 CLUSTER_AUTO_CAP = 8
 # how long auto watches the cores to see how busy they already are
 BUSY_WINDOW_S = 0.5
+# a command's start older than this says nothing of the load now (a long-lived process)
+STARTED_FRESH_S = 10.0
 
 
 def instance_cost(kind: LabKind) -> InstanceCost:
@@ -131,7 +133,9 @@ def busy_cores(window_s: float = BUSY_WINDOW_S, since: CpuMark | None = None) ->
     cores (a CI container's CPU set, not the host's) less this process's own CPU, over at
     least `window_s` from `since` (default: the process's start, procstat.STARTED), waiting
     for what is left of it. 0 where there is no /proc/stat."""
-    start = since or procstat.STARTED or cpu_mark()
+    start = since or procstat.STARTED
+    if start is None or time.monotonic() - start.at > STARTED_FRESH_S:
+        start = cpu_mark()  # no command start, or one too long ago to say how busy it is now
     if start is None:
         return 0.0
     left = window_s - (time.monotonic() - start.at)

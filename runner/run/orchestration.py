@@ -15,7 +15,7 @@ from runner.run.context import Context, Progress, ScenarioAborted, http_client, 
 from runner.run.impact import Users
 from runner.run.interrupt import ScenarioInterrupted, interruption, shielded_from_sigint
 from runner.run.journal import Journal
-from runner.run.phases.baseline import baseline, monitoring_scraping
+from runner.run.phases.baseline import alerts_quiet, baseline, monitoring_scraping
 from runner.run.phases.cleanup import cleanup
 from runner.run.phases.detect import alert_receiver, detect
 from runner.run.phases.expect import expect
@@ -112,6 +112,7 @@ def phases(ctx: Context, ls: LoadedScenario) -> None:
             baseline(ctx, ls)
             users.begin()  # the load from the baseline on, through every later phase
             monitoring_scraping(ctx, ls)  # Prometheus's first scrape, if it waits for one
+            alerts_quiet(ctx, ls)  # no alert of this fault's already active
             inject(ctx, ls)
             ctx.times.to_fail = expect(ctx, ls).time_to_fail_s
             detect(ctx, ls, receiver)  # records the first alert's time as it fires

@@ -183,8 +183,8 @@ def monitoring_ready(
 def apply_scrape_targets(inventory: Inventory, write: Callable[[str], None], network: str) -> None:
     """Point the exporters' scrape job at `network` (`write`: the driver's way of writing the
     config) and reload Prometheus. Its discovery hands the new targets over up to 5 s later;
-    whoever needs them scraped waits for that (`monitoring_ready`): a recovery step, whose
-    time it is, and a scenario before its injection, but not an undo."""
+    whoever needs them scraped waits for that (`monitoring_ready`): a recovery step or its
+    rollback, whose time it is, and a scenario before its injection, but not cleanup's undo."""
     write(network)
     reload(inventory.lab.prometheus)
 

@@ -65,7 +65,8 @@ def exited(last: dict[str, Any]) -> dict[str, Any]:
 
 
 async def health_ok(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """GET /health answers 200, as the kubelet's httpGet probe asks. One request of the lab's
+    """GET /health answers 200 (the kubelet's httpGet probe takes 200-399; the lab's engines
+    answer 200 or 503). One request of the lab's
     own on loopback, every probe period: written on asyncio's streams, so that the daemon
     starts without an HTTP client library (httpx and its async back-ends cost each lab's start
     60 ms or more of CPU)."""
@@ -84,8 +85,8 @@ async def health_ok(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) ->
     finally:
         if writer is not None:
             writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            with contextlib.suppress(OSError, TimeoutError):
+                await asyncio.wait_for(writer.wait_closed(), timeout_s)
 
 
 def iso(ts: datetime | None) -> str | None:

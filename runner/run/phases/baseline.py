@@ -26,8 +26,8 @@ from runner.spec.actions import Action
 from runner.spec.scenario import LoadedScenario, reads_prometheus
 
 PROMETHEUS_READY_S = 60.0  # wall seconds for the lab's Prometheus to scrape every target once
-# wall seconds for an alert whose cause is gone (an engine answers again) to resolve: a few of
-# Prometheus's evaluations on a loaded machine
+# wall seconds at least for an alert whose cause is gone (an engine answers again) to resolve:
+# a few of Prometheus's evaluations on a loaded machine (three intervals where they are longer)
 ALERTS_QUIET_S = 10.0
 
 
@@ -101,16 +101,16 @@ def monitoring_scraping(ctx: Context, ls: LoadedScenario) -> None:
             died=exc.death if isinstance(exc, PartDied) else None,
         )
         raise ScenarioAborted from exc
-    alerts_quiet(ctx, ls)
 
 
 def alerts_quiet(ctx: Context, ls: LoadedScenario) -> None:
-    """None of the alerts the scenario's detection waits for is pending or firing before the
-    injection. Prometheus keeps one alert per label set: one active since before the fault (the
-    lab's boot, when an engine was not yet answering; an earlier scenario's fault) would stay
-    active through this fault and never become this fault's, so detection could not be judged.
-    An alert whose cause is gone resolves at the next evaluation; waited for, up to
-    ALERTS_QUIET_S."""
+    """Right before the injection: none of the alerts the scenario's detection waits for is
+    pending or firing. Prometheus keeps one alert per label set: one active since before the
+    fault (the lab's boot, when an engine was not yet answering; an earlier scenario's fault)
+    would stay active through this fault and never become this fault's, so detection could not
+    be judged. An alert whose expression no longer holds resolves at the next evaluation (one
+    over a window, once the window has passed): waited for, ALERTS_QUIET_S or three evaluation
+    intervals, whichever is longer."""
     wanted = ls.scenario.detect.alerts
     if not wanted:
         return
@@ -120,7 +120,8 @@ def alerts_quiet(ctx: Context, ls: LoadedScenario) -> None:
         prom = None
     if not prom:
         return  # detection itself says why it cannot look
-    deadline = time.monotonic() + ALERTS_QUIET_S
+    waited = max(ALERTS_QUIET_S, 3 * ctx.scrape_interval_lab)
+    deadline = time.monotonic() + waited
     while True:
         try:
             active = [
@@ -137,17 +138,16 @@ def alerts_quiet(ctx: Context, ls: LoadedScenario) -> None:
         if time.monotonic() > deadline:
             break
         ctx.pause(ctx.scrape_interval_lab / 3)
+    seen = error or "; ".join(
+        f"{x['labels'].get('alertname')} {x.get('state')} since {x.get('activeAt')} "
+        f"({', '.join(f'{k}={v}' for k, v in sorted(x['labels'].items()) if k != 'alertname')})"
+        for x in active
+    )
     ctx.rec.error(
         phase=Phase.BASELINE,
         name="baseline: the scenario's alerts are quiet",
         expected="no alert the detection waits for is pending or firing before the injection",
-        observed=error
-        or "; ".join(
-            f"{x['labels'].get('alertname')} {x.get('state')} since {x.get('activeAt')} "
-            f"({', '.join(f'{k}={v}' for k, v in sorted(x['labels'].items()) if k != 'alertname')})"
-            for x in active
-        )
-        + f", still after {ALERTS_QUIET_S:g} s",
+        observed=f"{seen}, still after {waited:g} s",
         detail="an alert active before the fault would hide this fault's own: look at what "
         "the lab's Prometheus finds down (`gameday alerts`, its /alerts page)",
     )

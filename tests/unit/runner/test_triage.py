@@ -376,6 +376,11 @@ def test_every_signature_a_scenario_declares() -> None:
                     "(bootstrap)"
                 ],
             ),
+            (
+                "the prefill server's",
+                "prefill",
+                ["SGLang's prefill server saw the handshake (bootstrap) fail"],
+            ),
             # triage: 0.11.2-0.12's request line, or the handshake traceback's end
             (
                 "the decode engine's",
