@@ -188,6 +188,13 @@ def test_stale_pid_file_stops_the_labs_own_supervisor(tmp_path: Path) -> None:
         ]
     )
     try:
+        # as the supervisor writes its pid file itself: once it runs as one (exec'd; on a
+        # loaded machine the fork's command line is this test's for a moment)
+        cmdline = Path(f"/proc/{hung.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while b"runner.labs.local.supervisor" not in cmdline.read_bytes():
+            assert time.monotonic() < deadline, "the stand-in supervisor never started"
+            time.sleep(0.01)
         (state / "supervisor.pid").write_text(str(hung.pid))
         local_lab(state, tmp_path).down()
         assert hung.wait(timeout=10) == -15
