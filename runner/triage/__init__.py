@@ -78,8 +78,8 @@ class Sighting:
     evidence: tuple[Evidence, ...]
     releases: str | None = None  # the per_vllm releases whose wording matched, if dated
     note: str | None = None  # that entry's note: what those releases print, and where
-    # the paste is cut: "message" (its start only), "raise", "cause" (before the root cause) or
-    # "before" (before the line `lacks` says)
+    # the paste is cut: "message" (its start only), "raise", "call" (at the call into the check
+    # that raises it), "cause" (before the root cause) or "before" (before the line `lacks` says)
     cut: str | None = None
     when: str | None = None  # the scenario's triage signature that matched: when a log shows it
     lacks: str | None = None  # for a paste cut "before": what it lacks, in the scenario's words

@@ -12,7 +12,8 @@ paste still names the failure by what is there:
   quotes, a full stop, a table cell's `|`);
 - the raise: the traceback's last frame is a place the pattern says the message is raised in
   (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
-  exception after it.
+  exception after it; or the frame before it, whose source line calls such a place when that
+  is a check (`check_enough_kv_cache_memory(...)`: a function there to raise the message).
 
 Each form reads the log once on RE2 (as runner.triage.match does): for the shortest start the
 message can have, or for a traceback's frame line; only the few records found are tried further,
@@ -38,6 +39,9 @@ MIN_LITERAL = 24  # literal characters a cut message must still show
 # an inline code span, a quotation, emphasis or parenthesis, a full stop, a Markdown table cell
 _CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|]))*"
 _QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
+# a function whose job is to raise the message when its condition fails: a call into it that a
+# traceback ends at is that check failing, whatever line inside it the paste left out
+_CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)$')
 # what vLLM puts before a traceback's lines: the process (0.19 decorates its streams) and, for
 # `logger.exception`, the record's head on each line
@@ -236,25 +240,35 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
     return Cut("message", Evidence(pattern.description, lines))
 
 
+def _calls(source: str, checks: frozenset[str]) -> bool:
+    """`source` (a frame's source line) calls one of `checks`."""
+    return any(re.search(rf"(?<![\w]){re.escape(f)}\(", source) for f in checks)
+
+
 def at_raise(log: Log, pattern: Pattern, start: int) -> Cut | None:
     """The first traceback from line index `start` whose last frame is one `pattern` names in
-    `raised_in`, its source line the traceback's last line."""
+    `raised_in`, its source line the traceback's last line; or whose last frame's source line
+    calls a check `raised_in` names (`check_...`, `_check_...`, `raise_if_...`, `validate_...`,
+    `ensure_...`, `verify_...`: a function there to raise that message), the frame inside it left
+    out."""
     sites = {tuple(s.rsplit(" ", 1)) for s in pattern.raised_in}
     if not sites:
         return None
+    checks = frozenset(func for _, func in sites if _CHECK.match(func))
     finder = _finder(r'File "[^"]+", line \d+, in ')
     n = len(log.lines)
     for i in log.candidates(finder, start, windows=False):
         m = _FRAME.match(_body(log.lines[i].text))
         if m is None or i + 1 >= n:
             continue
-        if not any(m["path"].endswith(path) and m["func"] == func for path, func in sites):
+        raises = any(m["path"].endswith(path) and m["func"] == func for path, func in sites)
+        if not raises and not _calls(_body(log.lines[i + 1].text), checks):
             continue
         after = _body(log.lines[i + 2].text) if i + 2 < n else ""
         if after.startswith("File ") or re.match(r"[\w.]*(?:Error|Exception)\b", after):
             continue  # not the last frame, or the exception follows: not cut here
         lines = (log.lines[i], log.lines[i + 1])
-        return Cut("raise", Evidence(pattern.description, lines))
+        return Cut("raise" if raises else "call", Evidence(pattern.description, lines))
     return None
 
 

@@ -23,6 +23,15 @@ from runner.errors import InputError
 _RUNTIME_TS = re.compile(
     r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})(?:\s|$)"
 )  # kubectl logs --timestamps, docker logs -t (RFC 3339 with a zone)
+# a log viewer's or shipper's own time in front of the program's line (Grafana's and Loki's
+# exports, a supervisor's log, a CI console): a date and a time with a space between them. vLLM,
+# PyTorch and SGLang begin their lines otherwise (SGLang's time is in brackets); a program whose
+# format begins with such a time (Python logging's default) loses only the time, which no
+# signature reads
+_COLLECTOR_TS = re.compile(
+    r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?\s+"
+    r"(?=\S)"
+)
 _KUBECTL_PREFIX = re.compile(r"^\[pod/(?P<node>[\w.-]+)/[\w.-]+\] ?")  # kubectl logs --prefix
 _COMPOSE_PREFIX = re.compile(r"^(?P<node>[a-zA-Z0-9][\w.-]*)\s+\| ?")  # docker compose logs
 _JOURNALD_PREFIX = re.compile(
@@ -41,7 +50,7 @@ _EMPHASIS = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 # the start of any of the above: a line that begins with none of them carries none, so it is only
 # stripped of its surrounding spaces (most lines of a log)
 _MAYBE_PREFIX = re.compile(
-    r"```|~~~|>|&gt;|\||\d{4}-\d{2}-\d{2}T|\[pod/|[A-Z][a-z]{2} [ \d]\d \d{2}:|[-*•→]"
+    r"```|~~~|>|&gt;|\||\d{4}-\d{2}-\d{2}[T ]|\[pod/|[A-Z][a-z]{2} [ \d]\d \d{2}:|[-*•→]"
     r"|\d{1,2}[.)]|[a-zA-Z0-9][\w.-]*\s+\|"
 )
 # masked digits: a run of x, X, * or # standing where digits stood (an address or a number):
@@ -111,6 +120,7 @@ def _strip_prefixes(text: str) -> tuple[str, str | None]:
             text = span.group("body")
         text = _QUOTE.sub("", text, count=1)
         text = _RUNTIME_TS.sub("", text, count=1)
+        text = _COLLECTOR_TS.sub("", text, count=1)
         for rx in (_KUBECTL_PREFIX, _COMPOSE_PREFIX, _JOURNALD_PREFIX):
             m = rx.match(text)
             if m:

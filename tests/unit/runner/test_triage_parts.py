@@ -52,6 +52,22 @@ def test_prefixes_quotes_and_masks_are_taken_off() -> None:
     assert normalise("\n".join(pasted))[0].original == pasted[0]
 
 
+def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
+    pasted = [
+        '2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586]   File "x.py", line 1, in f',
+        "2025-07-10 08:59:40,123 UTC (EngineCore_DP0 pid=7) INFO ok",
+        "2025-07-10 08:59:40.5+02:00 [rank1]:[W710 08:59:40.1 x.cpp:12] a",
+        "2025-07-10 is a date, not a prefix",
+    ]
+    got = [ln.text for ln in normalise("\n".join(pasted))]
+    assert got == [
+        'ERROR 07-09 17:59:40 [core.py:586]   File "x.py", line 1, in f',
+        "(EngineCore_DP0 pid=7) INFO ok",
+        "[rank1]:[W710 08:59:40.1 x.cpp:12] a",
+        "2025-07-10 is a date, not a prefix",
+    ]
+
+
 def test_typesetting_is_undone_before_matching() -> None:
     pasted = (
         "\ufeff> the model\u2019s max seq len\u00a0(16384)\u202f\u2013max-model-len"
