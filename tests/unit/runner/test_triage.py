@@ -290,6 +290,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["the engine core's busy loop raised, at run time"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["the V0 engine's death, as its API server raises it"],
             ),
             (
@@ -336,6 +341,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "node1",
                 ["SGLang's attention layer found the heads do not split over the ranks"],
+            ),
+            # triage: Text Generation Inference's shard refusing them
+            (
+                "the serving node's",
+                "node1",
+                ["a TGI shard found the heads do not split over the shards"],
             ),
         ],
         # silent: a hung engine logs nothing of its own; triage reads its stalled stats lines and
