@@ -313,7 +313,8 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 [
                     "SGLang was serving",
-                    "its scheduler process raised, and the server goes down with it",
+                    "its scheduler (or detokenizer, tokenizer manager, data-parallel controller)"
+                    " raised, and the server goes down with it",
                 ],
             ),
         ],
@@ -332,7 +333,13 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
         ],
         "lora-rank-over-max": [
-            ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"])
+            ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"]),
+            # triage: TensorRT-LLM's refusal of a request's adapter
+            (
+                "the serving node's",
+                "serving",
+                ["TensorRT-LLM refuses an adapter above its engine's max LoRA rank"],
+            ),
         ],
         "tp-head-divisibility": [
             ("the serving node's", "node1", ["the heads do not split over the ranks"]),
@@ -347,6 +354,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "node1",
                 ["a TGI shard found the heads do not split over the shards"],
+            ),
+            (
+                "the serving node's",
+                "node1",
+                ["DeepSpeed found the heads do not split over its tensor-parallel ranks"],
             ),
         ],
         # silent: a hung engine logs nothing of its own; triage reads its stalled stats lines and
