@@ -61,6 +61,9 @@ TIMEOUT_S = 60.0
 _SERVING = re.compile(
     r"EngineDeadError|EngineCore encountered a fatal error|Avg prompt throughput"
     r"|\"(?:POST|GET) /v1/|Running: \d+ reqs"
+    # a traceback through the engine's loop, which runs only once it has started
+    r"|vllm/v1/engine/core\.py\", line \d+, in (?:run_busy_loop|_process_engine_step)"
+    r"|vllm/engine/multiprocessing/engine\.py\", line \d+, in (?:run_engine_loop|engine_step)"
 )
 MARKERS = [*startup.MARKERS, (StartupPhase.SERVING, _SERVING)]
 _ORDER = list(StartupPhase)

@@ -42,6 +42,8 @@ _QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
 # a function whose job is to raise the message when its condition fails: a call into it that a
 # traceback ends at is that check failing, whatever line inside it the paste left out
 _CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
+_CARETS = re.compile(r"^[\s^~]*\^[\s^~]*$")
+_EXCEPTION = re.compile(r"[\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)$')
 # what vLLM puts before a traceback's lines: the process (0.19 decorates its streams) and, for
 # `logger.exception`, the record's head on each line
@@ -240,9 +242,15 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
     return Cut("message", Evidence(pattern.description, lines))
 
 
-def _calls(source: str, checks: frozenset[str]) -> bool:
-    """`source` (a frame's source line) calls one of `checks`."""
-    return any(re.search(rf"(?<![\w]){re.escape(f)}\(", source) for f in checks)
+def _calls(path: str, source: str, checks: dict[str, frozenset[str]]) -> bool:
+    """`source`, a frame's source line in the file `path`, calls one of `checks` (a check's
+    name, the packages it is named in): from within the same package, since another library's
+    function of that name is another check."""
+    return any(
+        re.search(rf"(?<!\w){re.escape(func)}\(", source)
+        and any(f"/{pkg}/" in f"/{path}" for pkg in pkgs)
+        for func, pkgs in checks.items()
+    )
 
 
 def at_raise(log: Log, pattern: Pattern, start: int) -> Cut | None:
@@ -254,7 +262,10 @@ def at_raise(log: Log, pattern: Pattern, start: int) -> Cut | None:
     sites = {tuple(s.rsplit(" ", 1)) for s in pattern.raised_in}
     if not sites:
         return None
-    checks = frozenset(func for _, func in sites if _CHECK.match(func))
+    checks: dict[str, frozenset[str]] = {}
+    for path, func in sites:
+        if _CHECK.match(func):
+            checks[func] = checks.get(func, frozenset()) | {path.split("/", 1)[0]}
     finder = _finder(r'File "[^"]+", line \d+, in ')
     n = len(log.lines)
     for i in log.candidates(finder, start, windows=False):
@@ -262,10 +273,13 @@ def at_raise(log: Log, pattern: Pattern, start: int) -> Cut | None:
         if m is None or i + 1 >= n:
             continue
         raises = any(m["path"].endswith(path) and m["func"] == func for path, func in sites)
-        if not raises and not _calls(_body(log.lines[i + 1].text), checks):
+        if not raises and not _calls(m["path"], _body(log.lines[i + 1].text), checks):
             continue
-        after = _body(log.lines[i + 2].text) if i + 2 < n else ""
-        if after.startswith("File ") or re.match(r"[\w.]*(?:Error|Exception)\b", after):
+        j = i + 2  # past the carets Python 3.11 on puts under the source line
+        while j < n and _CARETS.match(_body(log.lines[j].text)):
+            j += 1
+        after = _body(log.lines[j].text) if j < n else ""
+        if after.startswith("File ") or _EXCEPTION.match(after):
             continue  # not the last frame, or the exception follows: not cut here
         lines = (log.lines[i], log.lines[i + 1])
         return Cut("raise" if raises else "call", Evidence(pattern.description, lines))

@@ -25,12 +25,12 @@ _RUNTIME_TS = re.compile(
 )  # kubectl logs --timestamps, docker logs -t (RFC 3339 with a zone)
 # a log viewer's or shipper's own time in front of the program's line (Grafana's and Loki's
 # exports, a supervisor's log, a CI console): a date and a time with a space between them. vLLM,
-# PyTorch and SGLang begin their lines otherwise (SGLang's time is in brackets); a program whose
-# format begins with such a time (Python logging's default) loses only the time, which no
-# signature reads
+# PyTorch and SGLang begin their lines otherwise (SGLang's time is in brackets). A time followed
+# by a separator is the program's own format's (loguru's "time | LEVEL | ...", Python logging's
+# "time - name - LEVEL - ..."), and stays: the separator would read as another prefix
 _COLLECTOR_TS = re.compile(
     r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?\s+"
-    r"(?=\S)"
+    r"(?=\S)(?![|-]\s)"
 )
 _KUBECTL_PREFIX = re.compile(r"^\[pod/(?P<node>[\w.-]+)/[\w.-]+\] ?")  # kubectl logs --prefix
 _COMPOSE_PREFIX = re.compile(r"^(?P<node>[a-zA-Z0-9][\w.-]*)\s+\| ?")  # docker compose logs

@@ -378,7 +378,10 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
-                ["SGLang's health check got no token back for its timeout"],
+                [
+                    "SGLang's health check got no token back for its timeout",
+                    "and again at the next check",
+                ],
             ),
         ],
         # silent at the proxy; the decode engine says why

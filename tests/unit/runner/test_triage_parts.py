@@ -58,6 +58,8 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
         "2025-07-10 08:59:40,123 UTC (EngineCore_DP0 pid=7) INFO ok",
         "2025-07-10 08:59:40.5+02:00 [rank1]:[W710 08:59:40.1 x.cpp:12] a",
         "2025-07-10 is a date, not a prefix",
+        "2024-05-14 08:21:19.504 | ERROR    | server:serve:42 - loguru's own time",
+        "2024-05-14 08:21:19,504 - vllm - INFO - Python logging's own time",
     ]
     got = [ln.text for ln in normalise("\n".join(pasted))]
     assert got == [
@@ -65,6 +67,8 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
         "(EngineCore_DP0 pid=7) INFO ok",
         "[rank1]:[W710 08:59:40.1 x.cpp:12] a",
         "2025-07-10 is a date, not a prefix",
+        "2024-05-14 08:21:19.504 | ERROR    | server:serve:42 - loguru's own time",
+        "2024-05-14 08:21:19,504 - vllm - INFO - Python logging's own time",
     ]
 
 

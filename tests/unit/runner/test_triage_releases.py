@@ -107,6 +107,25 @@ def test_a_traceback_ending_at_the_raise_is_named_and_said_cut() -> None:
     assert triage(other, SCEN) == []
 
 
+def test_a_traceback_ending_at_the_call_into_a_check_is_named_and_said_cut() -> None:
+    frame = (
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py", line '
+        "1110, in get_kv_cache_config\n"
+        "    ok = check_enough_kv_cache_memory(vllm_config, kv_cache_spec, available_memory)\n"
+    )
+    carets = "         " + "^" * 30 + "\n"
+    [f] = triage(frame + carets, SCEN)
+    assert (f.scenario.scenario.metadata.id, f.cut) == ("kv-cache-shortage", True)
+    assert f.sightings[0].cut == "call"
+    # the exception after the carets, a KeyboardInterrupt among them: the traceback is whole
+    assert triage(frame + carets + "TypeError: unsupported operand\n", SCEN) == []
+    assert triage(frame + "KeyboardInterrupt\n", SCEN) == []
+    # another library's function of that name
+    assert triage(frame.replace("/vllm/", "/kvtools/"), SCEN) == []
+    # a call into a function that is no check: the frame inside it could raise anything
+    assert triage(frame.replace("check_enough_kv_cache_memory", "get_kv_cache_spec"), SCEN) == []
+
+
 def test_a_cut_keeps_enough_of_the_message() -> None:
     sc = load_scenario(ROOT / "scenarios" / "service-name-collision.yaml").scenario
     assert sc.expect.signature is not None
