@@ -157,6 +157,11 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
             # triage: SGLang's capture, its wrapper around the OOM
             ("the serving node's", "serving", ["SGLang's graph capture ran out of memory"]),
+            (
+                "the serving node's",
+                "serving",
+                ["SGLang was capturing its graphs", "and ran out of memory"],
+            ),
         ],
         "dhcp-address-change": [],  # no log signature at all
         "head-only-restart": [
