@@ -195,6 +195,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["SGLang's KV pool got no token from the memory it may take"],
             ),
+            # triage: TGI's warm-up
+            (
+                "the serving node's",
+                "serving",
+                ["TGI's warm-up prefill batch does not fit in what the weights left"],
+            ),
         ],
         "service-name-collision": [
             ("the serving node's", "serving", [""]),
