@@ -18,8 +18,8 @@ _CUT = {
     "message is not in it",
     "call": "the paste is cut: the traceback ends at the call into the check that raises the "
     "message, and the message is not in it",
-    "cause": "the paste is cut before the root cause: vLLM logs the exception that killed the "
-    "engine with these lines (a traceback), and the paste shows none; paste the lines around them",
+    "cause": "the paste is cut before the root cause: the engine logs the exception that killed "
+    "it with these lines (a traceback), and the paste shows none; paste the lines around them",
 }
 
 _PHASE_SOURCE = {

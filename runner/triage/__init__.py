@@ -64,6 +64,8 @@ _SERVING = re.compile(
     # a traceback through the engine's loop, which runs only once it has started
     r"|vllm/v1/engine/core\.py\", line \d+, in (?:run_busy_loop|_process_engine_step)"
     r"|vllm/engine/multiprocessing/engine\.py\", line \d+, in (?:run_engine_loop|engine_step)"
+    r"|sglang/srt/(?:managers/scheduler(?:_pp_mixin)?|disaggregation/(?:decode|prefill))\.py\", "
+    r"line \d+, in (?:run_event_loop|dispatch_event_loop|event_loop_\w+)"
 )
 MARKERS = [*startup.MARKERS, (StartupPhase.SERVING, _SERVING)]
 _ORDER = list(StartupPhase)

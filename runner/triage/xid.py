@@ -30,12 +30,18 @@ _LINE = re.compile(XID_LINE + r"(?: pid=(?P<pid>[^,]*), name=(?P<name>[^,]*),)?"
 _CAUSED = re.compile(r"caused by previous Xid (?P<xid>\d{1,3})\b")
 _GPUD = re.compile(GPUD_REASON)
 # the driver's own line for a GPU lost from the bus, printed only with XID 79 (osinit.c
-# osHandleGpuLost), which a kernel-log paste may hold without the Xid line before it
+# osHandleGpuLost), which a kernel-log paste may hold without the Xid line before it; and the
+# last of the three lines its probe prints for a GPU whose registers read all ones
+# (rm_is_supported_device: "NVRM: The NVIDIA GPU 0000:b3:00.0" / "NVRM: (PCI ID: 10de:26b5)
+# installed in this system has" / "NVRM: fallen off the bus and is not responding to
+# commands."), the same lost GPU found when the driver loads, still unusable until it is reset
 GPU_LOST = (
     r"NVRM: GPU [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: GPU has fallen off the bus\."
+    r"|(?:NVRM: |installed in this system has )fallen off the bus and is not responding to "
+    r"commands\."
 )
 _LOST = re.compile(GPU_LOST)
-_ANY = _finder(r"NVRM: Xid \(|XID \d{1,3} ?\(|GPU has fallen off the bus")
+_ANY = _finder(r"NVRM: Xid \(|XID \d{1,3} ?\(|fallen off the bus")
 MAX_SHOWN = 6  # distinct XIDs described; a paste of a failing board may hold dozens
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ROOT, gameday
+from tests.support.cli import ROOT, gameday, not_passed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube_standin("tests the stand-in's own command line")]
 
@@ -68,7 +68,7 @@ def test_the_seven_kubernetes_scenarios_pass_on_the_server_started_by_hand(
         env={"GAMEDAY_STATE_DIR": str(tmp_path / "state")},
         timeout=900,
     )
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == 0, not_passed(p)
     result = json.loads(p.stdout)
     assert {s["id"]: s["verdict"] for s in result["scenarios"]} == dict.fromkeys(
         KUBERNETES, "passed"

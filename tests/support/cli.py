@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -83,6 +84,26 @@ def ok(p: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     """`p`, which must have exited 0 (its exit code and stderr in the failure otherwise)."""
     assert p.returncode == 0, f"`gameday {' '.join(p.args[3:])}` exited {p.returncode}: {p.stderr}"
     return p
+
+
+def not_passed(p: subprocess.CompletedProcess[str]) -> str:
+    """What a `run --json` that did not pass says: each scenario not passed with its assertions
+    not passed, then stderr's progress lines (the JSON's evidence would crowd them out)."""
+    lines = [f"`gameday {' '.join(p.args[3:])}` exited {p.returncode}"]
+    try:
+        result = json.loads(p.stdout)
+    except ValueError:
+        return "\n".join([*lines, p.stdout[-3000:], p.stderr[-3000:]])
+    for s in result.get("scenarios", []):
+        if s["verdict"] == "passed":
+            continue
+        lines.append(f"{s['id']}: {s['verdict']}")
+        lines += [
+            f"  {a['verdict']}: {a['name']}: expected {a['expected']}; observed {a['observed']}"
+            for a in s["assertions"]
+            if a["verdict"] != "passed"
+        ]
+    return "\n".join([*lines, p.stderr[-3000:]])
 
 
 def no_engine(exc: BaseException) -> bool:

@@ -195,6 +195,8 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["SGLang's KV pool got no token from the memory it may take"],
             ),
+            # triage: SGLang's profile at or below zero tokens
+            ("the serving node's", "serving", ["SGLang's profile leaves the KV pool no token"]),
             # triage: TGI's warm-up
             (
                 "the serving node's",
@@ -252,6 +254,11 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
             ("the serving node's", "node1", ["gpud's report of an XID in the kernel log"]),
             ("the serving node's", "node1", ["the driver's GPU-lost line, printed with XID 79"]),
+            (
+                "the serving node's",
+                "node1",
+                ["the driver's probe finds the GPU lost from the bus (XID 79's state)"],
+            ),
         ],
         "tp-mismatch": [
             ("the serving node's", "serving", [""]),
@@ -285,6 +292,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["Ray has not placed one GPU bundle per rank in 30 s or more"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["Ray's GPUs do not hold a placement group for each data-parallel rank"],
             ),
             (
                 "the serving node's",
@@ -328,6 +340,11 @@ def test_every_signature_a_scenario_declares() -> None:
                     " raised, and the server goes down with it",
                 ],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["SGLang's scheduler event loop raised, at run time"],
+            ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [
@@ -370,6 +387,15 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "node1",
                 ["DeepSpeed found the heads do not split over its tensor-parallel ranks"],
+            ),
+            # triage: ensure_divisibility's frame and assertion
+            (
+                "the serving node's",
+                "node1",
+                [
+                    "a layer's split over the tensor-parallel ranks",
+                    "a dimension of the model does not split evenly over the ranks",
+                ],
             ),
         ],
         # silent: a hung engine logs nothing of its own; triage reads its stalled stats lines and
@@ -445,6 +471,20 @@ def test_every_signature_a_scenario_declares() -> None:
                 "a worker's",
                 "node3",
                 ["PyTorch's NCCL watchdog finds the all-reduce past the process group's timeout"],
+            ),
+            # triage: the timed-out work's line; the heartbeat monitor's
+            (
+                "a worker's",
+                "node3",
+                ["PyTorch's NCCL watchdog names the collective that timed out"],
+            ),
+            (
+                "a worker's",
+                "node3",
+                [
+                    "PyTorch's heartbeat monitor finds the NCCL watchdog stuck, and takes the "
+                    "process down"
+                ],
             ),
         ],
     }
