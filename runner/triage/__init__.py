@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from runner.spec.expectations import NodeSignature, Pattern, TriageSignature
+from runner.spec.expectations import CaptureCheck, NodeSignature, Pattern, TriageSignature
 from runner.spec.kinds import Outcome
 from runner.spec.probes import AnyProbe, InferenceProbe
 from runner.spec.scenario import LoadedScenario, Scenario
+from runner.spec.signature import check_captures
 from runner.triage.advice import advise
 from runner.triage.cause import shows_cause
 from runner.triage.cut import find_cut
@@ -319,7 +320,11 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 # follows the last such end is read
                 start = 0 if entry is None else _after_last(log, entry.ended_by)
                 ev = find_in_order(
-                    log, [(_folded(p.regex), p.description) for p in pats], start=start
+                    log,
+                    [(_folded(p.regex), p.description) for p in pats],
+                    start=start,
+                    # a triage entry's checks between captures (a run's checks are its lab's)
+                    accepts=[_accept(p) for p in pats] if entry is not None else (),
                 )
             if ev:
                 how = None
@@ -337,6 +342,26 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 ev, how = hit
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
     return sightings
+
+
+def _accept(p: Pattern) -> Callable[[dict[str, str]], bool] | None:
+    """A triage entry's pattern's checks between two of its captures as a test of a match
+    (None: it has none): a line they refuse is not the failure (a store's address that is the
+    worker's own). A check against a constant would be one lab's figure, and is not applied; a
+    run's signatures are read without their checks, whose figures are their lab's (the advice
+    judges a paste's figures)."""
+    relational = {}
+    for name, check in p.captures.items():
+        ops = {
+            op: v
+            for op, v in check.model_dump(by_alias=True, exclude_none=True).items()
+            if isinstance(v, str) and v.startswith("{") and v.endswith("}")
+        }
+        if ops:
+            relational[name] = CaptureCheck.model_validate(ops)
+    if not relational:
+        return None
+    return lambda caps: not check_captures(relational, caps)
 
 
 def _after_last(log: Log, pattern: Pattern | None) -> int:

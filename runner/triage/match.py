@@ -354,10 +354,14 @@ def _compiled_loose(regex: str) -> Regex:
 
 
 def find(
-    log: Log | Sequence[Line], regex: str, description: str = "", start: int = 0
+    log: Log | Sequence[Line],
+    regex: str,
+    description: str = "",
+    start: int = 0,
+    accept: Callable[[dict[str, str]], bool] | None = None,
 ) -> tuple[int, Evidence] | None:
-    """The first match of `regex` at or after line index `start`: the index after its last line,
-    and the evidence."""
+    """The first match of `regex` at or after line index `start` whose captures `accept` takes
+    (a scenario's capture checks): the index after its last line, and the evidence."""
     log = log if isinstance(log, Log) else Log(log)
     rx, rx_loose = compile_user(regex), _compiled_loose(regex)
     anchored = "^" in regex or "$" in regex
@@ -368,22 +372,26 @@ def find(
     for c in log.candidates(finder, start, joined_finder=joined_finder):
         for i in range(max(c - 1, tried + 1), c + 1):
             hit = _window(log, rx, rx_loose, i, anchored, description or regex)
-            if hit is not None:
+            if hit is not None and (accept is None or accept(hit[1].captures)):
                 return hit
         tried = c
     return None
 
 
 def find_in_order(
-    log: Log | Sequence[Line], patterns: Sequence[tuple[str, str]], start: int = 0
+    log: Log | Sequence[Line],
+    patterns: Sequence[tuple[str, str]],
+    start: int = 0,
+    accepts: Sequence[Callable[[dict[str, str]], bool] | None] = (),
 ) -> list[Evidence] | None:
     """Every (regex, description) in order from line index `start`, each after the lines of the
-    one before; None when one is missing."""
+    one before and, where `accepts` gives a check for it, with captures the check takes; None
+    when one is missing."""
     log = log if isinstance(log, Log) else Log(log)
     pos = start
     found = []
-    for regex, description in patterns:
-        hit = find(log, regex, description, pos)
+    for k, (regex, description) in enumerate(patterns):
+        hit = find(log, regex, description, pos, accepts[k] if k < len(accepts) else None)
         if hit is None:
             return None
         pos, ev = hit

@@ -168,6 +168,12 @@ def test_every_signature_a_scenario_declares() -> None:
             ("the head's", "node1", ["the API server finds its engine dead"]),
             # elsewhere marks no pattern identifying: all of its patterns identify it
             ("a worker's", "node2", ["only PyTorch's heartbeat monitor speaks on the worker"]),
+            # triage: the worker's read of the head's store, on another host
+            (
+                "a worker's",
+                "node2",
+                ["a worker's read of the head's TCPStore fails, the store on another host gone"],
+            ),
         ],
         "kv-cache-shortage": [
             ("the serving node's", "serving", ["3.0 GiB needed, 0.18 GiB available, estimate 976"]),

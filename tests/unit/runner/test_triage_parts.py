@@ -15,6 +15,7 @@ from runner.spec.scenario import discover, load_scenario
 from runner.triage import normalise, phase_of, triage
 from runner.triage.cut import cut_pattern
 from runner.triage.match import find, loose
+from runner.triage.normalise import Line
 from vllmfacts.startup import StartupPhase
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -349,3 +350,14 @@ def test_the_cli_shows_the_figures_it_read_and_folds_only_very_long_lines(tmp_pa
         "available": "2.1",
         "estimate": "11456",
     } in captures
+
+
+def test_find_skips_a_match_whose_captures_the_check_refuses() -> None:
+    lines = [
+        Line(1, "peer a=1 b=1", "peer a=1 b=1"),
+        Line(2, "peer a=1 b=2", "peer a=1 b=2"),
+    ]
+    rx = r"peer a=(?P<a>\d) b=(?P<b>\d)"
+    hit = find(lines, rx, accept=lambda caps: caps["a"] != caps["b"])
+    assert hit is not None and hit[1].number == 2
+    assert find(lines[:1], rx, accept=lambda caps: caps["a"] != caps["b"]) is None
