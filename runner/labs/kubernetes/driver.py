@@ -52,6 +52,7 @@ from runner.labs.kubernetes.access import PodAccess
 from runner.labs.kubernetes.api import KubeApi
 from runner.labs.kubernetes.podexec import ExecResult
 from runner.labs.kubernetes.watch import PodWatch, as_utc
+from runner.labs.lifecycle import crash_loop_backoff_s
 from runner.spec.actions import EngineProcess, SignalName
 from runner.spec.inventory import GroupWorkload, Inventory, Node
 from runner.spec.kinds import LabKind
@@ -59,6 +60,9 @@ from runner.spec.timing import TimeScale
 
 ALLOW_ENV = "GAMEDAY_ALLOW_NAMESPACE"
 WATCH_TIMEOUT_S = 240  # a watch is re-opened from the last resourceVersion after this
+# wall seconds a container's run may take, past the back-off, before its log stands in for a
+# lost one's (a vLLM start that fails at once)
+LOST_LOG_WAIT_S = 60.0
 NAMESPACE_GONE_S = 180  # the namespace controller empties a deleted namespace; EKS takes minutes
 
 
@@ -362,9 +366,29 @@ class KubernetesLab(LabDriver):
         if not 1 <= incarnation <= len(incs):
             return []
         inc = incs[incarnation - 1]
+        if inc.logs_lost:
+            # the pod's next failure stands in for it: in a crash loop it comes after the
+            # kubelet's back-off for this restart (scaled) and the container's own run
+            backoff = crash_loop_backoff_s(inc.restart_count) / self.inventory.lab.time_scale
+            wait_s = backoff + LOST_LOG_WAIT_S
+            with self.feed.cond:
+                self.feed.cond.wait_for(
+                    lambda: self.pods.stand_in(node, inc) is not None, min(wait_s, 360.0)
+                )
+            stand_in = self.pods.stand_in(node, inc)
+            if stand_in is not None:
+                return list(stand_in.logs or [])
         if inc.logs is not None:
             return list(inc.logs)
         return self.pods.read_log(inc.pod, previous=False) or []
+
+    def stood_in_by(self, node: str, incarnation: int) -> int | None:
+        self._sync()
+        incs = self.pods.views[node].incs
+        if not 1 <= incarnation <= len(incs):
+            return None
+        later = self.pods.stand_in(node, incs[incarnation - 1])
+        return None if later is None else later.number
 
     def logs_since(self, node: str, since: datetime | None) -> list[LogLine]:
         self._sync()

@@ -49,6 +49,9 @@ class Container(Incarnation):
     restart_count: int = 0
     reason: str = ""
     logs: list[LogLine] | None = None  # kept once it has exited
+    # its log was gone before the watch read it: the kubelet keeps the current container's and
+    # the previous one's only, and a crash loop faster than the watch moved past it
+    logs_lost: bool = False
 
 
 @dataclass
@@ -344,7 +347,9 @@ class PodWatch:
         return None
 
     def _exited(self, node: str, pod: Any, inc: Container, term: Any, initial: bool) -> None:
-        logs = self._container_log(pod.metadata.name, term.container_id or "") or []
+        read = self._container_log(pod.metadata.name, term.container_id or "")
+        inc.logs_lost = read is None
+        logs = read or []
         finished = as_utc(term.finished_at) or datetime.now(UTC)
         if logs:
             inc.first_output_at = inc.first_output_at or logs[0].ts
@@ -374,6 +379,22 @@ class PodWatch:
                 inc.code = 137
                 inc.stopped = True
                 inc.logs = inc.logs or []
+
+    def stand_in(self, node: str, inc: Container) -> Container | None:
+        """For a container whose log was lost: the same pod's next container that exited with
+        the same code and a log. A pod's containers run one spec, so in a crash loop the next
+        failure is the same one (a report that quotes it says whose lines they are)."""
+        if not inc.logs_lost:
+            return None
+        for later in self.views[node].incs[inc.number :]:
+            if later.pod_uid != inc.pod_uid or later.finished_at is None or later.stopped:
+                return None  # another pod, one still running, or one the lab stopped
+            if later.logs_lost:
+                continue
+            if later.code != inc.code or not later.logs:
+                return None
+            return later
+        return None
 
     def state_of(self, n: Node) -> NodeState:
         v = self.views[n.name]

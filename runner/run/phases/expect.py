@@ -100,7 +100,7 @@ def expect_exit(ctx: Context, ls: LoadedScenario) -> Expected:
         sig.match(logs, exp.signature.in_order, exp.signature.absent),
         logs,
         node=ctx.target,
-        source=f"{exp.signature.source.value} logs (incarnation {failure.incarnation})",
+        source=f"{exp.signature.source.value} logs ({incarnation_label(ctx, failure)})",
     )
     expect_exit_facts(ctx, ls, failure, logs)
     in_lab = (failure.finished_at - start).total_seconds()
@@ -240,6 +240,19 @@ def expect_exit_facts(
         ctx.rec.probe(Phase.EXPECT, r)
     for ns in exp.elsewhere:
         expect_elsewhere(ctx, ns, failure.finished_at)
+
+
+def incarnation_label(ctx: Context, failure: ExitInfo) -> str:
+    """Whose log a signature was read in: the failed incarnation's, or, where the runtime
+    dropped it before the lab read it, the one that stands in for it, said so."""
+    other = ctx.lab.stood_in_by(ctx.target, failure.incarnation)
+    if other is None:
+        return f"incarnation {failure.incarnation}"
+    return (
+        f"incarnation {failure.incarnation}, whose log was gone before the lab read it (the "
+        f"kubelet keeps the previous container's only): incarnation {other}'s, the same pod's "
+        "next failure with the same exit code"
+    )
 
 
 def logs_for(ctx: Context, source: LogSource, failure: ExitInfo) -> list[LogLine]:

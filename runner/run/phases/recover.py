@@ -14,7 +14,7 @@ from runner.labs.base import ExitInfo, LabEvent, NodeState
 from runner.results.schema import EventKind, Phase, Verdict
 from runner.run.apply import UserStepFailed, apply_actions
 from runner.run.context import LOAD_RECHECK_S, Context, all_passed, utcnow
-from runner.run.phases.expect import logs_for
+from runner.run.phases.expect import incarnation_label, logs_for
 from runner.run.probing import ProbeResult
 from runner.run.stepexec import StepRun
 from runner.spec import signature as sig
@@ -327,7 +327,7 @@ def shortcut(
         sig.match(logs, step.expect.in_order),
         logs,
         node=ctx.target,
-        source=f"logs of incarnation {failure.incarnation}",
+        source=f"logs of {incarnation_label(ctx, failure)}",
     )
 
 
