@@ -265,6 +265,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "node1",
                 ["the driver's probe finds the GPU lost from the bus (XID 79's state)"],
             ),
+            (
+                "the serving node's",
+                "node1",
+                ["a CUDA call failed on the GPU's uncorrectable memory error"],
+            ),
         ],
         "tp-mismatch": [
             ("the serving node's", "serving", [""]),
@@ -459,6 +464,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the prefill server's",
                 "prefill",
                 ["SGLang's prefill server saw the handshake (bootstrap) fail"],
+            ),
+            # triage: Mooncake's Ascend transport connecting to the prefill's engine
+            (
+                "the decode engine's",
+                "decode",
+                ["the decode side's transfer engine cannot connect to the prefill's"],
             ),
             # triage: 0.11.2-0.12's request line, or the handshake traceback's end
             (
