@@ -254,7 +254,7 @@ class LabDriver(abc.ABC):
     @abc.abstractmethod
     def logs_of(self, node: str, incarnation: int) -> list[LogLine]: ...
     def stood_in_by(self, node: str, incarnation: int) -> int | None:
-        """The incarnation whose log `logs_of` gives for this one, whose own log the runtime
+        """The incarnation whose log `logs_of` gave for this one, whose own log the runtime
         dropped before the lab read it (None: its own). Only Kubernetes drops one: the kubelet
         keeps a container's log while it is the current or the previous one."""
         return None

@@ -337,7 +337,7 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
     # a triage entry that quotes part of a run's signature adds nothing where that one is found
     for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
         for view, node, pats, releases, entry in group if not sightings else ():
-            hit = _cut_short(log, pats) if pats else None
+            hit = _cut_short(log, pats, checked=entry is not None) if pats else None
             if hit is not None:
                 ev, how = hit
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
@@ -390,17 +390,29 @@ def _sighting(
     return Sighting(view, node, pod, tuple(ev), releases, note, cut, when, lacks)
 
 
-def _cut_short(log: Log, pats: list[Pattern]) -> tuple[list[Evidence], str] | None:
+def _cut_short(
+    log: Log, pats: list[Pattern], checked: bool = False
+) -> tuple[list[Evidence], str] | None:
     """The signature's identifying patterns but the last in order, and the last one's message
-    cut short after them (runner.triage.cut)."""
-    head = find_in_order(log, [(_folded(p.regex), p.description) for p in pats[:-1]])
+    cut short after them (runner.triage.cut); `checked`: a triage entry's, whose checks between
+    captures apply to every match, the cut one's included (with what its part shows)."""
+    head = find_in_order(
+        log,
+        [(_folded(p.regex), p.description) for p in pats[:-1]],
+        accepts=[_accept(p) for p in pats[:-1]] if checked else (),
+    )
     if head is None:
         return None
     start = head[-1].lines[-1].number if head else 0  # the index after the last line
     frame_start = max(head[-1].number - 2, 0) if head else 0
     last = pats[-1].model_copy(update={"regex": _folded(pats[-1].regex)})
     cut = find_cut(log, last, start, frame_start)
-    return None if cut is None else ([*head, cut.evidence], cut.how)
+    if cut is None:
+        return None
+    accept = _accept(pats[-1]) if checked else None
+    if accept is not None and not accept(cut.evidence.captures):
+        return None
+    return [*head, cut.evidence], cut.how
 
 
 def _most_telling(found: list[Finding]) -> list[Finding]:

@@ -100,6 +100,8 @@ class KubernetesLab(LabDriver):
         self.kube = KubeApi(inventory, self.spec)
         self.feed = EventFeed(sync=self._sync)
         self.pods = PodWatch(inventory, self.kube, self.feed)
+        # (node, incarnation) -> the incarnation whose log logs_of gave for it (stood_in_by)
+        self._stood_in: dict[tuple[str, int], int] = {}
         self._guarded = False
         self.access = PodAccess(
             inventory,
@@ -370,25 +372,19 @@ class KubernetesLab(LabDriver):
             # the pod's next failure stands in for it: in a crash loop it comes after the
             # kubelet's back-off for this restart (scaled) and the container's own run
             backoff = crash_loop_backoff_s(inc.restart_count) / self.inventory.lab.time_scale
-            wait_s = backoff + LOST_LOG_WAIT_S
+            wait_s = min(backoff + LOST_LOG_WAIT_S, 360.0)
             with self.feed.cond:
-                self.feed.cond.wait_for(
-                    lambda: self.pods.stand_in(node, inc) is not None, min(wait_s, 360.0)
-                )
-            stand_in = self.pods.stand_in(node, inc)
-            if stand_in is not None:
-                return list(stand_in.logs or [])
+                self.feed.cond.wait_for(lambda: self.pods.stand_in(node, inc)[0], wait_s)
+            later = self.pods.stand_in(node, inc)[1]
+            if later is not None:
+                self._stood_in[(node, incarnation)] = later.number
+                return list(later.logs or [])
         if inc.logs is not None:
             return list(inc.logs)
         return self.pods.read_log(inc.pod, previous=False) or []
 
     def stood_in_by(self, node: str, incarnation: int) -> int | None:
-        self._sync()
-        incs = self.pods.views[node].incs
-        if not 1 <= incarnation <= len(incs):
-            return None
-        later = self.pods.stand_in(node, incs[incarnation - 1])
-        return None if later is None else later.number
+        return self._stood_in.get((node, incarnation))
 
     def logs_since(self, node: str, since: datetime | None) -> list[LogLine]:
         self._sync()

@@ -333,6 +333,17 @@ class PodWatch:
             return cs.state.waiting is None  # in back-off the last one is also the current one
         return None
 
+    def _dropped(self, pod: str, container_id: str) -> bool:
+        """Whether the kubelet has moved past that container: the pod is there, with a later
+        current and previous container. Not for a pod that is gone, nor a container without an
+        id (a status the kubelet could not report), whose logs are not coming back either but
+        for which no later container of the pod stands in."""
+        if not container_id:
+            return False
+        status, obj = self.kube.status_of(self.kube.core.read_namespaced_pod, pod, self.ns)
+        cs = self._container_status(obj) if status == 200 else None
+        return cs is not None and self._which(pod, container_id) is None
+
     def _container_log(self, pod: str, container_id: str) -> list[LogLine] | None:
         """One container's log: the kubelet serves the current and the previous container, and
         the pod may move on between two calls, so which one is asked for is checked again
@@ -348,7 +359,6 @@ class PodWatch:
 
     def _exited(self, node: str, pod: Any, inc: Container, term: Any, initial: bool) -> None:
         read = self._container_log(pod.metadata.name, term.container_id or "")
-        inc.logs_lost = read is None
         logs = read or []
         finished = as_utc(term.finished_at) or datetime.now(UTC)
         if logs:
@@ -367,6 +377,13 @@ class PodWatch:
             pod.metadata.deletion_timestamp is not None
             or inc.number <= self._expect_stop.get(node, 0)
         )
+        # a failed container's log the kubelet dropped while the watch was behind (a crash loop
+        # faster than the watch): the same pod's next failure stands in for it (stand_in)
+        inc.logs_lost = (
+            read is None
+            and not inc.stopped
+            and self._dropped(pod.metadata.name, term.container_id or "")
+        )
         if initial:
             return
         self.feed.emit(node, EventType.EXITED, finished, reason=inc.reason, **inc.exited())
@@ -380,21 +397,27 @@ class PodWatch:
                 inc.stopped = True
                 inc.logs = inc.logs or []
 
-    def stand_in(self, node: str, inc: Container) -> Container | None:
-        """For a container whose log was lost: the same pod's next container that exited with
-        the same code and a log. A pod's containers run one spec, so in a crash loop the next
-        failure is the same one (a report that quotes it says whose lines they are)."""
+    def stand_in(self, node: str, inc: Container) -> tuple[bool, Container | None]:
+        """For a container whose log was lost: whether it is settled, and the same pod's next
+        container that exited with the same code and a log (None: none, or not yet). A pod's
+        containers run one spec, so in a crash loop the next failure is the same one. Settled
+        with none where none can come: another pod, a container the lab stopped, another exit
+        code, an empty log; not settled while the next one runs."""
         if not inc.logs_lost:
-            return None
+            return True, None
         for later in self.views[node].incs[inc.number :]:
-            if later.pod_uid != inc.pod_uid or later.finished_at is None or later.stopped:
-                return None  # another pod, one still running, or one the lab stopped
+            if later.pod_uid != inc.pod_uid:
+                continue  # another pod's container (a surge pod, a replacement)
+            if later.finished_at is None:
+                return False, None  # it runs: it may fail the same way
+            if later.stopped:
+                return True, None
             if later.logs_lost:
                 continue
             if later.code != inc.code or not later.logs:
-                return None
-            return later
-        return None
+                return True, None
+            return True, later
+        return False, None
 
     def state_of(self, n: Node) -> NodeState:
         v = self.views[n.name]

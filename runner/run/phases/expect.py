@@ -100,7 +100,8 @@ def expect_exit(ctx: Context, ls: LoadedScenario) -> Expected:
         sig.match(logs, exp.signature.in_order, exp.signature.absent),
         logs,
         node=ctx.target,
-        source=f"{exp.signature.source.value} logs ({incarnation_label(ctx, failure)})",
+        source=f"{exp.signature.source.value} logs "
+        f"({incarnation_label(ctx, failure, exp.signature.source)})",
     )
     expect_exit_facts(ctx, ls, failure, logs)
     in_lab = (failure.finished_at - start).total_seconds()
@@ -242,16 +243,20 @@ def expect_exit_facts(
         expect_elsewhere(ctx, ns, failure.finished_at)
 
 
-def incarnation_label(ctx: Context, failure: ExitInfo) -> str:
+def incarnation_label(ctx: Context, failure: ExitInfo, source: LogSource) -> str:
     """Whose log a signature was read in: the failed incarnation's, or, where the runtime
-    dropped it before the lab read it, the one that stands in for it, said so."""
-    other = ctx.lab.stood_in_by(ctx.target, failure.incarnation)
+    dropped it before the lab read it, the one that stood in for it (logs_for), said so."""
+    other = (
+        ctx.lab.stood_in_by(ctx.target, failure.incarnation)
+        if source is LogSource.PREVIOUS
+        else None
+    )
     if other is None:
         return f"incarnation {failure.incarnation}"
     return (
         f"incarnation {failure.incarnation}, whose log was gone before the lab read it (the "
-        f"kubelet keeps the previous container's only): incarnation {other}'s, the same pod's "
-        "next failure with the same exit code"
+        "kubelet keeps the current and the previous container's only): "
+        f"incarnation {other}'s, the same pod's next failure with the same exit code"
     )
 
 

@@ -327,7 +327,7 @@ def shortcut(
         sig.match(logs, step.expect.in_order),
         logs,
         node=ctx.target,
-        source=f"logs of {incarnation_label(ctx, failure)}",
+        source=f"logs of {incarnation_label(ctx, failure, step.expect.source)}",
     )
 
 

@@ -38,18 +38,22 @@ def _exited(n: int, code: int = 1, uid: str = "u1", lost: bool = False, **kw: ob
 def test_the_next_failure_of_the_same_pod_stands_in_and_says_so() -> None:
     lost = _exited(1, lost=True)
     w = _watch(lost, _exited(2, lost=True), _exited(3))
-    later = w.stand_in("node1", lost)
-    assert later is not None and later.number == 3
+    settled, later = w.stand_in("node1", lost)
+    assert settled and later is not None and later.number == 3
     assert [ln.text for ln in later.logs or []] == ["container 3 failed"]
+    # a surge pod's container between two of the pod's is passed over
+    assert _watch(lost, _exited(2, uid="u2"), _exited(3)).stand_in("node1", lost)[1] is not None
 
 
-def test_no_stand_in_for_another_failure_another_pod_or_a_stop() -> None:
+def test_none_can_come_for_another_failure_or_a_stop_and_none_yet_while_it_runs() -> None:
     lost = _exited(1, lost=True)
-    assert _watch(lost, _exited(2, code=0)).stand_in("node1", lost) is None
-    assert _watch(lost, _exited(2, uid="u2")).stand_in("node1", lost) is None
-    assert _watch(lost, _exited(2, stopped=True)).stand_in("node1", lost) is None
+    settled_none = (True, None)
+    assert _watch(lost, _exited(2, code=0)).stand_in("node1", lost) == settled_none
+    assert _watch(lost, _exited(2, stopped=True)).stand_in("node1", lost) == settled_none
+    assert _watch(lost, _exited(2, uid="u2")).stand_in("node1", lost) == (False, None)
     running = _exited(2)
     running.finished_at = None
-    assert _watch(lost, running).stand_in("node1", lost) is None
+    assert _watch(lost, running).stand_in("node1", lost) == (False, None)
+    assert _watch(lost).stand_in("node1", lost) == (False, None)
     kept = _exited(1)
-    assert _watch(kept, _exited(2)).stand_in("node1", kept) is None
+    assert _watch(kept, _exited(2)).stand_in("node1", kept) == settled_none
