@@ -317,11 +317,16 @@ class PodWatch:
             return None
         return common.stamped_lines(str(text))
 
-    def _which(self, pod: str, container_id: str) -> bool | None:
-        """Whether the pod's log endpoint serves that container as `previous` (True), as the
-        current one (False: it is the last container, terminated), or not at all (None)."""
+    def _status(self, pod: str) -> Any:
+        """The pod's engine container status as the API server has it now (None: pod gone)."""
         status, obj = self.kube.status_of(self.kube.core.read_namespaced_pod, pod, self.ns)
-        cs = self._container_status(obj) if status == 200 else None
+        return self._container_status(obj) if status == 200 else None
+
+    def _which(self, pod: str, container_id: str, cs: Any = None) -> bool | None:
+        """Whether the pod's log endpoint serves that container as `previous` (True), as the
+        current one (False: it is the last container, terminated), or not at all (None). `cs`:
+        the container status already read (read now otherwise)."""
+        cs = cs if cs is not None else self._status(pod)
         if cs is None or not container_id:
             return None
         if cs.state.terminated is not None and cs.state.terminated.container_id == container_id:
@@ -340,9 +345,8 @@ class PodWatch:
         for which no later container of the pod stands in."""
         if not container_id:
             return False
-        status, obj = self.kube.status_of(self.kube.core.read_namespaced_pod, pod, self.ns)
-        cs = self._container_status(obj) if status == 200 else None
-        return cs is not None and self._which(pod, container_id) is None
+        cs = self._status(pod)
+        return cs is not None and self._which(pod, container_id, cs) is None
 
     def _container_log(self, pod: str, container_id: str) -> list[LogLine] | None:
         """One container's log: the kubelet serves the current and the previous container, and
