@@ -42,12 +42,13 @@ def test_no_known_failure(text: str) -> None:
 
 def test_a_nodes_lists_are_one_signature_with_the_patterns_they_mark() -> None:
     """nccl-watchdog-timeout keeps each worker's launcher line in a list of its own (another
-    stream than PyTorch's): a worker that died of anything else is not named by it."""
+    stream than PyTorch's): a worker that died of anything else is not named by it, only as the
+    engine's death its executor's monitor reports."""
     died = (
         "ERROR 12-04 10:00:00 [multiproc_executor.py:273] Worker proc VllmWorker-2 died "
         "unexpectedly, shutting down executor."
     )
-    assert [f.scenario.scenario.metadata.id for f in triage(died, SCEN)] == []
+    assert [f.scenario.scenario.metadata.id for f in triage(died, SCEN)] == ["engine-core-death"]
 
 
 KV_LINE = SEED_019["kv-cache-shortage"].splitlines()[2]
@@ -241,6 +242,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "node1",
                 ["the worker's start-up check finds less free memory than the engine's budget"],
             ),
+            (
+                "the serving node's",
+                "node1",
+                ["CUDA refuses the GPU, another process holding it (exclusive-process mode)"],
+            ),
         ],
         "gpu-xid-error": [
             (
@@ -342,6 +348,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["the V0 engine's loop died (its traceback follows)"],
             ),
             ("the serving node's", "serving", ["the engine core's process exited"]),
+            (
+                "the serving node's",
+                "serving",
+                ["a worker process of the engine exited, and the executor shut down"],
+            ),
             (
                 "the serving node's",
                 "serving",
