@@ -34,14 +34,23 @@ _GPUD = re.compile(GPUD_REASON)
 # last of the three lines its probe prints for a GPU whose registers read all ones
 # (rm_is_supported_device: "NVRM: The NVIDIA GPU 0000:b3:00.0" / "NVRM: (PCI ID: 10de:26b5)
 # installed in this system has" / "NVRM: fallen off the bus and is not responding to
-# commands."), the same lost GPU found when the driver loads, still unusable until it is reset
+# commands."), the same lost GPU found when the driver loads, still unusable until it is reset;
+# and a call into the GPU's firmware (GSP) or a check in the driver failing with
+# NV_ERR_GPU_IS_LOST, status 0x0000000F, "GPU lost from the bus" (nvstatuscodes.h), which GSP
+# drivers print where the Xid line is another code or none
+GSP_LOST = (
+    r"NVRM: .*(?:rpcSendMessage failed with status 0x0000000[fF]\b"
+    r"|GPU lost from the bus \[NV_ERR_GPU_IS_LOST\])"
+)
 GPU_LOST = (
     r"NVRM: GPU [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: GPU has fallen off the bus\."
     r"|(?:NVRM: |installed in this system has )fallen off the bus and is not responding to "
-    r"commands\."
+    r"commands\.|" + GSP_LOST
 )
 _LOST = re.compile(GPU_LOST)
-_ANY = _finder(r"NVRM: Xid \(|XID \d{1,3} ?\(|fallen off the bus")
+_ANY = _finder(
+    r"NVRM: Xid \(|XID \d{1,3} ?\(|fallen off the bus|rpcSendMessage failed|NV_ERR_GPU_IS_LOST"
+)
 MAX_SHOWN = 6  # distinct XIDs described; a paste of a failing board may hold dozens
 
 

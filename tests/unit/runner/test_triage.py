@@ -274,6 +274,14 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "node1",
+                [
+                    "the driver's call into the GPU fails, the GPU lost from the bus (XID 79's "
+                    "state)"
+                ],
+            ),
+            (
+                "the serving node's",
+                "node1",
                 ["a CUDA call failed on the GPU's uncorrectable memory error"],
             ),
         ],
