@@ -195,6 +195,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["more KV cache needed for one request than the budget holds"],
             ),
             # triage: V0's count of zero GPU blocks, the error after it cut
+            (
+                "the serving node's",
+                "serving",
+                ["the profile leaves the KV cache a negative budget"],
+            ),
             ("the serving node's", "serving", ["the profile left no memory for one KV block"]),
             # triage: SGLang's pool with no token
             (
@@ -326,6 +331,19 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                [
+                    "a rank makes its GPU current by its local rank",
+                    "and CUDA has no GPU of that index for the process",
+                ],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["a rank's set_device names a GPU the process does not see"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["TensorRT-LLM sees fewer GPUs on this node than the ranks it must run"],
             ),
         ],
@@ -339,6 +357,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["the engine core's busy loop raised, at run time"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "the engine was serving",
+                    "the engine core's loop raised, and it signals the server to go down",
+                ],
             ),
             (
                 "the serving node's",
