@@ -250,7 +250,10 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "node1",
-                ["CUDA refuses the GPU, another process holding it (exclusive-process mode)"],
+                [
+                    "CUDA refuses the GPU, most often another process holding it "
+                    "(exclusive-process mode)"
+                ],
             ),
         ],
         "gpu-xid-error": [
@@ -332,14 +335,9 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 [
-                    "a rank makes its GPU current by its local rank",
+                    "a rank of a group, making its GPU current",
                     "and CUDA has no GPU of that index for the process",
                 ],
-            ),
-            (
-                "the serving node's",
-                "serving",
-                ["a rank's set_device names a GPU the process does not see"],
             ),
             (
                 "the serving node's",
