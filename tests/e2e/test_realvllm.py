@@ -40,21 +40,8 @@ ANSWER = "'This tiny test model is ready to serve.'"
 
 
 def test_the_scenarios_pass_against_real_vllm(tmp_path: Path) -> None:
-    """Two lab instances at once (`--parallel 2`): real vLLM's starts are mostly one busy core
-    each, so two of them share the machine's two cores, and the suite's wall time stays inside
-    CI's budget (about 7.5 minutes instead of 13)."""
     realvllm_or_skip()
-    p = gameday(
-        "run",
-        *SCENARIOS,
-        "--lab",
-        LAB,
-        "--parallel",
-        "2",
-        "--reports",
-        str(tmp_path),
-        timeout=2400,
-    )
+    p = gameday("run", *SCENARIOS, "--lab", LAB, "--reports", str(tmp_path), timeout=2400)
     assert p.returncode == 0, p.stdout + p.stderr
     run = (tmp_path / "latest").resolve()
     result = json.loads((run / "result.json").read_text())
