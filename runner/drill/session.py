@@ -136,7 +136,7 @@ class Drill:
             seq=lab.last_event_seq(),
             folder=ls.path.parent,
         )
-        self.users = Users(self.ctx, sc.load)
+        self.users = Users(self.ctx, sc.load, lab.inventory.lab.load_scale)
         self._live: LiveUsers | None = None
         self.hints = Hints(list(sc.hints))
         self.ack = Ack()

@@ -32,7 +32,8 @@ def seen_line(imp: ImpactFigures) -> str:
 
 def heading(imp: ImpactFigures) -> str:
     how = f"{imp.rate:g} requests/s" if imp.rate is not None else f"{imp.concurrency} users"
-    return f"load: {how} to {imp.node} (latency in wall ms from the intended send)"
+    share = f", the lab's load_scale {imp.load_scale:g}" if imp.load_scale != 1 else ""
+    return f"load: {how} to {imp.node} (latency in wall ms from the intended send{share})"
 
 
 def lines(imp: ImpactFigures) -> list[str]:

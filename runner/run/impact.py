@@ -384,8 +384,10 @@ def judge_window(
 class Users:
     """The scenario's load, from the baseline to the end of the run (a no-op without one)."""
 
-    def __init__(self, ctx: Context, spec: Load | None) -> None:
-        self.ctx, self.spec = ctx, spec
+    def __init__(self, ctx: Context, spec: Load | None, load_scale: float = 1.0) -> None:
+        # the lab's share of the scenario's load (LabSpec.load_scale): what its engines carry
+        self.ctx, self.asked, self.load_scale = ctx, spec, load_scale
+        self.spec = spec.scaled(load_scale) if spec is not None else None
         self.node = (spec.node if spec else None) or ctx.target
         self.traffic: Traffic | None = None
         self._first: float | None = None
@@ -397,7 +399,9 @@ class Users:
         if self.spec is None:
             return
         ctx, spec = self.ctx, self.spec
-        loop = f"{spec.rate:g} requests/s" if spec.rate else f"{spec.concurrency} users"
+        loop = spec.loop_text()
+        if self.asked is not None and self.load_scale != 1:
+            loop += f" (the lab's load_scale {self.load_scale:g} of {self.asked.loop_text()})"
         ctx.progress(f"load: {loop} to {self.node}")
         node, lab = self.node, ctx.lab
         self.traffic = Traffic(lambda: lab.url(node), spec, ctx.scale.to_lab(spec.max_s))
@@ -449,7 +453,9 @@ class Users:
             _epoch(ctx.restored_at),
         )
         fig, self._first, self._last = figures(sent, marks, ctx.scale, self.spec, self.node)
-        ctx.impact = fig.model_copy(update={"unfinished": traffic.unfinished})
+        ctx.impact = fig.model_copy(
+            update={"unfinished": traffic.unfinished, "load_scale": self.load_scale}
+        )
         ctx.rec.event(f"load stopped: {len(sent)} requests answered", source=USERS)
         if self._first is not None:
             ctx.rec.event(

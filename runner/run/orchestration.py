@@ -106,7 +106,7 @@ def phases(ctx: Context, ls: LoadedScenario) -> None:
             f"scenario target {ls.scenario.target!r} is not a host or group of "
             f"{ctx.lab.inventory.path}"
         )
-    users = Users(ctx, ls.scenario.load)
+    users = Users(ctx, ls.scenario.load, ctx.lab.inventory.lab.load_scale)
     try:
         with alert_receiver(ctx, ls) as receiver:  # listening before the alerts can fire
             baseline(ctx, ls)

@@ -361,6 +361,13 @@ class LabSpec(Model):
     boot_timeout_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)] = Field(
         default=1800.0, description="Real-world seconds a node may take to become ready."
     )
+    load_scale: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=1.0,
+        description="The share of a scenario's load this lab's engines can carry: each "
+        "scenario's rate (or users) is multiplied by it. A scenario's load is what users send "
+        "to a GPU; vLLM on a CPU answers a fraction of it, and past its capacity every answer "
+        "queues until the baseline itself times out.",
+    )
     engine_command: tuple[str, ...] = ("vllm-lab", "serve")
     vllm_version: Era = Field(
         default=Era.V0_19,

@@ -204,6 +204,19 @@ class Load(Model):
             raise ValueError("a load has either rate (open loop) or concurrency (closed loop)")
         return self
 
+    def scaled(self, factor: float) -> Load:
+        """The load a lab of `load_scale` factor carries: the rate times the factor, or that
+        many users (at least one); the counts, bounds and timeouts unchanged."""
+        if factor == 1:
+            return self
+        if self.rate is not None:
+            return self.model_copy(update={"rate": round(self.rate * factor, 3)})
+        users = max(1, round((self.concurrency or 1) * factor))
+        return self.model_copy(update={"concurrency": users})
+
+    def loop_text(self) -> str:
+        return f"{self.rate:g} requests/s" if self.rate is not None else f"{self.concurrency} users"
+
 
 def _looks_like_address(v: str) -> bool:
     if "/" in v or ":" in v:

@@ -187,3 +187,15 @@ def test_log_silence_regex_is_checked_like_signatures(tmp_path: Path, root: Path
     )
     with pytest.raises(ScenarioError, match="RE2"):
         load_scenario(p)
+
+
+def test_the_real_vllm_lab_carries_a_share_of_the_load(tmp_path: Path, root: Path) -> None:
+    text = (root / "inventories" / "local-realvllm.yaml").read_text()
+    assert load_inventory(root / "inventories" / "local-realvllm.yaml").lab.load_scale == 0.3
+    assert load_inventory(root / "inventories" / "local.yaml").lab.load_scale == 1
+    for bad in ("0", "1.5", "-0.3"):
+        p = write(tmp_path, text.replace("load_scale: 0.3", f"load_scale: {bad}"), "i.yaml")
+        with pytest.raises(InventoryError) as e:
+            load_inventory(p)
+        assert e.value.exit_code == 2 and e.value.line is not None
+        assert "load_scale" in p.read_text().splitlines()[e.value.line - 1], bad

@@ -95,3 +95,16 @@ def test_a_request_timeout_longer_than_the_load_runs_on_the_lab_is_refused(
     # the same timeout fits a load that may run 10 wall seconds there
     ok = _with_load(tmp_path, "load:\n  rate: 5\n  max_s: 1000\n  timeout_s: 9.5\n")
     check_scenario(load_scenario(ok), local)
+
+
+def test_a_labs_share_scales_the_rate_or_the_users_and_nothing_else() -> None:
+    from runner.spec.workload import Load
+
+    load = Load.model_validate({"rate": 10, "timeout_s": 10, "baseline_requests": 20})
+    assert load.scaled(1) is load
+    part = load.scaled(0.3)
+    assert (part.rate, part.timeout_s, part.baseline_requests) == (3, 10, 20)
+    assert part.impact == load.impact and part.loop_text() == "3 requests/s"
+    users = Load.model_validate({"concurrency": 8})
+    assert users.scaled(0.3).concurrency == 2
+    assert users.scaled(0.01).concurrency == 1  # at least one user
