@@ -437,6 +437,8 @@ def test_every_signature_a_scenario_declares() -> None:
                 "node1",
                 ["a TGI shard found the heads do not split over the shards"],
             ),
+            # triage: foundation-model-stack's tensor-parallel attention
+            ("the serving node's", "node1", ["fms found the heads do not split over the ranks"]),
             (
                 "the serving node's",
                 "node1",
@@ -513,6 +515,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the decode engine's",
                 "decode",
                 ["the decode side's transfer engine cannot connect to the prefill's"],
+            ),
+            # triage: Mooncake's TCP transport connecting to the peer's advertised address
+            (
+                "the decode engine's",
+                "decode",
+                ["the transfer engine cannot connect to the address the peer advertised"],
             ),
             # triage: 0.11.2-0.12's request line, or the handshake traceback's end
             (
