@@ -394,6 +394,12 @@ def test_every_signature_a_scenario_declares() -> None:
                     " raised, and the server goes down with it",
                 ],
             ),
+            # triage: Text Generation Inference's launcher seeing a shard die
+            (
+                "the serving node's",
+                "serving",
+                ["a TGI shard died while the server served, and the launcher went down with it"],
+            ),
             (
                 "the serving node's",
                 "serving",
