@@ -299,7 +299,7 @@ class ImpactFigures(Frozen):
     mode: str  # open (a rate) or closed (a concurrency)
     rate: float | None = None
     concurrency: int | None = None
-    load_scale: float = 1.0  # the lab's share of the scenario's load (rate and concurrency are its)
+    load_scale: float = 1.0  # the lab's share of the scenario's load; rate and concurrency are sent
     node: str
     phases: list[PhaseFigures]
     users_saw_first_s: float | None = None  # the fault in place -> the first failed answer

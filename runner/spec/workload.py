@@ -210,7 +210,8 @@ class Load(Model):
         if factor == 1:
             return self
         if self.rate is not None:
-            return self.model_copy(update={"rate": round(self.rate * factor, 3)})
+            # six significant figures: 10 x 0.3 is recorded as 3, and no rate rounds to zero
+            return self.model_copy(update={"rate": float(f"{self.rate * factor:.6g}")})
         users = max(1, round((self.concurrency or 1) * factor))
         return self.model_copy(update={"concurrency": users})
 

@@ -103,8 +103,10 @@ def test_a_labs_share_scales_the_rate_or_the_users_and_nothing_else() -> None:
     load = Load.model_validate({"rate": 10, "timeout_s": 10, "baseline_requests": 20})
     assert load.scaled(1) is load
     part = load.scaled(0.3)
-    assert (part.rate, part.timeout_s, part.baseline_requests) == (3, 10, 20)
+    assert (str(part.rate), part.timeout_s, part.baseline_requests) == ("3.0", 10, 20)
     assert part.impact == load.impact and part.loop_text() == "3 requests/s"
+    slow = Load.model_validate({"rate": 0.001}).scaled(0.3)
+    assert slow.rate is not None and 0 < slow.rate < 0.001  # never rounded to no load at all
     users = Load.model_validate({"concurrency": 8})
     assert users.scaled(0.3).concurrency == 2
     assert users.scaled(0.01).concurrency == 1  # at least one user
