@@ -42,9 +42,11 @@ def lines(imp: ImpactFigures) -> list[str]:
 
 def properties(imp: ImpactFigures) -> dict[str, str]:
     """JUnit properties: gameday.impact.<phase>.{sent,failed,error_rate,p50_ms,p99_ms,
-    ttft_p99_ms} and gameday.impact.users_saw_{first,last}_s; a figure not measured is left
-    out."""
+    ttft_p99_ms}, gameday.impact.users_saw_{first,last}_s and, on a lab that carries a share of
+    the load, gameday.impact.load_scale; a figure not measured is left out."""
     props: dict[str, str] = {}
+    if imp.load_scale != 1:
+        props["gameday.impact.load_scale"] = f"{imp.load_scale:g}"
     for f in imp.phases:
         figures = {
             "sent": f.sent,

@@ -399,9 +399,7 @@ class Users:
         if self.spec is None:
             return
         ctx, spec = self.ctx, self.spec
-        loop = spec.loop_text()
-        if self.asked is not None and self.load_scale != 1:
-            loop += f" (the lab's load_scale {self.load_scale:g} of {self.asked.loop_text()})"
+        loop = self.loop_text()
         ctx.progress(f"load: {loop} to {self.node}")
         node, lab = self.node, ctx.lab
         self.traffic = Traffic(lambda: lab.url(node), spec, ctx.scale.to_lab(spec.max_s))
@@ -410,6 +408,14 @@ class Users:
             f"load started: {loop} to {self.node}", ts=self.traffic.started_at, source=USERS
         )
         self._answered(spec.baseline_requests)
+
+    def loop_text(self) -> str:
+        """What the load sends, and the scenario's own where the lab's share changed it."""
+        assert self.spec is not None
+        sent = self.spec.loop_text()
+        if self.asked is None or self.asked.loop_text() == sent:
+            return sent
+        return f"{sent} (the lab's load_scale {self.load_scale:g} of {self.asked.loop_text()})"
 
     def hold(self) -> None:
         """After service is verified: `hold_requests` more answers."""

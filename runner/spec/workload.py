@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import math
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
@@ -212,7 +213,7 @@ class Load(Model):
         if self.rate is not None:
             # six significant figures: 10 x 0.3 is recorded as 3, and no rate rounds to zero
             return self.model_copy(update={"rate": float(f"{self.rate * factor:.6g}")})
-        users = max(1, round((self.concurrency or 1) * factor))
+        users = max(1, math.floor((self.concurrency or 1) * factor + 0.5))  # half up
         return self.model_copy(update={"concurrency": users})
 
     def loop_text(self) -> str:

@@ -50,6 +50,13 @@ def test_the_scenarios_pass_against_real_vllm(tmp_path: Path) -> None:
     result = json.loads((run / "result.json").read_text())
     by_id = {s["id"]: s for s in result["scenarios"]}
     assert {k: s["verdict"] for k, s in by_id.items()} == dict.fromkeys(REAL, "passed")
+    # the lab's share of the scenarios' 10 requests/s (inventory load_scale 0.3)
+    loads = {
+        k: (s["impact"]["rate"], s["impact"]["load_scale"])
+        for k, s in by_id.items()
+        if s.get("impact")
+    }
+    assert loads == {"kv-cache-shortage": (3.0, 0.3), "engine-core-death": (3.0, 0.3)}
     platform = {k: [n for n in s["notes"] if "(per_platform.cpu)" in n] for k, s in by_id.items()}
     assert platform == {
         "context-window-overflow": [],  # the same lines on either platform

@@ -110,3 +110,8 @@ def test_a_labs_share_scales_the_rate_or_the_users_and_nothing_else() -> None:
     users = Load.model_validate({"concurrency": 8})
     assert users.scaled(0.3).concurrency == 2
     assert users.scaled(0.01).concurrency == 1  # at least one user
+    assert [Load.model_validate({"concurrency": c}).scaled(0.5).concurrency for c in (3, 5, 7)] == [
+        2,
+        3,
+        4,
+    ]  # halves round up

@@ -524,8 +524,8 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
             # triage: Mooncake's TCP transport connecting to the peer's advertised address
             (
-                "the decode engine's",
-                "decode",
+                "the prefill engine's",
+                "prefill",
                 ["the transfer engine cannot connect to the address the peer advertised"],
             ),
             # triage: 0.11.2-0.12's request line, or the handshake traceback's end

@@ -225,19 +225,25 @@ def test_users_saw_first_counts_from_the_fault_in_place_and_never_below_zero() -
 
 
 def test_the_load_a_lab_carries_is_its_share_and_the_progress_says_so() -> None:
-    from runner.report.impact_text import heading
+    from runner.report.impact_text import heading, properties
     from runner.results.schema import ImpactFigures
 
     said: list[str] = []
     ctx = SimpleNamespace(rec=Recorder(), scale=TimeScale(1, 10), target="n", progress=said.append)
     users = Users(ctx, Load.model_validate({"rate": 10}), 0.3)  # type: ignore[arg-type]
     assert users.spec is not None and users.spec.rate == 3
-    assert users.asked is not None and users.asked.rate == 10
+    assert users.loop_text() == "3 requests/s (the lab's load_scale 0.3 of 10 requests/s)"
+    one = Users(ctx, Load.model_validate({"concurrency": 1}), 0.3)  # type: ignore[arg-type]
+    assert one.loop_text() == "1 users"  # the share changed nothing: not said
+    full = Users(ctx, Load.model_validate({"rate": 10}))  # type: ignore[arg-type]
+    assert full.loop_text() == "10 requests/s"
     assert Users(ctx, None, 0.3).spec is None  # type: ignore[arg-type]
     imp = ImpactFigures(mode="open", rate=3, load_scale=0.3, node="n", phases=[])
     assert heading(imp) == (
         "load: 3 requests/s to n (latency in wall ms from the intended send, the lab's "
         "load_scale 0.3)"
     )
+    assert properties(imp)["gameday.impact.load_scale"] == "0.3"
     full = ImpactFigures(mode="open", rate=10, node="n", phases=[])
     assert heading(full) == "load: 10 requests/s to n (latency in wall ms from the intended send)"
+    assert "gameday.impact.load_scale" not in properties(full)
