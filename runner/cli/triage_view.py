@@ -70,6 +70,7 @@ def as_dict(name: str, findings: Sequence[Finding]) -> dict[str, Any]:
                 "matched": [e.quote for s in f.sightings for e in s.evidence],
                 "advice": list(f.advice),
                 "recovery": list(f.fixes),
+                "recovery_source": f.recovery_source,
                 "shortcuts_that_do_not_work": list(f.shortcuts),
             }
             for f in findings
@@ -109,9 +110,19 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
                     values = " ".join(f"{k}={v}" for k, v in e.captures.items())
                     out.append(f"{' ' * len(head)}read: {esc(values)}")
         out += [f"  advice: {esc(a)}" for a in f.advice]
-        out += [f"  recovery: {esc(fix)}" for fix in f.fixes]
+        if f.recovery_source == "lines":
+            out.append(
+                "  recovery for what these lines show (the scenario's own steps are for its "
+                "injected cause, which they do not show):"
+            )
+            out += [f"    {esc(fix)}" for fix in f.fixes]
+            if f.shortcuts:
+                out.append("  shortcuts that do not restore service:")
+        else:
+            out += [f"  recovery: {esc(fix)}" for fix in f.fixes]
+            if f.shortcuts:
+                out.append("  shortcuts that did not restore service in the scenario's lab:")
         if f.shortcuts:
-            out.append("  shortcuts that did not restore service in the scenario's lab:")
             out += [f"    {esc(s)}" for s in f.shortcuts]
     return out
 

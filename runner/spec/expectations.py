@@ -135,6 +135,15 @@ class NodeSignature(Model):
     within_s: Annotated[float, Field(gt=0, le=MAX_WINDOW_S)]
 
 
+class TextCheck(enum.Enum):
+    """An answer's text that is no language, read by `gameday triage` (runner.triage.garbled)."""
+
+    # words of four or more writing systems switching word by word in one stretch of a line
+    MIXED_SCRIPTS = "mixed_scripts"
+    # one word six or more times in a row
+    REPEATED_WORD = "repeated_word"
+
+
 class TriageSignature(Model):
     """The same fault as a log outside the scenario's own run shows it, read by `gameday triage`
     only (a run never checks it): another moment of the fault, such as the engine started with
@@ -160,13 +169,31 @@ class TriageSignature(Model):
         "lines are another node's, such as the prefill engine of a proxy's scenario.",
     )
     in_order: list[Pattern] = Field(
-        default=[], description="The lines, in order; or `stalled_stats` instead."
+        default=[],
+        description="The lines, in order; or `stalled_stats` or `text_check` instead.",
     )
     stalled_stats: Annotated[int | None, Field(ge=2, le=100)] = Field(
         default=None,
         description="Instead of patterns: at least this many consecutive periodic stats lines "
         "of one engine (`Avg prompt throughput: ...`) with requests running, no token made and "
         "the scheduler's figures unchanged (runner.triage.stall).",
+    )
+    text_check: TextCheck | None = Field(
+        default=None,
+        description="Instead of patterns: a model's answer whose text is no language "
+        "(`mixed_scripts`: token soup; `repeated_word`: one word over and over), as "
+        "runner.triage.garbled reads it.",
+    )
+    recover: list[Annotated[str, Field(min_length=1, max_length=600)]] = Field(
+        default=[],
+        description="What brings service back where these lines are seen, shown by the finding "
+        "in place of the scenario's recovery steps: for lines of the same failure from a cause "
+        "other than the one the scenario's run injects (its model, its build).",
+    )
+    shortcuts: list[Annotated[str, Field(min_length=1, max_length=600)]] = Field(
+        default=[],
+        description="With `recover`: what seems to fix it and does not, and why, in place of the "
+        "scenario's shortcuts.",
     )
     cut_before: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None,
@@ -189,8 +216,11 @@ class TriageSignature(Model):
 
     @model_validator(mode="after")
     def _one_kind(self) -> TriageSignature:
-        if bool(self.in_order) == (self.stalled_stats is not None):
-            raise ValueError("a triage entry has either in_order or stalled_stats")
+        kinds = [bool(self.in_order), self.stalled_stats is not None, self.text_check is not None]
+        if sum(kinds) != 1:
+            raise ValueError("a triage entry has one of in_order, stalled_stats or text_check")
+        if self.shortcuts and not self.recover:
+            raise ValueError("a triage entry's shortcuts need its recover steps")
         return self
 
 

@@ -26,6 +26,7 @@ from runner.spec.signature import check_captures
 from runner.triage.advice import advise
 from runner.triage.cause import shows_cause
 from runner.triage.cut import find_cut
+from runner.triage.garbled import find_garbled
 from runner.triage.match import Evidence, Log, find, find_in_order
 from runner.triage.normalise import (
     BudgetExceeded,
@@ -89,6 +90,9 @@ class Sighting:
     cut: str | None = None
     when: str | None = None  # the scenario's triage signature that matched: when a log shows it
     lacks: str | None = None  # for a paste cut "before": what it lacks, in the scenario's words
+    # the triage entry's own recovery and shortcuts, for a cause other than the scenario's
+    recover: tuple[str, ...] = ()
+    shortcuts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,9 @@ class Finding:
     advice: tuple[str, ...]
     fixes: tuple[str, ...]
     shortcuts: tuple[str, ...]
+    # where `fixes` and `shortcuts` come from: "scenario" (its recovery steps, tried in its lab)
+    # or "lines" (the matched triage entry's, for a cause other than the scenario's)
+    recovery_source: str = "scenario"
 
     @property
     def first_line(self) -> int:
@@ -156,7 +163,8 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
                 out.append((view, node, pats, releases, None))
     for entry in ls.scenario.triage:
         pats = identifying(entry.in_order, all_if_none=True)
-        key = (entry.view, *(p.regex for p in pats))
+        kind = str(entry.stalled_stats or (entry.text_check and entry.text_check.value) or "")
+        key = (entry.view, kind, *(p.regex for p in pats))
         if key not in seen:
             seen.add(key)
             out.append((entry.view, entry.node or ls.scenario.target, pats, None, entry))
@@ -234,19 +242,23 @@ def _finding(
     last = max(s.evidence[-1].lines[-1].number for s in sightings)
     phase, source = phase_of(log, last, sc.expect.phase, markers)
     evidence = [(ev.captures, ev.text) for s in sightings for ev in s.evidence]
+    own = next((s for s in sightings if s.recover), None)
+    fixes = tuple(s.name for s in sc.recover if s.outcome is Outcome.RESTORES)
+    shortcuts = tuple(
+        f"{s.name}: {_flat(s.why) or 'does not restore service'}"
+        + (f" [FORBIDDEN: {_flat(s.forbidden)}]" if s.forbidden else "")
+        for s in sc.recover
+        if s.outcome is Outcome.DOES_NOT_RESTORE
+    )
     return Finding(
         scenario=ls,
         sightings=tuple(sightings),
         phase=phase,
         phase_source=source,
         advice=tuple(advise(evidence, log)),
-        fixes=tuple(s.name for s in sc.recover if s.outcome is Outcome.RESTORES),
-        shortcuts=tuple(
-            f"{s.name}: {_flat(s.why) or 'does not restore service'}"
-            + (f" [FORBIDDEN: {_flat(s.forbidden)}]" if s.forbidden else "")
-            for s in sc.recover
-            if s.outcome is Outcome.DOES_NOT_RESTORE
-        ),
+        fixes=own.recover if own else fixes,
+        shortcuts=own.shortcuts if own else shortcuts,
+        recovery_source="lines" if own else "scenario",
     )
 
 
@@ -314,6 +326,8 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 continue
             if entry is not None and entry.stalled_stats is not None:
                 ev = find_stall(log, entry.stalled_stats)
+            elif entry is not None and entry.text_check is not None:
+                ev = find_garbled(log, entry.text_check)
             else:
                 # a pattern's literal typography is folded as the pasted text is (normalise)
                 # lines a later one shows ended by themselves are no failure: only what
@@ -387,7 +401,11 @@ def _sighting(
         note = entry.note
     when = None if entry is None else entry.when
     lacks = entry.cut_before if entry is not None and cut == "before" else None
-    return Sighting(view, node, pod, tuple(ev), releases, note, cut, when, lacks)
+    recover = tuple(_flat(r) for r in entry.recover) if entry is not None else ()
+    shortcuts = tuple(_flat(r) for r in entry.shortcuts) if entry is not None else ()
+    return Sighting(
+        view, node, pod, tuple(ev), releases, note, cut, when, lacks, recover, shortcuts
+    )
 
 
 def _cut_short(

@@ -238,7 +238,26 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["the URI message swallowed, the integer one raised"],
             ),
         ],
-        "silent-wrong-output": [],  # silent: no log line, only the correctness probe
+        # silent: no log line in its run, only the correctness probe; triage reads the answer
+        "silent-wrong-output": [
+            (
+                "a client's",
+                "serving",
+                ['an answer of only "!", token 0 (the argmax of NaN logits)'],
+            ),
+            (
+                "a client's",
+                "serving",
+                ["an answer of reserved special tokens, which no training text held"],
+            ),
+            (
+                "a client's",
+                "serving",
+                ["the answer's text is empty, and it ran to max_tokens"],
+            ),
+            ("a client's", "serving", []),  # token soup (runner.triage.garbled)
+            ("a client's", "serving", []),  # one word over and over
+        ],
         "stray-gpu-process": [
             ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"]),
             # triage: the engine started with the stranger already there

@@ -1,0 +1,132 @@
+"""Triage of a wrong answer pasted as it came back (silent-wrong-output's `triage` entries): the
+shapes runner.triage.garbled reads, what it leaves alone, and the finding's own recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pydantic import ValidationError
+
+from runner.cli.main import main
+from runner.spec.expectations import TextCheck, TriageSignature
+from runner.spec.scenario import discover, load_scenario
+from runner.triage import triage
+from runner.triage.garbled import REPEATS, find_garbled, mixed
+from runner.triage.match import Log
+from runner.triage.normalise import normalise
+
+ROOT = Path(__file__).resolve().parents[3]
+SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
+
+SOUP = (
+    "theuliarтельно wrapper冷 Ahmed สำหรับ הביתHelper jov деятельности坂 NSMutable ведь "
+    "ตรง 数据 ישראל"
+)
+
+
+def _log(text: str) -> Log:
+    return Log(normalise(text))
+
+
+def test_token_soup_is_read_and_text_people_write_is_not() -> None:
+    assert mixed(SOUP) is not None
+    # a list of greetings switches five times; Japanese switches often, between two systems,
+    # and a name from another system quoted once does not make soup
+    assert (
+        mixed("Bonjour, Доброе утро, おはようございます, 좋은 아침, صباح الخير, สวัสดีตอนเช้า") is None
+    )
+    assert (
+        mixed(
+            "東京は日本の首都です。Tokyo は大きい都市で、ソウル(서울)と"
+            "北京もアジアの首都です。Москва"
+        )
+        is None
+    )
+    assert mixed("plain ASCII text " * 20) is None
+
+
+def test_soup_far_apart_on_one_line_is_not_soup() -> None:
+    # the same words spread over more than the window: no stretch holds ten switches
+    spread = (" " * 60).join(SOUP.split())
+    assert mixed(spread) is None
+
+
+def test_one_word_over_and_over() -> None:
+    ev = find_garbled(_log("answer: the " + "the " * (REPEATS - 1) + "\n"), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures == {"word": "the", "times": str(REPEATS)}
+    assert find_garbled(_log("the " * (REPEATS - 1) + "\n"), TextCheck.REPEATED_WORD) is None
+    # a word that only starts like the one before is another word; numbers are not words
+    assert find_garbled(_log("com " * 3 + "comet " * 3 + "\n"), TextCheck.REPEATED_WORD) is None
+    assert find_garbled(_log("0 " * 20 + "\n"), TextCheck.REPEATED_WORD) is None
+
+
+def test_an_ascii_log_is_no_soup_and_the_line_is_the_evidence() -> None:
+    assert find_garbled(_log("INFO ready\n" * 50), TextCheck.MIXED_SCRIPTS) is None
+    ev = find_garbled(_log("INFO ready\nДобро пожаловать\n" + SOUP + "\n"), TextCheck.MIXED_SCRIPTS)
+    assert ev is not None and ev[0].number == 3
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"choices":[{"message":{"role":"assistant","content":"' + "!" * 40 + '"}}]}',
+        "Generated text: '" + "!" * 60 + "'",
+        "<|reserved_special_token_247|>" * 6,
+        "{'message': {'role': 'assistant', 'content': ''}, 'finish_reason': 'length'}",
+        SOUP,
+        "com " * 8,
+    ],
+)
+def test_each_shape_is_silent_wrong_output_with_its_own_recovery(text: str) -> None:
+    (f,) = triage(text + "\n", SCEN)
+    assert f.scenario.scenario.metadata.id == "silent-wrong-output"
+    assert f.recovery_source == "lines" and f.fixes
+    # the scenario's own steps are about its Jamba build, which these lines do not show
+    assert not any("fixed engine build" in x for x in f.fixes)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "!!!!!!!!!!!!!!!!!!!!!!!!!! stopping after 1 failures !!!!!!!!!!!!!!!!!!!!!!!!!!!",
+        '{"content": "Great!!!", "finish_reason": "stop"}',
+        '{"reasoning_content": "Let me think", "content": null, "finish_reason": "length"}',
+        "<|reserved_special_token_3|> marks the tool call",
+    ],
+)
+def test_answers_that_are_not_broken(text: str) -> None:
+    assert triage(text + "\n", SCEN) == []
+
+
+def test_the_view_and_json_say_whose_recovery(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text('{"content":"' + "!" * 40 + '"}\n')
+    out = CliRunner().invoke(main, ["triage", str(log)]).output
+    assert "  recovery for what these lines show (the scenario's own steps are for" in out
+    assert "  shortcuts that do not restore service:" in out
+    assert "fixed engine build" not in out
+    got = json.loads(CliRunner().invoke(main, ["triage", "--json", str(log)]).output)
+    finding = got[0]["findings"][0]
+    assert finding["recovery_source"] == "lines"
+    assert finding["recovery"][0].startswith("Find what overflows or is misread")
+
+
+def test_a_scenarios_own_recovery_is_said_so(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("ValueError: VLLM_PORT 'tcp://10.96.0.12:8000' appears to be a URI.\n")
+    got = json.loads(CliRunner().invoke(main, ["triage", "--json", str(log)]).output)
+    assert got[0]["findings"][0]["recovery_source"] == "scenario"
+
+
+def test_shortcuts_need_recover_steps() -> None:
+    with pytest.raises(ValidationError, match="shortcuts need its recover steps"):
+        TriageSignature.model_validate(
+            {"when": "w", "note": "n", "in_order": [{"regex": "x"}], "shortcuts": ["s"]}
+        )
+    with pytest.raises(ValidationError, match="one of in_order, stalled_stats or text_check"):
+        TriageSignature.model_validate(
+            {"when": "w", "note": "n", "in_order": [{"regex": "x"}], "text_check": "repeated_word"}
+        )
