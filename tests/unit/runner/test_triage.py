@@ -553,6 +553,42 @@ def test_every_signature_a_scenario_declares() -> None:
                 "decode",
                 ["the decode engine's handshake with the prefill's side channel failed"],
             ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["a KV transfer towards a peer NIC the peer advertised on its own loopback"],
+            ),
+            # the transfer after the handshake, with its own advice
+            (
+                "the decode server's",
+                "decode",
+                ["SGLang's decode server received no KV cache for the request from the prefill"],
+            ),
+            (
+                "the prefill server's",
+                "prefill",
+                ["SGLang's prefill server could not send the request's KV cache to the decode"],
+            ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["an RDMA work request carrying KV cache completed in error"],
+            ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["the store's client cannot reach Mooncake's master"],
+            ),
+            (
+                "the decode engine's",
+                "decode",
+                ["NIXL has no metadata for the remote agent, which the handshake loads"],
+            ),
+            (
+                "the decode engine's",
+                "decode",
+                ["NIXL raised an error moving KV cache or loading a peer's metadata"],
+            ),
         ],
         "nccl-watchdog-timeout": [
             (
