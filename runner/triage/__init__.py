@@ -68,6 +68,8 @@ _SERVING = re.compile(
     r"|vllm/engine/multiprocessing/engine\.py\", line \d+, in (?:run_engine_loop|engine_step)"
     r"|sglang/srt/(?:managers/scheduler(?:_pp_mixin)?|disaggregation/(?:decode|prefill))\.py\", "
     r"line \d+, in (?:run_event_loop|dispatch_event_loop|event_loop_\w+)"
+    # the same loop as run_scheduler_process's call into it, the frame's source line
+    r"|^\s*scheduler\.(?:run_event_loop|event_loop_\w+)\(\)\s*$"
 )
 MARKERS = [*startup.MARKERS, (StartupPhase.SERVING, _SERVING)]
 _ORDER = list(StartupPhase)

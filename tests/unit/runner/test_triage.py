@@ -164,7 +164,10 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["SGLang was capturing its graphs", "and ran out of memory"],
             ),
         ],
-        "dhcp-address-change": [],  # no log signature at all
+        # no log signature in its run; triage: a service pinned to the node's old address
+        "dhcp-address-change": [
+            ("a service's", "node3", ["a service cannot bind the address its node no longer has"])
+        ],
         "head-only-restart": [
             ("the head's", "node1", ["the API server finds its engine dead"]),
             # elsewhere marks no pattern identifying: all of its patterns identify it
@@ -311,6 +314,7 @@ def test_every_signature_a_scenario_declares() -> None:
                 "node1",
                 ["a CUDA call failed on the GPU's uncorrectable memory error"],
             ),
+            ("the serving node's", "node1", ["NVML finds the GPU lost from the bus"]),
         ],
         "tp-mismatch": [
             ("the serving node's", "serving", [""]),
@@ -418,6 +422,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["a TGI shard died while the server served, and the launcher went down with it"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["TGI's router cannot reach its shard's socket, the shard's process gone"],
             ),
             (
                 "the serving node's",
@@ -552,6 +561,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the decode engine's",
                 "decode",
                 ["the decode engine's handshake with the prefill's side channel failed"],
+            ),
+            (
+                "the decode server's",
+                "decode",
+                ["the decode server cannot reach the prefill's bootstrap server"],
             ),
             (
                 "the prefill engine's",
