@@ -330,7 +330,7 @@ def history_table(h: History) -> None:
                 p.mode.value,
                 _verdict(p.verdict),
                 *(_history_cell(p, m) for m in Measure),
-                *([_rate(p.fault_error_rate)] if loaded else []),
+                *([_fault_cell(p)] if loaded else []),
             )
         if _fits(table):
             out.print(table)
@@ -342,7 +342,7 @@ def history_table(h: History) -> None:
                 if getattr(p, m.value) is not None or p.change_s.get(m) is not None:
                     out.print(f"  {LABELS[m]:<16}{_history_cell(p, m)}")
             if p.fault_error_rate is not None:
-                out.print(f"  {FAULT_ERRORS:<16}{_rate(p.fault_error_rate)}")
+                out.print(f"  {FAULT_ERRORS:<16}{_fault_cell(p)}")
 
 
 FAULT_ERRORS = "fault errors"  # the share of the load's requests that failed during the fault
@@ -350,6 +350,13 @@ FAULT_ERRORS = "fault errors"  # the share of the load's requests that failed du
 
 def _rate(rate: float | None) -> str:
     return "" if rate is None else f"{rate:.1%}"
+
+
+def _fault_cell(p: Point) -> str:
+    """The fault's error rate, with the lab's share of the load where it was not the whole: a
+    rate measured at another share is not the same load."""
+    share = f" (load_scale {p.load_scale:g})" if p.load_scale != 1 else ""
+    return _rate(p.fault_error_rate) + (share if p.fault_error_rate is not None else "")
 
 
 def _asked(requested: bool) -> str:

@@ -56,6 +56,8 @@ class Point(_Frozen):
     recover_regressed: bool = False
     # the share of the load's requests that failed during the fault (a scenario with a `load`)
     fault_error_rate: float | None = None
+    # the lab's share of that load (impact.load_scale): rates at different shares differ in load
+    load_scale: float = 1.0
 
 
 class Trend(_Frozen):
@@ -96,6 +98,7 @@ def load_history(root: Path, scenario: str | None = None) -> History:
                     time_to_detect_s=s.time_to_detect_s,
                     time_to_recover_s=s.time_to_recover_s,
                     fault_error_rate=_fault_rate(s),
+                    load_scale=s.impact.load_scale if s.impact is not None else 1.0,
                 )
             )
     if not runs:

@@ -316,3 +316,34 @@ def test_a_scenario_with_a_load_shows_its_fault_error_rate(
     assert "fault errors" in got.stdout
     rows = [line for line in got.stdout.splitlines() if "Z-" in line]
     assert rows[0].rstrip(" │").endswith("95.0%") and rows[1].rstrip(" │").endswith("50.0%")
+
+
+def test_a_rate_at_a_share_of_the_load_says_the_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.results.schema import ImpactFigures, PhaseFigures
+
+    for day, scale in enumerate((1.0, 0.3)):
+        impact = ImpactFigures(
+            mode="open",
+            rate=10 * scale,
+            load_scale=scale,
+            node="node1",
+            phases=[PhaseFigures(phase="fault", sent=20, failed=19, error_rate=0.95)],
+        )
+        s = scenario_result("k", id="kv-cache-shortage", verdict=Verdict.PASSED, impact=impact)
+        run_id = f"2026010{day + 1}T000000Z-bbbbb{day}"
+        write_reports(
+            run_result(s, run_id=run_id, started_at=NOW + timedelta(days=day)), tmp_path / run_id
+        )
+    (trend,) = load_history(tmp_path).trends
+    assert [p.load_scale for p in trend.points] == [1.0, 0.3]
+    monkeypatch.setattr(output, "out", output._Console(width=200, soft_wrap=True))
+    got = CliRunner().invoke(main, ["history", "--reports", str(tmp_path)])
+    rows = [line for line in got.stdout.splitlines() if "Z-" in line]
+    assert rows[0].rstrip(" │").endswith("95.0%")
+    assert rows[1].rstrip(" │").endswith("95.0% (load_scale 0.3)")
+    got = json.loads(
+        CliRunner().invoke(main, ["history", "--reports", str(tmp_path), "--json"]).stdout
+    )
+    assert [p["load_scale"] for p in got["trends"][0]["points"]] == [1.0, 0.3]
