@@ -246,3 +246,12 @@ def test_the_view_and_json_say_when_and_the_cut(tmp_path: Path) -> None:
         None,
     )
     assert view["when_note"].startswith("The engine core logs")
+
+
+def test_tgis_shard_death_brings_tgis_recovery_not_vllms_exit_0() -> None:
+    text = "2025-12-01T09:30:02.114Z ERROR text_generation_launcher: Shard 1 crashed\n"
+    (f,) = triage(text, SCEN)
+    assert f.scenario.scenario.metadata.id == "engine-core-death"
+    assert f.recovery_source == "lines"
+    assert any("launcher exits 1" in x for x in f.fixes)
+    assert not any("exit 0 is a success to on-failure" in x for x in f.shortcuts)
