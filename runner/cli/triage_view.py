@@ -112,8 +112,8 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
         out += [f"  advice: {esc(a)}" for a in f.advice]
         if f.recovery_source == "lines":
             out.append(
-                "  recovery for what these lines show (the scenario's own steps are for its "
-                "injected cause, which they do not show):"
+                "  recovery for what these lines show (in place of the scenario's own steps, "
+                "which are for its lab's cause or engine):"
             )
             out += [f"    {esc(fix)}" for fix in f.fixes]
             if f.shortcuts:

@@ -221,6 +221,13 @@ class TriageSignature(Model):
             raise ValueError("a triage entry has one of in_order, stalled_stats or text_check")
         if self.shortcuts and not self.recover:
             raise ValueError("a triage entry's shortcuts need its recover steps")
+        if self.text_check is not None and (
+            self.ended_by is not None or self.cut_before is not None or self.cut_before_cause
+        ):
+            raise ValueError(
+                "a text_check entry reads an answer, not a log: ended_by, cut_before and "
+                "cut_before_cause do not apply to it"
+            )
         return self
 
 

@@ -244,7 +244,9 @@ def _finding(
     last = max(s.evidence[-1].lines[-1].number for s in sightings)
     phase, source = phase_of(log, last, sc.expect.phase, markers)
     evidence = [(ev.captures, ev.text) for s in sightings for ev in s.evidence]
-    own = next((s for s in sightings if s.recover), None)
+    # a sighting's own recovery stands for the finding only where every sighting brings one: a
+    # finding that also shows the scenario's own cause keeps the scenario's steps
+    own = sightings[0] if all(s.recover for s in sightings) else None
     fixes = tuple(s.name for s in sc.recover if s.outcome is Outcome.RESTORES)
     shortcuts = tuple(
         f"{s.name}: {_flat(s.why) or 'does not restore service'}"

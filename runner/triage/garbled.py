@@ -6,14 +6,18 @@ the answer. Two shapes of it are read here, since RE2's patterns (runner.spec.pa
 say them:
 
 - token soup (`mixed_scripts`): sampling from broken logits picks tokens from all over the
-  vocabulary, so words of unrelated writing systems (Latin, Cyrillic, Han, Thai, Hebrew...)
-  switch word by word. Text written by people keeps to one or two systems for a stretch (a
-  Japanese sentence is Han and kana; a list of greetings in six languages switches five times),
-  so a stretch of `WINDOW` characters must switch systems at least `SWITCHES` times and come
-  back to at least `SCRIPTS` of them;
-- one word over and over (`repeated_word`): greedy decoding stuck on one token, at least
-  `REPEATS` times in a row. A small model can loop like this by itself, which the finding's
-  advice says.
+  vocabulary, so words of unrelated writing systems (Latin, Cyrillic, Thai, Hebrew, CJK...)
+  switch word by word. Text written by people keeps to one or two systems for a stretch (Japanese
+  mixes Han and kana, which count as one CJK system with Hangul; a list of greetings in six
+  languages switches five times), so a stretch of `WINDOW` characters of one line must switch
+  systems at least `SWITCHES` times and come back to at least `SCRIPTS` of them. Only letters of
+  the systems in `_SYSTEMS` count: marks, symbols and letters Unicode files elsewhere (the
+  prolonged-sound mark, modifier letters) are no system;
+- one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
+  least `REPEATS` times in a row within one line. Capitalised words, two-letter hex bytes and a
+  repeat spread over lines are not read: a matrix's headers (`NODE NODE`), a dump of a device's
+  memory (`ff ff`), `True True`, a shell loop printing one word per line. A small model can loop
+  like this by itself, which the finding's note says.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -28,17 +32,57 @@ from collections import Counter
 from functools import cache
 
 from runner.spec.expectations import TextCheck
+from runner.spec.signature import MAX_LINE
 from runner.triage.match import Evidence, Log
 
 WINDOW = 240  # characters
 SCRIPTS = 4
 SWITCHES = 10
 REPEATS = 6
+_CHUNK = 1 << 20  # bytes of the log searched between two checks of the deadline
 
-# an ASCII word of two or more letters, then the same word again and again, within one line (a
-# wrapped line's continuation is joined to it with a space in the log's spaced text)
-_REPEATED = re.compile(rb"(?<![A-Za-z])([A-Za-z]{2,})(?:[ \t]+\1(?![A-Za-z])){%d,}" % (REPEATS - 1))
+# a lowercase ASCII word of two or more letters (not a two-letter hex byte), then the same word
+# again and again, separated by spaces or tabs only
+_REPEATED = re.compile(
+    rb"(?<![A-Za-z0-9])(?![a-f]{2}(?![a-z]))([a-z]{2,})(?:[ \t]+\1(?![A-Za-z0-9])){%d,}"
+    % (REPEATS - 1)
+)
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
+_NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
+
+# the writing systems a vocabulary's tokens come from, by the first word of a letter's Unicode
+# name; Han, kana and Hangul are one system, since Japanese and Korean text mixes them
+_CJK = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "HALFWIDTH KATAKANA", "HALFWIDTH HANGUL")
+_SYSTEMS = frozenset(
+    [
+        "LATIN",
+        "CYRILLIC",
+        "GREEK",
+        "ARMENIAN",
+        "GEORGIAN",
+        "HEBREW",
+        "ARABIC",
+        "SYRIAC",
+        "THAANA",
+        "DEVANAGARI",
+        "BENGALI",
+        "GURMUKHI",
+        "GUJARATI",
+        "ORIYA",
+        "TAMIL",
+        "TELUGU",
+        "KANNADA",
+        "MALAYALAM",
+        "SINHALA",
+        "THAI",
+        "LAO",
+        "TIBETAN",
+        "MYANMAR",
+        "ETHIOPIC",
+        "KHMER",
+        "MONGOLIAN",
+    ]
+)
 
 SOUP = "an answer that mixes writing systems token by token (token soup)"
 REPEAT = "an answer that repeats one word over and over"
@@ -46,27 +90,20 @@ REPEAT = "an answer that repeats one word over and over"
 
 @cache
 def script(c: str) -> str | None:
-    """The writing system of a letter (None for anything else): Unicode's name for it, with the
-    two kana as one and Latin in every width."""
+    """The writing system of a letter, or None for anything that is no letter of one."""
     if not unicodedata.category(c).startswith("L"):
         return None
-    words = unicodedata.name(c, "").split()
-    if not words:
-        return None
-    if "LATIN" in words:
-        return "Latin"
-    if "HIRAGANA" in words or "KATAKANA" in words:
-        return "Kana"
-    if words[0] == "CJK":
-        return "Han"
-    return words[0].capitalize()
-
-
-_NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
+    name = unicodedata.name(c, "")
+    if name.startswith(_CJK):
+        return "CJK"
+    first = name.removeprefix("FULLWIDTH ").split(" ", 1)[0]
+    return first.capitalize() if first in _SYSTEMS else None
 
 
 def mixed(text: str) -> tuple[int, int] | None:
-    """(systems, switches) of the first stretch of `text` that reads as token soup, else None."""
+    """(systems, switches) of the first stretch of `text` that reads as token soup, else None.
+    A line is read up to MAX_LINE characters, as every pattern reads it."""
+    text = text[:MAX_LINE]
     # most lines with other characters than ASCII hold a progress bar or one language: the
     # systems of the distinct characters rule them out before each character is read
     systems = {script(c) for c in set(_NON_ASCII_CHAR.findall(text))} | {"Latin"}
@@ -77,14 +114,14 @@ def mixed(text: str) -> tuple[int, int] | None:
         s = script(c)
         if s is not None and (not runs or runs[-1][1] != s):
             runs.append((i, s))
-    if len(runs) <= SWITCHES:
-        return None
+    seen: Counter[str] = Counter()
     lo = 0
-    for hi in range(len(runs)):
-        while runs[hi][0] - runs[lo][0] > WINDOW:
+    for hi, (at, s) in enumerate(runs):
+        seen[s] += 1
+        while at - runs[lo][0] > WINDOW:
+            seen[runs[lo][1]] -= 1
             lo += 1
         if hi - lo >= SWITCHES:
-            seen = Counter(s for _, s in runs[lo : hi + 1])
             # a system counts where the stretch comes back to it: a foreign name quoted once
             # in a sentence is not soup
             back = sum(1 for n in seen.values() if n >= 2)
@@ -97,20 +134,38 @@ def _line_at(log: Log, offset: int) -> int:
     return bisect_right(log.spaced_at, offset) - 1
 
 
-def find_garbled(log: Log, check: TextCheck) -> list[Evidence] | None:
-    """The first line that shows `check`'s shape of a broken answer, as evidence."""
-    if check is TextCheck.REPEATED_WORD:
-        m = _REPEATED.search(log.spaced)
-        if m is None:
-            return None
-        k = _line_at(log, m.start())
-        word = m.group(1).decode()
-        times = len(m.group(0).split())
-        return [Evidence(REPEAT, (log.lines[k],), {"word": word, "times": str(times)})]
+def _check(log: Log) -> None:
+    if log.deadline is not None:
+        log.deadline.check()
+
+
+def _repeated(log: Log) -> list[Evidence] | None:
+    """The first line with one word over and over, searched a stretch of the log at a time."""
+    data, at = log.spaced, log.spaced_at
+    n = len(log.lines)
+    k = 0
+    while k < n:
+        _check(log)
+        end = min(n, bisect_right(at, at[k] + _CHUNK, k + 1))  # whole lines, at least one
+        pos, stop = at[k], at[end] - 1 if end < n else len(data)
+        while (m := _REPEATED.search(data, pos, stop)) is not None:
+            first, last = _line_at(log, m.start()), _line_at(log, m.end() - 1)
+            if first == last:  # not a repeat a wrapped line's continuation completes
+                times = len(m.group(0).split())
+                caps = {"word": m.group(1).decode(), "times": str(times)}
+                return [Evidence(REPEAT, (log.lines[first],), caps)]
+            pos = at[last]
+        k = end
+    return None
+
+
+def _soup(log: Log) -> list[Evidence] | None:
+    """The first line that reads as token soup (only lines with other characters than ASCII)."""
     if log.ascii:
         return None
-    pos, size = 0, len(log.spaced)
+    pos, size, read = 0, len(log.spaced), 0
     while (m := _NON_ASCII.search(log.spaced, pos)) is not None:
+        read += 1
         k = _line_at(log, m.start())
         line = log.lines[k]
         found = mixed(line.text)
@@ -119,6 +174,11 @@ def find_garbled(log: Log, check: TextCheck) -> list[Evidence] | None:
             caps = {"systems": str(systems), "switches": str(switches)}
             return [Evidence(SOUP, (line,), caps)]
         pos = log.spaced_at[k + 1] if k + 1 < len(log.spaced_at) else size
-        if log.deadline is not None:
-            log.deadline.check()
+        if not read & 0xFF:
+            _check(log)
     return None
+
+
+def find_garbled(log: Log, check: TextCheck) -> list[Evidence] | None:
+    """The first line that shows `check`'s shape of a broken answer, as evidence."""
+    return _repeated(log) if check is TextCheck.REPEATED_WORD else _soup(log)

@@ -46,6 +46,10 @@ def test_token_soup_is_read_and_text_people_write_is_not() -> None:
         is None
     )
     assert mixed("plain ASCII text " * 20) is None
+    # the prolonged-sound and iteration marks are no writing system of their own
+    ja = "サーバーのエラーでGPUが止まりました。vLLMのサーバーを再起動してもエラーが出ます。"
+    assert mixed(ja * 3) is None
+    assert mixed("人々はvLLMでGPUを使い、色々なモデルを試しています。" * 3) is None
 
 
 def test_soup_far_apart_on_one_line_is_not_soup() -> None:
@@ -61,6 +65,14 @@ def test_one_word_over_and_over() -> None:
     # a word that only starts like the one before is another word; numbers are not words
     assert find_garbled(_log("com " * 3 + "comet " * 3 + "\n"), TextCheck.REPEATED_WORD) is None
     assert find_garbled(_log("0 " * 20 + "\n"), TextCheck.REPEATED_WORD) is None
+    # capitalised words, hex bytes, one word per line: tables, dumps and loops, not answers
+    for text in ("GPU1 NODE NODE NODE NODE NODE NODE SYS\n", "00: " + "ff " * 16 + "\n"):
+        assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None
+    assert (
+        find_garbled(_log("[ True  True  True  True  True  True]\n"), TextCheck.REPEATED_WORD)
+        is None
+    )
+    assert find_garbled(_log("waiting\n" * 8), TextCheck.REPEATED_WORD) is None
 
 
 def test_an_ascii_log_is_no_soup_and_the_line_is_the_evidence() -> None:
@@ -95,6 +107,9 @@ def test_each_shape_is_silent_wrong_output_with_its_own_recovery(text: str) -> N
         '{"content": "Great!!!", "finish_reason": "stop"}',
         '{"reasoning_content": "Let me think", "content": null, "finish_reason": "length"}',
         "<|reserved_special_token_3|> marks the tool call",
+        # a stream's last chunk, and a banner
+        '{"choices":[{"delta":{"content":""},"finish_reason":"length"}]}',
+        "!" * 80,
     ],
 )
 def test_answers_that_are_not_broken(text: str) -> None:
@@ -105,7 +120,7 @@ def test_the_view_and_json_say_whose_recovery(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text('{"content":"' + "!" * 40 + '"}\n')
     out = CliRunner().invoke(main, ["triage", str(log)]).output
-    assert "  recovery for what these lines show (the scenario's own steps are for" in out
+    assert "  recovery for what these lines show (in place of the scenario's own steps" in out
     assert "  shortcuts that do not restore service:" in out
     assert "fixed engine build" not in out
     got = json.loads(CliRunner().invoke(main, ["triage", "--json", str(log)]).output)
@@ -130,3 +145,18 @@ def test_shortcuts_need_recover_steps() -> None:
         TriageSignature.model_validate(
             {"when": "w", "note": "n", "in_order": [{"regex": "x"}], "text_check": "repeated_word"}
         )
+    with pytest.raises(ValidationError, match="do not apply to it"):
+        TriageSignature.model_validate(
+            {"when": "w", "note": "n", "text_check": "repeated_word", "cut_before_cause": True}
+        )
+
+
+def test_a_finding_that_shows_the_scenarios_own_cause_keeps_its_recovery() -> None:
+    text = (
+        "[2025-11-29 02:14:07 TP0] Error fetching prefill parallel info from bootstrap: refused\n"
+        "[2025-11-29 02:14:09 TP0] Prefill transfer failed for request rank=0 req.rid='0c1f'\n"
+    )
+    (f,) = triage(text, SCEN)
+    assert len(f.sightings) == 2 and f.recovery_source == "scenario"
+    (g,) = triage(text.splitlines(keepends=True)[1], SCEN)
+    assert g.recovery_source == "lines"
