@@ -16,8 +16,8 @@ say them:
 - one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
   least `REPEATS` times in a row within one line. Capitalised words, two-letter hex bytes and a
   repeat spread over lines are not read: a matrix's headers (`NODE NODE`), a dump of a device's
-  memory (`ff ff`), `True True`, a shell loop printing one word per line. A small model can loop
-  like this by itself, which the finding's note says.
+  memory (`ff ff`), `True True`, a shell loop printing one word per line. A small model can
+  loop like this by itself, which the finding's note says.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -31,6 +31,8 @@ from bisect import bisect_right
 from collections import Counter
 from functools import cache
 
+import re2
+
 from runner.spec.expectations import TextCheck
 from runner.spec.signature import MAX_LINE
 from runner.triage.match import Evidence, Log
@@ -39,13 +41,20 @@ WINDOW = 240  # characters
 SCRIPTS = 4
 SWITCHES = 10
 REPEATS = 6
-_CHUNK = 1 << 20  # bytes of the log searched between two checks of the deadline
 
-# a lowercase ASCII word of two or more letters (not a two-letter hex byte), then the same word
+# a lowercase ASCII word (not a two-letter hex byte), then the same word
 # again and again, separated by spaces or tabs only
 _REPEATED = re.compile(
-    rb"(?<![A-Za-z0-9])(?![a-f]{2}(?![a-z]))([a-z]{2,})(?:[ \t]+\1(?![A-Za-z0-9])){%d,}"
+    rb"(?<![A-Za-z0-9])(?![a-f]{2}(?![a-z]))([a-z]+)(?:[ \t]+\1(?![A-Za-z0-9])){%d,}"
     % (REPEATS - 1)
+)
+# six words in a row with one first letter, on RE2 (linear): the lines the backreference of
+# _REPEATED, which Python's engine reads a character at a time, is tried on
+_SAME_START = re2.compile(
+    b"|".join(
+        rb"(?:\b%s[a-z]*[ \t]+){%d}%s" % (c, REPEATS - 1, c)
+        for c in (bytes([x]) for x in range(ord("a"), ord("z") + 1))
+    )
 )
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 _NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
@@ -140,22 +149,23 @@ def _check(log: Log) -> None:
 
 
 def _repeated(log: Log) -> list[Evidence] | None:
-    """The first line with one word over and over, searched a stretch of the log at a time."""
-    data, at = log.spaced, log.spaced_at
-    n = len(log.lines)
-    k = 0
-    while k < n:
-        _check(log)
-        end = min(n, bisect_right(at, at[k] + _CHUNK, k + 1))  # whole lines, at least one
-        pos, stop = at[k], at[end] - 1 if end < n else len(data)
-        while (m := _REPEATED.search(data, pos, stop)) is not None:
-            first, last = _line_at(log, m.start()), _line_at(log, m.end() - 1)
-            if first == last:  # not a repeat a wrapped line's continuation completes
-                times = len(m.group(0).split())
-                caps = {"word": m.group(1).decode(), "times": str(times)}
-                return [Evidence(REPEAT, (log.lines[first],), caps)]
-            pos = at[last]
-        k = end
+    """The first line with one word over and over: lines where six words in a row start with one
+    letter (RE2, one pass) are read for the same word again and again."""
+    data = log.spaced
+    last = -1
+    for read, m in enumerate(_SAME_START.finditer(data)):
+        if not read & 0xFF:
+            _check(log)
+        k = _line_at(log, m.start())
+        if k == last:
+            continue
+        last = k
+        text = log.lines[k].text[:MAX_LINE].encode()
+        hit = _REPEATED.search(text)
+        if hit is not None:
+            times = len(hit.group(0).split())
+            caps = {"word": hit.group(1).decode(), "times": str(times)}
+            return [Evidence(REPEAT, (log.lines[k],), caps)]
     return None
 
 
@@ -181,4 +191,6 @@ def _soup(log: Log) -> list[Evidence] | None:
 
 def find_garbled(log: Log, check: TextCheck) -> list[Evidence] | None:
     """The first line that shows `check`'s shape of a broken answer, as evidence."""
-    return _repeated(log) if check is TextCheck.REPEATED_WORD else _soup(log)
+    if check is TextCheck.REPEATED_WORD:
+        return _repeated(log)
+    return _soup(log)

@@ -166,7 +166,12 @@ def test_every_signature_a_scenario_declares() -> None:
         ],
         # no log signature in its run; triage: a service pinned to the node's old address
         "dhcp-address-change": [
-            ("a service's", "node3", ["a service cannot bind the address its node no longer has"])
+            ("a service's", "node3", ["a service cannot bind the address its node no longer has"]),
+            (
+                "the kubelet's",
+                "node3",
+                ["the kubelet's node IP is on none of the host's interfaces any more"],
+            ),
         ],
         "head-only-restart": [
             ("the head's", "node1", ["the API server finds its engine dead"]),
@@ -277,6 +282,11 @@ def test_every_signature_a_scenario_declares() -> None:
                     "(exclusive-process mode)"
                 ],
             ),
+            (
+                "the serving node's",
+                "node1",
+                ["SGLang finds a GPU of its group with less free memory, another process on it"],
+            ),
         ],
         "gpu-xid-error": [
             (
@@ -366,6 +376,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["TensorRT-LLM sees fewer GPUs on this node than the ranks it must run"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["the launcher sees fewer CUDA devices than the shards it must start"],
             ),
         ],
         "engine-core-death": [
@@ -628,6 +643,11 @@ def test_every_signature_a_scenario_declares() -> None:
                     "PyTorch's heartbeat monitor finds the NCCL watchdog stuck, and takes the "
                     "process down"
                 ],
+            ),
+            (
+                "a worker's",
+                "node3",
+                ["PyTorch's NCCL watchdog caught a collective past its timeout"],
             ),
         ],
     }

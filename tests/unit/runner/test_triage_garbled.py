@@ -65,6 +65,7 @@ def test_one_word_over_and_over() -> None:
     # a word that only starts like the one before is another word; numbers are not words
     assert find_garbled(_log("com " * 3 + "comet " * 3 + "\n"), TextCheck.REPEATED_WORD) is None
     assert find_garbled(_log("0 " * 20 + "\n"), TextCheck.REPEATED_WORD) is None
+    assert find_garbled(_log('Output: "chef in ' + "a " * 12 + '"\n'), TextCheck.REPEATED_WORD)
     # capitalised words, hex bytes, one word per line: tables, dumps and loops, not answers
     for text in ("GPU1 NODE NODE NODE NODE NODE NODE SYS\n", "00: " + "ff " * 16 + "\n"):
         assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None
