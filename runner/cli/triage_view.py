@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner.cli import output
-from runner.triage import Finding, Sighting
+from runner.triage import Finding, RecoverySource, Sighting
 
 # A pasted line longer than this (a Python repr, a config dump) is folded on a terminal.
 LINE_LIMIT = 1000
@@ -70,7 +70,7 @@ def as_dict(name: str, findings: Sequence[Finding]) -> dict[str, Any]:
                 "matched": [e.quote for s in f.sightings for e in s.evidence],
                 "advice": list(f.advice),
                 "recovery": list(f.fixes),
-                "recovery_source": f.recovery_source,
+                "recovery_source": f.recovery_source.value,
                 "shortcuts_that_do_not_work": list(f.shortcuts),
             }
             for f in findings
@@ -110,7 +110,7 @@ def as_lines(name: str, findings: Sequence[Finding]) -> list[str]:
                     values = " ".join(f"{k}={v}" for k, v in e.captures.items())
                     out.append(f"{' ' * len(head)}read: {esc(values)}")
         out += [f"  advice: {esc(a)}" for a in f.advice]
-        if f.recovery_source == "lines":
+        if f.recovery_source is RecoverySource.LINES:
             out.append(
                 "  recovery for what these lines show (in place of the scenario's own steps, "
                 "which are for its lab's cause or engine):"

@@ -12,6 +12,7 @@ and a log from another model or length is the same failure. Logs are normalised 
 
 from __future__ import annotations
 
+import enum
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -47,6 +48,7 @@ __all__ = [
     "TIMEOUT_S",
     "BudgetExceeded",
     "Finding",
+    "RecoverySource",
     "Sighting",
     "identifying",
     "normalise",
@@ -97,6 +99,13 @@ class Sighting:
     shortcuts: tuple[str, ...] = ()
 
 
+class RecoverySource(enum.StrEnum):
+    """Where a finding's recovery steps and shortcuts come from."""
+
+    SCENARIO = "scenario"  # the scenario's own steps, tried in its lab
+    LINES = "lines"  # the matched triage entries', for another cause or engine than the run's
+
+
 @dataclass(frozen=True)
 class Finding:
     scenario: LoadedScenario
@@ -106,9 +115,7 @@ class Finding:
     advice: tuple[str, ...]
     fixes: tuple[str, ...]
     shortcuts: tuple[str, ...]
-    # where `fixes` and `shortcuts` come from: "scenario" (its recovery steps, tried in its lab)
-    # or "lines" (the matched triage entry's, for a cause other than the scenario's)
-    recovery_source: str = "scenario"
+    recovery_source: RecoverySource = RecoverySource.SCENARIO
 
     @property
     def first_line(self) -> int:
@@ -165,7 +172,8 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
                 out.append((view, node, pats, releases, None))
     for entry in ls.scenario.triage:
         pats = identifying(entry.in_order, all_if_none=True)
-        kind = str(entry.stalled_stats or (entry.text_check and entry.text_check.value) or "")
+        # entries without patterns differ by what they read instead
+        kind = f"{entry.stalled_stats}/{entry.text_check}"
         key = (entry.view, kind, *(p.regex for p in pats))
         if key not in seen:
             seen.add(key)
@@ -262,7 +270,7 @@ def _finding(
         advice=tuple(advise(evidence, log)),
         fixes=own.recover if own else fixes,
         shortcuts=own.shortcuts if own else shortcuts,
-        recovery_source="lines" if own else "scenario",
+        recovery_source=RecoverySource.LINES if own else RecoverySource.SCENARIO,
     )
 
 

@@ -18,6 +18,8 @@ from runner.results.rundirs import link_latest
 from runner.results.schema import (
     DrillOutcome,
     DrillRecord,
+    ImpactFigures,
+    PhaseFigures,
     RunMode,
     ScenarioResult,
     Verdict,
@@ -289,13 +291,21 @@ def test_a_run_gameday_could_not_carry_out_is_no_regression(tmp_path: Path) -> N
     assert [p.recover_regressed for p in trend.points] == [False, False, True]
 
 
+def _loaded_runs(tmp_path: Path, sid: str, impacts: list[ImpactFigures]) -> None:
+    """One run a day of scenario `sid`, each with the load's figures `impacts` gives in turn."""
+    for day, impact in enumerate(impacts):
+        s = scenario_result(sid, id=sid, verdict=Verdict.PASSED, impact=impact)
+        run_id = f"2026010{day + 1}T000000Z-{sid[:4]}{day}"
+        write_reports(
+            run_result(s, run_id=run_id, started_at=NOW + timedelta(days=day)), tmp_path / run_id
+        )
+
+
 def test_a_scenario_with_a_load_shows_its_fault_error_rate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.results.schema import ImpactFigures, PhaseFigures
-
-    for day, rate in enumerate((0.95, 0.5)):
-        impact = ImpactFigures(
+    impacts = [
+        ImpactFigures(
             mode="open",
             rate=20,
             node="node1",
@@ -304,11 +314,9 @@ def test_a_scenario_with_a_load_shows_its_fault_error_rate(
                 PhaseFigures(phase="fault", sent=20, failed=int(rate * 20), error_rate=rate),
             ],
         )
-        s = scenario_result("h", id="head-only-restart", verdict=Verdict.PASSED, impact=impact)
-        run_id = f"2026010{day + 1}T000000Z-aaaaa{day}"
-        write_reports(
-            run_result(s, run_id=run_id, started_at=NOW + timedelta(days=day)), tmp_path / run_id
-        )
+        for rate in (0.95, 0.5)
+    ]
+    _loaded_runs(tmp_path, "head-only-restart", impacts)
     (trend,) = load_history(tmp_path).trends
     assert [p.fault_error_rate for p in trend.points] == [0.95, 0.5]
     monkeypatch.setattr(output, "out", output._Console(width=200, soft_wrap=True))
@@ -321,21 +329,17 @@ def test_a_scenario_with_a_load_shows_its_fault_error_rate(
 def test_a_rate_at_a_share_of_the_load_says_the_share(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.results.schema import ImpactFigures, PhaseFigures
-
-    for day, scale in enumerate((1.0, 0.3)):
-        impact = ImpactFigures(
+    impacts = [
+        ImpactFigures(
             mode="open",
             rate=10 * scale,
             load_scale=scale,
             node="node1",
             phases=[PhaseFigures(phase="fault", sent=20, failed=19, error_rate=0.95)],
         )
-        s = scenario_result("k", id="kv-cache-shortage", verdict=Verdict.PASSED, impact=impact)
-        run_id = f"2026010{day + 1}T000000Z-bbbbb{day}"
-        write_reports(
-            run_result(s, run_id=run_id, started_at=NOW + timedelta(days=day)), tmp_path / run_id
-        )
+        for scale in (1.0, 0.3)
+    ]
+    _loaded_runs(tmp_path, "kv-cache-shortage", impacts)
     (trend,) = load_history(tmp_path).trends
     assert [p.load_scale for p in trend.points] == [1.0, 0.3]
     monkeypatch.setattr(output, "out", output._Console(width=200, soft_wrap=True))
