@@ -26,7 +26,7 @@ from runner.spec.scenario import LoadedScenario, Scenario
 from runner.spec.signature import check_captures
 from runner.triage.advice import advise
 from runner.triage.cause import shows_cause
-from runner.triage.cut import find_cut
+from runner.triage.cut import cut_pattern, find_cut
 from runner.triage.garbled import find_garbled
 from runner.triage.match import Evidence, Log, find, find_in_order
 from runner.triage.normalise import (
@@ -313,6 +313,7 @@ def triage(
             hint="triage the lines around the failure, or raise the budget (--max-lines)",
         )
     log = Log(normalise(text, deadline), deadline)
+    log.index(_regexes(scenarios))
     found: list[tuple[LoadedScenario, list[Sighting]]] = []
     for ls in scenarios:
         sightings = _sightings(ls, log)
@@ -321,6 +322,22 @@ def triage(
     markers = _marker_lines(log) if found else []
     findings = [_finding(ls, sightings, log, markers) for ls, sightings in found]
     return sorted(_most_telling(findings), key=lambda f: f.first_line)
+
+
+def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:
+    """Every regex triage may search the log for, as it searches them (runner.triage.match's
+    index): the signatures' patterns, the starts of their messages cut short, the ends of
+    triage entries."""
+    out: list[str] = []
+    for ls in scenarios:
+        for _, _, pats, _, entry in signatures(ls):
+            for p in pats:
+                regex = _folded(p.regex)
+                cut = cut_pattern(regex)
+                out += [regex, cut[0]] if cut else [regex]
+            if entry is not None and entry.ended_by is not None:
+                out.append(_folded(entry.ended_by.regex))
+    return out
 
 
 def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:

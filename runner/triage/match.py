@@ -17,6 +17,12 @@ window that matches is a stretch of those texts, so the first such match starts 
 where the first window can start, or on the line after it (an anchor may need the character
 before). Windows are tried only there; where they fail, the search goes on after that line, over
 a bounded stretch of lines.
+
+Most of a catalogue's patterns match nowhere in a given log, and each such search still reads the
+whole log. So the patterns triage will search are indexed first (`Log.index`): RE2's own
+prefilter (FilteredRE2) takes from each pattern the literal strings any match must contain, finds
+which of them occur in one pass over each text, and a pattern whose required strings are absent
+is not searched at all.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import accumulate, pairwise
@@ -265,7 +271,20 @@ class Log:
         self.spaced, self.joined = spaced, joined
         # the texts are in the spaced text now: each is read back from it when a line is made
         lines.texts = _Texts(self.spaced, self.spaced_at)
+        self._possible: dict[str, bool] = {}
         self._check()
+
+    def index(self, regexes: Iterable[str]) -> None:
+        """Find out at once which of `regexes` can match anywhere in this log, as `find` reads it:
+        unanchored in the spaced text, or with its spaces optional (`loose`) in the joined one.
+        A regex not indexed (or one RE2's prefilter refuses) is always searched."""
+        for regex, possible in _prefilter(tuple(sorted(set(regexes))), self).items():
+            self._possible[regex] = possible
+        self._check()
+
+    def may_match(self, regex: str) -> bool:
+        """False only where `regex` was indexed and cannot match anywhere in this log."""
+        return self._possible.get(regex, True)
 
     def _check(self) -> None:
         if self.deadline is not None:
@@ -322,6 +341,41 @@ class Log:
         return None
 
 
+@cache
+def _filters(regexes: tuple[str, ...]) -> tuple[tuple[str, ...], Any, Any]:
+    """The regexes RE2's prefilter takes (in the order it numbers them), and its filters for the
+    spaced text (each regex unanchored) and the joined text (each also `loose`)."""
+    spaced, joined, taken = re2.Filter(), re2.Filter(), []
+    for regex in regexes:
+        pair = unanchored(regex), unanchored(loose(regex))
+        try:
+            for pattern in pair:  # one refused by either filter would misnumber the other
+                re2.compile(pattern, _OPTIONS)
+        except re2.error:
+            continue  # not indexed: searched as every line is tried (runner.triage.match.find)
+        spaced.Add(pair[0], _OPTIONS)
+        joined.Add(pair[1], _OPTIONS)
+        taken.append(regex)
+    if taken:
+        spaced.Compile()
+        joined.Compile()
+    return tuple(taken), spaced, joined
+
+
+def _prefilter(regexes: tuple[str, ...], log: Log) -> dict[str, bool]:
+    """Whether each of `regexes` can match `log` (regexes the prefilter refuses are left out):
+    one pass of RE2's set of required strings over each of the log's two texts. Its answer is
+    "possibly" where every required string of some way to match occurs, never "no" where a
+    match exists; a regex with no required string of three characters or more is always
+    possible."""
+    taken, spaced, joined = _filters(regexes)
+    if not taken:
+        return {}
+    possible = set(spaced.Match(log.spaced, potential=True) or ())
+    possible |= set(joined.Match(log.joined, potential=True) or ())
+    return {regex: k in possible for k, regex in enumerate(taken)}
+
+
 def _window(
     log: Log, rx: Regex, rx_loose: Regex, i: int, anchored: bool, description: str
 ) -> tuple[int, Evidence] | None:
@@ -363,6 +417,8 @@ def find(
     """The first match of `regex` at or after line index `start` whose captures `accept` takes
     (a scenario's capture checks): the index after its last line, and the evidence."""
     log = log if isinstance(log, Log) else Log(log)
+    if not log.may_match(regex):
+        return None
     rx, rx_loose = compile_user(regex), _compiled_loose(regex)
     anchored = "^" in regex or "$" in regex
     tried = start - 1

@@ -14,7 +14,7 @@ from runner.cli.triage_view import fold
 from runner.spec.scenario import discover, load_scenario
 from runner.triage import normalise, phase_of, triage
 from runner.triage.cut import cut_pattern
-from runner.triage.match import find, loose
+from runner.triage.match import Log, find, loose
 from runner.triage.normalise import Line
 from vllmfacts.startup import StartupPhase
 
@@ -133,6 +133,37 @@ def test_a_hard_wrapped_message_reads_whole_where_it_broke_mid_word_and_at_a_spa
     )
     # the words must still be there, in order
     assert find(normalise("VLLM_PORT 'tcp://1.2.3.\n4:80' appears to\nURI. This"), rx) is None
+
+
+def test_an_indexed_pattern_is_searched_only_where_its_required_strings_occur() -> None:
+    rx = r"VLLM_PORT '(?P<v>tcp://[0-9.]+:\d+)' appears to be a URI\. This"
+    other = r"EngineCore hit an exception"
+    alone = r"\d+"  # no string it requires: always searched
+    texts = {
+        "whole": "VLLM_PORT 'tcp://1.2.3.4:80' appears to be a URI. This",
+        "wrapped": "VLLM_PORT 'tcp://1.2.3.\n4:80' appears to be a\nURI. This",
+        "mid-word": (
+            "x\n(EngineCore pid=1) ValueError: VLLM_PO\nRT 'tcp://1.2.3.4:80' appears"
+            " to b\ne a URI. This"
+        ),
+    }
+    for name, text in texts.items():
+        log = Log(normalise(text))
+        log.index([rx, other, alone, r"(?:a"])  # a regex RE2 refuses is left out
+        assert (log.may_match(rx), log.may_match(other), log.may_match(alone)) == (
+            True,
+            False,
+            True,
+        ), name
+        assert log.may_match(r"(?:a") and log.may_match("never indexed")
+        hit = find(log, rx)
+        assert hit is not None and hit[1].captures == {"v": "tcp://1.2.3.4:80"}, name
+        assert find(log, other) is None
+    # a required string's absence is enough, whichever of an alternation's branches it is in
+    log = Log(normalise("Scheduler hit an exception: boom"))
+    log.index([r"(?:Scheduler|Detokenizer) hit an exception", r"(?:Tokenizer|Detokenizer) hit"])
+    assert log.may_match(r"(?:Scheduler|Detokenizer) hit an exception")
+    assert not log.may_match(r"(?:Tokenizer|Detokenizer) hit")
 
 
 def test_a_message_cut_inside_a_quoted_value_is_found_by_its_start() -> None:
