@@ -9,7 +9,8 @@ paste still names the failure by what is there:
   alternatives or quantifier opened up, so that it can be cut inside), keeping at least
   `MIN_LITERAL` of its literal characters, matching up to the end of a record: the paste, or
   the message, ends there, or only what closes a shortened quote follows (`...`, a backtick,
-  quotes, a full stop, a table cell's `|`);
+  quotes, a full stop, a table cell's `|`); or it stands inside a quotation that closes before
+  its end, the writer's words going on (a message quoted in part in prose);
 - the raise: the traceback's last frame is a place the pattern says the message is raised in
   (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
   exception after it; or the frame before it, whose source line calls such a place when that
@@ -38,6 +39,11 @@ MIN_LITERAL = 24  # literal characters a cut message must still show
 # what a writer closes a shortened message with before the record ends: an ellipsis, the end of
 # an inline code span, a quotation, emphasis or parenthesis, a full stop, a Markdown table cell
 _CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|]))*"
+# or the message quoted in part inside prose, a quotation opened right before its start and closed
+# after it (`the server said "The model's max seq len (8192) is larger than ..." and`); an
+# apostrophe closes only before a non-letter, as one inside a word ("model's") is not a quote
+_QUOTE_OPEN = "[\"`\u201c\u300c\u300e']"
+_QUOTE_CLOSE = "\\s*(?:[\"`\u201d\u300d\u300f]|'(?:\\W|$))"
 _QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
 # a function whose job is to raise the message when its condition fails: a call into it that a
 # traceback ends at is that check failing, whatever line inside it the paste left out
@@ -202,7 +208,8 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
     if not alts:
         return None
     whole = "|".join(f"(?:{a})" for a in alts)
-    rx, start = f"(?:{whole}){_CLOSERS}\\s*$", "|".join(f"(?:{s})" for s in starts)
+    rx = f"(?:{whole}){_CLOSERS}\\s*$|{_QUOTE_OPEN}\\s*(?:{whole}){_QUOTE_CLOSE}"
+    start = "|".join(f"(?:{s})" for s in starts)
     try:
         compile_user(rx)
     except ValueError:
@@ -227,7 +234,9 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
     finder = _record_end_finder(cut[0]) if cut else None
     # the lines joined with nothing lose the spaces a hard wrap broke at (runner.triage.match)
     joined_finder = _record_end_finder(loose(cut[0])) if cut else None
-    if finder is None or joined_finder is None or start >= len(log.lines):
+    if cut is None or finder is None or joined_finder is None or start >= len(log.lines):
+        return None
+    if not log.may_match(cut[0]):
         return None
     first: int | None = None
     ways = ((finder, log.spaced, log.spaced_at), (joined_finder, log.joined, log.joined_at))

@@ -163,6 +163,15 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["SGLang was capturing its graphs", "and ran out of memory"],
             ),
+            # triage: vLLM's profile of its graphs' memory, before the KV cache
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "vLLM was capturing sample CUDA graphs to profile their memory",
+                    "and ran out of memory",
+                ],
+            ),
         ],
         # no log signature in its run; triage: a service pinned to the node's old address
         "dhcp-address-change": [
@@ -325,6 +334,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["a CUDA call failed on the GPU's uncorrectable memory error"],
             ),
             ("the serving node's", "node1", ["NVML finds the GPU lost from the bus"]),
+            (
+                "the serving node's",
+                "node1",
+                [
+                    "nvidia-smi cannot reach a GPU the driver lists, the state a GPU's Xid error"
+                    " leaves"
+                ],
+            ),
         ],
         "tp-mismatch": [
             ("the serving node's", "serving", [""]),
@@ -430,6 +447,15 @@ def test_every_signature_a_scenario_declares() -> None:
                     "SGLang was serving",
                     "its scheduler (or detokenizer, tokenizer manager, data-parallel controller)"
                     " raised, and the server goes down with it",
+                ],
+            ),
+            # triage: SGLang's server told by SIGQUIT that a child died once it ran
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "SGLang's server, up and running, told that a child process died; it kills"
+                    " its process tree"
                 ],
             ),
             # triage: Text Generation Inference's launcher seeing a shard die
@@ -571,6 +597,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 "prefill",
                 ["the transfer engine cannot connect to the address the peer advertised"],
             ),
+            # triage: Mooncake's handshake unable to resolve the peer's advertised host
+            (
+                "the prefill engine's",
+                "prefill",
+                [
+                    "the transfer engine cannot resolve the host its peer advertised for the handshake"
+                ],
+            ),
             # triage: 0.11.2-0.12's request line, or the handshake traceback's end
             (
                 "the decode engine's",
@@ -648,6 +682,23 @@ def test_every_signature_a_scenario_declares() -> None:
                 "a worker's",
                 "node3",
                 ["PyTorch's NCCL watchdog caught a collective past its timeout"],
+            ),
+            # triage: the process group's status for the failed work; the timeout error's stack
+            (
+                "a worker's",
+                "node3",
+                [
+                    "PyTorch's NCCL watchdog found a collective of the group failed (timed out or"
+                    " errored), and takes the process down"
+                ],
+            ),
+            (
+                "a worker's",
+                "node3",
+                [
+                    "the stack of the error PyTorch's NCCL watchdog built for a collective past its"
+                    " timeout"
+                ],
             ),
         ],
     }

@@ -141,6 +141,15 @@ def test_a_cut_keeps_enough_of_the_message() -> None:
     assert not re.search(regex, ok[:36])  # "...:8000' app": too little
     assert not re.search(regex, ok + "rnetes service discovery issue")  # the whole is no cut
     assert not re.search(regex, ok + " and then")  # it must end where the paste does
+    # or a quotation holds it, in part, inside the writer's own words
+    for quoted in (
+        f'the log said "{ok[:60]}" and',
+        f"\u6709\u201c{ok[:40]}\u201d\u3002",
+        f"'{ok[:50]}', ",
+    ):
+        assert re.search(regex, quoted), quoted
+    for unquoted in (f"the log said {ok[:60]}' and", f'the log said "{ok[:60]} and"'):
+        assert not re.search(regex, unquoted), unquoted
     # a pattern with too little literal text gives none
     assert cut_pattern(r"\d+ [\w.]+") is None
 
