@@ -217,6 +217,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["the profile leaves the KV cache a negative budget"],
             ),
+            # triage: vllm-ascend's V1 worker leaving the KV cache nothing
+            (
+                "the serving node's",
+                "serving",
+                ["vllm-ascend's profile leaves the KV cache no memory"],
+            ),
             ("the serving node's", "serving", ["the profile left no memory for one KV block"]),
             # triage: SGLang's pool with no token
             (
