@@ -32,7 +32,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from itertools import accumulate, pairwise
 from typing import Any
 
@@ -136,11 +136,14 @@ def _tokens(pattern: str) -> Iterator[tuple[str, int, bool]]:
 def unanchored(pattern: str) -> str:
     """`pattern` without its zero-width assertions (`^`, `$`, `\\A`, `\\z`, `\\b`, `\\B`) outside
     character classes: it matches wherever `pattern` matches, whatever the text around."""
-    return "".join(
-        tok
-        for tok, _, outside in _tokens(pattern)
-        if not (outside and tok in ("^", "$", "\\b", "\\B", "\\A", "\\z"))
-    )
+    out = []
+    for tok, end, outside in _tokens(pattern):
+        if outside and tok in ("^", "$", "\\b", "\\B", "\\A", "\\z"):
+            # an empty group where a quantifier follows, which would otherwise take what is before
+            out.append("(?:)" if _SPACE_QUANT.match(pattern, end) else "")
+        else:
+            out.append(tok)
+    return "".join(out)
 
 
 _SPACE_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
@@ -341,10 +344,11 @@ class Log:
         return None
 
 
-@cache
+@lru_cache(maxsize=8)
 def _filters(regexes: tuple[str, ...]) -> tuple[tuple[str, ...], Any, Any]:
     """The regexes RE2's prefilter takes (in the order it numbers them), and its filters for the
-    spaced text (each regex unanchored) and the joined text (each also `loose`)."""
+    spaced text (each regex unanchored) and the joined text (each also `loose`); none where RE2
+    cannot build the filters (then every regex is searched)."""
     spaced, joined, taken = re2.Filter(), re2.Filter(), []
     for regex in regexes:
         pair = unanchored(regex), unanchored(loose(regex))
@@ -356,9 +360,12 @@ def _filters(regexes: tuple[str, ...]) -> tuple[tuple[str, ...], Any, Any]:
         spaced.Add(pair[0], _OPTIONS)
         joined.Add(pair[1], _OPTIONS)
         taken.append(regex)
-    if taken:
-        spaced.Compile()
-        joined.Compile()
+    try:
+        if taken:
+            spaced.Compile()
+            joined.Compile()
+    except re2.error:  # its set of required strings past RE2's memory budget
+        return (), None, None
     return tuple(taken), spaced, joined
 
 
@@ -367,7 +374,9 @@ def _prefilter(regexes: tuple[str, ...], log: Log) -> dict[str, bool]:
     one pass of RE2's set of required strings over each of the log's two texts. Its answer is
     "possibly" where every required string of some way to match occurs, never "no" where a
     match exists; a regex with no required string of three characters or more is always
-    possible."""
+    possible. (The set's search cannot give up part way on a long text: RE2 lets only a
+    single regex's DFA bail out when its cache keeps filling, never a set's, which resets the
+    cache and goes on.)"""
     taken, spaced, joined = _filters(regexes)
     if not taken:
         return {}

@@ -255,3 +255,22 @@ def test_tgis_shard_death_brings_tgis_recovery_not_vllms_exit_0() -> None:
     assert f.recovery_source == "lines"
     assert any("launcher exits 1" in x for x in f.fixes)
     assert not any("exit 0 is a success to on-failure" in x for x in f.shortcuts)
+
+
+def test_sglangs_child_death_and_the_watchdogs_status_line_bring_their_own_steps() -> None:
+    text = (
+        "[2026-03-02 09:14:11] SIGQUIT received. signum=None, frame=None. It usually means one"
+        " child failed.\n"
+    )
+    (f,) = triage(text, SCEN)
+    assert (f.scenario.scenario.metadata.id, f.recovery_source) == ("engine-core-death", "lines")
+    assert any("0 where it runs as its container's PID 1" in x for x in f.fixes)
+    status = (
+        ROOT / "tests" / "data" / "triage" / "nccl-failure-detected-peer-exited.log"
+    ).read_text()
+    (f,) = triage(status, SCEN)
+    assert (f.scenario.scenario.metadata.id, f.recovery_source) == (
+        "nccl-watchdog-timeout",
+        "lines",
+    )
+    assert any("a peer that died" in x for x in f.fixes)

@@ -122,6 +122,7 @@ def test_the_one_pass_finds_what_every_window_finds(seed: int) -> None:
         (r"\bfoo\B|\Abar\z", r"foo|bar"),
         (r"[^$]^x[]^]y[[:alpha:]^]", r"[^$]x[]^]y[[:alpha:]^]"),
         (r"\\b\^\$\Q^$\E\p{^Greek}", r"\\b\^\$\Q^$\E\p{^Greek}"),
+        (r"ab\b{2}c^*", r"ab(?:){2}c(?:)*"),  # a quantifier stays on what it repeated
     ],
 )
 def test_unanchored_takes_out_only_assertions(pattern: str, expected: str) -> None:
