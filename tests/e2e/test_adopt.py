@@ -403,10 +403,11 @@ def engine_args(apps: Any) -> list[str]:
 
 
 def team_deploys(apps: Any, args: list[str]) -> None:
-    """The team's own rollout of new args (as `kubectl apply` of its edited manifest would)."""
-    d = apps.read_namespaced_deployment("team-vllm", "team-ml")
-    d.spec.template.spec.containers[0].args = args
-    apps.replace_namespaced_deployment("team-vllm", "team-ml", d)
+    """The team's own rollout of new args (as `kubectl apply` of its edited manifest would): a
+    patch, which the deployment controller's own status updates never conflict with, where a
+    read-then-replace carries a resourceVersion that one of them may have moved on (409)."""
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
+    apps.patch_namespaced_deployment("team-vllm", "team-ml", patch)
 
 
 def lease_annotation(apps: Any) -> dict[str, Any] | None:

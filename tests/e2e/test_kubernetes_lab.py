@@ -412,10 +412,18 @@ def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
             time.sleep(0.2)
         apps = client.AppsV1Api(config.new_client_from_config(config_file=str(KUBECONFIG)))
         d = apps.read_namespaced_deployment("serving", "gameday-lab")
-        container = d.spec.template.spec.containers[0]
-        i = container.args.index("--tensor-parallel-size")
-        container.args = container.args[:i] + container.args[i + 2 :]
-        apps.replace_namespaced_deployment("serving", "gameday-lab", d)
+        args = d.spec.template.spec.containers[0].args
+        i = args.index("--tensor-parallel-size")
+        # a patch of the args alone: a replace of what was read would carry a resourceVersion
+        # the controller's status updates may have moved on meanwhile (409 Conflict)
+        patch = [
+            {
+                "op": "replace",
+                "path": "/spec/template/spec/containers/0/args",
+                "value": args[:i] + args[i + 2 :],
+            }
+        ]
+        apps.patch_namespaced_deployment("serving", "gameday-lab", patch)
         proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
