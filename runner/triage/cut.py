@@ -33,7 +33,7 @@ import re2
 
 from runner.spec.expectations import Pattern
 from runner.spec.patterns import compile_user
-from runner.triage.match import _OPTIONS, Evidence, Log, _finder, loose
+from runner.triage.match import _OPTIONS, QUANTIFIER, Evidence, Log, _finder, loose
 
 MIN_LITERAL = 24  # literal characters a cut message must still show
 # what a writer closes a shortened message with before the record ends: an ellipsis, the end of
@@ -44,7 +44,6 @@ _CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|]))*"
 # apostrophe closes only before a non-letter, as one inside a word ("model's") is not a quote
 _QUOTE_OPEN = "[\"`\u201c\u300c\u300e']"
 _QUOTE_CLOSE = "\\s*(?:[\"`\u201d\u300d\u300f]|'(?:\\W|$))"
-_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
 # a function whose job is to raise the message when its condition fails: a call into it that a
 # traceback ends at is that check failing, whatever line inside it the paste left out
 _CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
@@ -105,7 +104,7 @@ def _tokens(pattern: str) -> list[str]:
                 j += 1
         else:
             j = i + 1
-        m = _QUANT.match(pattern, j)
+        m = QUANTIFIER.match(pattern, j)
         if m:
             j = m.end()
         out.append(pattern[i:j])

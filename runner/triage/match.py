@@ -133,6 +133,10 @@ def _tokens(pattern: str) -> Iterator[tuple[str, int, bool]]:
         i = end
 
 
+# a regex quantifier, greedy or lazy: what a token may carry after it
+QUANTIFIER = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
+
+
 def unanchored(pattern: str) -> str:
     """`pattern` without its zero-width assertions (`^`, `$`, `\\A`, `\\z`, `\\b`, `\\B`) outside
     character classes: it matches wherever `pattern` matches, whatever the text around."""
@@ -140,13 +144,10 @@ def unanchored(pattern: str) -> str:
     for tok, end, outside in _tokens(pattern):
         if outside and tok in ("^", "$", "\\b", "\\B", "\\A", "\\z"):
             # an empty group where a quantifier follows, which would otherwise take what is before
-            out.append("(?:)" if _SPACE_QUANT.match(pattern, end) else "")
+            out.append("(?:)" if QUANTIFIER.match(pattern, end) else "")
         else:
             out.append(tok)
     return "".join(out)
-
-
-_SPACE_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??")
 
 
 def loose(pattern: str) -> str:
@@ -160,7 +161,7 @@ def loose(pattern: str) -> str:
             continue
         out.append(tok)
         if outside and tok in (" ", "\\ ", "\\s"):
-            m = _SPACE_QUANT.match(pattern, end)
+            m = QUANTIFIER.match(pattern, end)
             quant = m.group(0) if m else ""
             lazy = "?" if len(quant) > 1 and quant.endswith("?") else ""
             # none, one or more of them: whatever the count was, none is allowed
