@@ -5,7 +5,9 @@ exit 3 and nothing touched; a Deployment the test creates through the Kubernetes
 control plane v1.20 with our kubelet) adopted, faulted with set_args and restored to its
 original spec; a deployment the team changed after the adoption never overwritten with the old
 baseline, and re-adopted on request; a killed runner's fault lease running out and
-`cleanup --expired` putting the deployment back."""
+`cleanup --expired` putting the deployment back; a fault written while something else wrote the
+Deployment (a real 409) made again on what it holds now, or refused where the team changed the
+engine container meanwhile."""
 
 from __future__ import annotations
 
@@ -26,8 +28,11 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from runner.errors import LabError
+from runner.labs import open_lab
 from runner.labs.compose.build import docker_client
 from runner.labs.compose.project import compose_command
+from runner.spec.inventory_load import load_inventory
 from tests.support.cli import ROOT, gameday
 from tests.support.kubecluster import real_cluster
 
@@ -536,3 +541,72 @@ def test_a_namespace_without_the_lab_label_is_refused(
     after = apps.read_namespaced_deployment("team-vllm", "team-ml")
     assert after.spec == before.spec  # (its status moves as its pod becomes ready)
     assert after.metadata.generation == 1
+
+
+def adopted_lab(tmp_path: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The adopted lab in this process, its baseline saved, as `lab up` leaves it."""
+    monkeypatch.setenv("GAMEDAY_STATE_DIR", str(tmp_path / "state"))
+    lab = open_lab(load_inventory(kube_inventory(tmp_path, kubeconfig, LAB)))
+    lab.readopt()
+    return lab
+
+
+def written_meanwhile(lab: Any, monkeypatch: pytest.MonkeyPatch, write: Any) -> list[int]:
+    """`write` made through the API right after the lab's first read of the workload, as a
+    write of someone else's between the lab's read and its replace; the reads counted."""
+    read = lab._read
+    reads: list[int] = []
+
+    def racing() -> dict[str, Any]:
+        obj = read()
+        reads.append(int(obj["metadata"]["resourceVersion"]))
+        if len(reads) == 1:
+            write()
+        return dict(obj)
+
+    monkeypatch.setattr(lab, "_read", racing)
+    return reads
+
+
+@pytest.mark.kube_real
+def test_a_fault_written_while_something_else_wrote_the_deployment_is_made_again_on_what_it_holds(
+    kube: tuple[Path, Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig, core, apps = kube
+    core.create_namespace({"metadata": {"name": "team-ml", "labels": {"gameday.io/lab": LAB}}})
+    apps.create_namespaced_deployment("team-ml", team_deployment())
+    lab = adopted_lab(tmp_path, kubeconfig, monkeypatch)
+    faulted = lab.config("serving").model_copy(
+        update={"args": tuple(a if a != "4096" else "16384" for a in ENGINE_ARGS)}
+    )
+    label = {"metadata": {"labels": {"team.example/on-call": "kim"}}}
+    reads = written_meanwhile(
+        lab, monkeypatch, lambda: apps.patch_namespaced_deployment("team-vllm", "team-ml", label)
+    )
+    lab._write(faulted)
+    # the replace with the first read's resourceVersion met a real 409; read again and written
+    assert len(reads) == 2 and reads[1] > reads[0]
+    d = apps.read_namespaced_deployment("team-vllm", "team-ml")
+    assert "16384" in d.spec.template.spec.containers[0].args
+    assert d.metadata.labels["team.example/on-call"] == "kim"  # the other write, kept
+    assert lease_annotation(apps) is not None
+
+
+@pytest.mark.kube_real
+def test_a_fault_written_while_the_team_changed_the_engine_container_is_refused_and_theirs_kept(
+    kube: tuple[Path, Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig, core, apps = kube
+    core.create_namespace({"metadata": {"name": "team-ml", "labels": {"gameday.io/lab": LAB}}})
+    apps.create_namespaced_deployment("team-ml", team_deployment())
+    lab = adopted_lab(tmp_path, kubeconfig, monkeypatch)
+    faulted = lab.config("serving").model_copy(
+        update={"args": tuple(a if a != "4096" else "16384" for a in ENGINE_ARGS)}
+    )
+    newer = [a if a != "4096" else "8192" for a in ENGINE_ARGS]
+    reads = written_meanwhile(lab, monkeypatch, lambda: team_deploys(apps, newer))
+    with pytest.raises(LabError, match="container engine changed since gameday adopted it"):
+        lab._write(faulted)
+    assert len(reads) == 2  # the 409, then the check on what the object holds now
+    assert engine_args(apps) == newer
+    assert lease_annotation(apps) is None

@@ -8,8 +8,12 @@ without it, nothing is read beyond the namespace and the refusal says how to opt
 The baseline is the live object's engine container (its args and env, raw) and the pod's
 enableServiceLinks, saved in the lab's state directory at adoption. A changed config is written
 to the live object (read, changed in the container, replaced with the resourceVersion that was
-read: a concurrent edit is a 409 on a real API server, never overwritten); the undo writes the
-saved spec back verbatim. Pods are found by the workload's own selector.
+read: a concurrent write is a 409 on a real API server, never overwritten; the object is then
+read again and the change made again on what it holds now, with its checks, as client-go's
+retry.RetryOnConflict does: the team's own edit of the engine container is refused there, while
+the controller's status updates, which move the resourceVersion all through a rollout, and the
+team's edits elsewhere are kept); the undo writes the saved spec back verbatim. Pods are found by
+the workload's own selector.
 
 Each configuration gameday writes is remembered in the saved record first, and a change away from
 the baseline carries its fault lease on the object itself: the annotation `gameday.io/fault-lease`
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +36,7 @@ from runner.labs.base import Capability, Change, ChangeKind, NodeConfig
 from runner.labs.common import adoption
 from runner.labs.common import helpers as common
 from runner.labs.kubernetes import manifests as mf
+from runner.labs.kubernetes.api import CONFLICT_RETRIES, Conflict
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.spec.inventory import Inventory
 
@@ -165,10 +170,12 @@ class AdoptedKubernetesLab(KubernetesLab):
             raise LabError(f"namespace {self.ns!r} does not exist: there is nothing to adopt")
         self.guard(ns)
         with self._lease_lock:
-            obj = self._read()
-            self._save(obj)
-            if self._lease_of(obj) is not None:
-                self._replace(_without_lease(obj))
+
+            def adopted(obj: dict[str, Any]) -> dict[str, Any] | None:
+                self._save(obj)
+                return _without_lease(obj) if self._lease_of(obj) is not None else None
+
+            self._update(adopted)
 
     def redeployed(self) -> list[str]:
         if not self.baseline_path.exists():
@@ -250,11 +257,12 @@ class AdoptedKubernetesLab(KubernetesLab):
         """The live object with `cfg` in its engine container; at the baseline, the saved
         container args, env and enableServiceLinks verbatim."""
         with self._lease_lock:
-            self._write_locked(cfg)
+            self._update(lambda obj: self._written(obj, cfg))
 
-    def _write_locked(self, cfg: NodeConfig) -> None:
+    def _written(self, obj: dict[str, Any], cfg: NodeConfig) -> dict[str, Any]:
+        """`obj` with `cfg` in its engine container, and the lease that puts it back; refused
+        where the team has deployed the container anew since gameday saved or wrote it."""
         saved = self._saved()
-        obj = self._read()
         pod = obj["spec"]["template"]["spec"]
         c = next(c for c in pod["containers"] if c["name"] == saved["container"])
         baseline = self.baseline_config(self.node)
@@ -288,16 +296,32 @@ class AdoptedKubernetesLab(KubernetesLab):
         saved["written"] = adoption.remember(saved.get("written", []), written)
         write_private(self.baseline_path, json.dumps(saved, indent=1))
         if cfg == baseline:
-            obj = _without_lease(obj)
-        else:
-            self._set_lease(obj, saved, written)
-        self._replace(obj)
+            return _without_lease(obj)
+        self._set_lease(obj, saved, written)
+        return obj
 
-    def _replace(self, obj: dict[str, Any]) -> None:
+    def _update(self, edit: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+        """The live object read, given to `edit` (which changes it, or says None: nothing to
+        write) and replaced with the resourceVersion read. Where that meets a 409, something
+        wrote the object since the read: it is read again and edited again, `edit`'s checks
+        with it, as client-go's retry.RetryOnConflict does."""
         _, replace = self._api()
-        self.kube.call(
-            f"replace {self.workload_kind} {self.workload}", replace, self.workload, self.ns, obj
-        )
+        for attempt in range(CONFLICT_RETRIES):
+            obj = edit(self._read())
+            if obj is None:
+                return
+            try:
+                self.kube.call(
+                    f"replace {self.workload_kind} {self.workload}",
+                    replace,
+                    self.workload,
+                    self.ns,
+                    obj,
+                )
+                return
+            except Conflict:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
 
     # ---- the fault lease, on the object -------------------------------------------------------
 
@@ -357,36 +381,47 @@ class AdoptedKubernetesLab(KubernetesLab):
 
     def renew_lease(self) -> None:
         with self._lease_lock:
-            obj, lease = self._lease_read()
-            if lease is not None and self.baseline_path.exists():
+            self._lease_read()  # the namespace opted in
+
+            def renewed(obj: dict[str, Any]) -> dict[str, Any] | None:
+                if self._lease_of(obj) is None or not self.baseline_path.exists():
+                    return None
                 self._set_lease(obj, self._saved())
-                self._replace(obj)
+                return obj
+
+            self._update(renewed)
 
     def end_lease(self) -> list[str]:
         """The lease's baseline written back, verbatim, while the object still runs the change
         the lease names; one deployed anew since keeps its spec. The lease is dropped."""
         with self._lease_lock:
-            obj, lease = self._lease_read()
-            if lease is None:
-                return []
-            base = lease.get("baseline") or {}
-            pod = obj["spec"]["template"]["spec"]
-            found = [c for c in pod["containers"] if c["name"] == base.get("container")]
-            back = bool(found) and self._config_of(obj).model_dump(mode="json") == lease.get(
-                "change"
-            )
-            if back:
-                for key in ("args", "env"):
-                    if base.get(key) is None:
-                        found[0].pop(key, None)
+            self._lease_read()  # the namespace opted in
+            restored: list[str] = []
+
+            def ended(obj: dict[str, Any]) -> dict[str, Any] | None:
+                restored.clear()
+                lease = self._lease_of(obj)
+                if lease is None:
+                    return None
+                base = lease.get("baseline") or {}
+                pod = obj["spec"]["template"]["spec"]
+                found = [c for c in pod["containers"] if c["name"] == base.get("container")]
+                live = self._config_of(obj).model_dump(mode="json")
+                if found and live == lease.get("change"):
+                    for key in ("args", "env"):
+                        if base.get(key) is None:
+                            found[0].pop(key, None)
+                        else:
+                            found[0][key] = base[key]
+                    if base.get("enableServiceLinks") is None:
+                        pod.pop("enableServiceLinks", None)
                     else:
-                        found[0][key] = base[key]
-                if base.get("enableServiceLinks") is None:
-                    pod.pop("enableServiceLinks", None)
-                else:
-                    pod["enableServiceLinks"] = base["enableServiceLinks"]
-            self._replace(_without_lease(obj))
-            return [self.node] if back else []
+                        pod["enableServiceLinks"] = base["enableServiceLinks"]
+                    restored.append(self.node)
+                return _without_lease(obj)
+
+            self._update(ended)
+            return restored
 
     def restart(self, nodes: Sequence[str]) -> None:
         self._require_lab_namespace()

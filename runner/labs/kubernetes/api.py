@@ -19,6 +19,14 @@ from runner.labs.kubernetes import manifests as mf
 from runner.spec.inventory import Inventory, KubernetesSpec, Node
 
 T = TypeVar("T")
+# how many times a write that met a 409 caused only by the controller's status updates is read
+# and made again: during a rollout the controller writes status a few times a second at most
+CONFLICT_RETRIES = 5
+
+
+class Conflict(LabError):
+    """409: the object's resourceVersion moved on since it was read (a write from someone else,
+    or the controller's own status update), or it already exists."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,8 @@ class KubeApi:
         try:
             return fn(*args, **kwargs)
         except ApiException as exc:
-            raise LabError(
+            error = Conflict if exc.status == 409 else LabError
+            raise error(
                 f"Kubernetes API: {what} failed: {exc.status} {exc.reason}: {_api_message(exc)}",
                 hint=f"namespace {self.ns}; context {self.spec.context or '(current)'}",
             ) from None

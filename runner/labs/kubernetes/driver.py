@@ -49,7 +49,7 @@ from runner.labs.common.events import EventFeed
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes.access import PodAccess
-from runner.labs.kubernetes.api import KubeApi
+from runner.labs.kubernetes.api import CONFLICT_RETRIES, Conflict, KubeApi
 from runner.labs.kubernetes.podexec import ExecResult
 from runner.labs.kubernetes.watch import PodWatch, as_utc
 from runner.labs.lifecycle import crash_loop_backoff_s
@@ -552,11 +552,20 @@ class KubernetesLab(LabDriver):
     def _scale(self, node: str, replicas: int) -> None:
         self._require_lab_namespace()
         calls = self.kube.calls(self.inventory.node(node))
-        obj = self.kube.call(f"read {calls.kind} {node}", calls.read, node, self.ns)
-        if obj.spec.replicas == replicas:
-            return
-        obj.spec.replicas = replicas
-        self.kube.call(f"scale {calls.kind} {node}", calls.replace, node, self.ns, obj)
+        for attempt in range(CONFLICT_RETRIES):
+            obj = self.kube.call(f"read {calls.kind} {node}", calls.read, node, self.ns)
+            if obj.spec.replicas == replicas:
+                return
+            obj.spec.replicas = replicas
+            try:
+                self.kube.call(f"scale {calls.kind} {node}", calls.replace, node, self.ns, obj)
+                return
+            except Conflict:
+                # the controller's status update since the read (it writes one as pods come and
+                # go); the replica count is all this write means, so it is read and set again,
+                # as `kubectl scale` does
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
 
     def leftovers(self) -> list[str]:
         strays = [f"stray pod {p.metadata.name} is running" for p in self.access.strays()]
