@@ -440,6 +440,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["the V0 engine's loop died (its traceback follows)"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["the V0 engine's loop task raised, at run time"],
+            ),
             ("the serving node's", "serving", ["the engine core's process exited"]),
             (
                 "the serving node's",
@@ -532,6 +537,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 [
                     "a layer's split over the tensor-parallel ranks",
                     "a dimension of the model does not split evenly over the ranks",
+                ],
+            ),
+            (
+                "the serving node's",
+                "node1",
+                [
+                    "a rank found a dimension of the model does not split over the ranks",
+                    "vLLM's executor sees its workers end",
                 ],
             ),
         ],

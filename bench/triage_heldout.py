@@ -1,0 +1,124 @@
+"""`gameday triage` against a held-out set of real pasted logs, kept outside the repository so
+that no test or entry can be tuned to it: how many failures of the catalogue it names, and how
+many healthy or unrelated logs it wrongly flags.
+
+    python bench/triage_heldout.py DIR [DIR ...] [--detail]
+
+Each DIR holds the pasted logs (`NNN.log`, as the person pasted them) and an `INDEX.tsv` with a
+header and one row per log, tab-separated: `file url class expected shown note`, where class is
+`catalogue` (expected names the scenario), `related` (close to one, not it) or `healthy` (a
+healthy log, or a failure the catalogue does not cover), and shown is `yes` where the paste holds
+the failure's own lines (`no` where only the person's words tell it). The gatherer labels them
+before the set is scored, without reading the project.
+
+Prints per set: catalogue logs that show their failure and whose first finding is the expected
+scenario (the acceptance figure), those named later or not at all, healthy logs flagged (false
+positives), and, for information, the related logs and the catalogue logs that do not show the
+failure. `--detail` lists each miss and each flag. It asserts nothing; `gameday` is the one in
+this interpreter's environment. bench/heldout-urls.txt keeps the addresses each set took, so that
+the next set's gatherer can avoid them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+GAMEDAY = Path(sys.executable).with_name("gameday")
+CLASSES = ("catalogue", "related", "healthy")
+
+
+@dataclass(frozen=True)
+class Row:
+    file: str
+    url: str
+    cls: str
+    expected: str
+    shown: bool
+    note: str
+
+
+def read_index(folder: Path) -> list[Row]:
+    rows = []
+    with (folder / "INDEX.tsv").open(encoding="utf-8", newline="") as f:
+        for rec in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            cls = (rec.get("class") or "").strip()
+            if cls not in CLASSES or not (folder / rec["file"].strip()).is_file():
+                print(f"  skipped row {rec.get('file')!r}: class {cls!r} or no such file")
+                continue
+            rows.append(
+                Row(
+                    file=rec["file"].strip(),
+                    url=(rec.get("url") or "").strip(),
+                    cls=cls,
+                    expected=(rec.get("expected") or "-").strip(),
+                    shown=(rec.get("shown") or "").strip().lower() == "yes",
+                    note=(rec.get("note") or "").strip(),
+                )
+            )
+    return rows
+
+
+def triage(folder: Path, rows: list[Row]) -> dict[str, list[str]]:
+    """The scenarios named for each log, in the order the report lists them."""
+    named: dict[str, list[str]] = {}
+    for row in rows:  # one process a log: one log's refusal (exit 2) must not hide the others
+        proc = subprocess.run(
+            [str(GAMEDAY), "triage", "--json", str(folder / row.file)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode == 2:
+            named[row.file] = ["<refused: " + proc.stderr.strip().splitlines()[-1][:100] + ">"]
+            continue
+        entries = json.loads(proc.stdout or "[]")
+        named[row.file] = [f["scenario"] for e in entries for f in e.get("findings", [])]
+    return named
+
+
+def score(folder: Path, detail: bool) -> None:
+    rows = read_index(folder)
+    named = triage(folder, rows)
+    shown = [r for r in rows if r.cls == "catalogue" and r.shown]
+    unshown = [r for r in rows if r.cls == "catalogue" and not r.shown]
+    first = [r for r in shown if named[r.file][:1] == [r.expected]]
+    later = [r for r in shown if r.expected in named[r.file][1:]]
+    healthy = [r for r in rows if r.cls == "healthy"]
+    flagged = [r for r in healthy if named[r.file]]
+    related = [r for r in rows if r.cls == "related"]
+    unshown_named = [r for r in unshown if r.expected in named[r.file]]
+    pct = 100 * len(first) / len(shown) if shown else 0.0
+    print(f"{folder}: {len(rows)} logs")
+    print(f"  catalogue, shown: named first {len(first)}/{len(shown)} ({pct:.0f} %),")
+    print(f"    named later {len(later)}, missed {len(shown) - len(first) - len(later)}")
+    print(f"  healthy/unrelated flagged: {len(flagged)}/{len(healthy)}")
+    print(f"  catalogue, not shown: named {len(unshown_named)}/{len(unshown)}")
+    print(f"  related: flagged {sum(1 for r in related if named[r.file])}/{len(related)}")
+    if detail:
+        for r in shown:
+            if r not in first:
+                print(f"  MISS {r.file} expected {r.expected}, got {named[r.file]}  {r.url}")
+        for r in flagged:
+            print(f"  FLAG {r.file} healthy, got {named[r.file]}  {r.url}  ({r.note[:80]})")
+        for r in related:
+            if named[r.file]:
+                print(f"  related {r.file} got {named[r.file]}  ({r.note[:80]})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", nargs="+", type=Path)
+    parser.add_argument("--detail", action="store_true")
+    args = parser.parse_args()
+    for folder in args.dirs:
+        score(folder, args.detail)
+
+
+if __name__ == "__main__":
+    main()
