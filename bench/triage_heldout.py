@@ -74,8 +74,9 @@ def triage(folder: Path, rows: list[Row]) -> dict[str, list[str]]:
             text=True,
             check=False,
         )
-        if proc.returncode == 2:
-            named[row.file] = ["<refused: " + proc.stderr.strip().splitlines()[-1][:100] + ">"]
+        if proc.returncode not in (0, 1):  # refused (2), or anything else: never "no finding"
+            last = (proc.stderr.strip().splitlines() or [""])[-1][:100]
+            named[row.file] = [f"<exit {proc.returncode}: {last}>"]
             continue
         entries = json.loads(proc.stdout or "[]")
         named[row.file] = [f["scenario"] for e in entries for f in e.get("findings", [])]
@@ -88,7 +89,7 @@ def score(folder: Path, detail: bool) -> None:
     shown = [r for r in rows if r.cls == "catalogue" and r.shown]
     unshown = [r for r in rows if r.cls == "catalogue" and not r.shown]
     first = [r for r in shown if named[r.file][:1] == [r.expected]]
-    later = [r for r in shown if r.expected in named[r.file][1:]]
+    later = [r for r in shown if r not in first and r.expected in named[r.file]]
     healthy = [r for r in rows if r.cls == "healthy"]
     flagged = [r for r in healthy if named[r.file]]
     related = [r for r in rows if r.cls == "related"]

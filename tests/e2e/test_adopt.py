@@ -585,7 +585,8 @@ def test_a_fault_written_while_something_else_wrote_the_deployment_is_made_again
     )
     lab._write(faulted)
     # the replace with the first read's resourceVersion met a real 409; read again and written
-    assert len(reads) == 2 and reads[1] > reads[0]
+    # (the controller's own status writes may add a 409 more on a loaded machine)
+    assert len(reads) >= 2 and reads == sorted(reads) and reads[1] > reads[0]
     d = apps.read_namespaced_deployment("team-vllm", "team-ml")
     assert "16384" in d.spec.template.spec.containers[0].args
     assert d.metadata.labels["team.example/on-call"] == "kim"  # the other write, kept

@@ -10,10 +10,11 @@ enableServiceLinks, saved in the lab's state directory at adoption. A changed co
 to the live object (read, changed in the container, replaced with the resourceVersion that was
 read: a concurrent write is a 409 on a real API server, never overwritten; the object is then
 read again and the change made again on what it holds now, with its checks, as client-go's
-retry.RetryOnConflict does: the team's own edit of the engine container is refused there, while
-the controller's status updates, which move the resourceVersion all through a rollout, and the
-team's edits elsewhere are kept); the undo writes the saved spec back verbatim. Pods are found by
-the workload's own selector.
+retry.RetryOnConflict does: new args, literal env or enableServiceLinks the team gave the engine
+container are refused there, while the controller's status updates, which move the
+resourceVersion all through a rollout, and the team's edits elsewhere (its image, resources,
+labels) are kept, the change written on top); the undo writes the saved spec back verbatim. Pods
+are found by the workload's own selector.
 
 Each configuration gameday writes is remembered in the saved record first, and a change away from
 the baseline carries its fault lease on the object itself: the annotation `gameday.io/fault-lease`
@@ -36,7 +37,7 @@ from runner.labs.base import Capability, Change, ChangeKind, NodeConfig
 from runner.labs.common import adoption
 from runner.labs.common import helpers as common
 from runner.labs.kubernetes import manifests as mf
-from runner.labs.kubernetes.api import CONFLICT_RETRIES, Conflict
+from runner.labs.kubernetes.api import CONFLICT_RETRIES, Conflict, conflict_pause
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.spec.inventory import Inventory
 
@@ -322,6 +323,7 @@ class AdoptedKubernetesLab(KubernetesLab):
             except Conflict:
                 if attempt == CONFLICT_RETRIES - 1:
                     raise
+                conflict_pause()
 
     # ---- the fault lease, on the object -------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +20,15 @@ from runner.labs.kubernetes import manifests as mf
 from runner.spec.inventory import Inventory, KubernetesSpec, Node
 
 T = TypeVar("T")
-# how many times a write that met a 409 caused only by the controller's status updates is read
-# and made again: during a rollout the controller writes status a few times a second at most
+# attempts at a write that meets 409s, each on a new read, and the pause between them:
+# client-go's retry.DefaultRetry (5 steps, 10 ms, jitter 0.1); during a rollout the controller
+# writes status a few times a second at most
 CONFLICT_RETRIES = 5
+CONFLICT_PAUSE_S = 0.01
+
+
+def conflict_pause() -> None:
+    time.sleep(CONFLICT_PAUSE_S * (1 + 0.1 * random.random()))
 
 
 class Conflict(LabError):

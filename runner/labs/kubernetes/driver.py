@@ -49,7 +49,7 @@ from runner.labs.common.events import EventFeed
 from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes import monitoring as kmon
 from runner.labs.kubernetes.access import PodAccess
-from runner.labs.kubernetes.api import CONFLICT_RETRIES, Conflict, KubeApi
+from runner.labs.kubernetes.api import CONFLICT_RETRIES, Conflict, KubeApi, conflict_pause
 from runner.labs.kubernetes.podexec import ExecResult
 from runner.labs.kubernetes.watch import PodWatch, as_utc
 from runner.labs.lifecycle import crash_loop_backoff_s
@@ -566,6 +566,7 @@ class KubernetesLab(LabDriver):
                 # as `kubectl scale` does
                 if attempt == CONFLICT_RETRIES - 1:
                     raise
+                conflict_pause()
 
     def leftovers(self) -> list[str]:
         strays = [f"stray pod {p.metadata.name} is running" for p in self.access.strays()]

@@ -543,8 +543,17 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "node1",
                 [
+                    "a layer's count divided over the tensor-parallel ranks",
+                    "Megatron's divisibility check",
+                    "a dimension of the model does not split evenly over the ranks",
+                ],
+            ),
+            (
+                "the serving node's",
+                "node1",
+                [
                     "a rank found a dimension of the model does not split over the ranks",
-                    "vLLM's executor sees its workers end",
+                    "a worker of vLLM's group dies",
                 ],
             ),
         ],
