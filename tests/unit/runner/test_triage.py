@@ -398,6 +398,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["a rank of a group finds no GPU of its index"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["TensorRT-LLM sees fewer GPUs on this node than the ranks it must run"],
             ),
             (
@@ -522,6 +527,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "node1",
                 ["a TGI shard found the heads do not split over the shards"],
+            ),
+            (
+                "the serving node's",
+                "node1",
+                ["a TGI shard found a weight does not split over the shards"],
             ),
             # triage: foundation-model-stack's tensor-parallel attention
             ("the serving node's", "node1", ["fms found the heads do not split over the ranks"]),
