@@ -562,8 +562,8 @@ class KubernetesLab(LabDriver):
                 return
             except Conflict:
                 # the controller's status update since the read (it writes one as pods come and
-                # go); the replica count is all this write means, so it is read and set again,
-                # as `kubectl scale` does
+                # go); the replica count is all this write changes, so it is read and set again
+                # (`kubectl scale` writes the scale subresource, with no precondition at all)
                 if attempt == CONFLICT_RETRIES - 1:
                     raise
                 conflict_pause()
