@@ -10,7 +10,11 @@ say them:
   switch word by word. Text written by people keeps to one or two systems for a stretch (Japanese
   mixes Han and kana, which count as one CJK system with Hangul; a list of greetings in six
   languages switches five times), so a stretch of `WINDOW` characters of one line must switch
-  systems at least `SWITCHES` times and come back to at least `SCRIPTS` of them. Only letters of
+  systems at least `SWITCHES` times and come back to at least `SCRIPTS` of them. Tokens also glue
+  systems together inside a word ("amongсилання", "ยายvisão"), which people's text does not,
+  except beside Han, kana or Hangul, written without spaces ("使用vLLM部署"), and Greek, a
+  symbol in formulas and units ("ΔT", "10μs"): a stretch with `GLUED` such switches between
+  other systems needs only `SCRIPTS` - 1 systems. Only letters of
   the systems in `_SYSTEMS` count: marks, symbols and letters Unicode files elsewhere (the
   prolonged-sound mark, modifier letters) are no system;
 - one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
@@ -40,6 +44,7 @@ from runner.triage.match import Evidence, Log
 WINDOW = 240  # characters
 SCRIPTS = 4
 SWITCHES = 10
+GLUED = 3
 REPEATS = 6
 
 # a lowercase ASCII word (not a two-letter hex byte), then the same word
@@ -93,6 +98,9 @@ _SYSTEMS = frozenset(
     ]
 )
 
+# the systems whose letters people's text glues to others' (no spaces in CJK; Greek symbols)
+_UNSPACED = frozenset({"CJK", "Greek"})
+
 SOUP = "an answer that mixes writing systems token by token (token soup)"
 REPEAT = "an answer that repeats one word over and over"
 
@@ -116,26 +124,35 @@ def mixed(text: str) -> tuple[int, int] | None:
     # most lines with other characters than ASCII hold a progress bar or one language: the
     # systems of the distinct characters rule them out before each character is read
     systems = {script(c) for c in set(_NON_ASCII_CHAR.findall(text))} | {"Latin"}
-    if len(systems - {None}) < SCRIPTS:
+    if len(systems - {None}) < SCRIPTS - 1:
         return None
-    runs: list[tuple[int, str]] = []  # where each run of one system's letters starts
+    runs: list[tuple[int, str, bool]] = []  # where each run of one system's letters starts
+    last = -2  # where the last letter of a system was
     for i, c in enumerate(text):
         s = script(c)
-        if s is not None and (not runs or runs[-1][1] != s):
-            runs.append((i, s))
+        if s is None:
+            continue
+        if not runs or runs[-1][1] != s:
+            glued = last == i - 1 and not {runs[-1][1], s} & _UNSPACED
+            runs.append((i, s, glued))
+        last = i
     seen: Counter[str] = Counter()
+    glued_in = 0
     lo = 0
-    for hi, (at, s) in enumerate(runs):
+    for hi, (at, s, glued) in enumerate(runs):
         seen[s] += 1
+        glued_in += glued
         while at - runs[lo][0] > WINDOW:
             seen[runs[lo][1]] -= 1
+            glued_in -= runs[lo][2]
             lo += 1
         if hi - lo >= SWITCHES:
             # a system counts where the stretch comes back to it: a foreign name quoted once
             # in a sentence is not soup
             back = sum(1 for n in seen.values() if n >= 2)
-            if back >= SCRIPTS:
-                return back, hi - lo
+            present = sum(1 for n in seen.values() if n >= 1)
+            if back >= SCRIPTS or (glued_in >= GLUED and present >= SCRIPTS - 1):
+                return max(back, present), hi - lo
     return None
 
 

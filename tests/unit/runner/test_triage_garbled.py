@@ -52,6 +52,21 @@ def test_token_soup_is_read_and_text_people_write_is_not() -> None:
     assert mixed("人々はvLLMでGPUを使い、色々なモデルを試しています。" * 3) is None
 
 
+def test_three_systems_glued_inside_words_are_soup_and_text_written_without_spaces_is_not() -> None:
+    # Latin, Thai and Cyrillic, each switch inside a word: three systems are enough
+    glued = "Parisเมื่อwhereпредел Indianaสำหรับ modoсть cabinetsтак rainbowที่ sollteлиз Kellyการ"
+    assert mixed(glued) == (3, 10)
+    # the same words apart: three systems, none glued, is not soup
+    apart = (
+        "Paris เมื่อ where предел Indiana สำหรับ modo сть cabinets так rainbow ที่ sollte лиз Kelly การ"
+    )
+    assert mixed(apart) is None
+    # Han, kana and Hangul are written without spaces, Greek is glued to formulas and units
+    formulas = "学习率α=0.001，β为0.9，ΔT为10μs，Привет模型，ε为1e-8，λ为0.01，η为3e-4，Δx为1。"
+    assert mixed(formulas) is None
+    assert mixed("서버가vLLM으로GPU를쓰고ΔT가10μs로" * 3) is None
+
+
 def test_soup_far_apart_on_one_line_is_not_soup() -> None:
     # the same words spread over more than the window: no stretch holds ten switches
     spread = (" " * 60).join(SOUP.split())
