@@ -459,6 +459,21 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["a request in flight failed because the engine core died"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["a model step the worker was serving raised"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["the API server found its engine core dead"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 [
                     "SGLang was serving",
                     "its scheduler (or detokenizer, tokenizer manager, data-parallel controller)"
@@ -689,6 +704,23 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the decode engine's",
                 "decode",
                 ["NIXL raised an error moving KV cache or loading a peer's metadata"],
+            ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["Mooncake's transfer engine began a KV transfer that did not complete"],
+            ),
+            (
+                "the decode engine's",
+                "decode",
+                ["the decode engine did not receive a request's KV cache from the prefill"],
+            ),
+            (
+                "the prefill engine's",
+                "prefill",
+                [
+                    "the prefill's thread that takes the decode's handshake or sends its KV cache raised"
+                ],
             ),
         ],
         "nccl-watchdog-timeout": [
