@@ -408,6 +408,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["TensorRT-LLM's runtime sees fewer GPUs per node than the engine's TP x PP"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["the launcher sees fewer CUDA devices than the shards it must start"],
             ),
         ],
@@ -518,6 +523,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the API server's",
                 "serving",
                 ["TGI's router has no chat template to render the chat with"],
+            ),
+            (
+                "the API server's",
+                "serving",
+                ["LMDeploy has no chat template for the model and cannot render the chat"],
             ),
         ],
         "lora-rank-over-max": [
