@@ -140,7 +140,7 @@ class TextCheck(enum.Enum):
 
     # words of four or more writing systems switching word by word in one stretch of a line
     MIXED_SCRIPTS = "mixed_scripts"
-    # one word six or more times in a row
+    # one word six or more times in a row, or one short token glued to itself ten or more times
     REPEATED_WORD = "repeated_word"
 
 

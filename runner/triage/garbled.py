@@ -21,7 +21,11 @@ say them:
   least `REPEATS` times in a row within one line. Capitalised words, two-letter hex bytes and a
   repeat spread over lines are not read: a matrix's headers (`NODE NODE`), a dump of a device's
   memory (`ff ff`), `True True`, a shell loop printing one word per line. A small model can
-  loop like this by itself, which the finding's note says.
+  loop like this by itself, which the finding's note says. A token without a space of its own
+  loops glued to itself ("metryryryryry", "-SIP-SIP-SIP"): a unit of two to six letters (a
+  hyphen among them allowed) of at least two different characters, `GLUED_REPEATS` times in a
+  row; identifiers, words and base64 do not repeat a unit so, and one character over and over
+  (`AAAA`, `xxxx`, a rule of `----`) is not read.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -46,6 +50,7 @@ SCRIPTS = 4
 SWITCHES = 10
 GLUED = 3
 REPEATS = 6
+GLUED_REPEATS = 10
 
 # a lowercase ASCII word (not a two-letter hex byte), then the same word
 # again and again, separated by spaces or tabs only
@@ -61,6 +66,10 @@ _SAME_START = re2.compile(
         for c in (bytes([x]) for x in range(ord("a"), ord("z") + 1))
     )
 )
+# a stretch of letters and hyphens long enough to hold a glued repeat (RE2, one pass), and the
+# repeat itself, read in that stretch alone
+_LETTER_RUN = re2.compile(rb"[A-Za-z-]{%d,}" % (2 * GLUED_REPEATS))
+_GLUED = re.compile(rb"([A-Za-z-]{2,6}?)\1{%d,}" % (GLUED_REPEATS - 1))
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 _NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
 
@@ -166,6 +175,14 @@ def _check(log: Log) -> None:
 
 
 def _repeated(log: Log) -> list[Evidence] | None:
+    """The first line with one token over and over, spaced or glued."""
+    spaced, glued = _spaced_repeat(log), _glued_repeat(log)
+    if spaced is None or glued is None:
+        return spaced or glued
+    return spaced if spaced[0].number <= glued[0].number else glued
+
+
+def _spaced_repeat(log: Log) -> list[Evidence] | None:
     """The first line with one word over and over: lines where six words in a row start with one
     letter (RE2, one pass) are read for the same word again and again."""
     data = log.spaced
@@ -182,6 +199,23 @@ def _repeated(log: Log) -> list[Evidence] | None:
         if hit is not None:
             times = len(hit.group(0).split())
             caps = {"word": hit.group(1).decode(), "times": str(times)}
+            return [Evidence(REPEAT, (log.lines[k],), caps)]
+    return None
+
+
+def _glued_repeat(log: Log) -> list[Evidence] | None:
+    """The first line with one short token glued to itself again and again, read in the long
+    stretches of letters RE2 finds in one pass."""
+    for read, m in enumerate(_LETTER_RUN.finditer(log.spaced)):
+        if not read & 0xFF:
+            _check(log)
+        for hit in _GLUED.finditer(m.group(0)):
+            unit = hit.group(1)
+            if len(set(unit)) < 2 or not any(c != ord("-") for c in unit):
+                continue
+            k = _line_at(log, m.start())
+            times = len(hit.group(0)) // len(unit)
+            caps = {"word": unit.decode(), "times": str(times)}
             return [Evidence(REPEAT, (log.lines[k],), caps)]
     return None
 

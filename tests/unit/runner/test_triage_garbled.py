@@ -14,7 +14,7 @@ from runner.cli.main import main
 from runner.spec.expectations import TextCheck, TriageSignature
 from runner.spec.scenario import discover, load_scenario
 from runner.triage import triage
-from runner.triage.garbled import REPEATS, find_garbled, mixed
+from runner.triage.garbled import GLUED_REPEATS, REPEATS, find_garbled, mixed
 from runner.triage.match import Log
 from runner.triage.normalise import normalise
 
@@ -89,6 +89,35 @@ def test_one_word_over_and_over() -> None:
         is None
     )
     assert find_garbled(_log("waiting\n" * 8), TextCheck.REPEATED_WORD) is None
+
+
+def test_one_token_glued_to_itself_over_and_over() -> None:
+    ev = find_garbled(
+        _log("generated: 'def hel" + "ry" * GLUED_REPEATS + "'\n"), TextCheck.REPEATED_WORD
+    )
+    assert ev is not None and ev[0].captures == {"word": "ry", "times": str(GLUED_REPEATS)}
+    ev = find_garbled(_log("Mandatory (SIP..." + "-SIP" * 30 + "\n"), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures["word"] == "-SIP"
+    assert find_garbled(_log("ry" * (GLUED_REPEATS - 1) + "\n"), TextCheck.REPEATED_WORD) is None
+    # one character over and over, identifiers, base64 and rules are no token loop
+    for text in (
+        "key: " + "A" * 64,
+        "x" * 80,
+        "-" * 80,
+        "-a" + "-" * 40,
+        "CUDACachingAllocatorConfigParserDeviceStats",
+        "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQDZxLzgYvWqHkT3pRmNbJcE",
+    ):
+        assert find_garbled(_log(text + "\n"), TextCheck.REPEATED_WORD) is None, text
+
+
+def test_the_first_loop_in_the_paste_is_the_evidence() -> None:
+    text = "first: " + "ab" * GLUED_REPEATS + "\nthen: " + "go " * REPEATS + "\n"
+    ev = find_garbled(_log(text), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures["word"] == "ab" and ev[0].number == 1
+    text = "first: " + "go " * REPEATS + "\nthen: " + "ab" * GLUED_REPEATS + "\n"
+    ev = find_garbled(_log(text), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures["word"] == "go"
 
 
 def test_an_ascii_log_is_no_soup_and_the_line_is_the_evidence() -> None:
