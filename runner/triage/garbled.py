@@ -25,7 +25,13 @@ say them:
   loops glued to itself ("metryryryryry", "-SIP-SIP-SIP"): a unit of two to six letters (a
   hyphen among them allowed) of at least two different characters, `GLUED_REPEATS` times in a
   row; identifiers, words and base64 do not repeat a unit so, and one character over and over
-  (`AAAA`, `xxxx`, a rule of `----`) is not read.
+  (`AAAA`, `xxxx`, a rule of `----`) is not read. A loop of a phrase ("I think. I think.",
+  "lot pet dealer lot pet dealer") is `PHRASE_REPEATS` times a run of two to `PHRASE_WORDS`
+  words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters and their
+  punctuation, which log lines with paths, numbers and brackets break); a word with a comma
+  after it ("the, the, the,") counts as the word, except the literals of JSON and tensors
+  (`true, true`, `nan, nan`). In text written without spaces, the same sentence three times in
+  a row ("很高兴你们能在这里。" thrice) is the loop.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -33,6 +39,7 @@ The other shapes are patterns in silent-wrong-output's scenario file: an answer 
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from bisect import bisect_right
@@ -51,6 +58,10 @@ SWITCHES = 10
 GLUED = 3
 REPEATS = 6
 GLUED_REPEATS = 10
+PHRASE_REPEATS = 4
+PHRASE_WORDS = 8
+PROSE_WORDS = 12
+SENTENCE_REPEATS = 3
 
 # a lowercase ASCII word (not a two-letter hex byte), then the same word
 # again and again, separated by spaces or tabs only
@@ -70,6 +81,12 @@ _SAME_START = re2.compile(
 # repeat itself, read in that stretch alone
 _LETTER_RUN = re2.compile(rb"[A-Za-z-]{%d,}" % (2 * GLUED_REPEATS))
 _GLUED = re.compile(rb"([A-Za-z-]{2,6}?)\1{%d,}" % (GLUED_REPEATS - 1))
+# a stretch of plain words, where a phrase that loops is read (RE2, one pass)
+_PROSE_RUN = re2.compile(rb"(?:[A-Za-z][A-Za-z',.!?;:-]*(?:[ \n]|\z)){%d,}" % PROSE_WORDS)
+_LITERALS = frozenset({"true", "false", "null", "none", "nan", "inf"})
+_HEX_BYTE = re.compile(r"[a-f]{2}")  # a memory dump's bytes (`ff ff`, `de ad be ef`)
+# the end of a sentence in text written without spaces
+_CJK_STOP = re.compile(r"[。！？；]")
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 _NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
 
@@ -111,7 +128,7 @@ _SYSTEMS = frozenset(
 _UNSPACED = frozenset({"CJK", "Greek"})
 
 SOUP = "an answer that mixes writing systems token by token (token soup)"
-REPEAT = "an answer that repeats one word over and over"
+REPEAT = "an answer that repeats one word or phrase over and over"
 
 
 @cache
@@ -175,11 +192,83 @@ def _check(log: Log) -> None:
 
 
 def _repeated(log: Log) -> list[Evidence] | None:
-    """The first line with one token over and over, spaced or glued."""
-    spaced, glued = _spaced_repeat(log), _glued_repeat(log)
-    if spaced is None or glued is None:
-        return spaced or glued
-    return spaced if spaced[0].number <= glued[0].number else glued
+    """The first line with one token or phrase over and over, spaced or glued."""
+    found = [
+        ev
+        for ev in (_spaced_repeat(log), _glued_repeat(log), _phrase_repeat(log), _sentences(log))
+        if ev is not None
+    ]
+    return min(found, key=lambda ev: ev[0].number) if found else None
+
+
+def _loop(words: list[str]) -> tuple[str, int] | None:
+    """A run of one to PHRASE_WORDS words repeated back to back, and how many times."""
+    plain = [w.rstrip(",").lower() if w.endswith(",") else w for w in words]
+    for k in range(1, PHRASE_WORDS + 1):
+        need = (REPEATS if k == 1 else PHRASE_REPEATS) - 1
+        same = 0
+        for i in range(len(plain) - k):
+            same = same + 1 if plain[i] == plain[i + k] else 0
+            if same < k * need:
+                continue
+            first = i - k * need + 1
+            unit = plain[first : first + k]
+            text = " ".join(unit)
+            if k == 1 and not (unit[0].isalpha() and unit[0].islower()):
+                continue
+            if (k == 1 and unit[0] in _LITERALS) or all(_HEX_BYTE.fullmatch(w) for w in unit):
+                continue
+            if k > 1 and (len(set(unit)) == 1 or len(text) < 6 or text.upper() == text):
+                continue
+            return text, need + 1
+    return None
+
+
+def _phrase_repeat(log: Log) -> list[Evidence] | None:
+    """The first line whose plain words loop a phrase (or a word with commas after it). A stretch
+    RE2 finds may run over several lines of one record: each line is read apart, since a short
+    message printed on line after line is no loop."""
+    at = log.spaced_at
+    for read, m in enumerate(_PROSE_RUN.finditer(log.spaced)):
+        if not read & 0xFF:
+            _check(log)
+        for k in range(_line_at(log, m.start()), _line_at(log, m.end() - 1) + 1):
+            lo, hi = max(m.start(), at[k]), min(m.end(), at[k + 1] - 1)
+            words = log.spaced[lo:hi].decode(errors="replace").split()
+            # a loop repeats at least three words; a line without three repeats has none
+            if len(words) < PROSE_WORDS or len(words) - len(set(words)) < PHRASE_REPEATS - 1:
+                continue
+            found = _loop(words)
+            if found is not None:
+                caps = {"word": found[0], "times": str(found[1])}
+                return [Evidence(REPEAT, (log.lines[k],), caps)]
+    return None
+
+
+def _sentences(log: Log) -> list[Evidence] | None:
+    """The first line of text written without spaces where one sentence comes three times in a
+    row (only lines with other characters than ASCII)."""
+    if log.ascii:
+        return None
+    pos, size, read = 0, len(log.spaced), 0
+    while (m := _NON_ASCII.search(log.spaced, pos)) is not None:
+        read += 1
+        k = _line_at(log, m.start())
+        parts = [p.strip() for p in _CJK_STOP.split(log.lines[k].text[:MAX_LINE])]
+        same = 0
+        for a, b in itertools.pairwise(parts):
+            same = same + 1 if a == b and len(a) >= 4 and any(_is_cjk(c) for c in a) else 0
+            if same == SENTENCE_REPEATS - 1:
+                caps = {"word": a, "times": str(SENTENCE_REPEATS)}
+                return [Evidence(REPEAT, (log.lines[k],), caps)]
+        pos = log.spaced_at[k + 1] if k + 1 < len(log.spaced_at) else size
+        if not read & 0xFF:
+            _check(log)
+    return None
+
+
+def _is_cjk(c: str) -> bool:
+    return script(c) == "CJK"
 
 
 def _spaced_repeat(log: Log) -> list[Evidence] | None:

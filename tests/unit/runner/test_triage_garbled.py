@@ -111,6 +111,46 @@ def test_one_token_glued_to_itself_over_and_over() -> None:
         assert find_garbled(_log(text + "\n"), TextCheck.REPEATED_WORD) is None, text
 
 
+def test_a_phrase_over_and_over() -> None:
+    said = "Are there going to be parts of things that they can exercise? " + "I think. " * 5
+    ev = find_garbled(_log(said + "\n"), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures == {"word": "I think.", "times": "4"}
+    story = "so the story goes on with the cat and the " + "lot pet dealer " * 4
+    ev = find_garbled(_log(story + "\n"), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures["times"] == "4"
+    salad = "What is the best to make of the butter, the sugar, " + "the, " * 6
+    ev = find_garbled(_log(salad + "\n"), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures == {"word": "the", "times": "6"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a short message printed line after line, without a timestamp to part them
+        "Waiting for the engine core to start up now\n" * 12,
+        # three times only, and prose that repeats a word here and there
+        "you say I think. I think. I think. and go on with the rest of what you had to say\n",
+        "the cat and the dog and the bird and the fish went out to see the sea and the sky\n",
+        # JSON's and tensors' literals, a memory dump's bytes, capitals of a topology matrix
+        "mask: [true, true, true, true, true, true, true, true] in the config of this model\n",
+        "logits are nan, nan, nan, nan, nan, nan, nan, nan and so the sampler picks token zero\n",
+        "dump of it: de ad be ef de ad be ef de ad be ef de ad be ef de ad be ef and more\n",
+        "GPU links: PIX PHB PIX PHB PIX PHB PIX PHB PIX PHB PIX PHB on this node as shown\n",
+    ],
+)
+def test_text_that_repeats_itself_without_looping(text: str) -> None:
+    assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None
+
+
+def test_a_sentence_three_times_in_text_written_without_spaces() -> None:
+    text = "很高兴认识你们。很高兴能和你们交流。" + "很高兴你们能在这里。" * 3 + "\n"
+    ev = find_garbled(_log(text), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures == {"word": "很高兴你们能在这里", "times": "3"}
+    twice = "很高兴能和你们交流。很高兴能和你们交流。我们走吧。\n"
+    assert find_garbled(_log(twice), TextCheck.REPEATED_WORD) is None
+    assert find_garbled(_log("好。好。好。好。\n"), TextCheck.REPEATED_WORD) is None
+
+
 def test_the_first_loop_in_the_paste_is_the_evidence() -> None:
     text = "first: " + "ab" * GLUED_REPEATS + "\nthen: " + "go " * REPEATS + "\n"
     ev = find_garbled(_log(text), TextCheck.REPEATED_WORD)
