@@ -134,6 +134,7 @@ def _literal(token: str) -> int:
 
 
 _OPENER = re.compile(r"\((?:\?P<\w+>|\?:)?")
+_SPACE = re.compile(r"(?: |\\s|\[ )")  # a part that is a space: literal, `\s`, or a class with one
 
 
 def _flat(tokens: list[str]) -> list[str]:
@@ -192,6 +193,7 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
     little of it is literal: a start of the message with at least MIN_LITERAL of its literal
     characters, and not the whole, up to the end of the text."""
     alts = []
+    quoted = []
     starts = []
     for alt in _top_alternatives(_tokens(pattern)):
         parts = _flat(alt)
@@ -204,10 +206,20 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
         start = "".join(parts[:k])
         alts.append(start + _nested(parts[k:-1]))
         starts.append(start)
+        # quoted in prose, a message shows words: a quoted value with no space in it (a JSON
+        # log's "target":"text_generation_launcher") is a name, not a message cut short
+        q = k
+        while q < len(parts) and not any(_SPACE.match(p) for p in parts[:q]):
+            q += 1
+        if q < len(parts):
+            quoted.append("".join(parts[:q]) + _nested(parts[q:-1]))
     if not alts:
         return None
     whole = "|".join(f"(?:{a})" for a in alts)
-    rx = f"(?:{whole}){_CLOSERS}\\s*$|{_QUOTE_OPEN}\\s*(?:{whole}){_QUOTE_CLOSE}"
+    rx = f"(?:{whole}){_CLOSERS}\\s*$"
+    if quoted:
+        inside = "|".join(f"(?:{a})" for a in quoted)
+        rx += f"|{_QUOTE_OPEN}\\s*(?:{inside}){_QUOTE_CLOSE}"
     start = "|".join(f"(?:{s})" for s in starts)
     try:
         compile_user(rx)

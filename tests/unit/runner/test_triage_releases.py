@@ -155,6 +155,17 @@ def test_a_cut_keeps_enough_of_the_message() -> None:
     assert cut_pattern(r"\d+ [\w.]+") is None
 
 
+def test_a_quoted_name_is_no_message_cut_short() -> None:
+    # a JSON log's target is the pattern's first 24 literal characters, quoted, with no words
+    cut = cut_pattern(r"text_generation_launcher: Shard \d+ crashed")
+    assert cut is not None
+    regex, _ = cut
+    json = '{"fields":{"message":"Shutting down shards"},"target":"text_generation_launcher"}'
+    assert not re2.search(regex, json)
+    assert re2.search(regex, 'the launcher said "text_generation_launcher: Shard 0" and')
+    assert re2.search(regex, "text_generation_launcher: Shard")  # cut at the paste's end
+
+
 def test_the_view_and_json_say_releases_and_cut(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text(V0_KV)
