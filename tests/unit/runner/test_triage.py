@@ -474,6 +474,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["the API server's output handler raised, and it serves no more"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["the API server found its engine core dead"],
             ),
             (
@@ -546,6 +551,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "node1",
                 ["SGLang's attention layer found the heads do not split over the ranks"],
+            ),
+            (
+                "the serving node's",
+                "node1",
+                ["the attention layer found the KV heads and the ranks do not divide one another"],
             ),
             # triage: Text Generation Inference's shard refusing them
             (
