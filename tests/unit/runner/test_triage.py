@@ -181,6 +181,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "node3",
                 ["the kubelet's node IP is on none of the host's interfaces any more"],
             ),
+            (
+                "a service's",
+                "node3",
+                ["etcd knows this server's member by another peer URL than the one it now has"],
+            ),
         ],
         "head-only-restart": [
             ("the head's", "node1", ["the API server finds its engine dead"]),
