@@ -420,6 +420,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["the launcher sees fewer CUDA devices than the shards it must start"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["a shard sees fewer GPUs than the world size it is part of"],
+            ),
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
@@ -444,6 +449,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["the V0 engine's death, as its API server raises it"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["the V0 engine's loop went silent while it served, and the server gave up on it"],
             ),
             (
                 "the serving node's",
