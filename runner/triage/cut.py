@@ -134,7 +134,8 @@ def _literal(token: str) -> int:
 
 
 _OPENER = re.compile(r"\((?:\?P<\w+>|\?:)?")
-_SPACE = re.compile(r"(?: |\\s|\[ )")  # a part that is a space: literal, `\s`, or a class with one
+# a part that is at least one space: a literal one, `\s`, or a class of spaces, once or more
+_SPACE = re.compile(r"(?: |\\s|\[ [^\]]*\]|\[\\s[^\]]*\])(?:\+|\{[1-9]\d*(?:,\d*)?\})?")
 
 
 def _flat(tokens: list[str]) -> list[str]:
@@ -209,7 +210,7 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
         # quoted in prose, a message shows words: a quoted value with no space in it (a JSON
         # log's "target":"text_generation_launcher") is a name, not a message cut short
         q = k
-        while q < len(parts) and not any(_SPACE.match(p) for p in parts[:q]):
+        while q < len(parts) and not any(_SPACE.fullmatch(p) for p in parts[:q]):
             q += 1
         if q < len(parts):
             quoted.append("".join(parts[:q]) + _nested(parts[q:-1]))
@@ -229,6 +230,16 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
 
 
 @cache
+def _unquoted(pattern: str) -> str | None:
+    """`cut_pattern`'s regex without its quoted form: the one read in the lines joined with
+    nothing, where every space is optional and a quoted name would pass for quoted words."""
+    cut = cut_pattern(pattern)
+    if cut is None:
+        return None
+    return cut[0].split(f"|{_QUOTE_OPEN}", 1)[0]
+
+
+@cache
 def _record_end_finder(regex: str) -> Any | None:
     """`regex` on RE2 with `$` at the end of each record of a Log's joined texts (records are
     lines there, a message's wrapped lines joined within one)."""
@@ -244,7 +255,8 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
     cut = cut_pattern(pattern.regex)
     finder = _record_end_finder(cut[0]) if cut else None
     # the lines joined with nothing lose the spaces a hard wrap broke at (runner.triage.match)
-    joined_finder = _record_end_finder(loose(cut[0])) if cut else None
+    unquoted = _unquoted(pattern.regex)
+    joined_finder = _record_end_finder(loose(unquoted)) if unquoted else None
     if cut is None or finder is None or joined_finder is None or start >= len(log.lines):
         return None
     if not log.may_match(cut[0]):

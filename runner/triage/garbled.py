@@ -58,9 +58,9 @@ SWITCHES = 10
 GLUED = 3
 REPEATS = 6
 GLUED_REPEATS = 10
-PHRASE_REPEATS = 4
+PHRASE_REPEATS = 6
 PHRASE_WORDS = 8
-PROSE_WORDS = 12
+PROSE_WORDS = 24
 SENTENCE_REPEATS = 3
 
 # a lowercase ASCII word (not a two-letter hex byte), then the same word
@@ -85,8 +85,11 @@ _GLUED = re.compile(rb"([A-Za-z-]{2,6}?)\1{%d,}" % (GLUED_REPEATS - 1))
 _PROSE_RUN = re2.compile(rb"(?:[A-Za-z][A-Za-z',.!?;:-]*(?:[ \n]|\z)){%d,}" % PROSE_WORDS)
 _LITERALS = frozenset({"true", "false", "null", "none", "nan", "inf"})
 _HEX_BYTE = re.compile(r"[a-f]{2}")  # a memory dump's bytes (`ff ff`, `de ad be ef`)
+_HEX_LETTERS = re.compile(rb"[a-fA-F]+")
+_CAMEL = re.compile(rb"[a-z][A-Z]")
 # the end of a sentence in text written without spaces
 _CJK_STOP = re.compile(r"[。！？；]")
+_CJK_END = re2.compile("(?:。|！|？|；)".encode())
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 _NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
 
@@ -203,7 +206,7 @@ def _repeated(log: Log) -> list[Evidence] | None:
 
 def _loop(words: list[str]) -> tuple[str, int] | None:
     """A run of one to PHRASE_WORDS words repeated back to back, and how many times."""
-    plain = [w.rstrip(",").lower() if w.endswith(",") else w for w in words]
+    plain = [w.rstrip(",") for w in words]
     for k in range(1, PHRASE_WORDS + 1):
         need = (REPEATS if k == 1 else PHRASE_REPEATS) - 1
         same = 0
@@ -213,30 +216,55 @@ def _loop(words: list[str]) -> tuple[str, int] | None:
                 continue
             first = i - k * need + 1
             unit = plain[first : first + k]
-            text = " ".join(unit)
-            if k == 1 and not (unit[0].isalpha() and unit[0].islower()):
+            if _no_loop(unit):
                 continue
-            if (k == 1 and unit[0] in _LITERALS) or all(_HEX_BYTE.fullmatch(w) for w in unit):
-                continue
-            if k > 1 and (len(set(unit)) == 1 or len(text) < 6 or text.upper() == text):
-                continue
-            return text, need + 1
+            times, j = 1, first + k
+            while plain[j : j + k] == unit:
+                times, j = times + 1, j + k
+            return " ".join(unit), times
     return None
+
+
+def _no_loop(unit: list[str]) -> bool:
+    """A unit that repeats in text people and programs write: a capitalised word alone, the
+    literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a status
+    line's phrase (`Waiting for the server...`), two or three letters in all."""
+    text = " ".join(unit)
+    if len(unit) == 1 and not (unit[0].isalpha() and unit[0].islower()):
+        return True
+    if all(w.lower() in _LITERALS or _HEX_BYTE.fullmatch(w) for w in unit):
+        return True
+    return len(unit) > 1 and (
+        len(set(unit)) == 1
+        or len(text) < 6
+        or text.upper() == text
+        or any(w.endswith("...") for w in unit)
+    )
+
+
+def _prompt_logged(text: bytes | bytearray) -> bool:
+    """vLLM's request log quotes the prompt, which is the user's text, not the answer."""
+    return b"Received request " in text and b"prompt: " in text
 
 
 def _phrase_repeat(log: Log) -> list[Evidence] | None:
     """The first line whose plain words loop a phrase (or a word with commas after it). A stretch
     RE2 finds may run over several lines of one record: each line is read apart, since a short
     message printed on line after line is no loop."""
-    at = log.spaced_at
-    for read, m in enumerate(_PROSE_RUN.finditer(log.spaced)):
-        if not read & 0xFF:
-            _check(log)
+    at, data, read = log.spaced_at, log.spaced, 0
+    for m in _PROSE_RUN.finditer(data):
         for k in range(_line_at(log, m.start()), _line_at(log, m.end() - 1) + 1):
-            lo, hi = max(m.start(), at[k]), min(m.end(), at[k + 1] - 1)
-            words = log.spaced[lo:hi].decode(errors="replace").split()
-            # a loop repeats at least three words; a line without three repeats has none
-            if len(words) < PROSE_WORDS or len(words) - len(set(words)) < PHRASE_REPEATS - 1:
+            read += 1
+            if not read & 0xFF:
+                _check(log)
+            lo, hi = max(m.start(), at[k]), min(m.end(), at[k + 1] - 1, at[k] + MAX_LINE)
+            if hi - lo < 2 * PROSE_WORDS:
+                continue
+            words = data[lo:hi].decode(errors="replace").split()
+            # a loop repeats its words: a line with few words twice has none
+            if len(words) < PROSE_WORDS or len(words) - len(set(words)) < PHRASE_REPEATS:
+                continue
+            if _prompt_logged(data[at[k] : at[k + 1]]):
                 continue
             found = _loop(words)
             if found is not None:
@@ -247,23 +275,28 @@ def _phrase_repeat(log: Log) -> list[Evidence] | None:
 
 def _sentences(log: Log) -> list[Evidence] | None:
     """The first line of text written without spaces where one sentence comes three times in a
-    row (only lines with other characters than ASCII)."""
+    row (only lines with SENTENCE_REPEATS of its sentence ends, which RE2 finds in one pass)."""
     if log.ascii:
         return None
-    pos, size, read = 0, len(log.spaced), 0
-    while (m := _NON_ASCII.search(log.spaced, pos)) is not None:
+    last, read = -1, 0
+    for m in _CJK_END.finditer(log.spaced):
         read += 1
+        if not read & 0xFF:
+            _check(log)
         k = _line_at(log, m.start())
-        parts = [p.strip() for p in _CJK_STOP.split(log.lines[k].text[:MAX_LINE])]
+        if k == last:
+            continue
+        last = k
+        text = log.lines[k].text[:MAX_LINE]
+        if len(_CJK_STOP.findall(text)) < SENTENCE_REPEATS:
+            continue
+        parts = [p.strip() for p in _CJK_STOP.split(text)]
         same = 0
         for a, b in itertools.pairwise(parts):
             same = same + 1 if a == b and len(a) >= 4 and any(_is_cjk(c) for c in a) else 0
             if same == SENTENCE_REPEATS - 1:
                 caps = {"word": a, "times": str(SENTENCE_REPEATS)}
                 return [Evidence(REPEAT, (log.lines[k],), caps)]
-        pos = log.spaced_at[k + 1] if k + 1 < len(log.spaced_at) else size
-        if not read & 0xFF:
-            _check(log)
     return None
 
 
@@ -284,6 +317,8 @@ def _spaced_repeat(log: Log) -> list[Evidence] | None:
             continue
         last = k
         text = log.lines[k].text[:MAX_LINE].encode()
+        if _prompt_logged(text):
+            continue
         hit = _REPEATED.search(text)
         if hit is not None:
             times = len(hit.group(0).split())
@@ -298,11 +333,17 @@ def _glued_repeat(log: Log) -> list[Evidence] | None:
     for read, m in enumerate(_LETTER_RUN.finditer(log.spaced)):
         if not read & 0xFF:
             _check(log)
-        for hit in _GLUED.finditer(m.group(0)):
+        for hit in _GLUED.finditer(m.group(0)[:MAX_LINE]):
             unit = hit.group(1)
             if len(set(unit)) < 2 or not any(c != ord("-") for c in unit):
                 continue
+            # a dump's hex bytes (`abab`), base64 of a repeated byte (`gICAgICA`, `IyMjIyMj`:
+            # a lowercase letter before a capital, which a token's own spelling has not)
+            if _HEX_LETTERS.fullmatch(unit) or _CAMEL.search(unit * 2):
+                continue
             k = _line_at(log, m.start())
+            if _prompt_logged(log.lines[k].text[:MAX_LINE].encode()):
+                break
             times = len(hit.group(0)) // len(unit)
             caps = {"word": unit.decode(), "times": str(times)}
             return [Evidence(REPEAT, (log.lines[k],), caps)]

@@ -112,15 +112,15 @@ def test_one_token_glued_to_itself_over_and_over() -> None:
 
 
 def test_a_phrase_over_and_over() -> None:
-    said = "Are there going to be parts of things that they can exercise? " + "I think. " * 5
+    said = "Are there going to be parts of things that they can exercise? " + "I think. " * 9
     ev = find_garbled(_log(said + "\n"), TextCheck.REPEATED_WORD)
-    assert ev is not None and ev[0].captures == {"word": "I think.", "times": "4"}
-    story = "so the story goes on with the cat and the " + "lot pet dealer " * 4
+    assert ev is not None and ev[0].captures == {"word": "I think.", "times": "9"}
+    story = "so the story goes on with the cat and the " + "lot pet dealer " * 7
     ev = find_garbled(_log(story + "\n"), TextCheck.REPEATED_WORD)
-    assert ev is not None and ev[0].captures["times"] == "4"
-    salad = "What is the best to make of the butter, the sugar, " + "the, " * 6
+    assert ev is not None and ev[0].captures == {"word": "lot pet dealer", "times": "7"}
+    salad = "What is the best to make of the butter, the sugar, " + "the, " * 16
     ev = find_garbled(_log(salad + "\n"), TextCheck.REPEATED_WORD)
-    assert ev is not None and ev[0].captures == {"word": "the", "times": "6"}
+    assert ev is not None and ev[0].captures == {"word": "the", "times": "16"}
 
 
 @pytest.mark.parametrize(
@@ -128,17 +128,38 @@ def test_a_phrase_over_and_over() -> None:
     [
         # a short message printed line after line, without a timestamp to part them
         "Waiting for the engine core to start up now\n" * 12,
-        # three times only, and prose that repeats a word here and there
-        "you say I think. I think. I think. and go on with the rest of what you had to say\n",
-        "the cat and the dog and the bird and the fish went out to see the sea and the sky\n",
-        # JSON's and tensors' literals, a memory dump's bytes, capitals of a topology matrix
-        "mask: [true, true, true, true, true, true, true, true] in the config of this model\n",
-        "logits are nan, nan, nan, nan, nan, nan, nan, nan and so the sampler picks token zero\n",
-        "dump of it: de ad be ef de ad be ef de ad be ef de ad be ef de ad be ef and more\n",
-        "GPU links: PIX PHB PIX PHB PIX PHB PIX PHB PIX PHB PIX PHB on this node as shown\n",
+        # five times only, and prose that repeats a word here and there
+        "so the plan for next week is to finish it and then " + "I think. " * 5 + "we go on\n",
+        "the cat and the dog and the bird and the fish went out to see the sea and the sky"
+        " and the sun and the moon and the stars and the rain\n",
+        # a status line printed with no newline, JSON's and tensors' literals, a dump's bytes,
+        # capitals of a topology matrix, a capitalised word with commas
+        "start.sh: " + "Waiting for the server to come up... " * 8 + "\n",
+        "mask: [" + "true, false, " * 12 + "true] in the config of this model as it was read\n",
+        "flags: [" + "True, False, " * 12 + "True] in the config of this model as it was read\n",
+        "logits are " + "nan, " * 12 + "and so the sampler picks token zero for every step\n",
+        "dump of it: " + "de ad be ef " * 8 + "and more of the same bytes\n",
+        "GPU links: " + "PIX PHB " * 8 + "on this node as the matrix shows it\n",
+        "names: " + "The, " * 8 + "and so on for every row of the table that was printed\n",
+        # vLLM's request log quotes the user's prompt, not the answer
+        "INFO 04-02 10:00:01 [logger.py:39] Received request cmpl-1: prompt: '"
+        + "hello world " * 16
+        + "', params: SamplingParams(n=1)\n",
     ],
 )
 def test_text_that_repeats_itself_without_looping(text: str) -> None:
+    assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "data:\n  config: c2VydmVyOgogICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAg\n",
+        "IyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMj\n",
+        "00000000: ababababababababababababababababababababab\n",
+    ],
+)
+def test_base64_and_hex_of_a_repeated_byte_are_no_token_loop(text: str) -> None:
     assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None
 
 
@@ -152,10 +173,10 @@ def test_a_sentence_three_times_in_text_written_without_spaces() -> None:
 
 
 def test_the_first_loop_in_the_paste_is_the_evidence() -> None:
-    text = "first: " + "ab" * GLUED_REPEATS + "\nthen: " + "go " * REPEATS + "\n"
+    text = "first: " + "ry" * GLUED_REPEATS + "\nthen: " + "go " * REPEATS + "\n"
     ev = find_garbled(_log(text), TextCheck.REPEATED_WORD)
-    assert ev is not None and ev[0].captures["word"] == "ab" and ev[0].number == 1
-    text = "first: " + "go " * REPEATS + "\nthen: " + "ab" * GLUED_REPEATS + "\n"
+    assert ev is not None and ev[0].captures["word"] == "ry" and ev[0].number == 1
+    text = "first: " + "go " * REPEATS + "\nthen: " + "ry" * GLUED_REPEATS + "\n"
     ev = find_garbled(_log(text), TextCheck.REPEATED_WORD)
     assert ev is not None and ev[0].captures["word"] == "go"
 

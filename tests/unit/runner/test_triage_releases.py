@@ -160,10 +160,13 @@ def test_a_quoted_name_is_no_message_cut_short() -> None:
     cut = cut_pattern(r"text_generation_launcher: Shard \d+ crashed")
     assert cut is not None
     regex, _ = cut
-    json = '{"fields":{"message":"Shutting down shards"},"target":"text_generation_launcher"}'
-    assert not re2.search(regex, json)
+    logged = '{"fields":{"message":"Shutting down shards"},"target":"text_generation_launcher"}'
+    assert not re2.search(regex, logged)
     assert re2.search(regex, 'the launcher said "text_generation_launcher: Shard 0" and')
     assert re2.search(regex, "text_generation_launcher: Shard")  # cut at the paste's end
+    # nor in the lines joined with nothing, where every space is optional
+    colon = logged.replace('launcher"}', 'launcher:"}')
+    assert triage(logged + "\n", SCEN) == [] and triage(colon + "\n", SCEN) == []
 
 
 def test_the_view_and_json_say_releases_and_cut(tmp_path: Path) -> None:
