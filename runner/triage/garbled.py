@@ -29,9 +29,11 @@ say them:
   "lot pet dealer lot pet dealer") is `PHRASE_REPEATS` times a run of two to `PHRASE_WORDS`
   words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters and their
   punctuation, which log lines with paths, numbers and brackets break); a word with a comma
-  after it ("the, the, the,") counts as the word, except the literals of JSON and tensors
-  (`true, true`, `nan, nan`). In text written without spaces, the same sentence three times in
-  a row ("很高兴你们能在这里。" thrice) is the loop.
+  after it ("the, the, the,") counts as the word. What programs print over and over is not
+  read: the literals of JSON and tensors (`true, false`, `nan, nan`), hex letters and base64 of a
+  repeated byte (`abab`, `gICAgICA`), a status phrase with an ellipsis printed without a newline,
+  and vLLM's request log, which quotes the user's prompt. In text written without spaces, the
+  same sentence three times in a row ("很高兴你们能在这里。" thrice) is the loop.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -228,7 +230,7 @@ def _loop(words: list[str]) -> tuple[str, int] | None:
 def _no_loop(unit: list[str]) -> bool:
     """A unit that repeats in text people and programs write: a capitalised word alone, the
     literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a status
-    line's phrase (`Waiting for the server...`), two or three letters in all."""
+    line's phrase (`Waiting for the server...`), fewer than six characters in all."""
     text = " ".join(unit)
     if len(unit) == 1 and not (unit[0].isalpha() and unit[0].islower()):
         return True
