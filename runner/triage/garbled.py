@@ -46,7 +46,9 @@ import re
 import unicodedata
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Iterator
 from functools import cache
+from typing import Any
 
 import re2
 
@@ -280,15 +282,7 @@ def _sentences(log: Log) -> list[Evidence] | None:
     row (only lines with SENTENCE_REPEATS of its sentence ends, which RE2 finds in one pass)."""
     if log.ascii:
         return None
-    last, read = -1, 0
-    for m in _CJK_END.finditer(log.spaced):
-        read += 1
-        if not read & 0xFF:
-            _check(log)
-        k = _line_at(log, m.start())
-        if k == last:
-            continue
-        last = k
+    for k in _lines_found(log, _CJK_END):
         text = log.lines[k].text[:MAX_LINE]
         if len(_CJK_STOP.findall(text)) < SENTENCE_REPEATS:
             continue
@@ -302,6 +296,18 @@ def _sentences(log: Log) -> list[Evidence] | None:
     return None
 
 
+def _lines_found(log: Log, finder: Any) -> Iterator[int]:
+    """Each line (its index, once) where `finder`, on RE2, matches in one pass over the log."""
+    last = -1
+    for read, m in enumerate(finder.finditer(log.spaced)):
+        if not read & 0xFF:
+            _check(log)
+        k = _line_at(log, m.start())
+        if k != last:
+            last = k
+            yield k
+
+
 def _is_cjk(c: str) -> bool:
     return script(c) == "CJK"
 
@@ -309,15 +315,7 @@ def _is_cjk(c: str) -> bool:
 def _spaced_repeat(log: Log) -> list[Evidence] | None:
     """The first line with one word over and over: lines where six words in a row start with one
     letter (RE2, one pass) are read for the same word again and again."""
-    data = log.spaced
-    last = -1
-    for read, m in enumerate(_SAME_START.finditer(data)):
-        if not read & 0xFF:
-            _check(log)
-        k = _line_at(log, m.start())
-        if k == last:
-            continue
-        last = k
+    for k in _lines_found(log, _SAME_START):
         text = log.lines[k].text[:MAX_LINE].encode()
         if _prompt_logged(text):
             continue
