@@ -193,6 +193,19 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
     """(the regex a cut message matches, its shortest start) for `pattern`, or None where too
     little of it is literal: a start of the message with at least MIN_LITERAL of its literal
     characters, and not the whole, up to the end of the text."""
+    forms = _cut_forms(pattern)
+    if forms is None:
+        return None
+    unquoted, quoted, start = forms
+    return (f"{unquoted}|{quoted}" if quoted else unquoted), start
+
+
+@cache
+def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
+    """`cut_pattern`'s regex in its two forms, the message's start at a record's end and (where
+    the start holds a space) the message quoted in part, and its shortest start. The lines
+    joined with nothing are read for the first form only: every space is optional there, and a
+    quoted name would pass for quoted words."""
     alts = []
     quoted = []
     starts = []
@@ -217,26 +230,14 @@ def cut_pattern(pattern: str) -> tuple[str, str] | None:
     if not alts:
         return None
     whole = "|".join(f"(?:{a})" for a in alts)
-    rx = f"(?:{whole}){_CLOSERS}\\s*$"
-    if quoted:
-        inside = "|".join(f"(?:{a})" for a in quoted)
-        rx += f"|{_QUOTE_OPEN}\\s*(?:{inside}){_QUOTE_CLOSE}"
-    start = "|".join(f"(?:{s})" for s in starts)
+    unquoted = f"(?:{whole}){_CLOSERS}\\s*$"
+    inside = "|".join(f"(?:{a})" for a in quoted)
+    quote = f"{_QUOTE_OPEN}\\s*(?:{inside}){_QUOTE_CLOSE}" if quoted else None
     try:
-        compile_user(rx)
+        compile_user(f"{unquoted}|{quote}" if quote else unquoted)
     except ValueError:
         return None
-    return rx, start
-
-
-@cache
-def _unquoted(pattern: str) -> str | None:
-    """`cut_pattern`'s regex without its quoted form: the one read in the lines joined with
-    nothing, where every space is optional and a quoted name would pass for quoted words."""
-    cut = cut_pattern(pattern)
-    if cut is None:
-        return None
-    return cut[0].split(f"|{_QUOTE_OPEN}", 1)[0]
+    return unquoted, quote, "|".join(f"(?:{s})" for s in starts)
 
 
 @cache
@@ -255,8 +256,8 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
     cut = cut_pattern(pattern.regex)
     finder = _record_end_finder(cut[0]) if cut else None
     # the lines joined with nothing lose the spaces a hard wrap broke at (runner.triage.match)
-    unquoted = _unquoted(pattern.regex)
-    joined_finder = _record_end_finder(loose(unquoted)) if unquoted else None
+    forms = _cut_forms(pattern.regex)
+    joined_finder = _record_end_finder(loose(forms[0])) if forms else None
     if cut is None or finder is None or joined_finder is None or start >= len(log.lines):
         return None
     if not log.may_match(cut[0]):
