@@ -97,6 +97,8 @@ class Sighting:
     # the triage entry's own recovery and shortcuts, for a cause other than the scenario's
     recover: tuple[str, ...] = ()
     shortcuts: tuple[str, ...] = ()
+    # read from an engine's death wrapper, whose root cause the engine logs beside it
+    wrapper: bool = False
 
 
 class RecoverySource(enum.StrEnum):
@@ -120,6 +122,11 @@ class Finding:
     @property
     def first_line(self) -> int:
         return min(s.evidence[0].number for s in self.sightings)
+
+    @property
+    def wrapper(self) -> bool:
+        """Read only from an engine's death wrappers: the death, not what caused it."""
+        return all(s.wrapper for s in self.sightings)
 
     @property
     def cut(self) -> bool:
@@ -301,7 +308,8 @@ def triage(
     max_lines: int = MAX_LINES,
     timeout_s: float = TIMEOUT_S,
 ) -> list[Finding]:
-    """The known failures `text` shows, in the order they first appear. Raises BudgetExceeded
+    """The known failures `text` shows, in the order they first appear (an engine's death
+    wrapper after the other failures, which caused it). Raises BudgetExceeded
     for a log of more than `max_lines` lines (before reading it) or one not triaged within
     `timeout_s` seconds: time and memory grow with the log's size, once."""
     deadline = Deadline.after(timeout_s)
@@ -320,8 +328,12 @@ def triage(
         if sightings:
             found.append((ls, _distinct(sightings)))
     markers = _marker_lines(log) if found else []
-    findings = [_finding(ls, sightings, log, markers) for ls, sightings in found]
-    return sorted(_most_telling(findings), key=lambda f: f.first_line)
+    findings = _most_telling([_finding(ls, sightings, log, markers) for ls, sightings in found])
+    # an engine's death wrapper comes after another failure the paste shows, which is what
+    # killed it (the NCCL watchdog that took the process down, the GPU that fell off the bus),
+    # wherever its lines stand
+    causes = any(not f.wrapper for f in findings)
+    return sorted(findings, key=lambda f: (causes and f.wrapper, f.first_line))
 
 
 def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:
@@ -432,8 +444,9 @@ def _sighting(
     lacks = entry.cut_before if entry is not None and cut == "before" else None
     recover = tuple(_flat(r) for r in entry.recover) if entry is not None else ()
     shortcuts = tuple(_flat(r) for r in entry.shortcuts) if entry is not None else ()
+    wrapper = entry is not None and entry.cut_before_cause
     return Sighting(
-        view, node, pod, tuple(ev), releases, note, cut, when, lacks, recover, shortcuts
+        view, node, pod, tuple(ev), releases, note, cut, when, lacks, recover, shortcuts, wrapper
     )
 
 

@@ -33,7 +33,9 @@ say them:
   read: the literals of JSON and tensors (`true, false`, `nan, nan`), hex letters and base64 of a
   repeated byte (`abab`, `gICAgICA`), a status phrase with an ellipsis printed without a newline,
   and vLLM's request log, which quotes the user's prompt. In text written without spaces, the
-  same sentence three times in a row ("很高兴你们能在这里。" thrice) is the loop.
+  same sentence three times in a row ("很高兴你们能在这里。" thrice) is the loop, and so is one
+comma ten times in a row ("，，，，") or a word of one to four characters with its comma five
+times ("我，我，我，"), which people write neither (a list's words differ).
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -91,6 +93,20 @@ _LITERALS = frozenset({"true", "false", "null", "none", "nan", "inf"})
 _HEX_BYTE = re.compile(r"[a-f]{2}")  # a memory dump's bytes (`ff ff`, `de ad be ef`)
 _HEX_LETTERS = re.compile(rb"[a-fA-F]+")
 _CAMEL = re.compile(rb"[a-z][A-Z]")
+# a loop in text written without spaces: one comma over and over, or a word of one to four
+# characters with its comma again and again ("我，我，我，"); RE2 finds the lines, the loop
+# itself is read with a backreference on those lines alone
+COMMAS = 10
+CJK_REPEATS = 5
+_CJK_LETTER = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
+_CJK_COMMA_RUN = re2.compile(
+    rf"[，、]{{{COMMAS},}}|(?:[{_CJK_LETTER}]{{1,4}}[，、]){{{CJK_REPEATS},}}".encode()
+)
+_CJK_UNIT = re.compile(
+    rf"[，、]{{{COMMAS},}}"
+    r"|((?:[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]){1,4}[，、])"
+    rf"\1{{{CJK_REPEATS - 1},}}"
+)
 # the end of a sentence in text written without spaces
 _CJK_STOP = re.compile(r"[。！？；]")
 _CJK_END = re2.compile("(?:。|！|？|；)".encode())
@@ -202,7 +218,13 @@ def _repeated(log: Log) -> list[Evidence] | None:
     """The first line with one token or phrase over and over, spaced or glued."""
     found = [
         ev
-        for ev in (_spaced_repeat(log), _glued_repeat(log), _phrase_repeat(log), _sentences(log))
+        for ev in (
+            _spaced_repeat(log),
+            _glued_repeat(log),
+            _phrase_repeat(log),
+            _sentences(log),
+            _cjk_commas(log),
+        )
         if ev is not None
     ]
     return min(found, key=lambda ev: ev[0].number) if found else None
@@ -293,6 +315,23 @@ def _sentences(log: Log) -> list[Evidence] | None:
             if same == SENTENCE_REPEATS - 1:
                 caps = {"word": a, "times": str(SENTENCE_REPEATS)}
                 return [Evidence(REPEAT, (log.lines[k],), caps)]
+    return None
+
+
+def _cjk_commas(log: Log) -> list[Evidence] | None:
+    """The first line of text written without spaces where one comma comes COMMAS times in a
+    row, or one short word with its comma CJK_REPEATS times."""
+    if log.ascii:
+        return None
+    for k in _lines_found(log, _CJK_COMMA_RUN):
+        text = log.lines[k].text[:MAX_LINE]
+        if _prompt_logged(text.encode()):
+            continue
+        hit = _CJK_UNIT.search(text)
+        if hit is not None:
+            unit = hit.group(1) or hit.group(0)[0]
+            caps = {"word": unit, "times": str(len(hit.group(0)) // len(unit))}
+            return [Evidence(REPEAT, (log.lines[k],), caps)]
     return None
 
 

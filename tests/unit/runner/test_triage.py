@@ -525,6 +525,20 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["TGI's router cannot reach its shard's socket, the shard's process gone"],
             ),
+            # triage: LMDeploy's engine loop; a C++ abort after the server answered
+            (
+                "the serving node's",
+                "serving",
+                ["LMDeploy's engine loop raised after the engine was built"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "the server answered requests",
+                    "then a C++ exception nothing caught aborted the process",
+                ],
+            ),
             (
                 "the serving node's",
                 "serving",
@@ -739,6 +753,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the decode engine's",
                 "decode",
                 ["NIXL raised an error moving KV cache or loading a peer's metadata"],
+            ),
+            (
+                "the decode engine's",
+                "decode",
+                ["NIXL began a KV transfer between the engines that did not complete"],
             ),
             (
                 "the prefill engine's",

@@ -274,3 +274,25 @@ def test_sglangs_child_death_and_the_watchdogs_status_line_bring_their_own_steps
         "lines",
     )
     assert any("a peer that died" in x for x in f.fixes)
+
+
+def test_an_engines_death_wrapper_comes_after_the_failure_that_killed_it() -> None:
+    # the API server's wrapper is logged first, the watchdog's timeout (ProcessGroupNCCL.cpp's
+    # checkTimeout wording) after it, yet the watchdog is what took the engine down
+    text = (
+        "ERROR 05-08 20:24:09 serving.py:120] Error generating stream: Background loop has "
+        "errored already.\n"
+        "[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1196, OpType=GATHER, NumelIn=12000, NumelOut=12000, "
+        "Timeout(ms)=600000) ran for 600073 milliseconds before timing out.\n"
+        "[rank0]:[E ProcessGroupNCCL.cpp:583] [Rank 0] To avoid data inconsistency, we are "
+        "taking the entire process down.\n"
+    )
+    found = triage(text, SCEN)
+    ids = [f.scenario.scenario.metadata.id for f in found]
+    assert ids == ["nccl-watchdog-timeout", "engine-core-death"]
+    assert [f.wrapper for f in found] == [False, True]
+    # alone, the wrapper is the finding
+    assert [f.scenario.scenario.metadata.id for f in triage(text.split("\n")[0], SCEN)] == [
+        "engine-core-death"
+    ]
