@@ -27,8 +27,9 @@ say them:
   row; identifiers, words and base64 do not repeat a unit so, and one character over and over
   (`AAAA`, `xxxx`, a rule of `----`) is not read. A loop of a phrase ("I think. I think.",
   "lot pet dealer lot pet dealer") is `PHRASE_REPEATS` times a run of two to `PHRASE_WORDS`
-  words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters and their
-  punctuation, which log lines with paths, numbers and brackets break); a word with a comma
+  words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters, digits and
+  their punctuation, which log lines with paths, units and brackets break; a JSON string's
+  escaped newline separates words as a newline does); a word with a comma
   after it ("the, the, the,") counts as the word. What programs print over and over is not
   read: the literals of JSON and tensors (`true, false`, `nan, nan`), hex letters and base64 of a
   repeated byte (`abab`, `gICAgICA`), a status phrase with an ellipsis printed without a newline,
@@ -88,7 +89,12 @@ _SAME_START = re2.compile(
 _LETTER_RUN = re2.compile(rb"[A-Za-z-]{%d,}" % (2 * GLUED_REPEATS))
 _GLUED = re.compile(rb"([A-Za-z-]{2,6}?)\1{%d,}" % (GLUED_REPEATS - 1))
 # a stretch of plain words, where a phrase that loops is read (RE2, one pass)
-_PROSE_RUN = re2.compile(rb"(?:[A-Za-z][A-Za-z',.!?;:-]*(?:[ \n]|\z)){%d,}" % PROSE_WORDS)
+# (words of letters or digits; the escapes of a JSON string's "\n" separate them as a newline
+# does, since an answer quoted in JSON shows its line breaks so)
+_PROSE_RUN = re2.compile(
+    rb"(?:[A-Za-z0-9][A-Za-z0-9',.!?;:-]*(?:(?:[ \n]|\\[nrt])+|\z)){%d,}" % PROSE_WORDS
+)
+_ESCAPE = re.compile(r"\\[nrt]")
 _LITERALS = frozenset({"true", "false", "null", "none", "nan", "inf"})
 _HEX_BYTE = re.compile(r"[a-f]{2}")  # a memory dump's bytes (`ff ff`, `de ad be ef`)
 _HEX_LETTERS = re.compile(rb"[a-fA-F]+")
@@ -252,12 +258,14 @@ def _loop(words: list[str]) -> tuple[str, int] | None:
 
 
 def _no_loop(unit: list[str]) -> bool:
-    """A unit that repeats in text people and programs write: a capitalised word alone, the
-    literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a status
-    line's phrase (`Waiting for the server...`), fewer than six characters in all."""
+    """A unit that repeats in text people and programs write: a capitalised word alone, numbers
+    alone, the literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a
+    status line's phrase (`Waiting for the server...`), fewer than six characters in all."""
     text = " ".join(unit)
     if len(unit) == 1 and not (unit[0].isalpha() and unit[0].islower()):
         return True
+    if not any(c.isalpha() for w in unit for c in w):
+        return True  # numbers alone: a tensor's or a table's values
     if all(w.lower() in _LITERALS or _HEX_BYTE.fullmatch(w) for w in unit):
         return True
     return len(unit) > 1 and (
@@ -286,7 +294,7 @@ def _phrase_repeat(log: Log) -> list[Evidence] | None:
             lo, hi = max(m.start(), at[k]), min(m.end(), at[k + 1] - 1, at[k] + MAX_LINE)
             if hi - lo < 2 * PROSE_WORDS:
                 continue
-            words = data[lo:hi].decode(errors="replace").split()
+            words = _ESCAPE.sub(" ", data[lo:hi].decode(errors="replace")).split()
             # a loop repeats its words: a line with few words twice has none
             if len(words) < PROSE_WORDS or len(words) - len(set(words)) < PHRASE_REPEATS:
                 continue

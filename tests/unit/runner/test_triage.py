@@ -237,6 +237,15 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
             # triage: SGLang's profile at or below zero tokens
             ("the serving node's", "serving", ["SGLang's profile leaves the KV pool no token"]),
+            # triage: TensorRT-LLM's executor out of memory at its KV cache
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "TensorRT-LLM ran out of GPU memory building its executor",
+                    "in the KV cache, after the weights",
+                ],
+            ),
             # triage: TGI's warm-up
             (
                 "the serving node's",
@@ -272,6 +281,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "a client's",
                 "serving",
                 ['an answer of only "!", token 0 (the argmax of NaN logits)'],
+            ),
+            (
+                "a client's",
+                "serving",
+                ["the answer's tokens are token 0 over and over, or their log-probability NaN"],
             ),
             (
                 "a client's",
@@ -418,6 +432,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["a TensorRT-LLM rank finds no GPU of its index"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["the launcher sees fewer CUDA devices than the shards it must start"],
             ),
             (
@@ -537,6 +556,19 @@ def test_every_signature_a_scenario_declares() -> None:
                 [
                     "the server answered requests",
                     "then a C++ exception nothing caught aborted the process",
+                ],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["TGI's router lost its shard in the middle of a batch it was serving"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "Triton's server crashed (a segmentation fault or an abort)",
+                    "inside TensorRT-LLM's loop that serves requests",
                 ],
             ),
             (
