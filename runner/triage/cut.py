@@ -9,8 +9,9 @@ paste still names the failure by what is there:
   alternatives or quantifier opened up, so that it can be cut inside), keeping at least
   `MIN_LITERAL` of its literal characters, matching up to the end of a record: the paste, or
   the message, ends there, or only what closes a shortened quote follows (`...`, a backtick,
-  quotes, a full stop, a table cell's `|`); or it stands inside a quotation that closes before
-  its end, the writer's words going on (a message quoted in part in prose);
+  quotes, a full stop, a table cell's `|`, a pager's `>` where it chopped the line); or it
+  stands inside a quotation that closes before its end, the writer's words going on (a message
+  quoted in part in prose);
 - the raise: the traceback's last frame is a place the pattern says the message is raised in
   (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
   exception after it; or the frame before it, whose source line calls such a place when that
@@ -37,8 +38,10 @@ from runner.triage.match import _OPTIONS, QUANTIFIER, Evidence, Log, _finder, lo
 
 MIN_LITERAL = 24  # literal characters a cut message must still show
 # what a writer closes a shortened message with before the record ends: an ellipsis, the end of
-# an inline code span, a quotation, emphasis or parenthesis, a full stop, a Markdown table cell
-_CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|]))*"
+# an inline code span, a quotation, emphasis or parenthesis, a full stop, a Markdown table cell;
+# or a pager's mark for a line it chopped at the screen's edge (less's `>`, as journalctl and
+# git page their output; systemctl's ellipsis, which normalise folds to `...`)
+_CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|>]))*"
 # or the message quoted in part inside prose, a quotation opened right before its start and closed
 # after it (`the server said "The model's max seq len (8192) is larger than ..." and`); an
 # apostrophe closes only before a non-letter, as one inside a word ("model's") is not a quote
