@@ -11,10 +11,10 @@ say them:
   mixes Han and kana, which count as one CJK system with Hangul; a list of greetings in six
   languages switches five times), so a stretch of `WINDOW` characters of one line must switch
   systems at least `SWITCHES` times and come back to at least `SCRIPTS` of them. Tokens also glue
-  systems together inside a word ("amongсилання", "ยายvisão"), which people's text does not,
-  except beside Han, kana or Hangul, written without spaces ("使用vLLM部署"), and Greek, a
-  symbol in formulas and units ("ΔT", "10μs"): a stretch with `GLUED` such switches between
-  other systems needs only `SCRIPTS` - 1 systems. Only letters of
+  systems together inside a word ("amongсилання", "ยายvisão", "עסקי람เดอะ"), which people's
+  text does not, except Latin beside Han, kana or Hangul, written without spaces (a name or
+  code: "使用vLLM部署"), and Greek, a symbol in formulas and units ("ΔT", "10μs"): a stretch
+  with `GLUED` such switches needs only `SCRIPTS` - 1 systems. Only letters of
   the systems in `_SYSTEMS` count: marks, symbols and letters Unicode files elsewhere (the
   prolonged-sound mark, modifier letters) are no system;
 - one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
@@ -29,14 +29,16 @@ say them:
   "lot pet dealer lot pet dealer") is `PHRASE_REPEATS` times a run of two to `PHRASE_WORDS`
   words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters, digits and
   their punctuation, which log lines with paths, units and brackets break; a JSON string's
-  escaped newline separates words as a newline does); a word with a comma
-  after it ("the, the, the,") counts as the word. What programs print over and over is not
+  escaped newline separates words as a newline does); a word with a comma after it ("the,
+  the, the,") counts as the word, and a sentence of at least `SENTENCE_WORDS` words
+  `SENTENCE_REPEATS` times in a row is a loop too, which a paste cut after a few repeats still
+  shows. What programs print over and over is not
   read: the literals of JSON and tensors (`true, false`, `nan, nan`), hex letters and base64 of a
   repeated byte (`abab`, `gICAgICA`), a status phrase with an ellipsis printed without a newline,
   and vLLM's request log, which quotes the user's prompt. In text written without spaces, the
   same sentence three times in a row ("很高兴你们能在这里。" thrice) is the loop, and so is one
-comma ten times in a row ("，，，，") or a word of one to four characters with its comma five
-times ("我，我，我，"), which people write neither (a list's words differ).
+  comma ten times in a row ("，，，，") or a word of one to four characters with its comma five
+  times ("我，我，我，"), which people write neither (a list's words differ).
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -69,6 +71,7 @@ PHRASE_REPEATS = 6
 PHRASE_WORDS = 8
 PROSE_WORDS = 24
 SENTENCE_REPEATS = 3
+SENTENCE_WORDS = 6
 
 # a lowercase ASCII word (not a two-letter hex byte), then the same word
 # again and again, separated by spaces or tabs only
@@ -153,8 +156,12 @@ _SYSTEMS = frozenset(
     ]
 )
 
-# the systems whose letters people's text glues to others' (no spaces in CJK; Greek symbols)
-_UNSPACED = frozenset({"CJK", "Greek"})
+
+# the pairs of systems people's text glues together: Han, kana or Hangul with Latin (no spaces
+# around a name or code in CJK text: "使用vLLM部署"), and Greek with any (a symbol: "ΔT", "10μs")
+def _glued_by_people(a: str, b: str) -> bool:
+    return {a, b} == {"CJK", "Latin"} or "Greek" in (a, b)
+
 
 SOUP = "an answer that mixes writing systems token by token (token soup)"
 REPEAT = "an answer that repeats one word or phrase over and over"
@@ -188,7 +195,7 @@ def mixed(text: str) -> tuple[int, int] | None:
         if s is None:
             continue
         if not runs or runs[-1][1] != s:
-            glued = last == i - 1 and not {runs[-1][1], s} & _UNSPACED
+            glued = last == i - 1 and not _glued_by_people(runs[-1][1], s)
             runs.append((i, s, glued))
         last = i
     seen: Counter[str] = Counter()
@@ -257,6 +264,24 @@ def _loop(words: list[str]) -> tuple[str, int] | None:
     return None
 
 
+def _sentence_loop(words: list[str]) -> tuple[str, int] | None:
+    """One sentence of at least SENTENCE_WORDS words SENTENCE_REPEATS times in a row, as text
+    written without spaces is read (_sentences): a longer unit than _loop's phrases, which a
+    paste cut after a few repeats still shows."""
+    sentences: list[str] = []
+    start = 0
+    for i, w in enumerate(words):
+        if w[-1] in ".!?" and not w.endswith("..."):
+            sentences.append(" ".join(words[start : i + 1]))
+            start = i + 1
+    same = 0
+    for a, b in itertools.pairwise(sentences):
+        same = same + 1 if a == b and len(a.split()) >= SENTENCE_WORDS else 0
+        if same == SENTENCE_REPEATS - 1:
+            return a, SENTENCE_REPEATS
+    return None
+
+
 def _no_loop(unit: list[str]) -> bool:
     """A unit that repeats in text people and programs write: a capitalised word alone, numbers
     alone, the literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a
@@ -300,7 +325,7 @@ def _phrase_repeat(log: Log) -> list[Evidence] | None:
                 continue
             if _prompt_logged(data[at[k] : at[k + 1]]):
                 continue
-            found = _loop(words)
+            found = _loop(words) or _sentence_loop(words)
             if found is not None:
                 caps = {"word": found[0], "times": str(found[1])}
                 return [Evidence(REPEAT, (log.lines[k],), caps)]
