@@ -264,6 +264,18 @@ def _loop(words: list[str]) -> tuple[str, int] | None:
     return None
 
 
+def _may_loop(words: list[str]) -> bool:
+    """Whether the words are counted often enough to hold a loop, before the loops are looked
+    for: a phrase's words each come PHRASE_REPEATS times (a word alone REPEATS), a sentence's
+    SENTENCE_WORDS words each SENTENCE_REPEATS times."""
+    counts = Counter(w.rstrip(",") for w in words)
+    if max(counts.values()) >= min(REPEATS, PHRASE_REPEATS):
+        return True
+    return sum(n for n in counts.values() if n >= SENTENCE_REPEATS) >= (
+        SENTENCE_WORDS * SENTENCE_REPEATS
+    )
+
+
 def _sentence_loop(words: list[str]) -> tuple[str, int] | None:
     """One sentence of at least SENTENCE_WORDS words SENTENCE_REPEATS times in a row, as text
     written without spaces is read (_sentences): a longer unit than _loop's phrases, which a
@@ -320,8 +332,7 @@ def _phrase_repeat(log: Log) -> list[Evidence] | None:
             if hi - lo < 2 * PROSE_WORDS:
                 continue
             words = _ESCAPE.sub(" ", data[lo:hi].decode(errors="replace")).split()
-            # a loop repeats its words: a line with few words twice has none
-            if len(words) < PROSE_WORDS or len(words) - len(set(words)) < PHRASE_REPEATS:
+            if len(words) < PROSE_WORDS or not _may_loop(words):
                 continue
             if _prompt_logged(data[at[k] : at[k + 1]]):
                 continue
