@@ -404,6 +404,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["Ray has no node with a GPU for one of the ranks' bundles"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["Ray's GPUs do not hold a placement group for each data-parallel rank"],
             ),
             (
