@@ -473,8 +473,9 @@ def triage(
     -t`, `docker compose logs`, journald, quoted in a chat or a Markdown fence, wrapped at a
     terminal's width, with digits masked as xxx. Every signature a scenario declares counts,
     another node's (`elsewhere`) included; several failures are listed in the order they first
-    appear, each with whose view the log is, the phase its lines show, and advice computed from
-    its numbers (e.g. the --max-model-len and --gpu-memory-utilization a KV shortage needs).
+    appear (an engine's death after the failures of its run that caused it), each with whose
+    view the log is, the phase its lines show, and advice computed from its numbers (e.g. the
+    --max-model-len and --gpu-memory-utilization a KV shortage needs).
     """
     from runner.cli.triage_view import as_dict, as_lines
     from runner.triage import triage as do_triage

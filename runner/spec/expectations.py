@@ -207,6 +207,13 @@ class TriageSignature(Model):
         "instance: start-up finished after a long compilation): where one follows the last "
         "match of these lines, the paste shows no failure of this kind.",
     )
+    after_cause: bool = Field(
+        default=False,
+        description="These lines are a death another failure may have caused (a process that "
+        "aborted, a server that crashed): where the paste shows another known failure later in "
+        "the same run, `gameday triage` lists that one first. `cut_before_cause` entries are "
+        "read so too.",
+    )
     cut_before_cause: bool = Field(
         default=False,
         description="vLLM logs the failure's root cause with these lines (a traceback that "

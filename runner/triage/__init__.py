@@ -97,7 +97,8 @@ class Sighting:
     # the triage entry's own recovery and shortcuts, for a cause other than the scenario's
     recover: tuple[str, ...] = ()
     shortcuts: tuple[str, ...] = ()
-    # read from an engine's death wrapper, whose root cause the engine logs beside it
+    # read from a death another failure may have caused: an engine's death wrapper, whose root
+    # cause the engine logs beside it, or a process that aborted (the entry's after_cause)
     wrapper: bool = False
 
 
@@ -125,7 +126,8 @@ class Finding:
 
     @property
     def wrapper(self) -> bool:
-        """Read only from an engine's death wrappers: the death, not what caused it."""
+        """Read only from a death another failure may have caused (an engine's death wrappers,
+        a process that aborted): the death, not what caused it."""
         return all(s.wrapper for s in self.sightings)
 
     @property
@@ -309,7 +311,7 @@ def triage(
     timeout_s: float = TIMEOUT_S,
 ) -> list[Finding]:
     """The known failures `text` shows, in the order they first appear (an engine's death
-    wrapper after the other failures, which caused it). Raises BudgetExceeded
+    after the other failures of its run, which caused it: _causes_first). Raises BudgetExceeded
     for a log of more than `max_lines` lines (before reading it) or one not triaged within
     `timeout_s` seconds: time and memory grow with the log's size, once."""
     deadline = Deadline.after(timeout_s)
@@ -329,11 +331,36 @@ def triage(
             found.append((ls, _distinct(sightings)))
     markers = _marker_lines(log) if found else []
     findings = _most_telling([_finding(ls, sightings, log, markers) for ls, sightings in found])
-    # an engine's death wrapper comes after another failure the paste shows, which is what
-    # killed it (the NCCL watchdog that took the process down, the GPU that fell off the bus),
-    # wherever its lines stand
-    causes = any(not f.wrapper for f in findings)
-    return sorted(findings, key=lambda f: (causes and f.wrapper, f.first_line))
+    return _causes_first(findings, log)
+
+
+# a line that ends one run of a server or begins the next (vLLM's and uvicorn's own words)
+_RUN_BOUNDARY = (
+    r"vLLM API server version|Starting vLLM API server|Initializing an? (?:V1 )?LLM engine"
+    r"|Started server process|Shutting down|Finished server process"
+)
+
+
+def _causes_first(findings: list[Finding], log: Log) -> list[Finding]:
+    """In the order of their first line, except that a death another failure may have caused
+    (a wrapper vLLM raises around its cause, a process that aborted) comes after the other
+    failures of the same run that the paste shows after it: the NCCL watchdog that took the
+    process down, the GPU that fell off the bus. A failure after the run ended (a restart's) is
+    no cause of it."""
+    ordered = sorted(findings, key=lambda f: f.first_line)
+    keys: dict[int, tuple[int, int]] = {}
+    for f in ordered:
+        key = (f.first_line, 0)
+        if f.wrapper:
+            hit = find(log, _RUN_BOUNDARY, start=f.first_line)
+            end = hit[1].lines[0].number if hit is not None else len(log.lines) + 1
+            later = [
+                g.first_line for g in ordered if not g.wrapper and f.first_line < g.first_line < end
+            ]
+            if later:
+                key = (max(later), 1)
+        keys[id(f)] = key
+    return sorted(ordered, key=lambda f: keys[id(f)])
 
 
 def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:
@@ -444,7 +471,7 @@ def _sighting(
     lacks = entry.cut_before if entry is not None and cut == "before" else None
     recover = tuple(_flat(r) for r in entry.recover) if entry is not None else ()
     shortcuts = tuple(_flat(r) for r in entry.shortcuts) if entry is not None else ()
-    wrapper = entry is not None and entry.cut_before_cause
+    wrapper = entry is not None and (entry.cut_before_cause or entry.after_cause)
     return Sighting(
         view, node, pod, tuple(ev), releases, note, cut, when, lacks, recover, shortcuts, wrapper
     )

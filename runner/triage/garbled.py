@@ -11,10 +11,10 @@ say them:
   mixes Han and kana, which count as one CJK system with Hangul; a list of greetings in six
   languages switches five times), so a stretch of `WINDOW` characters of one line must switch
   systems at least `SWITCHES` times and come back to at least `SCRIPTS` of them. Tokens also glue
-  systems together inside a word ("amongсилання", "ยายvisão", "עסקי람เดอะ"), which people's
-  text does not, except Latin beside Han, kana or Hangul, written without spaces (a name or
-  code: "使用vLLM部署"), and Greek, a symbol in formulas and units ("ΔT", "10μs"): a stretch
-  with `GLUED` such switches needs only `SCRIPTS` - 1 systems. Only letters of
+  systems together inside a word ("amongсилання", "ยายvisão"), which people's text does not,
+  except beside Han, kana or Hangul, written without spaces ("使用vLLM部署", "俄语Привет"), and
+  Greek, a symbol in formulas and units ("ΔT", "10μs"): a stretch with `GLUED` such switches
+  between other systems needs only `SCRIPTS` - 1 systems. Only letters of
   the systems in `_SYSTEMS` count: marks, symbols and letters Unicode files elsewhere (the
   prolonged-sound mark, modifier letters) are no system;
 - one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
@@ -27,18 +27,18 @@ say them:
   row; identifiers, words and base64 do not repeat a unit so, and one character over and over
   (`AAAA`, `xxxx`, a rule of `----`) is not read. A loop of a phrase ("I think. I think.",
   "lot pet dealer lot pet dealer") is `PHRASE_REPEATS` times a run of two to `PHRASE_WORDS`
-  words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters, digits and
-  their punctuation, which log lines with paths, units and brackets break; a JSON string's
-  escaped newline separates words as a newline does); a word with a comma after it ("the,
-  the, the,") counts as the word, and a sentence of at least `SENTENCE_WORDS` words
+  words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters and their
+  punctuation, which log lines with paths, numbers and brackets break); a word with a comma
+  after it ("the, the, the,") counts as the word, and a sentence of at least `SENTENCE_WORDS` words
   `SENTENCE_REPEATS` times in a row is a loop too, which a paste cut after a few repeats still
   shows. What programs print over and over is not
   read: the literals of JSON and tensors (`true, false`, `nan, nan`), hex letters and base64 of a
   repeated byte (`abab`, `gICAgICA`), a status phrase with an ellipsis printed without a newline,
   and vLLM's request log, which quotes the user's prompt. In text written without spaces, the
   same sentence three times in a row ("很高兴你们能在这里。" thrice) is the loop, and so is one
-  comma ten times in a row ("，，，，") or a word of one to four characters with its comma five
-  times ("我，我，我，"), which people write neither (a list's words differ).
+  full-width comma `COMMAS` times in a row ("，，，，") or a word of one to four characters with
+  its comma `CJK_REPEATS` times ("我，我，我，"): people repeat a word with its comma a few
+  times ("对，对，对"), and hesitate with the enumeration comma ("うーん、、、"), not so.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -92,12 +92,7 @@ _SAME_START = re2.compile(
 _LETTER_RUN = re2.compile(rb"[A-Za-z-]{%d,}" % (2 * GLUED_REPEATS))
 _GLUED = re.compile(rb"([A-Za-z-]{2,6}?)\1{%d,}" % (GLUED_REPEATS - 1))
 # a stretch of plain words, where a phrase that loops is read (RE2, one pass)
-# (words of letters or digits; the escapes of a JSON string's "\n" separate them as a newline
-# does, since an answer quoted in JSON shows its line breaks so)
-_PROSE_RUN = re2.compile(
-    rb"(?:[A-Za-z0-9][A-Za-z0-9',.!?;:-]*(?:(?:[ \n]|\\[nrt])+|\z)){%d,}" % PROSE_WORDS
-)
-_ESCAPE = re.compile(r"\\[nrt]")
+_PROSE_RUN = re2.compile(rb"(?:[A-Za-z][A-Za-z',.!?;:-]*(?:[ \n]|\z)){%d,}" % PROSE_WORDS)
 _LITERALS = frozenset({"true", "false", "null", "none", "nan", "inf"})
 _HEX_BYTE = re.compile(r"[a-f]{2}")  # a memory dump's bytes (`ff ff`, `de ad be ef`)
 _HEX_LETTERS = re.compile(rb"[a-fA-F]+")
@@ -105,14 +100,14 @@ _CAMEL = re.compile(rb"[a-z][A-Z]")
 # a loop in text written without spaces: one comma over and over, or a word of one to four
 # characters with its comma again and again ("我，我，我，"); RE2 finds the lines, the loop
 # itself is read with a backreference on those lines alone
-COMMAS = 10
-CJK_REPEATS = 5
+COMMAS = 12
+CJK_REPEATS = 8
 _CJK_LETTER = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
 _CJK_COMMA_RUN = re2.compile(
-    rf"[，、]{{{COMMAS},}}|(?:[{_CJK_LETTER}]{{1,4}}[，、]){{{CJK_REPEATS},}}".encode()
+    rf"，{{{COMMAS},}}|(?:[{_CJK_LETTER}]{{1,4}}[，、]){{{CJK_REPEATS},}}".encode()
 )
 _CJK_UNIT = re.compile(
-    rf"[，、]{{{COMMAS},}}"
+    rf"，{{{COMMAS},}}"
     r"|((?:[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]){1,4}[，、])"
     rf"\1{{{CJK_REPEATS - 1},}}"
 )
@@ -156,11 +151,8 @@ _SYSTEMS = frozenset(
     ]
 )
 
-
-# the pairs of systems people's text glues together: Han, kana or Hangul with Latin (no spaces
-# around a name or code in CJK text: "使用vLLM部署"), and Greek with any (a symbol: "ΔT", "10μs")
-def _glued_by_people(a: str, b: str) -> bool:
-    return {a, b} == {"CJK", "Latin"} or "Greek" in (a, b)
+# the systems whose letters people's text glues to others' (no spaces in CJK; Greek symbols)
+_UNSPACED = frozenset({"CJK", "Greek"})
 
 
 SOUP = "an answer that mixes writing systems token by token (token soup)"
@@ -195,7 +187,7 @@ def mixed(text: str) -> tuple[int, int] | None:
         if s is None:
             continue
         if not runs or runs[-1][1] != s:
-            glued = last == i - 1 and not _glued_by_people(runs[-1][1], s)
+            glued = last == i - 1 and not {runs[-1][1], s} & _UNSPACED
             runs.append((i, s, glued))
         last = i
     seen: Counter[str] = Counter()
@@ -295,14 +287,12 @@ def _sentence_loop(words: list[str]) -> tuple[str, int] | None:
 
 
 def _no_loop(unit: list[str]) -> bool:
-    """A unit that repeats in text people and programs write: a capitalised word alone, numbers
-    alone, the literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a
+    """A unit that repeats in text people and programs write: a capitalised word alone, the
+    literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a
     status line's phrase (`Waiting for the server...`), fewer than six characters in all."""
     text = " ".join(unit)
     if len(unit) == 1 and not (unit[0].isalpha() and unit[0].islower()):
         return True
-    if not any(c.isalpha() for w in unit for c in w):
-        return True  # numbers alone: a tensor's or a table's values
     if all(w.lower() in _LITERALS or _HEX_BYTE.fullmatch(w) for w in unit):
         return True
     return len(unit) > 1 and (
@@ -331,7 +321,7 @@ def _phrase_repeat(log: Log) -> list[Evidence] | None:
             lo, hi = max(m.start(), at[k]), min(m.end(), at[k + 1] - 1, at[k] + MAX_LINE)
             if hi - lo < 2 * PROSE_WORDS:
                 continue
-            words = _ESCAPE.sub(" ", data[lo:hi].decode(errors="replace")).split()
+            words = data[lo:hi].decode(errors="replace").split()
             if len(words) < PROSE_WORDS or not _may_loop(words):
                 continue
             if _prompt_logged(data[at[k] : at[k + 1]]):

@@ -404,7 +404,7 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
-                ["Ray has no node with a GPU for one of the ranks' bundles"],
+                ["Ray knows no node that could hold one of the ranks' GPU bundles"],
             ),
             (
                 "the serving node's",

@@ -296,3 +296,43 @@ def test_an_engines_death_wrapper_comes_after_the_failure_that_killed_it() -> No
     assert [f.scenario.scenario.metadata.id for f in triage(text.split("\n")[0], SCEN)] == [
         "engine-core-death"
     ]
+
+
+def test_a_failure_after_the_run_ended_is_no_cause_of_the_death() -> None:
+    # the engine died with its own cause; the server was started again and the next start met
+    # another process on the GPU: the death is listed first, as it came first
+    text = (
+        "INFO 03-02 10:00:00 [api_server.py:1] vLLM API server version 0.19.1\n"
+        "INFO 03-02 10:05:00 [loggers.py:1] Avg prompt throughput: 10.0 tokens/s\n"
+        "(EngineCore pid=81) ERROR 03-02 10:06:00 [core.py:935] EngineCore encountered a fatal "
+        "error.\n"
+        "(EngineCore pid=81) torch.AcceleratorError: CUDA error: an illegal memory access was "
+        "encountered\n"
+        "INFO 03-02 10:07:00 [api_server.py:1] vLLM API server version 0.19.1\n"
+        "ValueError: Free memory on device cuda:0 (2.0/22.3 GiB) on startup is less than desired "
+        "GPU memory utilization (0.9, 20.07 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.\n"
+    )
+    ids = [f.scenario.scenario.metadata.id for f in triage(text, SCEN)]
+    assert ids == ["engine-core-death", "stray-gpu-process"]
+
+
+def test_an_abort_comes_after_the_gpu_that_caused_it_and_not_across_a_restart() -> None:
+    served = 'INFO:     10.0.0.5:41000 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+    abort = (
+        "terminate called after throwing an instance of 'std::runtime_error'\n"
+        "  what():  CUDA error: unspecified launch failure\n"
+    )
+    xid = (
+        "[ 8812.551204] NVRM: Xid (PCI:0000:3b:00): 79, pid=2211, name=python3, GPU has fallen "
+        "off the bus.\n"
+    )
+    ids = [f.scenario.scenario.metadata.id for f in triage(served + abort + xid, SCEN)]
+    assert ids == ["gpu-xid-error", "engine-core-death"]
+    # stopped, then started again: an abort while the next start loads weights is no death
+    load = abort.replace("CUDA error: unspecified launch failure", "weight file not found")
+    restarted = served + "INFO:     Shutting down\nINFO:     Finished server process [1]\n" + load
+    assert triage(restarted, SCEN) == []
+    assert [f.scenario.scenario.metadata.id for f in triage(served + load, SCEN)] == [
+        "engine-core-death"
+    ]

@@ -65,12 +65,13 @@ def test_three_systems_glued_inside_words_are_soup_and_text_written_without_spac
     formulas = "学习率α=0.001，β为0.9，ΔT为10μs，Привет模型，ε为1e-8，λ为0.01，η为3e-4，Δx为1。"
     assert mixed(formulas) is None
     assert mixed("서버가vLLM으로GPU를쓰고ΔT가10μs로" * 3) is None
-    # Han, kana or Hangul glued to a system other than Latin is soup's, not people's: Hebrew to
-    # Hangul, Hangul to Thai, Arabic to Latin, five systems of which only two come back
-    others = "数据 מודל한국ไทยsample نموذجVector 模型 clear skies 한ifstream 文本 token 字 list 号"
-    assert mixed(others) == (5, 10)
-    # one word of another system glued to Japanese: a language lesson, not soup
-    assert mixed("ロシア語のПриветは「こんにちは」で、Spasiboは「ありがとう」です。" * 2) is None
+    # Chinese and Japanese glue a foreign word of any system: greetings in seven languages
+    greetings = (
+        "翻译结果：俄语Привет，阿拉伯语مرحبا，泰语สวัสดี，希伯来语שלום，希腊语Γειά，英语Hello，"
+        "韩语안녕하세요。"
+    )
+    assert mixed(greetings) is None
+    assert mixed("ロシア語Привет、アラビア語مرحبا、タイ語สวัสดี、ヘブライ語שלום、英語Hello。") is None
 
 
 def test_soup_far_apart_on_one_line_is_not_soup() -> None:
@@ -147,8 +148,11 @@ def test_a_phrase_over_and_over() -> None:
         "dump of it: " + "de ad be ef " * 8 + "and more of the same bytes\n",
         "GPU links: " + "PIX PHB " * 8 + "on this node as the matrix shows it\n",
         "names: " + "The, " * 8 + "and so on for every row of the table that was printed\n",
-        # numbers alone, a tensor's or a table's values
+        # numbers, and a message printed line after line inside a JSON string
         "values: " + "0.5 0.25 " * 16 + "\n",
+        "GPU memory used per device: " + "0.0 GiB " * 8 + "on every rank of this node\n",
+        '{"message": "' + "Waiting for the model server to become ready\\n" * 7 + '"}\n',
+        '{"logs": "' + "Connecting to the Ray head node failed, retrying.\\n" * 3 + '"}\n',
         # a sentence twice, and a short one three times
         "the run was fine. The weather today is sunny and warm. The weather today is sunny and"
         " warm. and then we went home to rest and eat and sleep and wake up late\n",
@@ -177,26 +181,26 @@ def test_base64_and_hex_of_a_repeated_byte_are_no_token_loop(text: str) -> None:
     assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None
 
 
-def test_a_sentence_three_times_and_a_loop_in_json() -> None:
+def test_a_sentence_three_times() -> None:
     text = "Hi there, how was it? " + "I am doing fine, thank you for asking me. " * 3 + "I am\n"
     ev = find_garbled(_log(text), TextCheck.REPEATED_WORD)
     assert ev is not None
     assert ev[0].captures == {"word": "I am doing fine, thank you for asking me.", "times": "3"}
-    # an answer quoted in JSON shows its line breaks as "\n", with digits among its words
-    quoted = '{"text":"\\n' + "Step 2 stir in the flour\\n" * 7 + '"}\n'
-    ev = find_garbled(_log(quoted), TextCheck.REPEATED_WORD)
-    assert ev is not None and ev[0].captures["word"].split()[-1] in {"flour", "2", "Step"}
 
 
 def test_commas_over_and_over_in_text_written_without_spaces() -> None:
-    ev = find_garbled(_log("回答：你好，我是，" + "好，" * 5 + "\n"), TextCheck.REPEATED_WORD)
-    assert ev is not None and ev[0].captures == {"word": "好，", "times": "5"}
+    ev = find_garbled(_log("回答：你好，我是，" + "好，" * 8 + "\n"), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures == {"word": "好，", "times": "8"}
     ev = find_garbled(_log("回答：我" + "，" * 12 + "\n"), TextCheck.REPEATED_WORD)
     assert ev is not None and ev[0].captures == {"word": "，", "times": "12"}
-    # a list's different words, and a comma nine times
+    # a list's different words, a comma eleven times, and what people write over and over
     for text in (
         "支持：CUDA、ROCm、CPU、苹果、香蕉、橘子、葡萄、西瓜、桃子\n",
-        "我" + "，" * 9 + "\n",
+        "我" + "，" * 11 + "\n",
+        "客服：对，对，对，对，对，您说得没错，我们马上处理。\n",
+        "哈哈，哈哈，哈哈，哈哈，哈哈，太好笑了\n",
+        "各型号是否支持FP8：是、是、是、是、是、否。\n",
+        "うーん、、、、、、、、、、、、、、どうしようかな\n",
     ):
         assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None
 
