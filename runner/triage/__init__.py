@@ -347,20 +347,18 @@ def _causes_first(findings: list[Finding], log: Log) -> list[Finding]:
     failures of the same run that the paste shows after it: the NCCL watchdog that took the
     process down, the GPU that fell off the bus. A failure after the run ended (a restart's) is
     no cause of it."""
-    ordered = sorted(findings, key=lambda f: f.first_line)
-    keys: dict[int, tuple[int, int]] = {}
-    for f in ordered:
-        key = (f.first_line, 0)
-        if f.wrapper:
-            hit = find(log, _RUN_BOUNDARY, start=f.first_line)
-            end = hit[1].lines[0].number if hit is not None else len(log.lines) + 1
-            later = [
-                g.first_line for g in ordered if not g.wrapper and f.first_line < g.first_line < end
-            ]
-            if later:
-                key = (max(later), 1)
-        keys[id(f)] = key
-    return sorted(ordered, key=lambda f: keys[id(f)])
+
+    def key(f: Finding) -> tuple[int, int, int]:
+        if not f.wrapper:
+            return f.first_line, 0, f.first_line
+        hit = find(log, _RUN_BOUNDARY, start=f.first_line)
+        end = hit[1].lines[0].number if hit is not None else len(log.lines) + 1
+        later = [
+            g.first_line for g in findings if not g.wrapper and f.first_line < g.first_line < end
+        ]
+        return (max(later), 1, f.first_line) if later else (f.first_line, 0, f.first_line)
+
+    return sorted(findings, key=key)
 
 
 def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:

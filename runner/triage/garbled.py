@@ -29,12 +29,12 @@ say them:
   "lot pet dealer lot pet dealer") is `PHRASE_REPEATS` times a run of two to `PHRASE_WORDS`
   words in a row, read in stretches of at least `PROSE_WORDS` plain words (letters and their
   punctuation, which log lines with paths, numbers and brackets break); a word with a comma
-  after it ("the, the, the,") counts as the word, and a sentence of at least `SENTENCE_WORDS` words
-  `SENTENCE_REPEATS` times in a row is a loop too, which a paste cut after a few repeats still
-  shows. What programs print over and over is not
-  read: the literals of JSON and tensors (`true, false`, `nan, nan`), hex letters and base64 of a
-  repeated byte (`abab`, `gICAgICA`), a status phrase with an ellipsis printed without a newline,
-  and vLLM's request log, which quotes the user's prompt. In text written without spaces, the
+  after it ("the, the, the,") counts as the word, and a sentence of at least `SENTENCE_WORDS`
+  words `SENTENCE_REPEATS` times in a row is a loop too, which a paste cut after a few repeats
+  still shows. What programs print over and over is not read: the literals of JSON and tensors
+  (`true, false`, `nan, nan`), hex letters and base64 of a repeated byte (`abab`, `gICAgICA`), a
+  status phrase with an ellipsis printed without a newline, and vLLM's request log, which quotes
+  the user's prompt. In text written without spaces, the
   same sentence three times in a row ("很高兴你们能在这里。" thrice) is the loop, and so is one
   full-width comma `COMMAS` times in a row ("，，，，") or a word of one to four characters with
   its comma `CJK_REPEATS` times ("我，我，我，"): people repeat a word with its comma a few
@@ -153,7 +153,6 @@ _SYSTEMS = frozenset(
 
 # the systems whose letters people's text glues to others' (no spaces in CJK; Greek symbols)
 _UNSPACED = frozenset({"CJK", "Greek"})
-
 
 SOUP = "an answer that mixes writing systems token by token (token soup)"
 REPEAT = "an answer that repeats one word or phrase over and over"
@@ -288,8 +287,8 @@ def _sentence_loop(words: list[str]) -> tuple[str, int] | None:
 
 def _no_loop(unit: list[str]) -> bool:
     """A unit that repeats in text people and programs write: a capitalised word alone, the
-    literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a
-    status line's phrase (`Waiting for the server...`), fewer than six characters in all."""
+    literals of JSON and tensors (`true, false, true, false`), a dump's hex bytes, a status
+    line's phrase (`Waiting for the server...`), fewer than six characters in all."""
     text = " ".join(unit)
     if len(unit) == 1 and not (unit[0].isalpha() and unit[0].islower()):
         return True
