@@ -51,7 +51,7 @@ import re
 import unicodedata
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
@@ -277,11 +277,17 @@ def _sentence_loop(words: list[str]) -> tuple[str, int] | None:
         if w[-1] in ".!?" and not w.endswith("..."):
             sentences.append(" ".join(words[start : i + 1]))
             start = i + 1
+    found = _thrice(sentences, lambda a: len(a.split()) >= SENTENCE_WORDS)
+    return None if found is None else (found, SENTENCE_REPEATS)
+
+
+def _thrice(sentences: list[str], long_enough: Callable[[str], bool]) -> str | None:
+    """The first sentence long enough that comes SENTENCE_REPEATS times in a row."""
     same = 0
     for a, b in itertools.pairwise(sentences):
-        same = same + 1 if a == b and len(a.split()) >= SENTENCE_WORDS else 0
+        same = same + 1 if a == b and long_enough(a) else 0
         if same == SENTENCE_REPEATS - 1:
-            return a, SENTENCE_REPEATS
+            return a
     return None
 
 
@@ -342,12 +348,10 @@ def _sentences(log: Log) -> list[Evidence] | None:
         if len(_CJK_STOP.findall(text)) < SENTENCE_REPEATS:
             continue
         parts = [p.strip() for p in _CJK_STOP.split(text)]
-        same = 0
-        for a, b in itertools.pairwise(parts):
-            same = same + 1 if a == b and len(a) >= 4 and any(_is_cjk(c) for c in a) else 0
-            if same == SENTENCE_REPEATS - 1:
-                caps = {"word": a, "times": str(SENTENCE_REPEATS)}
-                return [Evidence(REPEAT, (log.lines[k],), caps)]
+        found = _thrice(parts, lambda a: len(a) >= 4 and any(_is_cjk(c) for c in a))
+        if found is not None:
+            caps = {"word": found, "times": str(SENTENCE_REPEATS)}
+            return [Evidence(REPEAT, (log.lines[k],), caps)]
     return None
 
 
