@@ -581,6 +581,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["SGLang's scheduler event loop raised, at run time"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "SGLang's scheduler raised, and the server goes down with it",
+                    "in a step of its event loop, at run time",
+                ],
+            ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [
