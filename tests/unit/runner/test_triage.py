@@ -589,6 +589,19 @@ def test_every_signature_a_scenario_declares() -> None:
                     "in a step of its event loop, at run time",
                 ],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["SGLang's forward thread raised, and the server goes down with it"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "the process died on a fatal signal",
+                    "while SGLang's overlap worker thread ran, after start-up",
+                ],
+            ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [
