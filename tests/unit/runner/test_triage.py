@@ -621,6 +621,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["LMDeploy has no chat template for the model and cannot render the chat"],
             ),
+            (
+                "the API server's",
+                "serving",
+                ["RunPod's vLLM worker has no chat template for the model"],
+            ),
         ],
         "lora-rank-over-max": [
             ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"]),
@@ -795,7 +800,7 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the prefill engine's",
                 "prefill",
-                ["an RDMA work request carrying KV cache completed in error"],
+                ["an RDMA connection or work request carrying KV cache failed"],
             ),
             (
                 "the prefill engine's",
