@@ -599,7 +599,8 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 [
                     "the process died on a fatal signal",
-                    "while SGLang's overlap worker thread ran, after start-up",
+                    "its overlap worker thread inside a batch's forward pass, or handling what it raised",
+                    "in SGLang's overlap worker thread, at run time",
                 ],
             ),
         ],
@@ -800,7 +801,12 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the prefill engine's",
                 "prefill",
-                ["an RDMA connection or work request carrying KV cache failed"],
+                ["an RDMA work request carrying KV cache completed in error"],
+            ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["the RDMA queue pair to the peer engine's NIC was not brought up"],
             ),
             (
                 "the prefill engine's",
