@@ -409,6 +409,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["Ray has no whole GPU free on the node vLLM starts on"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["Ray's GPUs do not hold a placement group for each data-parallel rank"],
             ),
             (
@@ -423,6 +428,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["a rank of a group finds no GPU of its index"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "CUDA has no GPU of the index a process asked for",
+                    "torchrun reports a local rank past the first failed",
+                ],
             ),
             (
                 "the serving node's",
@@ -509,6 +522,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 ["a model step the worker was serving raised"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                ["a V0 worker's model loop raised while the engine served"],
             ),
             (
                 "the serving node's",
@@ -827,6 +845,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the decode engine's",
                 "decode",
                 ["NIXL began a KV transfer between the engines that did not complete"],
+            ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["a decode worker read KV blocks the prefill had already released"],
             ),
             (
                 "the prefill engine's",
