@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from runner.triage.cause import shows_cause
 from runner.triage.match import Log
-from runner.triage.xid import GPU_LOST, GPUD_REASON, XID_LINE
+from runner.triage.xid import GPU_LOST, GPUD_REASON, PLUGIN_XID, XID_LINE
 from runner.triage.xid import advice as xid_advice
 from vllmfacts import memory
 from vllmfacts.gpu import gpu_types
@@ -52,7 +52,7 @@ _CPU_BUDGET = re.compile(
 _CPU_V0 = re.compile(r"Try increasing `VLLM_CPU_KVCACHE_SPACE`")
 # a GPU XID's own line (the driver's, or gpud's; the driver's GPU-lost line for 79), which names
 # the XID the advice explains
-_XID_EVIDENCE = (re.compile(XID_LINE), re.compile(GPUD_REASON), re.compile(GPU_LOST))
+_XID_EVIDENCE = tuple(re.compile(p) for p in (XID_LINE, GPUD_REASON, PLUGIN_XID, GPU_LOST))
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
 AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the message's
 _LABEL = {

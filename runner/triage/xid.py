@@ -9,7 +9,8 @@ older drivers print the bus address without "PCI:"), its "caused by previous Xid
 and NVIDIA's node agent gpud's health reason "XID 79 (GPU has fallen off the bus) detected on
 GPU PCI:0000:ae:00" (leptonai/gpud components/accelerator/nvidia/xid/health_state.go,
 newXIDErrorReason; the space before the bracket is absent in older releases, as in its SXID
-reason).
+reason), and NVIDIA's Kubernetes device plugin's "XidCriticalError: Xid=69 on Device=GPU-...,
+the device will go unhealthy." (NVIDIA/k8s-device-plugin's health check).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ XID_LINE = (
 )
 # gpud's health reason for the last XID it read from the kernel log
 GPUD_REASON = r"\bXID (?P<xid>\d{1,3}) ?\([^()]+\) detected on (?:GPU )?\S"
+# the device plugin's line for an XID it marks a GPU unhealthy for
+PLUGIN_XID = r"XidCriticalError: Xid=(?P<xid>\d{1,3})\b"
 _LINE = re.compile(XID_LINE + r"(?: pid=(?P<pid>[^,]*), name=(?P<name>[^,]*),)?")
+_PLUGIN = re.compile(PLUGIN_XID)
 _CAUSED = re.compile(r"caused by previous Xid (?P<xid>\d{1,3})\b")
 _GPUD = re.compile(GPUD_REASON)
 # the driver's own line for a GPU lost from the bus, printed only with XID 79 (osinit.c
@@ -49,7 +53,8 @@ GPU_LOST = (
 )
 _LOST = re.compile(GPU_LOST)
 _ANY = _finder(
-    r"NVRM: Xid \(|XID \d{1,3} ?\(|fallen off the bus|rpcSendMessage failed|NV_ERR_GPU_IS_LOST"
+    r"NVRM: Xid \(|XID \d{1,3} ?\(|XidCriticalError|fallen off the bus|rpcSendMessage failed"
+    r"|NV_ERR_GPU_IS_LOST"
 )
 MAX_SHOWN = 6  # distinct XIDs described; a paste of a failing board may hold dozens
 
@@ -136,7 +141,7 @@ class Seen(NamedTuple):
 
 def sightings(log: Log) -> list[Seen]:
     """Each XID the paste shows, first time each, in order: the driver's lines, the earlier XID
-    an Xid 45 names, gpud's reasons, 79 for the driver's GPU-lost line."""
+    an Xid 45 names, gpud's reasons, the device plugin's, 79 for the driver's GPU-lost line."""
     seen: dict[int, Seen] = {}
     for k in log.candidates(_ANY, 0, windows=False):
         text = log.lines[k].text
@@ -148,6 +153,8 @@ def sightings(log: Log) -> list[Seen]:
         for m in _CAUSED.finditer(text):
             seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
         for m in _GPUD.finditer(text):
+            seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
+        for m in _PLUGIN.finditer(text):
             seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
         if _LOST.search(text):
             seen.setdefault(79, Seen(79, None))

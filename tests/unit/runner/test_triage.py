@@ -246,6 +246,15 @@ def test_every_signature_a_scenario_declares() -> None:
                     "in the KV cache, after the weights",
                 ],
             ),
+            # triage: TensorRT-LLM's C++ runtime's pool too small for one sequence
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "TensorRT-LLM's paged KV cache cannot hold one sequence of the engine's "
+                    "maximum length"
+                ],
+            ),
             # triage: TGI's warm-up
             (
                 "the serving node's",
@@ -339,6 +348,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["the driver's Xid line (the XID after the bus address)"],
             ),
             ("the serving node's", "node1", ["gpud's report of an XID in the kernel log"]),
+            (
+                "the serving node's",
+                "node1",
+                ["NVIDIA's device plugin saw an XID and marks the GPU unhealthy"],
+            ),
             ("the serving node's", "node1", ["the driver's GPU-lost line, printed with XID 79"]),
             (
                 "the serving node's",

@@ -61,3 +61,12 @@ def test_the_gpu_lost_line_without_its_xid_line_is_explained_as_79() -> None:
         "kernel: NVRM: GPU 0000:3b:00.0: GPU serial number is 1564320012345.\n"
     )
     assert advice[0].startswith("Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS)")
+
+
+def test_the_device_plugins_xid_is_explained_as_the_drivers() -> None:
+    advice = _advice(
+        "2024/03/02 11:20:07 XidCriticalError: Xid=79 on Device=GPU-1b2c3d4e-5f60-7182-93a4-"
+        "b5c6d7e8f901, the device will go unhealthy.\n"
+    )
+    assert advice[0].startswith("Xid 79 (")
+    assert any("drain the node's work off it and reset it" in a for a in advice)
