@@ -50,8 +50,8 @@ _CPU_BUDGET = re.compile(
 )
 # the V0 CPU worker's shortage names its own budget (vllm/worker/cpu_worker.py)
 _CPU_V0 = re.compile(r"Try increasing `VLLM_CPU_KVCACHE_SPACE`")
-# a GPU XID's own line (the driver's, or gpud's; the driver's GPU-lost line for 79), which names
-# the XID the advice explains
+# a GPU XID's own line (the driver's, gpud's or the device plugin's; the driver's GPU-lost line
+# for 79), which names the XID the advice explains
 _XID_EVIDENCE = tuple(re.compile(p) for p in (XID_LINE, GPUD_REASON, PLUGIN_XID, GPU_LOST))
 DEFAULT_BATCHED = 2048  # `vllm serve`'s max_num_batched_tokens on a GPU under 70 GiB
 AGREE = 0.05  # the model arithmetic is used where its need is within 5 % of the message's
