@@ -33,6 +33,7 @@ _LINE = re.compile(XID_LINE + r"(?: pid=(?P<pid>[^,]*), name=(?P<name>[^,]*),)?"
 _PLUGIN = re.compile(PLUGIN_XID)
 _CAUSED = re.compile(r"caused by previous Xid (?P<xid>\d{1,3})\b")
 _GPUD = re.compile(GPUD_REASON)
+_NAMED_ONLY = (_CAUSED, _GPUD, _PLUGIN)
 # the driver's own line for a GPU lost from the bus, printed only with XID 79 (osinit.c
 # osHandleGpuLost), which a kernel-log paste may hold without the Xid line before it; and the
 # last of the three lines its probe prints for a GPU whose registers read all ones
@@ -150,12 +151,10 @@ def sightings(log: Log) -> list[Seen]:
             known = name and name != "<unknown>"
             process = f"{name} (pid {pid})" if known else None
             seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), process))
-        for m in _CAUSED.finditer(text):
-            seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
-        for m in _GPUD.finditer(text):
-            seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
-        for m in _PLUGIN.finditer(text):
-            seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
+        # the lines that name an XID but no process
+        for rx in _NAMED_ONLY:
+            for m in rx.finditer(text):
+                seen.setdefault(int(m.group("xid")), Seen(int(m.group("xid")), None))
         if _LOST.search(text):
             seen.setdefault(79, Seen(79, None))
     return list(seen.values())
