@@ -14,7 +14,12 @@ say them:
   systems together inside a word ("amongсилання", "ยายvisão"), which people's text does not,
   except beside Han, kana or Hangul, written without spaces ("使用vLLM部署", "俄语Привет"), and
   Greek, a symbol in formulas and units ("ΔT", "10μs"): a stretch with `GLUED` such switches
-  between other systems needs only `SCRIPTS` - 1 systems. Only letters of
+  between other systems needs only `SCRIPTS` - 1 systems. A vocabulary of mostly Latin word
+  pieces gives soup that is mostly Latin, with Han, kana or Hangul pieces glued onto Latin words
+  ("Various草肉", "acheter逐渐") and a letter of another system here and there: a line whose
+  letters are `LATIN_LED` Latin or more, with `GLUED` such gluings and a system besides Latin,
+  CJK and Greek, is soup too (people glue Latin words into text mostly CJK, not CJK pieces into
+  text mostly Latin). Only letters of
   the systems in `_SYSTEMS` count: marks, symbols and letters Unicode files elsewhere (the
   prolonged-sound mark, modifier letters) are no system;
 - one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
@@ -39,6 +44,21 @@ say them:
   full-width comma `COMMAS` times in a row ("，，，，") or a word of one to four characters with
   its comma `CJK_REPEATS` times ("我，我，我，"): people repeat a word with its comma a few
   times ("对，对，对"), and hesitate with the enumeration comma ("うーん、、、"), not so.
+- a block of an answer's lines over and over (`_block_loop`): a reasoning model or a broken one
+  writes the same two to `BLOCK_LINES` lines again and again ("Wait, but ... / Yes, that's
+  correct ..."), `BLOCK_REPEATS` times in a row, with blank lines between them or none. Inside
+  one quoted string (a JSON answer, a repr) the lines are separated by a written "\\n", and one
+  to `BLOCK_LINES` of them `ESCAPED_REPEATS` times in a row (a single one `REPEATS` times, after
+  a label of the answer such as "content" or "Output") is the loop. Programs print blocks over
+  and over too, a copy for each process or retry: a block with a line that begins as a record
+  does (a time, a level, a bracket or parenthesis, glog's `I1229`), holds a path, a C++ scope, a
+  module's dotted name or a quoted list, or names an error, a warning or an abort is theirs and
+  is not read, and neither is one line printed again and again on lines of its own. Half the
+  block's lines must be text (eight letters or more, letters at least half of what is not
+  space), and its letters `BLOCK_LETTERS` or more: a loop of markers or numbers is not read.
+  A notice of plain sentences that several processes each print, back to back and with no
+  prefix, still reads as a loop; vLLM's, Ray's and torchrun's workers prefix their lines
+  (`(VllmWorkerProcess pid=N)`, `[rank1]:`), which keeps theirs out.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -50,7 +70,7 @@ import itertools
 import re
 import unicodedata
 from bisect import bisect_right
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
@@ -65,6 +85,7 @@ WINDOW = 240  # characters
 SCRIPTS = 4
 SWITCHES = 10
 GLUED = 3
+LATIN_LED = 0.75
 REPEATS = 6
 GLUED_REPEATS = 10
 PHRASE_REPEATS = 6
@@ -72,6 +93,10 @@ PHRASE_WORDS = 8
 PROSE_WORDS = 24
 SENTENCE_REPEATS = 3
 SENTENCE_WORDS = 6
+BLOCK_LINES = 8
+BLOCK_REPEATS = 3
+ESCAPED_REPEATS = 4
+BLOCK_LETTERS = 12
 
 # a lowercase ASCII word (not a two-letter hex byte), then the same word
 # again and again, separated by spaces or tabs only
@@ -114,6 +139,29 @@ _CJK_UNIT = re.compile(
 # the end of a sentence in text written without spaces
 _CJK_STOP = re.compile(r"[。！？；]")
 _CJK_END = re2.compile("(?:。|！|？|；)".encode())
+# an answer's line breaks written inside one quoted string, six or more on one line (RE2)
+_ESCAPED_LINES = re2.compile(rb"(?:\\[nr][^\n]*?){6}")
+_ESCAPE = re.compile(r"\\[nr]")
+# what closes a quoted string and the record around it, after an answer's last line
+_CLOSING = "\"'}]), "
+# a label of the answer before a line that loops alone inside a string (a program's message
+# repeated in a JSON log field is not an answer's)
+_ANSWER_LABEL = re.compile(
+    r"(?i)\b(?:content|text|response|output|answer|completion|reply|result|generated)\b"
+)
+# a line a program prints, not a model: a record's start (a time, a level, a bracket or
+# parenthesis, glog's I1229), a path, a C++ or Rust scope, a module's dotted name, a quoted
+# list, an error or a warning named
+_RECORD = re.compile(
+    r"^(?:\d{1,4}[-/:.]\d|[\[(]|(?:INFO|WARN(?:ING)?|ERROR|DEBUG|TRACE|FATAL|CRITICAL|NOTICE)\b"
+    r"[\s:\[]|[IWEF]\d{4}\b)",
+    re.IGNORECASE,
+)
+_PROGRAM = re.compile(
+    r"\w/\w|\b[A-Za-z]:\\|\.py\b|\w\.\w+:\d|\w::\w|what\(\)|\[['\"]|[A-Za-z_]\.\w+\.[A-Za-z_]"
+    r"|\b(?:error|exception|failed|fatal|abort(?:ed)?|terminated?|warning|traceback)\b",
+    re.IGNORECASE,
+)
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 _NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
 
@@ -153,6 +201,7 @@ _SYSTEMS = frozenset(
 
 # the systems whose letters people's text glues to others' (no spaces in CJK; Greek symbols)
 _UNSPACED = frozenset({"CJK", "Greek"})
+_LATIN_CJK = frozenset({"Latin", "CJK"})
 
 SOUP = "an answer that mixes writing systems token by token (token soup)"
 REPEAT = "an answer that repeats one word or phrase over and over"
@@ -181,12 +230,16 @@ def mixed(text: str) -> tuple[int, int] | None:
         return None
     runs: list[tuple[int, str, bool]] = []  # where each run of one system's letters starts
     last = -2  # where the last letter of a system was
+    letters: Counter[str] = Counter()
+    cjk_glued = 0  # Han, kana or Hangul glued to a Latin letter, or a Latin letter to them
     for i, c in enumerate(text):
         s = script(c)
         if s is None:
             continue
+        letters[s] += 1
         if not runs or runs[-1][1] != s:
             glued = last == i - 1 and not {runs[-1][1], s} & _UNSPACED
+            cjk_glued += last == i - 1 and {runs[-1][1], s} == _LATIN_CJK
             runs.append((i, s, glued))
         last = i
     seen: Counter[str] = Counter()
@@ -206,6 +259,12 @@ def mixed(text: str) -> tuple[int, int] | None:
             present = sum(1 for n in seen.values() if n >= 1)
             if back >= SCRIPTS or (glued_in >= GLUED and present >= SCRIPTS - 1):
                 return max(back, present), hi - lo
+    if (
+        cjk_glued >= GLUED
+        and letters["Latin"] >= LATIN_LED * letters.total()
+        and set(letters) - _LATIN_CJK - {"Greek"}
+    ):
+        return len(letters), len(runs) - 1
     return None
 
 
@@ -228,6 +287,7 @@ def _repeated(log: Log) -> list[Evidence] | None:
             _phrase_repeat(log),
             _sentences(log),
             _cjk_commas(log),
+            _block_loop(log),
         )
         if ev is not None
     ]
@@ -382,6 +442,109 @@ def _lines_found(log: Log, finder: Any) -> Iterator[int]:
         if k != last:
             last = k
             yield k
+
+
+def _letters(text: str) -> int:
+    return sum(c.isalpha() for c in text)
+
+
+def _block_ok(block: list[str]) -> bool:
+    """Whether a block that loops is an answer's: no program's line in it (_RECORD, _PROGRAM),
+    half its lines text and BLOCK_LETTERS letters in all."""
+    if any(_RECORD.match(b) or _PROGRAM.search(b) for b in block):
+        return False
+    texts = 0
+    for b in block:
+        letters, solid = _letters(b), sum(not c.isspace() for c in b)
+        texts += letters >= 8 and 2 * letters >= solid
+    return 2 * texts >= len(block) and sum(map(_letters, block)) >= BLOCK_LETTERS
+
+
+def _block_in(
+    items: list[tuple[int, str]], shortest: int, alone: int, repeats: int
+) -> tuple[int, list[str], int] | None:
+    """A block of `shortest` to BLOCK_LINES items back to back `repeats` times (one item alone
+    `alone` times): the line it starts on, the block, and how many times in a row. A block of
+    one item over and over is no block of several. Every rotation of a block holds its items, so
+    a run whose block was refused is not read again until it breaks."""
+    for k in range(shortest, BLOCK_LINES + 1):
+        need = (alone if k == 1 else repeats) - 1
+        same, refused = 0, False
+        for i in range(len(items) - k):
+            if items[i][1] != items[i + k][1]:
+                same, refused = 0, False
+                continue
+            same += 1
+            if same < k * need or refused:
+                continue
+            first = i - k * need + 1
+            block = [t for _, t in items[first : first + k]]
+            if (k > 1 and len(set(block)) < 2) or not _block_ok(block):
+                refused = True
+                continue
+            times, j = 1, first + k
+            while [t for _, t in items[j : j + k]] == block:
+                times, j = times + 1, j + k
+            return items[first][0], block, times
+    return None
+
+
+def _repeating(log: Log) -> Iterator[list[tuple[int, str]]]:
+    """Each stretch of non-blank lines where every line but the first block's is one of the
+    BLOCK_LINES before it, with the BLOCK_LINES before the stretch: one pass, so that a log of a
+    million lines holds no list of them and only its repeating stretches are read for blocks."""
+    recent: deque[str] = deque(maxlen=BLOCK_LINES)
+    before: deque[tuple[int, str]] = deque(maxlen=BLOCK_LINES)
+    run: list[tuple[int, str]] = []
+    seen = 0  # lines of the run that repeat one of the lines before them
+    least = 2 * (BLOCK_REPEATS - 1)  # a block of two, seen twice again
+    for k, t in enumerate(log.lines.texts):
+        if not k & 0xFFFF:
+            _check(log)
+        if not t:
+            continue
+        if t in recent:
+            if not run:
+                run = list(before)
+            run.append((k, t))
+            seen += 1
+        elif run:
+            if seen >= least:
+                yield run
+            run, seen = [], 0
+        recent.append(t)
+        before.append((k, t))
+    if seen >= least:
+        yield run
+
+
+def _block_loop(log: Log) -> list[Evidence] | None:
+    """The first block of an answer's lines over and over: on lines of their own (the blank
+    lines between them skipped), or separated by a written "\\n" inside one quoted string."""
+    texts = log.lines.texts
+    found = None
+    for stretch in _repeating(log):
+        found = _block_in(stretch, 2, 0, BLOCK_REPEATS)
+        if found is not None:
+            break
+    if found is None:
+        for k in _lines_found(log, _ESCAPED_LINES):
+            text = texts[k][:MAX_LINE]
+            if _prompt_logged(text.encode()):
+                continue
+            parts = [(k, p.strip(_CLOSING)) for p in _ESCAPE.split(text) if p.strip(_CLOSING)]
+            found = _block_in(parts, 1, REPEATS, ESCAPED_REPEATS)
+            if found is not None and len(found[1]) == 1:
+                start = text.find(found[1][0])
+                if not _ANSWER_LABEL.search(text, 0, max(start, 0)):
+                    found = None
+            if found is not None:
+                break
+    if found is None:
+        return None
+    k, block, times = found
+    caps = {"word": " / ".join(block)[:120], "times": str(times)}
+    return [Evidence(REPEAT, (log.lines[k],), caps)]
 
 
 def _is_cjk(c: str) -> bool:

@@ -14,7 +14,14 @@ from runner.cli.main import main
 from runner.spec.expectations import TextCheck, TriageSignature
 from runner.spec.scenario import discover, load_scenario
 from runner.triage import triage
-from runner.triage.garbled import GLUED_REPEATS, REPEATS, find_garbled, mixed
+from runner.triage.garbled import (
+    BLOCK_REPEATS,
+    ESCAPED_REPEATS,
+    GLUED_REPEATS,
+    REPEATS,
+    find_garbled,
+    mixed,
+)
 from runner.triage.match import Log
 from runner.triage.normalise import normalise
 
@@ -72,6 +79,17 @@ def test_three_systems_glued_inside_words_are_soup_and_text_written_without_spac
     )
     assert mixed(greetings) is None
     assert mixed("ロシア語Привет、アラビア語مرحبا、タイ語สวัสดี、ヘブライ語שלום、英語Hello。") is None
+
+
+def test_soup_led_by_latin_pieces_with_han_glued_to_them() -> None:
+    soup = "mostly Gardens渐渐 sustain rotation出品 Clause bringing пере quietly安装 Thursday"
+    assert mixed(soup) == (3, 8)
+    # English with Chinese glued to its words and no third system is someone's note; Chinese with
+    # Latin words glued into it is text mostly CJK
+    assert mixed("model Qwen通义 runs on node A100节点 with port 8000端口 open") is None
+    assert mixed("我们用vLLM部署Qwen模型，在A100上跑，Привет是俄语，GPU显存够用。") is None
+    # the gluings and the third system, but Greek, which formulas glue to anything
+    assert mixed("step Δt每步 loss曲线 lr学习率 is 0.001 and beta2 is 0.95 everywhere") is None
 
 
 def test_soup_far_apart_on_one_line_is_not_soup() -> None:
@@ -212,6 +230,70 @@ def test_a_sentence_three_times_in_text_written_without_spaces() -> None:
     twice = "很高兴能和你们交流。很高兴能和你们交流。我们走吧。\n"
     assert find_garbled(_log(twice), TextCheck.REPEATED_WORD) is None
     assert find_garbled(_log("好。好。好。好。\n"), TextCheck.REPEATED_WORD) is None
+
+
+REASONING = (
+    "Wait, but the question says two baskets, so I should count again.\n"
+    "Let me recount: 9 apples minus 4 apples is 5 apples.\n\n"
+)
+
+
+def test_a_block_of_lines_over_and_over() -> None:
+    ev = find_garbled(_log("Start.\n" + REASONING * BLOCK_REPEATS), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures["times"] == str(BLOCK_REPEATS)
+    assert ev[0].number == 2
+    assert ev[0].captures["word"].startswith("Wait, but the question says two baskets")
+    # twice is an answer that says a thing again
+    assert find_garbled(_log(REASONING * (BLOCK_REPEATS - 1)), TextCheck.REPEATED_WORD) is None
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        # a record's start, a worker's or a rank's prefix
+        "INFO 12-06 10:00:01 Waiting for the next request to arrive here\n"
+        "INFO 12-06 10:00:01 Nothing to schedule in this step at all\n",
+        "(VllmWorkerProcess pid=7) The tokenizer has no pad token set\n"
+        "(VllmWorkerProcess pid=7) The tokenizer uses the slow implementation\n",
+        # an error named, a C++ scope, a path, a module's dotted name, a quoted list
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  the communicator of this process group is gone now\n",
+        "Loading the adapter from the folder that holds it\n  see /data/lora/one for the weights\n",
+        "Some weights were not used when initializing the model here\n"
+        "  unused keys are listed below: ['lm_head.bias']\n",
+        "The class transformers.models.llama is loaded for this model\n"
+        "The slow tokenizer is loaded for this model, which is fine\n",
+        # a block of one line again and again
+        "The tokenizer has no pad token set, the end token is used\n"
+        "The tokenizer has no pad token set, the end token is used\n",
+        # numbers and markers, no text
+        "| 0 | 1 | 2 |\n|---|---|---|\n",
+    ],
+)
+def test_blocks_a_program_prints_over_and_over(block: str) -> None:
+    assert find_garbled(_log(block * 8), TextCheck.REPEATED_WORD) is None
+
+
+def test_lines_over_and_over_inside_one_quoted_string() -> None:
+    items = "\\n- two cups of rice\\n- one onion\\n- three carrots"
+    answer = '{"content": "Here is the list:' + items * ESCAPED_REPEATS + '"}\n'
+    ev = find_garbled(_log(answer), TextCheck.REPEATED_WORD)
+    assert ev is not None and ev[0].captures["times"] == str(ESCAPED_REPEATS)
+    assert ev[0].captures["word"] == "- two cups of rice / - one onion / - three carrots"
+    short = '{"content": "Here is the list:' + items * (ESCAPED_REPEATS - 1) + '"}\n'
+    assert find_garbled(_log(short), TextCheck.REPEATED_WORD) is None
+    # one line alone needs as many times as one word, and a label of the answer before it: a
+    # program's message over and over in a log's field is no answer
+    one = "\\nI am doing well, thank you."
+    assert find_garbled(_log('"content": "' + one * REPEATS + '"\n'), TextCheck.REPEATED_WORD)
+    less = '"content": "' + one * (REPEATS - 1) + '"\n'
+    assert find_garbled(_log(less), TextCheck.REPEATED_WORD) is None
+    assert find_garbled(_log('"log": "' + one * 12 + '"\n'), TextCheck.REPEATED_WORD) is None
+    # a traceback written into a string, and vLLM's request log quoting the user's prompt
+    frames = '\\n  File \\"/app/x.py\\", line 3, in f\\n    return f()'
+    assert find_garbled(_log('"' + frames * 8 + '"\n'), TextCheck.REPEATED_WORD) is None
+    logged = "INFO 12-06 10:00:01 Received request chatcmpl-1: prompt: '" + items * 8 + "'\n"
+    assert find_garbled(_log(logged), TextCheck.REPEATED_WORD) is None
 
 
 def test_the_first_loop_in_the_paste_is_the_evidence() -> None:
