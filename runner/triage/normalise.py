@@ -26,11 +26,18 @@ _RUNTIME_TS = re.compile(
 # a log viewer's or shipper's own time in front of the program's line (Grafana's and Loki's
 # exports, a supervisor's log, a CI console): a date and a time with a space between them. vLLM,
 # PyTorch and SGLang begin their lines otherwise (SGLang's time is in brackets). A time followed
-# by a separator is the program's own format's (loguru's "time | LEVEL | ...", Python logging's
-# "time - name - LEVEL - ..."), and stays: the separator would read as another prefix
+# by a separator is the program's own format's (loguru's "time | LEVEL | ...") and stays: the
+# separator would read as another prefix (Python logging's whole record is _LOGGING_RECORD)
 _COLLECTOR_TS = re.compile(
     r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?\s+"
     r"(?=\S)(?![|-]\s)"
+)
+# Python logging's record ("2024-11-14 22:16:37,096 - name - INFO - "), which a wrapper (a
+# launcher, a notebook, LMDeploy's own logger) writes in front of each line it passes on, a
+# traceback's source lines included: what follows is the message the patterns read
+_LOGGING_RECORD = re.compile(
+    r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - [\w.-]+ - "
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ?"
 )
 _KUBECTL_PREFIX = re.compile(r"^\[pod/(?P<node>[\w.-]+)/[\w.-]+\] ?")  # kubectl logs --prefix
 _COMPOSE_PREFIX = re.compile(r"^(?P<node>[a-zA-Z0-9][\w.-]*)\s+\| ?")  # docker compose logs
@@ -120,6 +127,7 @@ def _strip_prefixes(text: str) -> tuple[str, str | None]:
             text = span.group("body")
         text = _QUOTE.sub("", text, count=1)
         text = _RUNTIME_TS.sub("", text, count=1)
+        text = _LOGGING_RECORD.sub("", text, count=1)
         text = _COLLECTOR_TS.sub("", text, count=1)
         for rx in (_KUBECTL_PREFIX, _COMPOSE_PREFIX, _JOURNALD_PREFIX):
             m = rx.match(text)

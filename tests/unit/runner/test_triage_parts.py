@@ -61,6 +61,9 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
         "2025-07-10 is a date, not a prefix",
         "2024-05-14 08:21:19.504 | ERROR    | server:serve:42 - loguru's own time",
         "2024-05-14 08:21:19,504 - vllm - INFO - Python logging's own time",
+        # a wrapper's logger passing on SGLang's lines, a traceback's source line among them
+        "2024-11-14 22:16:37,096 - sglang - INFO - [2024-11-14 22:16:37 TP0] Traceback (most",
+        "2024-11-14 22:16:37,097 - sglang - INFO -     scheduler.event_loop_normal()",
     ]
     got = [ln.text for ln in normalise("\n".join(pasted))]
     assert got == [
@@ -69,7 +72,9 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
         "[rank1]:[W710 08:59:40.1 x.cpp:12] a",
         "2025-07-10 is a date, not a prefix",
         "2024-05-14 08:21:19.504 | ERROR    | server:serve:42 - loguru's own time",
-        "2024-05-14 08:21:19,504 - vllm - INFO - Python logging's own time",
+        "Python logging's own time",
+        "[2024-11-14 22:16:37 TP0] Traceback (most",
+        "scheduler.event_loop_normal()",
     ]
 
 
