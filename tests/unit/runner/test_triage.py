@@ -509,6 +509,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["the V0 engine process died after it was up, and the server's client saw it go"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["the V0 engine process's loop raised, at run time"],
             ),
             (
