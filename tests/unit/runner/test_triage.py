@@ -476,6 +476,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["a shard sees fewer GPUs than the world size it is part of"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["the mesh of the parallel sizes needs more chips than the process sees"],
+            ),
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
