@@ -16,10 +16,11 @@ say them:
   Greek, a symbol in formulas and units ("ΔT", "10μs"): a stretch with `GLUED` such switches
   between other systems needs only `SCRIPTS` - 1 systems. A vocabulary of mostly Latin word
   pieces gives soup that is mostly Latin, with Han, kana or Hangul pieces glued onto Latin words
-  ("Various草肉", "acheter逐渐") and a letter of another system here and there: a line whose
-  letters are `LATIN_LED` Latin or more, with `GLUED` such gluings and a system besides Latin,
-  CJK and Greek, is soup too (people glue Latin words into text mostly CJK, not CJK pieces into
-  text mostly Latin). Only letters of
+  ("Various草肉", "acheter逐渐") and a letter of another system here and there: `GLUED` words
+  within 2 x `WINDOW` characters, each with such a gluing inside it, in a stretch `LATIN_LED`
+  Latin or more with a system besides Latin, CJK and Greek, is soup too (Chinese glues Latin
+  terms into one phrase, "用vLLM部署Qwen模型", which is one word; soup glues CJK pieces into
+  word after word of English). Only letters of
   the systems in `_SYSTEMS` count: marks, symbols and letters Unicode files elsewhere (the
   prolonged-sound mark, modifier letters) are no system;
 - one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
@@ -47,18 +48,21 @@ say them:
 - a block of an answer's lines over and over (`_block_loop`): a reasoning model or a broken one
   writes the same two to `BLOCK_LINES` lines again and again ("Wait, but ... / Yes, that's
   correct ..."), `BLOCK_REPEATS` times in a row, with blank lines between them or none. Inside
-  one quoted string (a JSON answer, a repr) the lines are separated by a written "\\n", and one
-  to `BLOCK_LINES` of them `ESCAPED_REPEATS` times in a row (a single one `REPEATS` times, after
-  a label of the answer such as "content" or "Output") is the loop. Programs print blocks over
-  and over too, a copy for each process or retry: a block with a line that begins as a record
-  does (a time, a level, a bracket or parenthesis, glog's `I1229`), holds a path, a C++ scope, a
-  module's dotted name or a quoted list, or names an error, a warning or an abort is theirs and
-  is not read, and neither is one line printed again and again on lines of its own. Half the
-  block's lines must be text (eight letters or more, letters at least half of what is not
-  space), and its letters `BLOCK_LETTERS` or more: a loop of markers or numbers is not read.
-  A notice of plain sentences that several processes each print, back to back and with no
-  prefix, still reads as a loop; vLLM's, Ray's and torchrun's workers prefix their lines
-  (`(VllmWorkerProcess pid=N)`, `[rank1]:`), which keeps theirs out.
+  one quoted string (a JSON answer, a repr) the lines are separated by a written "\\n", and two
+  to `BLOCK_LINES` of them `ESCAPED_REPEATS` times in a row is the loop, or a single one
+  `REPEATS` times where the last key before it names the answer ("content", "Output"). Programs
+  print blocks over and over too, a copy for each process, request or retry: a block with a
+  line that was stamped as pasted (a time, a level, a pod's or container's name, which the
+  normaliser takes off), begins as a record or a label does (a time, a level, a bracket or
+  parenthesis, glog's `I1229`, "Prompt: ", a status word such as "Waiting"), or holds a path, a
+  C++ scope, a module's dotted name, a method called, a quoted list, an identifier in backticks,
+  an exception's class or a failure or retry named, is theirs and is not read; nor is one line
+  printed again and again on lines of its own. Half the block's lines must be text (eight
+  letters or more, letters at least half of what is not space), and its letters
+  `BLOCK_LETTERS` or more: a loop of markers or numbers is not read. A notice of plain
+  sentences that several processes each print, back to back and with no prefix, and a text
+  someone pasted three times still read as a loop; vLLM's, Ray's and torchrun's workers prefix
+  their lines (`(VllmWorkerProcess pid=N)`, `[rank1]:`), which keeps theirs out.
 
 The other shapes are patterns in silent-wrong-output's scenario file: an answer of only "!"
 (token 0, the argmax of NaN logits), reserved special tokens, empty content cut at max_tokens.
@@ -144,23 +148,35 @@ _ESCAPED_LINES = re2.compile(rb"(?:\\[nr][^\n]*?){6}")
 _ESCAPE = re.compile(r"\\[nr]")
 # what closes a quoted string and the record around it, after an answer's last line
 _CLOSING = "\"'}]), "
-# a label of the answer before a line that loops alone inside a string (a program's message
-# repeated in a JSON log field is not an answer's)
+# what opens an answer's string after its key (": \"", "='"), before its first line
+_OPENING = re.compile(r"""[:=]\s*["']""")
+# the quoting a chat or a Markdown file adds in front of a pasted line
+_QUOTED = re.compile(r"^(?:\s*(?:>|&gt;)\s?)*\s*")
+# a key or label and the quote that opens its string ("content": ", Output [Text 0]: "): the
+# last before a line that loops alone inside a string must name the answer (a program's
+# message repeated in a JSON log field is not an answer's)
+_KEY = re.compile(r"""([A-Za-z_][\w ]{0,30}?)["']?\s*(?:\[[^\]]*\])?\s*[:=]\s*["']""")
 _ANSWER_LABEL = re.compile(
     r"(?i)\b(?:content|text|response|output|answer|completion|reply|result|generated)\b"
 )
 # a line a program prints, not a model: a record's start (a time, a level, a bracket or
-# parenthesis, glog's I1229), a path, a C++ or Rust scope, a module's dotted name, a quoted
-# list, an error or a warning named
+# parenthesis, glog's I1229), a label of one or two words ("Prompt: ", "Generated text: "), a
+# status word a loop prints
 _RECORD = re.compile(
     r"^(?:\d{1,4}[-/:.]\d|[\[(]|(?:INFO|WARN(?:ING)?|ERROR|DEBUG|TRACE|FATAL|CRITICAL|NOTICE)\b"
-    r"[\s:\[]|[IWEF]\d{4}\b)",
-    re.IGNORECASE,
+    r"|(?:Info|Debug|Warning|Error|Fatal|Notice):|[IWEF]\d{4}\b|[A-Za-z]\w{0,20}(?: \w{1,20})?:\s"
+    r"|(?:Waiting|Retrying|Connecting|Starting|Restarting|Stopping|Loading|Downloading|Checking"
+    r"|Shutting|Killed)\b)"
 )
+# ... or anywhere in it: a path or a file's name, a C++ or Rust scope, a module's dotted name, a
+# quoted list, an identifier in backticks, a method called, an exception's class, a failure or
+# a retry named
 _PROGRAM = re.compile(
-    r"\w/\w|\b[A-Za-z]:\\|\.py\b|\w\.\w+:\d|\w::\w|what\(\)|\[['\"]|[A-Za-z_]\.\w+\.[A-Za-z_]"
-    r"|\b(?:error|exception|failed|fatal|abort(?:ed)?|terminated?|warning|traceback)\b",
-    re.IGNORECASE,
+    r"(?:^|[\s\"'(=])(?:~|\.{1,2})?/[\w.-]+/|\b\w+/[\w.-]+/[\w.-]+|\b[A-Za-z]:\\"
+    r"|\w\.(?:py|so|cc|cpp|cu|h|rs|go|json|ya?ml|log|sh)\b|\w\.\w+:\d|\w::\w|what\(\)|\[['\"]"
+    r"|[A-Za-z_]\.\w+\.[A-Za-z_]|`[^`\s]*_[^`\s]*`|\b[A-Z]\w*(?:Error|Exception)\b|\bTraceback\b"
+    r"|\b(?:ERROR|FATAL|WARNING|failed|aborted|refused|unreachable|unavailable|retry(?:ing)?)\b"
+    r"|terminate called|trying again|timed out|not ready|[A-Za-z_]\w*\.[A-Za-z_]\w*\("
 )
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 _NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
@@ -230,16 +246,15 @@ def mixed(text: str) -> tuple[int, int] | None:
         return None
     runs: list[tuple[int, str, bool]] = []  # where each run of one system's letters starts
     last = -2  # where the last letter of a system was
-    letters: Counter[str] = Counter()
-    cjk_glued = 0  # Han, kana or Hangul glued to a Latin letter, or a Latin letter to them
+    cjk_glued: list[int] = []  # where Han, kana or Hangul meets a Latin letter inside a word
     for i, c in enumerate(text):
         s = script(c)
         if s is None:
             continue
-        letters[s] += 1
         if not runs or runs[-1][1] != s:
             glued = last == i - 1 and not {runs[-1][1], s} & _UNSPACED
-            cjk_glued += last == i - 1 and {runs[-1][1], s} == _LATIN_CJK
+            if last == i - 1 and {runs[-1][1], s} == _LATIN_CJK:
+                cjk_glued.append(i)
             runs.append((i, s, glued))
         last = i
     seen: Counter[str] = Counter()
@@ -259,12 +274,27 @@ def mixed(text: str) -> tuple[int, int] | None:
             present = sum(1 for n in seen.values() if n >= 1)
             if back >= SCRIPTS or (glued_in >= GLUED and present >= SCRIPTS - 1):
                 return max(back, present), hi - lo
-    if (
-        cjk_glued >= GLUED
-        and letters["Latin"] >= LATIN_LED * letters.total()
-        and set(letters) - _LATIN_CJK - {"Greek"}
-    ):
-        return len(letters), len(runs) - 1
+    return _latin_led(text, cjk_glued) if len(cjk_glued) >= GLUED else None
+
+
+def _latin_led(text: str, glued: list[int]) -> tuple[int, int] | None:
+    """(systems, gluings) where GLUED words within 2 x WINDOW characters each have Han, kana or
+    Hangul glued to Latin letters inside them, and the stretch around them is LATIN_LED Latin
+    with a letter of a system besides Latin, CJK and Greek: soup from a vocabulary of mostly
+    Latin pieces. Chinese glues Latin words into one phrase ("用vLLM部署Qwen模型": one word),
+    not CJK pieces into word after word of English."""
+    spaces = [m.start() for m in re.finditer(r"\s", text)]
+    words = [bisect_right(spaces, i) for i in glued]  # which word each gluing is in
+    for a in range(len(glued)):
+        b = bisect_right(glued, glued[a] + 2 * WINDOW) - 1
+        if len(set(words[a : b + 1])) < GLUED:
+            continue
+        stretch = text[max(0, glued[a] - WINDOW // 4) : glued[b] + WINDOW // 4]
+        letters = Counter(s for s in map(script, stretch) if s is not None)
+        if letters["Latin"] >= LATIN_LED * letters.total() and (
+            set(letters) - _LATIN_CJK - {"Greek"}
+        ):
+            return len(letters), b - a + 1
     return None
 
 
@@ -448,10 +478,14 @@ def _letters(text: str) -> int:
     return sum(c.isalpha() for c in text)
 
 
+def _program_line(text: str) -> bool:
+    return _RECORD.match(text) is not None or _PROGRAM.search(text) is not None
+
+
 def _block_ok(block: list[str]) -> bool:
     """Whether a block that loops is an answer's: no program's line in it (_RECORD, _PROGRAM),
     half its lines text and BLOCK_LETTERS letters in all."""
-    if any(_RECORD.match(b) or _PROGRAM.search(b) for b in block):
+    if any(map(_program_line, block)):
         return False
     texts = 0
     for b in block:
@@ -461,14 +495,18 @@ def _block_ok(block: list[str]) -> bool:
 
 
 def _block_in(
-    items: list[tuple[int, str]], shortest: int, alone: int, repeats: int
+    items: list[tuple[int, str]],
+    sizes: range,
+    repeats: int,
+    stamped: Callable[[int], bool] | None = None,
 ) -> tuple[int, list[str], int] | None:
-    """A block of `shortest` to BLOCK_LINES items back to back `repeats` times (one item alone
-    `alone` times): the line it starts on, the block, and how many times in a row. A block of
-    one item over and over is no block of several. Every rotation of a block holds its items, so
-    a run whose block was refused is not read again until it breaks."""
-    for k in range(shortest, BLOCK_LINES + 1):
-        need = (alone if k == 1 else repeats) - 1
+    """A block of `sizes` items back to back `repeats` times (one item alone REPEATS times):
+    the line it starts on, the block, and how many times in a row. A block of one item over and
+    over is no block of several; a block on lines a collector stamped (`stamped`) is a
+    program's. Every rotation of a block holds its items, so a run whose block was refused is
+    not read again until it breaks."""
+    for k in sizes:
+        need = (REPEATS if k == 1 else repeats) - 1
         same, refused = 0, False
         for i in range(len(items) - k):
             if items[i][1] != items[i + k][1]:
@@ -479,7 +517,11 @@ def _block_in(
                 continue
             first = i - k * need + 1
             block = [t for _, t in items[first : first + k]]
-            if (k > 1 and len(set(block)) < 2) or not _block_ok(block):
+            if (
+                (k > 1 and len(set(block)) < 2)
+                or not _block_ok(block)
+                or (stamped is not None and any(stamped(n) for n, _ in items[first : first + k]))
+            ):
                 refused = True
                 continue
             times, j = 1, first + k
@@ -518,13 +560,34 @@ def _repeating(log: Log) -> Iterator[list[tuple[int, str]]]:
         yield run
 
 
+def _stamped(log: Log) -> Callable[[int], bool]:
+    """Whether line k as pasted carried what a collector or a logger puts in front of a
+    program's line (a time, a level, a pod's or a container's name), which the normaliser
+    took off: a block of such lines is a program's, however plain its text."""
+    originals, nodes = log.lines.originals, log.lines.nodes
+
+    def stamped(k: int) -> bool:
+        return nodes[k] is not None or _RECORD.match(_QUOTED.sub("", originals[k])) is not None
+
+    return stamped
+
+
+def _labelled(text: str, at: int) -> bool:
+    """Whether the last key before `at` on the line names the answer ("content", "Output")."""
+    last = None
+    for m in _KEY.finditer(text, 0, at):
+        last = m
+    return last is not None and _ANSWER_LABEL.search(last.group(1)) is not None
+
+
 def _block_loop(log: Log) -> list[Evidence] | None:
     """The first block of an answer's lines over and over: on lines of their own (the blank
     lines between them skipped), or separated by a written "\\n" inside one quoted string."""
     texts = log.lines.texts
+    stamped = _stamped(log)
     found = None
     for stretch in _repeating(log):
-        found = _block_in(stretch, 2, 0, BLOCK_REPEATS)
+        found = _block_in(stretch, range(2, BLOCK_LINES + 1), BLOCK_REPEATS, stamped)
         if found is not None:
             break
     if found is None:
@@ -532,12 +595,14 @@ def _block_loop(log: Log) -> list[Evidence] | None:
             text = texts[k][:MAX_LINE]
             if _prompt_logged(text.encode()):
                 continue
-            parts = [(k, p.strip(_CLOSING)) for p in _ESCAPE.split(text) if p.strip(_CLOSING)]
-            found = _block_in(parts, 1, REPEATS, ESCAPED_REPEATS)
-            if found is not None and len(found[1]) == 1:
-                start = text.find(found[1][0])
-                if not _ANSWER_LABEL.search(text, 0, max(start, 0)):
-                    found = None
+            parts = _ESCAPE.split(text)
+            parts[0] = _OPENING.split(parts[0])[-1]  # the answer's first line, after its key
+            items = [(k, p.strip(_CLOSING)) for p in parts if p.strip(_CLOSING)]
+            found = _block_in(items, range(2, BLOCK_LINES + 1), ESCAPED_REPEATS)
+            if found is None:
+                alone = _block_in(items, range(1, 2), ESCAPED_REPEATS)
+                if alone is not None and _labelled(text, text.find(alone[1][0])):
+                    found = alone
             if found is not None:
                 break
     if found is None:

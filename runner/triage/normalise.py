@@ -32,11 +32,11 @@ _COLLECTOR_TS = re.compile(
     r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?\s+"
     r"(?=\S)(?![|-]\s)"
 )
-# Python logging's record ("2024-11-14 22:16:37,096 - name - INFO - "), which a wrapper (a
-# launcher, a notebook, LMDeploy's own logger) writes in front of each line it passes on, a
-# traceback's source lines included: what follows is the message the patterns read
+# Python logging's record ("2024-11-14 22:16:37,096 - name - INFO - ", the name optional),
+# which a wrapper (a launcher, a notebook, LMDeploy's own logger) writes in front of each line it
+# passes on, a traceback's source lines included: what follows is the message patterns read
 _LOGGING_RECORD = re.compile(
-    r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - [\w.-]+ - "
+    r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - (?:[\w.-]+ - )?"
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ?"
 )
 _KUBECTL_PREFIX = re.compile(r"^\[pod/(?P<node>[\w.-]+)/[\w.-]+\] ?")  # kubectl logs --prefix

@@ -83,11 +83,20 @@ def test_three_systems_glued_inside_words_are_soup_and_text_written_without_spac
 
 def test_soup_led_by_latin_pieces_with_han_glued_to_them() -> None:
     soup = "mostly Gardens渐渐 sustain rotation出品 Clause bringing пере quietly安装 Thursday"
-    assert mixed(soup) == (3, 8)
+    assert mixed(soup) == (3, 3)
     # English with Chinese glued to its words and no third system is someone's note; Chinese with
-    # Latin words glued into it is text mostly CJK
+    # Latin words glued into it is text mostly CJK, or one phrase glued together in English
     assert mixed("model Qwen通义 runs on node A100节点 with port 8000端口 open") is None
     assert mixed("我们用vLLM部署Qwen模型，在A100上跑，Привет是俄语，GPU显存够用。") is None
+    for text in (
+        "When I send 'Привет' to Qwen the answer is fine, but the Chinese prompt "
+        "用vLLM部署Qwen模型 gives a wrong answer every time I try it",
+        "['The capital of France is Paris, a city known for its art and food.', "
+        "'我用vLLM部署了Qwen模型，效果很好。', 'Столица России - Москва.']",
+        '{"prompt": "Explain tensor parallelism on two GPUs", "answer": '
+        '"使用vLLM部署时设置tensor_parallel_size为2即可", "ref_ru": "Да"}',
+    ):
+        assert mixed(text) is None, text
     # the gluings and the third system, but Greek, which formulas glue to anything
     assert mixed("step Δt每步 loss曲线 lr学习率 is 0.001 and beta2 is 0.95 everywhere") is None
 
@@ -268,10 +277,31 @@ def test_a_block_of_lines_over_and_over() -> None:
         "The tokenizer has no pad token set, the end token is used\n",
         # numbers and markers, no text
         "| 0 | 1 | 2 |\n|---|---|---|\n",
+        # labels of a transcript (the same prompt at temperature 0), a status a loop prints
+        "Prompt: 'The capital of France is'\nGenerated text: ' Paris, the city of light.'\n",
+        "Waiting for the model server to come up\nThe model server is still not up\n",
+        "The server at this address refused the call\nIt will be asked once more soon\n",
     ],
 )
 def test_blocks_a_program_prints_over_and_over(block: str) -> None:
     assert find_garbled(_log(block * 8), TextCheck.REPEATED_WORD) is None
+
+
+def test_blocks_a_collector_or_a_logger_stamped_are_a_programs() -> None:
+    # the normaliser takes the stamps off; the lines as pasted still carry them
+    pair = ["The tokenizer of this model has no pad token set here", "The end token is used"]
+    stamps = (
+        "2025-07-10 08:59:1{n} ",
+        "2024-11-14 22:16:1{n},096 - launcher - INFO - ",
+        "vllm-{n}  | ",
+        "[pod/vllm-{n}/engine] ",
+    )
+    for stamp in stamps:
+        text = "".join(stamp.format(n=n) + line + "\n" for n in range(4) for line in pair)
+        assert find_garbled(_log(text), TextCheck.REPEATED_WORD) is None, stamp
+    # the same lines with nothing in front of them, or only a chat's quoting, loop
+    plain = "".join("> " + line + "\n" for _ in range(4) for line in pair)
+    assert find_garbled(_log(plain), TextCheck.REPEATED_WORD) is not None
 
 
 def test_lines_over_and_over_inside_one_quoted_string() -> None:
@@ -289,6 +319,11 @@ def test_lines_over_and_over_inside_one_quoted_string() -> None:
     less = '"content": "' + one * (REPEATS - 1) + '"\n'
     assert find_garbled(_log(less), TextCheck.REPEATED_WORD) is None
     assert find_garbled(_log('"log": "' + one * 12 + '"\n'), TextCheck.REPEATED_WORD) is None
+    # the last key before the loop is no answer's (a log's field), or the line is code
+    field = '{"result": "ok", "stdout": "' + one * 12 + '"}\n'
+    assert find_garbled(_log(field), TextCheck.REPEATED_WORD) is None
+    code = '"content": "' + "\\nmodel.add(Dense(64, activation='relu'))" * 8 + '"\n'
+    assert find_garbled(_log(code), TextCheck.REPEATED_WORD) is None
     # a traceback written into a string, and vLLM's request log quoting the user's prompt
     frames = '\\n  File \\"/app/x.py\\", line 3, in f\\n    return f()'
     assert find_garbled(_log('"' + frames * 8 + '"\n'), TextCheck.REPEATED_WORD) is None

@@ -64,6 +64,7 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
         # a wrapper's logger passing on SGLang's lines, a traceback's source line among them
         "2024-11-14 22:16:37,096 - sglang - INFO - [2024-11-14 22:16:37 TP0] Traceback (most",
         "2024-11-14 22:16:37,097 - sglang - INFO -     scheduler.event_loop_normal()",
+        "2024-11-14 22:16:37,098 - ERROR - a record without the logger's name",
     ]
     got = [ln.text for ln in normalise("\n".join(pasted))]
     assert got == [
@@ -75,6 +76,7 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
         "Python logging's own time",
         "[2024-11-14 22:16:37 TP0] Traceback (most",
         "scheduler.event_loop_normal()",
+        "a record without the logger's name",
     ]
 
 
