@@ -220,7 +220,7 @@ _UNSPACED = frozenset({"CJK", "Greek"})
 _LATIN_CJK = frozenset({"Latin", "CJK"})
 
 SOUP = "an answer that mixes writing systems token by token (token soup)"
-REPEAT = "an answer that repeats one word or phrase over and over"
+REPEAT = "an answer that repeats one word, phrase or block of lines over and over"
 
 
 @cache
