@@ -30,7 +30,9 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 GAMEDAY = Path(sys.executable).with_name("gameday")
 CLASSES = ("catalogue", "related", "healthy")
@@ -86,15 +88,22 @@ def triage(folder: Path, rows: list[Row]) -> dict[str, list[str]]:
     return named
 
 
+@cache
+def _scenarios() -> list[Any]:
+    """Every known scenario, as `gameday triage` loads them: once for all the sets."""
+    from runner.cli.options import load_all
+
+    return [e.loaded for e in load_all((), every_known=True)]
+
+
 def triage_here(folder: Path, rows: list[Row]) -> dict[str, list[str]]:
     """As triage(), in this process: `gameday triage`'s file reading and budgets, every known
     scenario, a refusal (the command's exit 2) kept as such."""
     from runner.cli.main import _read_log
-    from runner.cli.options import load_all
     from runner.errors import InputError
     from runner.triage import triage as do_triage
 
-    loaded = [e.loaded for e in load_all((), every_known=True)]
+    loaded = _scenarios()
     named: dict[str, list[str]] = {}
     for row in rows:
         try:
