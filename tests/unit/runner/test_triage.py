@@ -757,6 +757,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "the serving node's",
                 "serving",
+                ["a rank of the V0 engine waited that long for its peers, with requests in flight"],
+            ),
+            (
+                "the serving node's",
+                "serving",
                 ["SGLang's scheduler saw no forward progress for its watchdog's timeout"],
             ),
             (
