@@ -818,6 +818,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "prefill",
                 ["the transfer engine cannot connect to the address the peer advertised"],
             ),
+            # triage: Mooncake's TCP transport with no local port left to connect from
+            (
+                "the prefill engine's",
+                "prefill",
+                ["the transfer engine found no local port left to connect to its peer from"],
+            ),
             # triage: Mooncake's handshake unable to resolve the peer's advertised host
             (
                 "the prefill engine's",
@@ -825,6 +831,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 [
                     "the transfer engine cannot resolve the host its peer advertised for the handshake"
                 ],
+            ),
+            # triage: Mooncake's handshake connect to the peer's advertised port failing
+            (
+                "the prefill engine's",
+                "prefill",
+                ["the transfer engine cannot connect to the handshake port its peer advertised"],
             ),
             # triage: 0.11.2-0.12's request line, or the handshake traceback's end
             (

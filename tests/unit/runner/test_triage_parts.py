@@ -80,6 +80,21 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
     ]
 
 
+def test_a_carriage_return_shown_as_caret_m_ends_the_line() -> None:
+    """What `cat -v`, less or vim show for a CRLF file's line end, copied as two characters."""
+    pasted = [
+        "Scheduler hit an exception: Traceback (most recent call last):^M",
+        "    scheduler.event_loop_normal()^M^M",
+        "a caret and an M ^M in the middle stay ^Mx",
+    ]
+    got = [ln.text for ln in normalise("\n".join(pasted))]
+    assert got == [
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "scheduler.event_loop_normal()",
+        "a caret and an M ^M in the middle stay ^Mx",
+    ]
+
+
 def test_typesetting_is_undone_before_matching() -> None:
     pasted = (
         "\ufeff> the model\u2019s max seq len\u00a0(16384)\u202f\u2013max-model-len"
