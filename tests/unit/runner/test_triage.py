@@ -309,6 +309,11 @@ def test_every_signature_a_scenario_declares() -> None:
             (
                 "a client's",
                 "serving",
+                ["an answer of byte-level BPE pieces, never decoded"],
+            ),
+            (
+                "a client's",
+                "serving",
                 ["the answer's text is empty, and it ran to max_tokens"],
             ),
             ("a client's", "serving", []),  # token soup (runner.triage.garbled)
