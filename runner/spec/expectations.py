@@ -207,6 +207,13 @@ class TriageSignature(Model):
         "instance: start-up finished after a long compilation): where one follows the last "
         "match of these lines, the paste shows no failure of this kind.",
     )
+    stopped_by: Pattern | None = Field(
+        default=None,
+        description="A line that shows the process was told to stop (a signal received, a "
+        "shutdown begun): where the last one before these lines' first match has no server "
+        'start after it (uvicorn\'s "Application startup complete"), the lines are what the '
+        "stop did, not a failure, and a later match is looked for instead.",
+    )
     after_cause: bool = Field(
         default=False,
         description="These lines are a death another failure may have caused (a process that "
@@ -229,11 +236,14 @@ class TriageSignature(Model):
         if self.shortcuts and not self.recover:
             raise ValueError("a triage entry's shortcuts need its recover steps")
         if self.text_check is not None and (
-            self.ended_by is not None or self.cut_before is not None or self.cut_before_cause
+            self.ended_by is not None
+            or self.stopped_by is not None
+            or self.cut_before is not None
+            or self.cut_before_cause
         ):
             raise ValueError(
-                "a text_check entry reads an answer, not a log: ended_by, cut_before and "
-                "cut_before_cause do not apply to it"
+                "a text_check entry reads an answer, not a log: ended_by, stopped_by, "
+                "cut_before and cut_before_cause do not apply to it"
             )
         return self
 

@@ -374,7 +374,9 @@ def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:
                 out += [regex, cut[0]] if cut else [regex]
             if entry is not None and entry.ended_by is not None:
                 out.append(_folded(entry.ended_by.regex))
-    return out
+            if entry is not None and entry.stopped_by is not None:
+                out.append(_folded(entry.stopped_by.regex))
+    return [*out, _SERVER_START, _SIGNALLED]
 
 
 def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
@@ -399,13 +401,13 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 # lines a later one shows ended by themselves are no failure: only what
                 # follows the last such end is read
                 start = 0 if entry is None else _after_last(log, entry.ended_by)
-                ev = find_in_order(
-                    log,
-                    [(_folded(p.regex), p.description) for p in pats],
-                    start=start,
-                    # a triage entry's checks between captures (a run's checks are its lab's)
-                    accepts=[_accept(p) for p in pats] if entry is not None else (),
-                )
+                wanted = [(_folded(p.regex), p.description) for p in pats]
+                # a triage entry's checks between captures (a run's checks are its lab's)
+                accepts = [_accept(p) for p in pats] if entry is not None else []
+                ev = find_in_order(log, wanted, start=start, accepts=accepts)
+                # lines a stop of the same run explains are no failure: a later match may be
+                while ev and _stopped(log, entry, ev[0].number - 1):
+                    ev = find_in_order(log, wanted, start=ev[0].number, accepts=accepts)
             if ev:
                 how = None
                 if entry is not None and entry.cut_before_cause and not shows_cause(log):
@@ -418,7 +420,7 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
     for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
         for view, node, pats, releases, entry in group if not sightings else ():
             hit = _cut_short(log, pats, checked=entry is not None) if pats else None
-            if hit is not None:
+            if hit is not None and not _stopped(log, entry, hit[0][0].number - 1):
                 ev, how = hit
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
     return sightings
@@ -442,6 +444,39 @@ def _accept(p: Pattern) -> Callable[[dict[str, str]], bool] | None:
     if not relational:
         return None
     return lambda caps: not check_captures(relational, caps)
+
+
+# a server's start (uvicorn's lines, which vLLM's and SGLang's servers log): a run begins there,
+# which a stop logged before it does not explain
+_SERVER_START = r"Application startup complete\.|Started server process \[\d+\]"
+
+
+# the server or its engine core told to stop by a signal, as vLLM's signal handlers log it
+# (vllm/entrypoints/launchers/launcher.py :256, vllm/v1/engine/core.py :1526 in 0.33.0): what
+# the same run logs after it, every death and EngineDeadError among it, is the stop's doing
+_SIGNALLED = (
+    r"\[shutdown\] (?:API server: shutdown triggered"
+    r"|EngineCore: trigger received signal=SIG(?:TERM|INT))"
+)
+
+
+def _stopped(log: Log, entry: TriageSignature | None, first: int) -> bool:
+    """Whether the server was told to stop before line index `first` (a signal; or the
+    entry's own stop lines) with no server start between: the lines from `first` on are what
+    that stop did."""
+    stops = [_SIGNALLED]
+    if entry is not None and entry.stopped_by is not None:
+        stops.append(_folded(entry.stopped_by.regex))
+    for stop in stops:
+        last, pos = None, 0
+        while (hit := find(log, stop, start=pos)) and hit[1].number - 1 < first:
+            last, pos = hit[1].number - 1, hit[0]
+        if last is None:
+            continue
+        started = find(log, _SERVER_START, start=last + 1)
+        if started is None or started[1].number - 1 >= first:
+            return True
+    return False
 
 
 def _after_last(log: Log, pattern: Pattern | None) -> int:

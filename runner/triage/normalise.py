@@ -67,7 +67,6 @@ _MASK = re.compile(
     r"(?![A-Za-z_])"
 )
 _MAYBE_MASK = re.compile(r"[xX*#][xX*#.:]|[.:][xX*#]")  # what every _MASK match holds
-_CARET_CR = re.compile(r"\s*(?:\^M)+$")
 
 
 # What a blog, a wiki, a word processor or a chat client does to pasted text: typographic
@@ -281,10 +280,10 @@ def normalise(text: str, deadline: Deadline | None = None) -> Lines:
                 stripped, node = _strip_prefixes(body)
             if "**" in stripped:
                 stripped = _EMPHASIS.sub(r"\1", stripped)
-            if stripped.endswith("^M"):
+            while stripped.endswith("^M"):
                 # a carriage return as a pager or an editor shows it (cat -v, less, vim), copied
                 # as the two characters: a CRLF file's line end, not text
-                stripped = _CARET_CR.sub("", stripped)
+                stripped = stripped[:-2].rstrip()
             stripped = unmask(stripped)
             add_text(original if stripped == original else stripped)
             add_node(node)

@@ -414,6 +414,15 @@ def test_shortcuts_need_recover_steps() -> None:
         TriageSignature.model_validate(
             {"when": "w", "note": "n", "text_check": "repeated_word", "cut_before_cause": True}
         )
+    with pytest.raises(ValidationError, match="do not apply to it"):
+        TriageSignature.model_validate(
+            {
+                "when": "w",
+                "note": "n",
+                "text_check": "repeated_word",
+                "stopped_by": {"regex": "Shutting down"},
+            }
+        )
 
 
 def test_a_finding_that_shows_the_scenarios_own_cause_keeps_its_recovery() -> None:
