@@ -807,6 +807,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 ],
             ),
             (
+                "the decode server's",
+                "decode",
+                [
+                    "SGLang's decode server lost its prefill server's heartbeat, and the "
+                    "requests on it failed"
+                ],
+            ),
+            (
                 "the prefill server's",
                 "prefill",
                 ["SGLang's prefill server saw the handshake (bootstrap) fail"],
