@@ -773,6 +773,15 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the serving node's",
                 "serving",
                 [
+                    "SGLang's scheduler was serving",
+                    "its watchdog saw no forward progress for its timeout, and takes the "
+                    "server down",
+                ],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
                     "SGLang's health check got no token back for its timeout",
                     "and again at the next check",
                 ],
