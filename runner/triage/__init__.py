@@ -405,9 +405,9 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 # a triage entry's checks between captures (a run's checks are its lab's)
                 accepts = [_accept(p) for p in pats] if entry is not None else []
                 ev = find_in_order(log, wanted, start=start, accepts=accepts)
-                # lines a stop of the same run explains are no failure: a later match may be
-                while ev and _stopped(log, entry, ev[0].number - 1):
-                    ev = find_in_order(log, wanted, start=ev[0].number, accepts=accepts)
+                # lines a stop of the same run explains are no failure: a later run's may be
+                while ev and (resume := _stopped(log, entry, ev[0].number - 1)) is not None:
+                    ev = find_in_order(log, wanted, start=resume, accepts=accepts)
             if ev:
                 how = None
                 if entry is not None and entry.cut_before_cause and not shows_cause(log):
@@ -420,7 +420,7 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
     for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
         for view, node, pats, releases, entry in group if not sightings else ():
             hit = _cut_short(log, pats, checked=entry is not None) if pats else None
-            if hit is not None and not _stopped(log, entry, hit[0][0].number - 1):
+            if hit is not None and _stopped(log, entry, hit[0][0].number - 1) is None:
                 ev, how = hit
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
     return sightings
@@ -460,10 +460,11 @@ _SIGNALLED = (
 )
 
 
-def _stopped(log: Log, entry: TriageSignature | None, first: int) -> bool:
-    """Whether the server was told to stop before line index `first` (a signal; or the
-    entry's own stop lines) with no server start between: the lines from `first` on are what
-    that stop did."""
+def _stopped(log: Log, entry: TriageSignature | None, first: int) -> int | None:
+    """Where the server was told to stop before line index `first` (a signal; or the entry's
+    own stop lines) with no server start between, so that the lines from `first` on are what
+    that stop did: the index of the line where the next run starts (the log's end where none
+    does), to look on from. None where no such stop comes before `first`."""
     stops = [_SIGNALLED]
     if entry is not None and entry.stopped_by is not None:
         stops.append(_folded(entry.stopped_by.regex))
@@ -475,8 +476,9 @@ def _stopped(log: Log, entry: TriageSignature | None, first: int) -> bool:
             continue
         started = find(log, _SERVER_START, start=last + 1)
         if started is None or started[1].number - 1 >= first:
-            return True
-    return False
+            after = find(log, _SERVER_START, start=first)
+            return len(log.lines) if after is None else after[1].number - 1
+    return None
 
 
 def _after_last(log: Log, pattern: Pattern | None) -> int:
