@@ -170,7 +170,8 @@ class TriageSignature(Model):
     )
     in_order: list[Pattern] = Field(
         default=[],
-        description="The lines, in order; or `stalled_stats` or `text_check` instead.",
+        description="The lines, in order; or `stalled_stats`, `text_check` or `held_by_others` "
+        "instead.",
     )
     stalled_stats: Annotated[int | None, Field(ge=2, le=100)] = Field(
         default=None,
@@ -183,6 +184,12 @@ class TriageSignature(Model):
         description="Instead of patterns: a model's answer whose text is no language "
         "(`mixed_scripts`: token soup; `repeated_word`: one word over and over), as "
         "runner.triage.garbled reads it.",
+    )
+    held_by_others: bool = Field(
+        default=False,
+        description="Instead of patterns: PyTorch's CUDA out-of-memory error whose own list of "
+        "the GPU's processes shows processes other than the failing one holding a quarter of "
+        "the GPU or more (runner.triage.oom).",
     )
     recover: list[Annotated[str, Field(min_length=1, max_length=600)]] = Field(
         default=[],
@@ -230,9 +237,16 @@ class TriageSignature(Model):
 
     @model_validator(mode="after")
     def _one_kind(self) -> TriageSignature:
-        kinds = [bool(self.in_order), self.stalled_stats is not None, self.text_check is not None]
+        kinds = [
+            bool(self.in_order),
+            self.stalled_stats is not None,
+            self.text_check is not None,
+            self.held_by_others,
+        ]
         if sum(kinds) != 1:
-            raise ValueError("a triage entry has one of in_order, stalled_stats or text_check")
+            raise ValueError(
+                "a triage entry has one of in_order, stalled_stats, text_check or held_by_others"
+            )
         if self.shortcuts and not self.recover:
             raise ValueError("a triage entry's shortcuts need its recover steps")
         if self.text_check is not None and (

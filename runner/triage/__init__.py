@@ -37,6 +37,7 @@ from runner.triage.normalise import (
     fold_typography,
     normalise,
 )
+from runner.triage.oom import find_held_by_others
 from runner.triage.stall import find_stall
 from vllmfacts import startup
 from vllmfacts.startup import StartupPhase
@@ -182,7 +183,7 @@ def signatures(ls: LoadedScenario) -> list[Signature]:
     for entry in ls.scenario.triage:
         pats = identifying(entry.in_order, all_if_none=True)
         # entries without patterns differ by what they read instead
-        kind = f"{entry.stalled_stats}/{entry.text_check}"
+        kind = f"{entry.stalled_stats}/{entry.text_check}/{entry.held_by_others}"
         key = (entry.view, kind, *(p.regex for p in pats))
         if key not in seen:
             seen.add(key)
@@ -396,6 +397,8 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 ev = find_stall(log, entry.stalled_stats)
             elif entry is not None and entry.text_check is not None:
                 ev = find_garbled(log, entry.text_check)
+            elif entry is not None and entry.held_by_others:
+                ev = find_held_by_others(log)
             else:
                 # a pattern's literal typography is folded as the pasted text is (normalise)
                 # lines a later one shows ended by themselves are no failure: only what

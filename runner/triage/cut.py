@@ -11,7 +11,7 @@ paste still names the failure by what is there:
   the message, ends there, or only what closes a shortened quote follows (`...`, a backtick,
   quotes, a full stop, a table cell's `|`, a pager's `>` where it chopped the line); or it
   stands inside a quotation that closes before its end, the writer's words going on (a message
-  quoted in part in prose);
+  quoted in part in prose, the exception's name before it or not);
 - the raise: the traceback's last frame is a place the pattern says the message is raised in
   (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
   exception after it; or the frame before it, whose source line calls such a place when that
@@ -47,6 +47,9 @@ _CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|>]))*"
 # apostrophe closes only before a non-letter, as one inside a word ("model's") is not a quote
 _QUOTE_OPEN = "[\"`\u201c\u300c\u300e']"
 _QUOTE_CLOSE = "\\s*(?:[\"`\u201d\u300d\u300f]|'(?:\\W|$))"
+# the exception's name the message was raised with, which a writer quotes with it
+# (`ValueError: LoRA rank 16 is greater than ...`)
+_RAISED = r"(?:[\w.]*(?:Error|Exception): )?"
 # a function whose job is to raise the message when its condition fails: a call into it that a
 # traceback ends at is that check failing, whatever line inside it the paste left out
 _CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
@@ -235,7 +238,7 @@ def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
     whole = "|".join(f"(?:{a})" for a in alts)
     unquoted = f"(?:{whole}){_CLOSERS}\\s*$"
     inside = "|".join(f"(?:{a})" for a in quoted)
-    quote = f"{_QUOTE_OPEN}\\s*(?:{inside}){_QUOTE_CLOSE}" if quoted else None
+    quote = f"{_QUOTE_OPEN}\\s*{_RAISED}(?:{inside}){_QUOTE_CLOSE}" if quoted else None
     try:
         compile_user(f"{unquoted}|{quote}" if quote else unquoted)
     except ValueError:

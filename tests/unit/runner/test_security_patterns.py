@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[3]
 GOOD = ROOT / "scenarios" / "context-window-overflow.yaml"
 IDENTIFYING = (
     r"'User-specified max_model_len \((?P<requested>\d+)\) is greater than the derived "
-    r"max_model_len \((?P<key>\w+)=(?P<derived>[\d.]+)'"
+    r"max_model_len \((?P<key>\w+) ?= ?(?P<derived>[\d.]+)'"
 )
 
 

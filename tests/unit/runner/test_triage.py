@@ -340,6 +340,8 @@ def test_every_signature_a_scenario_declares() -> None:
                 "node1",
                 ["SGLang finds a GPU of its group with less free memory, another process on it"],
             ),
+            # PyTorch's out-of-memory error listing other processes (runner.triage.oom)
+            ("the serving node's", "node1", []),
         ],
         "gpu-xid-error": [
             (

@@ -406,7 +406,7 @@ def test_shortcuts_need_recover_steps() -> None:
         TriageSignature.model_validate(
             {"when": "w", "note": "n", "in_order": [{"regex": "x"}], "shortcuts": ["s"]}
         )
-    with pytest.raises(ValidationError, match="one of in_order, stalled_stats or text_check"):
+    with pytest.raises(ValidationError, match="one of in_order, stalled_stats, text_check or"):
         TriageSignature.model_validate(
             {"when": "w", "note": "n", "in_order": [{"regex": "x"}], "text_check": "repeated_word"}
         )

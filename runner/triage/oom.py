@@ -1,0 +1,115 @@
+"""A CUDA out-of-memory error whose own list of the GPU's processes shows that others hold it.
+
+PyTorch's caching allocator words its out-of-memory error (PyTorch 2.1 on) as "CUDA out of
+memory. Tried to allocate X. GPU N has a total capacity of T of which F is free. <processes>
+Of the allocated memory A is allocated by PyTorch, and R is reserved by PyTorch but
+unallocated." The processes are NVML's list of every process with a context on that GPU
+(c10/cuda/CUDACachingAllocator.cpp reportProcessMemoryInfo): "Process P has U memory in use. "
+for each, and "Including non-PyTorch memory, this process has U memory in use. " for the one
+whose pid is the allocator's own. 2.1's message spells "capacty". Sizes are format_size's:
+bytes, KiB, MiB or GiB.
+
+So the message says who holds the memory. Where processes other than the failing one hold at
+least `SHARE` of the GPU, the failure is theirs as much as its own: a stranger on the GPU (a
+second server, a notebook, a job left behind), which a lower batch or a smaller context only
+works around. Inside a container NVML's pids are the host's, so no entry is "this process" and
+the failing process is listed as another: there, the entry whose use is closest above what
+PyTorch holds (allocated plus reserved; the difference is the CUDA context and libraries'
+memory) is taken for the failing process, which makes the others' share the smallest the list
+allows; where no entry is that large, the failing process is not listed. The message is read
+up to what PyTorch holds, which ends the list: a paste cut before it does not tell which entry
+is whose, and is not read.
+"""
+
+from __future__ import annotations
+
+import re
+
+from runner.triage.match import Evidence, Log, find
+
+SHARE = 0.25  # of the GPU's total capacity, held by other processes
+MIN_OTHERS = 1 << 30  # and at least 1 GiB
+
+_SIZE = r"[\d.]+ (?:bytes|KiB|MiB|GiB)"
+OOM = (
+    r"CUDA out of memory\. Tried to allocate (?P<tried>" + _SIZE + r")\. GPU (?P<gpu>\d+) has a "
+    r"total capac(?:i)?ty of (?P<total>" + _SIZE + r") of which (?P<free>" + _SIZE + r") is "
+    r"free\. (?P<procs>(?:(?:Process \d+|Including non-PyTorch memory, this process) has "
+    + _SIZE
+    + r" memory in use\. ?)+)(?:"
+    + _SIZE
+    + r" allowed; )?Of the allocated memory (?P<allocated>"
+    + _SIZE
+    + r") is allocated by PyTorch, (?:with "
+    + _SIZE
+    + r" allocated in private pools \(e\.g\., CUDA Graphs\), )?and (?P<reserved>"
+    + _SIZE
+    + r") is reserved by PyTorch but unallocated"
+)
+HELD = "other processes hold the GPU's memory (PyTorch's out-of-memory error lists them)"
+
+_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+# the lines joined without their spaces (match.loose) run a size into its unit
+_SIZE_RX = re.compile(r"([\d.]+) ?(bytes|KiB|MiB|GiB)")
+_PROC = re.compile(
+    r"(Process ?\d+|Including ?non-PyTorch ?memory, ?this ?process) ?has ?"
+    r"([\d.]+ ?(?:bytes|KiB|MiB|GiB))"
+)
+
+
+def _bytes(size: str) -> int | None:
+    m = _SIZE_RX.fullmatch(size.strip())
+    if m is None:
+        return None
+    try:
+        return int(float(m.group(1)) * _UNITS[m.group(2)])
+    except ValueError:
+        return None
+
+
+def others_hold(captures: dict[str, str]) -> int | None:
+    """The bytes processes other than the failing one hold, by the message's own list, or None
+    where the list does not tell which entry is the failing process."""
+    procs = [
+        (who.startswith("Including"), _bytes(size))
+        for who, size in _PROC.findall(captures.get("procs", ""))
+    ]
+    if not procs or any(b is None for _, b in procs):
+        return None
+    used = [(own, b or 0) for own, b in procs]
+    if any(own for own, _ in used):
+        return sum(b for own, b in used if not own)
+    allocated, reserved = captures.get("allocated"), captures.get("reserved")
+    if not allocated or not reserved:
+        return None
+    a, r = _bytes(allocated), _bytes(reserved)
+    if a is None or r is None:
+        return None
+    holds = a + r
+    # the failing process listed under its host pid: the closest use at or above its own hold
+    # (none at or above it: it is not listed)
+    fits = [i for i, (_, b) in enumerate(used) if b >= holds]
+    if fits:
+        mine = min(fits, key=lambda i: used[i][1] - holds)
+        return sum(b for i, (_, b) in enumerate(used) if i != mine)
+    return sum(b for _, b in used)
+
+
+def _held(captures: dict[str, str]) -> bool:
+    total = _bytes(captures.get("total", ""))
+    others = others_hold(captures)
+    if not total or others is None:
+        return False
+    return others >= max(MIN_OTHERS, SHARE * total)
+
+
+def find_held_by_others(log: Log) -> list[Evidence] | None:
+    """The first out-of-memory error whose list shows other processes holding at least `SHARE`
+    of the GPU, with how much they hold among its captures (`others`, in GiB)."""
+    hit = find(log, OOM, HELD, accept=_held)
+    if hit is None:
+        return None
+    ev = hit[1]
+    others = others_hold(ev.captures) or 0
+    held = f"{others / (1 << 30):.2f} GiB"
+    return [Evidence(ev.description, ev.lines, {**ev.captures, "others": held})]

@@ -1,0 +1,122 @@
+"""PyTorch's out-of-memory error whose own list of the GPU's processes shows others holding it
+(runner.triage.oom): who is "this process", inside a container too, and how much is enough."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from runner.spec.expectations import TriageSignature
+from runner.spec.scenario import discover, load_scenario
+from runner.triage import triage
+from runner.triage.match import Log
+from runner.triage.normalise import normalise
+from runner.triage.oom import find_held_by_others, others_hold
+
+ROOT = Path(__file__).resolve().parents[3]
+SCEN = [load_scenario(p) for p in discover([ROOT / "scenarios"])]
+GIB = 1 << 30
+
+
+def _oom(
+    procs: str, total: str = "39.39 GiB", mine: str = "0 bytes", spare: str = "0 bytes"
+) -> str:
+    return (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a "
+        f"total capacity of {total} of which 512.00 MiB is free. {procs}Of the allocated memory "
+        f"{mine} is allocated by PyTorch, and {spare} is reserved by PyTorch but unallocated. If "
+        "reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+    )
+
+
+def _others(text: str) -> float | None:
+    found = find_held_by_others(Log(normalise(text)))
+    return None if found is None else float(found[0].captures["others"].split()[0])
+
+
+def test_this_process_is_the_entry_pytorch_names_so() -> None:
+    text = _oom(
+        "Process 7 has 12.00 GiB memory in use. Including non-PyTorch memory, this process has "
+        "26.00 GiB memory in use. ",
+        mine="25.00 GiB",
+    )
+    assert _others(text) == 12.0
+
+
+def test_in_a_container_the_entry_closest_above_what_pytorch_holds_is_the_failing_process() -> None:
+    # host pids: no entry is "this process"; 20.5 GiB is closest above the 20 GiB PyTorch holds
+    text = _oom(
+        "Process 70 has 20.50 GiB memory in use. Process 71 has 16.00 GiB memory in use. ",
+        mine="19.00 GiB",
+        spare="1.00 GiB",
+    )
+    assert _others(text) == 16.0
+
+
+def test_a_process_alone_on_its_gpu_in_a_container_is_no_stranger() -> None:
+    text = _oom("Process 3815 has 37.90 GiB memory in use. ", mine="35.00 GiB", spare="1.50 GiB")
+    assert _others(text) is None
+    assert triage(text, SCEN) == []
+
+
+def test_a_neighbour_under_a_quarter_of_the_gpu_is_not_read() -> None:
+    text = _oom(
+        "Process 9 has 9.50 GiB memory in use. Including non-PyTorch memory, this process has "
+        "29.00 GiB memory in use. ",
+        mine="28.00 GiB",
+    )
+    assert _others(text) is None  # 9.5 of 39.39 GiB: under a quarter
+
+
+def test_every_other_process_counts_and_sizes_keep_their_units() -> None:
+    text = _oom(
+        "Process 1 has 512.00 MiB memory in use. Process 2 has 6.00 GiB memory in use. "
+        "Process 3 has 4.50 GiB memory in use. Process 4 has 900.00 MiB memory in use. ",
+        total="23.68 GiB",
+        mine="310.00 MiB",
+        spare="2.00 MiB",
+    )
+    # the failing process: 512 MiB, the closest above the 312 MiB PyTorch holds
+    assert _others(text) == pytest.approx(6.0 + 4.5 + 900 / 1024, abs=0.01)
+
+
+def test_a_paste_cut_inside_the_list_is_not_read() -> None:
+    cut = (
+        "CUDA out of memory. Tried to allocate 892.00 MiB. GPU 0 has a total capacity of 44.39 "
+        "GiB of which 36.38 MiB is free. Process 11 has 1.42 GiB memory in use. Process 12 has "
+        "40.11 GiB memory in use. ...\n"
+    )
+    assert _others(cut) is None
+
+
+def test_the_message_wrapped_at_its_sentences_and_the_older_spelling_are_read() -> None:
+    text = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+        "GPU 1 has a total capacty of 23.69 GiB of which 100.00 MiB is free.\n"
+        "Process 4410 has 11.20 GiB memory in use.\n"
+        "Including non-PyTorch memory, this process has 12.30 GiB memory in use.\n"
+        "Of the allocated memory 11.00 GiB is allocated by PyTorch, and 700.00 MiB\n"
+        "is reserved by PyTorch but unallocated.\n"
+    )
+    assert _others(text) == 11.2
+    [f] = triage(text, SCEN)
+    assert f.scenario.scenario.metadata.id == "stray-gpu-process"
+    assert any("nvidia-smi --query-compute-apps" in r for r in f.fixes)
+
+
+def test_others_hold_needs_what_pytorch_holds_where_no_entry_is_this_process() -> None:
+    assert others_hold({"procs": "Process 1 has 40.00 GiB memory in use. "}) is None
+    assert others_hold({"procs": ""}) is None
+    own = "Including non-PyTorch memory, this process has 1.00 GiB memory in use. "
+    assert others_hold({"procs": "Process 1 has 4.00 GiB memory in use. " + own}) == 4 * GIB
+
+
+def test_held_by_others_is_a_kind_of_its_own() -> None:
+    with pytest.raises(ValidationError, match="one of in_order, stalled_stats, text_check or"):
+        TriageSignature.model_validate(
+            {"when": "w", "note": "n", "held_by_others": True, "in_order": [{"regex": "x"}]}
+        )
+    assert TriageSignature.model_validate({"when": "w", "note": "n", "held_by_others": True})
