@@ -221,6 +221,12 @@ class TriageSignature(Model):
         'start after it (uvicorn\'s "Application startup complete"), the lines are what the '
         "stop did, not a failure, and a later match is looked for instead.",
     )
+    only_with: Pattern | None = Field(
+        default=None,
+        description="A line the log must also show, anywhere, for these lines to count: where "
+        "the same lines are printed where nothing failed too (the engine core's death line at "
+        "an offline script's exit), what makes them a failure (the API server's own lines).",
+    )
     after_cause: bool = Field(
         default=False,
         description="These lines are a death another failure may have caused (a process that "

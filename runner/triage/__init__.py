@@ -377,6 +377,8 @@ def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:
                 out.append(_folded(entry.ended_by.regex))
             if entry is not None and entry.stopped_by is not None:
                 out.append(_folded(entry.stopped_by.regex))
+            if entry is not None and entry.only_with is not None:
+                out.append(_folded(entry.only_with.regex))
     return [*out, _SERVER_START, _SIGNALLED]
 
 
@@ -411,6 +413,8 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 # lines a stop of the same run explains are no failure: a later run's may be
                 while ev and (resume := _stopped(log, entry, ev[0].number - 1)) is not None:
                     ev = find_in_order(log, wanted, start=resume, accepts=accepts)
+            if ev and not _with(log, entry):
+                ev = None
             if ev:
                 how = None
                 if entry is not None and entry.cut_before_cause and not shows_cause(log):
@@ -423,6 +427,8 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
     for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
         for view, node, pats, releases, entry in group if not sightings else ():
             hit = _cut_short(log, pats, checked=entry is not None) if pats else None
+            if hit is not None and not _with(log, entry):
+                hit = None
             if hit is not None and _stopped(log, entry, hit[0][0].number - 1) is None:
                 ev, how = hit
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
@@ -461,6 +467,14 @@ _SIGNALLED = (
     r"\[shutdown\] (?:API server: shutdown triggered"
     r"|EngineCore: trigger received signal=SIG(?:TERM|INT))"
 )
+
+
+def _with(log: Log, entry: TriageSignature | None) -> bool:
+    """The log shows what the entry's lines need beside them to count (`only_with`), or the
+    entry needs nothing."""
+    if entry is None or entry.only_with is None:
+        return True
+    return find(log, _folded(entry.only_with.regex)) is not None
 
 
 def _stopped(log: Log, entry: TriageSignature | None, first: int) -> int | None:

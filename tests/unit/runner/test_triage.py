@@ -725,6 +725,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "node1",
                 ["DeepSpeed found the heads do not split over its tensor-parallel ranks"],
             ),
+            # triage: other stacks' wording without "Total"
+            (
+                "the serving node's",
+                "node1",
+                ["the heads do not split over the tensor-parallel size"],
+            ),
             # triage: ensure_divisibility's frame and assertion
             (
                 "the serving node's",

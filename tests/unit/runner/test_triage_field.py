@@ -190,10 +190,10 @@ def test_the_v0_engines_death_is_named_and_said_cut(line: str) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "ERROR 11-29 07:40:11 [core_client.py:668] Engine core proc EngineCore_DP0 died "
-        "unexpectedly, shutting down client.",
-        "WARNING 12-01 16:20:04 [core_client.py:840] [shutdown] MPClient: engine core exited "
-        "unexpectedly; starting cleanup",
+        "(APIServer pid=1) ERROR 11-29 07:40:11 [core_client.py:668] Engine core proc "
+        "EngineCore_DP0 died unexpectedly, shutting down client.",
+        "(APIServer pid=1) WARNING 12-01 16:20:04 [core_client.py:840] [shutdown] MPClient: "
+        "engine core exited unexpectedly; starting cleanup",
     ],
 )
 def test_a_process_that_exited_is_named_with_where_its_cause_is(line: str) -> None:
@@ -202,6 +202,25 @@ def test_a_process_that_exited_is_named_with_where_its_cause_is(line: str) -> No
     assert (f.scenario.scenario.metadata.id, f.cut) == ("engine-core-death", False)
     assert f.advice[0].startswith("the paste shows no root cause")
     assert "dmesg" in f.advice[0]
+
+
+LONE = (
+    "ERROR 11-29 07:40:11 [core_client.py:668] Engine core proc EngineCore_DP0 died "
+    "unexpectedly, shutting down client.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        "INFO 11-29 07:31:02 [api_server.py:1896] vLLM API server version 0.10.2\n",
+        'INFO:     10.0.0.7:51234 - "POST /v1/completions HTTP/1.1" 200 OK\n',
+        "$ vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000\n",
+    ],
+)
+def test_the_engine_core_death_line_counts_beside_the_api_servers_lines(context: str) -> None:
+    assert ids(LONE) == []  # an offline script's exit prints it too (only_with)
+    assert ids(context + LONE) == ["engine-core-death"]
 
 
 def test_the_runs_own_signature_wins_over_the_triage_entries() -> None:
