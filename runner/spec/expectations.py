@@ -265,6 +265,16 @@ class TriageSignature(Model):
                 "a text_check entry reads an answer, not a log: ended_by, stopped_by, "
                 "cut_before and cut_before_cause do not apply to it"
             )
+        if self.held_by_others and (
+            self.ended_by is not None
+            or self.stopped_by is not None
+            or self.cut_before is not None
+            or self.cut_before_cause
+        ):
+            raise ValueError(
+                "a held_by_others entry reads one message whole: ended_by, stopped_by, "
+                "cut_before and cut_before_cause do not apply to it"
+            )
         return self
 
 

@@ -15,10 +15,17 @@ second server, a notebook, a job left behind), which a lower batch or a smaller 
 works around. Inside a container NVML's pids are the host's, so no entry is "this process" and
 the failing process is listed as another: there, the entry whose use is closest above what
 PyTorch holds (allocated plus reserved; the difference is the CUDA context and libraries'
-memory) is taken for the failing process, which makes the others' share the smallest the list
-allows; where no entry is that large, the failing process is not listed. The message is read
-up to what PyTorch holds, which ends the list: a paste cut before it does not tell which entry
-is whose, and is not read.
+memory) is taken for the failing process, the likeliest reading rather than the most cautious
+one; where no entry is that large, the failing process is not listed. The message is read up to
+what PyTorch holds, which ends the list: a paste cut before it does not tell which entry is
+whose, and is not read; nor is one wrapped over more than runner.triage.match's MAX_SPAN lines.
+
+Not every such message is the neighbours' doing. Where NVML cannot tell a process's use (WSL2's
+WDDM driver) PyTorch prints the unknown value, 2^64 - 1 bytes, as 17179869184.00 GiB: a list
+with an entry above the GPU's capacity, or adding up to more than it, is not read. A process
+capped by torch.cuda.set_per_process_memory_fraction says "X allowed; " before what PyTorch
+holds and fails with the GPU's memory free: the cap refused it, so such a message is not read,
+and nor is one whose free memory would have held the allocation.
 """
 
 from __future__ import annotations
@@ -36,9 +43,9 @@ OOM = (
     r"total capac(?:i)?ty of (?P<total>" + _SIZE + r") of which (?P<free>" + _SIZE + r") is "
     r"free\. (?P<procs>(?:(?:Process \d+|Including non-PyTorch memory, this process) has "
     + _SIZE
-    + r" memory in use\. ?)+)(?:"
+    + r" memory in use\. ?)+)(?:(?P<allowed>"
     + _SIZE
-    + r" allowed; )?Of the allocated memory (?P<allocated>"
+    + r") allowed; )?Of the allocated memory (?P<allocated>"
     + _SIZE
     + r") is allocated by PyTorch, (?:with "
     + _SIZE
@@ -95,12 +102,20 @@ def others_hold(captures: dict[str, str]) -> int | None:
     return sum(b for _, b in used)
 
 
+def _listed(captures: dict[str, str]) -> list[int]:
+    return [_bytes(size) or 0 for _, size in _PROC.findall(captures.get("procs", ""))]
+
+
 def _held(captures: dict[str, str]) -> bool:
     total = _bytes(captures.get("total", ""))
+    tried, free = _bytes(captures.get("tried", "")), _bytes(captures.get("free", ""))
+    if not total or tried is None or free is None or captures.get("allowed"):
+        return False  # a per-process cap refused it, not the neighbours
+    listed = _listed(captures)
+    if free >= tried or max(listed, default=0) > total or sum(listed) > total:
+        return False  # the GPU had room, or NVML could not tell the uses (WSL2)
     others = others_hold(captures)
-    if not total or others is None:
-        return False
-    return others >= max(MIN_OTHERS, SHARE * total)
+    return others is not None and others >= max(MIN_OTHERS, SHARE * total)
 
 
 def find_held_by_others(log: Log) -> list[Evidence] | None:

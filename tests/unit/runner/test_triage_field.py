@@ -216,11 +216,13 @@ LONE = (
         "INFO 11-29 07:31:02 [api_server.py:1896] vLLM API server version 0.10.2\n",
         'INFO:     10.0.0.7:51234 - "POST /v1/completions HTTP/1.1" 200 OK\n',
         "$ vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000\n",
+        "INFO:     Application shutdown complete.\n",
     ],
 )
 def test_the_engine_core_death_line_counts_beside_the_api_servers_lines(context: str) -> None:
     assert ids(LONE) == []  # an offline script's exit prints it too (only_with)
     assert ids(context + LONE) == ["engine-core-death"]
+    assert ids(LONE + context) == ["engine-core-death"]  # before it or after it
 
 
 def test_the_runs_own_signature_wins_over_the_triage_entries() -> None:

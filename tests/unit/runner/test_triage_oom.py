@@ -120,3 +120,33 @@ def test_held_by_others_is_a_kind_of_its_own() -> None:
             {"when": "w", "note": "n", "held_by_others": True, "in_order": [{"regex": "x"}]}
         )
     assert TriageSignature.model_validate({"when": "w", "note": "n", "held_by_others": True})
+
+
+def test_uses_nvml_could_not_tell_are_not_read() -> None:
+    # WSL2: NVML's unknown use, 2^64 - 1 bytes, printed for every process
+    unknown = "17179869184.00 GiB"
+    text = _oom(
+        f"Including non-PyTorch memory, this process has {unknown} memory in use. "
+        f"Process 74390 has {unknown} memory in use. ",
+        total="4.00 GiB",
+        mine="3.20 GiB",
+        spare="200.00 MiB",
+    )
+    assert _others(text) is None
+
+
+def test_a_per_process_cap_or_a_gpu_with_room_is_not_the_neighbours_doing() -> None:
+    capped = (
+        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 44.52 GiB "
+        "of which 20.10 GiB is free. Process 9 has 12.30 GiB memory in use. Including non-PyTorch "
+        "memory, this process has 12.00 GiB memory in use. 13.36 GiB allowed; Of the allocated "
+        "memory 11.20 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but "
+        "unallocated.\n"
+    )
+    assert _others(capped) is None
+    roomy = _oom(
+        "Process 9 has 12.00 GiB memory in use. Including non-PyTorch memory, this process has "
+        "6.00 GiB memory in use. ",
+        mine="5.00 GiB",
+    ).replace("of which 512.00 MiB is free", "of which 2.00 GiB is free")
+    assert _others(roomy) is None  # 2 GiB free held the 1 GiB asked for
