@@ -26,6 +26,13 @@ with an entry above the GPU's capacity, or adding up to more than it, is not rea
 capped by torch.cuda.set_per_process_memory_fraction says "X allowed; " before what PyTorch
 holds and fails with the GPU's memory free: the cap refused it, so such a message is not read,
 and nor is one whose free memory would have held the allocation.
+
+PyTorch before 2.1 lists no processes: "CUDA out of memory. Tried to allocate X (GPU N; T total
+capacity; A already allocated; F free; R reserved in total by PyTorch)" (1.x's caching
+allocator, "cached" for "reserved" before 1.4). What is neither free nor PyTorch's is held by
+other processes or by this one outside PyTorch (its CUDA context, cuBLAS and NCCL: a few hundred
+MiB to a GiB or two); at `OLD_SHARE` of the GPU or more it is taken for other processes'.
+Either message is read from "Tried to allocate", where a writer quoted it without its start.
 """
 
 from __future__ import annotations
@@ -39,9 +46,10 @@ MIN_OTHERS = 1 << 30  # and at least 1 GiB
 
 _SIZE = r"[\d.]+ (?:bytes|KiB|MiB|GiB)"
 OOM = (
-    r"CUDA out of memory\. Tried to allocate (?P<tried>" + _SIZE + r")\. GPU (?P<gpu>\d+) has a "
-    r"total capac(?:i)?ty of (?P<total>" + _SIZE + r") of which (?P<free>" + _SIZE + r") is "
-    r"free\. (?P<procs>(?:(?:Process \d+|Including non-PyTorch memory, this process) has "
+    r"(?:CUDA out of memory\. )?Tried to allocate (?P<tried>" + _SIZE + r")\. "
+    r"GPU (?P<gpu>\d+) has a total capac(?:i)?ty of (?P<total>" + _SIZE + r") of which "
+    r"(?P<free>" + _SIZE + r") is free\. "
+    r"(?P<procs>(?:(?:Process \d+|Including non-PyTorch memory, this process) has "
     + _SIZE
     + r" memory in use\. ?)+)(?:(?P<allowed>"
     + _SIZE
@@ -54,6 +62,14 @@ OOM = (
     + r") is reserved by PyTorch but unallocated"
 )
 HELD = "other processes hold the GPU's memory (PyTorch's out-of-memory error lists them)"
+OLD_SHARE = 0.5  # of the GPU, neither free nor PyTorch's, where the message lists no processes
+OLD_OOM = (
+    r"(?:CUDA out of memory\. )?Tried to allocate (?P<tried>" + _SIZE + r") \(GPU (?P<gpu>\d+); "
+    r"(?P<total>" + _SIZE + r") total capacity; (?P<allocated>" + _SIZE + r") already "
+    r"allocated; (?P<free>" + _SIZE + r") free; (?:(?P<allowed>" + _SIZE + r") allowed; )?"
+    r"(?P<reserved>" + _SIZE + r") (?:reserved in total by PyTorch|cached)\)"
+)
+OLD_HELD = "memory neither free nor PyTorch's holds most of the GPU (other processes)"
 
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 # the lines joined without their spaces (match.loose) run a size into its unit
@@ -118,13 +134,40 @@ def _held(captures: dict[str, str]) -> bool:
     return others is not None and others >= max(MIN_OTHERS, SHARE * total)
 
 
+def _unexplained(captures: dict[str, str]) -> int | None:
+    """An older message's memory that is neither free nor PyTorch's, or None where it does not
+    say, or where a cap or the free memory itself explains the failure."""
+    total, free = _bytes(captures.get("total", "")), _bytes(captures.get("free", ""))
+    tried, reserved = _bytes(captures.get("tried", "")), _bytes(captures.get("reserved", ""))
+    if not total or free is None or tried is None or reserved is None:
+        return None
+    if captures.get("allowed") or free >= tried:
+        return None
+    return total - free - reserved
+
+
+def _old_held(captures: dict[str, str]) -> bool:
+    rest, total = _unexplained(captures), _bytes(captures.get("total", ""))
+    if rest is None or not total:
+        return False
+    return rest >= max(2 * MIN_OTHERS, OLD_SHARE * total)
+
+
 def find_held_by_others(log: Log) -> list[Evidence] | None:
     """The first out-of-memory error whose list shows other processes holding at least `SHARE`
-    of the GPU, with how much they hold among its captures (`others`, in GiB)."""
-    hit = find(log, OOM, HELD, accept=_held)
-    if hit is None:
+    of the GPU, or an older message whose memory neither free nor PyTorch's is `OLD_SHARE` of
+    it, with how much they hold among its captures (`others`, in GiB)."""
+    hits = [
+        (h[1], others_hold(h[1].captures))
+        for h in (find(log, OOM, HELD, accept=_held),)
+        if h is not None
+    ] + [
+        (h[1], _unexplained(h[1].captures))
+        for h in (find(log, OLD_OOM, OLD_HELD, accept=_old_held),)
+        if h is not None
+    ]
+    if not hits:
         return None
-    ev = hit[1]
-    others = others_hold(ev.captures) or 0
-    held = f"{others / (1 << 30):.2f} GiB"
+    ev, others = min(hits, key=lambda h: h[0].number)
+    held = f"{(others or 0) / (1 << 30):.2f} GiB"
     return [Evidence(ev.description, ev.lines, {**ev.captures, "others": held})]

@@ -150,3 +150,33 @@ def test_a_per_process_cap_or_a_gpu_with_room_is_not_the_neighbours_doing() -> N
         mine="5.00 GiB",
     ).replace("of which 512.00 MiB is free", "of which 2.00 GiB is free")
     assert _others(roomy) is None  # 2 GiB free held the 1 GiB asked for
+
+
+def test_an_older_message_without_a_list_reads_what_is_neither_free_nor_pytorchs() -> None:
+    # PyTorch before 2.1: 7.81 of 7.92 GiB neither free nor PyTorch's
+    text = (
+        "Tried to allocate 216.00 MiB (GPU 0; 7.92 GiB total capacity; 69.17 MiB already "
+        "allocated; 24.56 MiB free; 86.00 MiB reserved in total by PyTorch) If reserved memory "
+        "is >> allocated memory try setting max_split_size_mb to avoid fragmentation.\n"
+    )
+    assert _others(text) == pytest.approx(7.81, abs=0.01)
+    cached = text.replace("86.00 MiB reserved in total by PyTorch", "86.00 MiB cached")
+    assert _others(cached) == pytest.approx(7.81, abs=0.01)  # before 1.4
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        # its own memory: 1 GiB neither free nor PyTorch's is its context and libraries
+        "(GPU 0; 15.78 GiB total capacity; 14.56 GiB already allocated; 3.44 MiB free; "
+        "14.75 GiB reserved in total by PyTorch)",
+        # a cap, not the neighbours
+        "(GPU 0; 39.39 GiB total capacity; 9.00 GiB already allocated; 12.00 MiB free; "
+        "9.80 GiB allowed; 9.50 GiB reserved in total by PyTorch)",
+    ],
+)
+def test_an_older_message_of_its_own_memory_or_a_cap_is_not_read(figures: str) -> None:
+    assert (
+        _others(f"RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB {figures}\n")
+        is None
+    )
