@@ -38,6 +38,7 @@ Either message is read from "Tried to allocate", where a writer quoted it withou
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from runner.triage.match import Evidence, Log, find
 
@@ -71,6 +72,9 @@ OLD_OOM = (
 )
 OLD_HELD = "memory neither free nor PyTorch's holds most of the GPU (other processes)"
 
+# what other processes hold by one reading of the message, or None where it says none do
+Reading = Callable[[dict[str, str]], int | None]
+
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 # the lines joined without their spaces (match.loose) run a size into its unit
 _SIZE_RX = re.compile(r"([\d.]+) ?(bytes|KiB|MiB|GiB)")
@@ -90,22 +94,27 @@ def _bytes(size: str) -> int | None:
         return None
 
 
+def _procs(captures: dict[str, str]) -> list[tuple[bool, int]] | None:
+    """The message's list: (is this process, bytes in use) for each entry, or None where an
+    entry's size does not read."""
+    out = []
+    for who, size in _PROC.findall(captures.get("procs", "")):
+        b = _bytes(size)
+        if b is None:
+            return None
+        out.append((who.startswith("Including"), b))
+    return out
+
+
 def others_hold(captures: dict[str, str]) -> int | None:
     """The bytes processes other than the failing one hold, by the message's own list, or None
     where the list does not tell which entry is the failing process."""
-    procs = [
-        (who.startswith("Including"), _bytes(size))
-        for who, size in _PROC.findall(captures.get("procs", ""))
-    ]
-    if not procs or any(b is None for _, b in procs):
+    used = _procs(captures)
+    if not used:
         return None
-    used = [(own, b or 0) for own, b in procs]
     if any(own for own, _ in used):
         return sum(b for own, b in used if not own)
-    allocated, reserved = captures.get("allocated"), captures.get("reserved")
-    if not allocated or not reserved:
-        return None
-    a, r = _bytes(allocated), _bytes(reserved)
+    a, r = _bytes(captures.get("allocated", "")), _bytes(captures.get("reserved", ""))
     if a is None or r is None:
         return None
     holds = a + r
@@ -118,56 +127,56 @@ def others_hold(captures: dict[str, str]) -> int | None:
     return sum(b for _, b in used)
 
 
-def _listed(captures: dict[str, str]) -> list[int]:
-    return [_bytes(size) or 0 for _, size in _PROC.findall(captures.get("procs", ""))]
-
-
-def _held(captures: dict[str, str]) -> bool:
+def _refused(captures: dict[str, str]) -> int | None:
+    """The GPU's total capacity, where the message shows the allocation refused for want of
+    memory: None where a per-process cap refused it ("X allowed; ") or the free memory would
+    have held it."""
     total = _bytes(captures.get("total", ""))
     tried, free = _bytes(captures.get("tried", "")), _bytes(captures.get("free", ""))
-    if not total or tried is None or free is None or captures.get("allowed"):
-        return False  # a per-process cap refused it, not the neighbours
-    listed = _listed(captures)
-    if free >= tried or max(listed, default=0) > total or sum(listed) > total:
-        return False  # the GPU had room, or NVML could not tell the uses (WSL2)
+    if not total or tried is None or free is None or captures.get("allowed") or free >= tried:
+        return None
+    return total
+
+
+def _listed_others(captures: dict[str, str]) -> int | None:
+    """What other processes hold by the list, where that is `SHARE` of the GPU or more."""
+    total, used = _refused(captures), _procs(captures)
+    if total is None or used is None or sum(b for _, b in used) > total:
+        return None  # NVML could not tell the uses (WSL2): an entry, or all, above the GPU
     others = others_hold(captures)
-    return others is not None and others >= max(MIN_OTHERS, SHARE * total)
+    return others if others is not None and others >= max(MIN_OTHERS, SHARE * total) else None
 
 
-def _unexplained(captures: dict[str, str]) -> int | None:
-    """An older message's memory that is neither free nor PyTorch's, or None where it does not
-    say, or where a cap or the free memory itself explains the failure."""
-    total, free = _bytes(captures.get("total", "")), _bytes(captures.get("free", ""))
-    tried, reserved = _bytes(captures.get("tried", "")), _bytes(captures.get("reserved", ""))
-    if not total or free is None or tried is None or reserved is None:
+def _unexplained_others(captures: dict[str, str]) -> int | None:
+    """An older message's memory neither free nor PyTorch's, where that is `OLD_SHARE` of the
+    GPU or more."""
+    total = _refused(captures)
+    free, reserved = _bytes(captures.get("free", "")), _bytes(captures.get("reserved", ""))
+    if total is None or free is None or reserved is None:
         return None
-    if captures.get("allowed") or free >= tried:
-        return None
-    return total - free - reserved
+    rest = total - free - reserved
+    return rest if rest >= max(2 * MIN_OTHERS, OLD_SHARE * total) else None
 
 
-def _old_held(captures: dict[str, str]) -> bool:
-    rest, total = _unexplained(captures), _bytes(captures.get("total", ""))
-    if rest is None or not total:
-        return False
-    return rest >= max(2 * MIN_OTHERS, OLD_SHARE * total)
+def _accepting(held: Reading) -> Callable[[dict[str, str]], bool]:
+    return lambda captures: held(captures) is not None
 
 
 def find_held_by_others(log: Log) -> list[Evidence] | None:
     """The first out-of-memory error whose list shows other processes holding at least `SHARE`
     of the GPU, or an older message whose memory neither free nor PyTorch's is `OLD_SHARE` of
     it, with how much they hold among its captures (`others`, in GiB)."""
-    hits = [
-        (h[1], others_hold(h[1].captures))
-        for h in (find(log, OOM, HELD, accept=_held),)
-        if h is not None
-    ] + [
-        (h[1], _unexplained(h[1].captures))
-        for h in (find(log, OLD_OOM, OLD_HELD, accept=_old_held),)
-        if h is not None
-    ]
+    readings: tuple[tuple[str, str, Reading], ...] = (
+        (OOM, HELD, _listed_others),
+        (OLD_OOM, OLD_HELD, _unexplained_others),
+    )
+    hits = []
+    for regex, description, held in readings:
+        hit = find(log, regex, description, accept=_accepting(held))
+        if hit is not None:
+            hits.append((hit[1], held(hit[1].captures) or 0))
     if not hits:
         return None
     ev, others = min(hits, key=lambda h: h[0].number)
-    held = f"{(others or 0) / (1 << 30):.2f} GiB"
-    return [Evidence(ev.description, ev.lines, {**ev.captures, "others": held})]
+    held_gib = f"{others / (1 << 30):.2f} GiB"
+    return [Evidence(ev.description, ev.lines, {**ev.captures, "others": held_gib})]
