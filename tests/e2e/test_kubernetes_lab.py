@@ -25,10 +25,9 @@ from runner.labs.kubernetes import manifests as mf
 from runner.labs.kubernetes.driver import KubernetesLab
 from runner.spec.inventory_load import load_inventory
 from runner.spec.kinds import LabKind, LogSource, NodeStatus
-from tests.kubereal.kubelet import NODE_PREFIX
 from tests.support import cli as conftest
 from tests.support.cli import ROOT, gameday, ok
-from tests.support.kubecluster import RealCluster, real_cluster
+from tests.support.kubecluster import RealCluster, pinned_inventory, real_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube_real]
 INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
@@ -448,25 +447,6 @@ def test_a_drill_where_a_person_fixes_the_deployment_through_the_api(
     assert drill["shortcuts"] == []
 
 
-def pinned(tmp_path: Path) -> Path:
-    """The test inventory with each GPU host pinned to a node of its own
-    (gameday_kubernetes_node), as an inventory of machines is."""
-    hosts = {
-        "        serving:\n": 5,
-        "            node1:\n": 1,
-        "            node2:\n": 2,
-        "            node3:\n": 3,
-        "            node4:\n": 4,
-        "        prefill:\n": 6,
-        "        decode:\n": 7,
-    }
-    indent = {h: " " * (len(h) - len(h.lstrip()) + 2) for h in hosts}
-    replace = {
-        h: f"{h}{indent[h]}gameday_kubernetes_node: {NODE_PREFIX}{i}\n" for h, i in hosts.items()
-    }
-    return variant(tmp_path, **replace)
-
-
 def test_stray_gpu_process_where_the_group_is_pinned_to_its_nodes(
     server: RealCluster, state: Path, tmp_path: Path
 ) -> None:
@@ -474,7 +454,7 @@ def test_stray_gpu_process_where_the_group_is_pinned_to_its_nodes(
     stranger still holds the head's GPU. That holds where the restarted head comes back to its
     node. Unpinned, the real scheduler may score the stranger's node as the more allocated one
     and place the new head on another free GPU node, where the restart does restore."""
-    inv = pinned(tmp_path)
+    inv = pinned_inventory(tmp_path, KUBECONFIG)
     files = [str(ROOT / "scenarios" / "stray-gpu-process.yaml")]
     r = gd(state, "run", *files, "--lab", str(inv), "--reports", str(tmp_path), "--json")
     assert r.stdout, r.stderr[-3000:]

@@ -3,9 +3,9 @@ kube-scheduler from build.py's cached binaries.
 
 Each process runs in its own session (its own process group) and is stopped through it by the
 id it started with; a kernel parent-death signal ends it if the test process dies first. Every
-port is a free loopback port, every TLS endpoint is signed by a CA made for this run (pki.py),
-etcd takes only clients with a certificate of that CA, and the API server only the run's static
-tokens; the state directory is owner-only.
+port is a free loopback port outside the kernel's ephemeral range, every TLS endpoint is signed
+by a CA made for this run (pki.py), etcd takes only clients with a certificate of that CA, and
+the API server only the run's static tokens; the state directory is owner-only.
 
     with ControlPlane(build.ensure(), tmp_path / "kube") as cp:
         api = kubernetes.config.new_client_from_config(str(cp.kubeconfig))
@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -53,10 +54,33 @@ class Proc:
         return self.popen.pid
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now and outside the ephemeral range.
+
+    A port the kernel hands out for port 0 is one it also hands to outgoing connections: the API
+    server opens dozens to etcd while a later component waits for its port, and one of them can
+    take it first. Ports below the range are never given to a connection, so only a listener
+    chosen the same way can collide, and _spawn_listening picks again when one does."""
+    low, high = _ephemeral_range()
+    top = low - 1 if low > 20000 else 65535
+    bottom = 20000 if low > 20000 else high + 1
+    for _ in range(200):
+        port = random.randint(bottom, top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ControlPlaneError(f"no free loopback port in {bottom}-{top}")
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -107,7 +131,6 @@ class ControlPlane:
         self.pki = keys
         etcd_port, peer_port = free_port(), free_port()
         self.port = free_port()
-        kcm_port, sched_port = free_port(), free_port()
         etcd_url = f"https://127.0.0.1:{etcd_port}"
         peer_url = f"https://127.0.0.1:{peer_port}"
         tls = [f"--cert-file={keys.cert}", f"--key-file={keys.key}"]
@@ -176,39 +199,52 @@ class ControlPlane:
             "--leader-elect=false",
             "--profiling=false",
         ]
-        self._spawn(
-            "kube-controller-manager",
-            [
-                str(self.binaries.path("kube-controller-manager")),
-                f"--kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
-                f"--authentication-kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
-                f"--authorization-kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
-                f"--secure-port={kcm_port}",
-                f"--cert-dir={self.dir / 'kcm'}",
-                f"--service-account-private-key-file={keys.sa_key}",
-                f"--root-ca-file={keys.ca}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                *common,
-            ],
-        )
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(self.binaries.path("kube-scheduler")),
-                f"--kubeconfig={self._kubeconfig('system:kube-scheduler')}",
-                f"--authentication-kubeconfig={self._kubeconfig('system:kube-scheduler')}",
-                f"--authorization-kubeconfig={self._kubeconfig('system:kube-scheduler')}",
-                f"--secure-port={sched_port}",
-                f"--cert-dir={self.dir / 'scheduler'}",
-                *common,
-            ],
-        )
-        # their serving certificates are self-signed into --cert-dir; /healthz is all we ask
+        kcm = [
+            str(self.binaries.path("kube-controller-manager")),
+            f"--kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
+            f"--authentication-kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
+            f"--authorization-kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
+            f"--cert-dir={self.dir / 'kcm'}",
+            f"--service-account-private-key-file={keys.sa_key}",
+            f"--root-ca-file={keys.ca}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            *common,
+        ]
+        sched = [
+            str(self.binaries.path("kube-scheduler")),
+            f"--kubeconfig={self._kubeconfig('system:kube-scheduler')}",
+            f"--authentication-kubeconfig={self._kubeconfig('system:kube-scheduler')}",
+            f"--authorization-kubeconfig={self._kubeconfig('system:kube-scheduler')}",
+            f"--cert-dir={self.dir / 'scheduler'}",
+            *common,
+        ]
+        # both start before either is waited for; each is given a port as it is spawned
+        ports = {
+            "kube-controller-manager": self._spawn_on_port("kube-controller-manager", kcm),
+            "kube-scheduler": self._spawn_on_port("kube-scheduler", sched),
+        }
+        for name, argv in (("kube-controller-manager", kcm), ("kube-scheduler", sched)):
+            self._wait_healthz(name, argv, ports[name])
+
+    def _spawn_on_port(self, name: str, argv: list[str]) -> int:
+        port = free_port()
+        self._spawn(name, [*argv, f"--secure-port={port}"])
+        return port
+
+    def _wait_healthz(self, name: str, argv: list[str], port: int, tries: int = 3) -> None:
+        """Wait for a component's /healthz; spawn it again on another port if its was taken.
+
+        Their serving certificates are self-signed into --cert-dir; /healthz is all we ask."""
         insecure = ssl._create_unverified_context()
-        self._wait_https(
-            "kube-controller-manager", f"https://127.0.0.1:{kcm_port}/healthz", insecure
-        )
-        self._wait_https("kube-scheduler", f"https://127.0.0.1:{sched_port}/healthz", insecure)
+        for attempt in range(tries):
+            try:
+                self._wait_https(name, f"https://127.0.0.1:{port}/healthz", insecure)
+                return
+            except ControlPlaneError as e:
+                if "address already in use" not in str(e) or attempt == tries - 1:
+                    raise
+            self.procs = [p for p in self.procs if p.name != name]
+            port = self._spawn_on_port(name, argv)
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every component, latest first, through its process group; SIGKILL after grace.

@@ -24,9 +24,21 @@ import yaml
 
 from tests.kubereal import build
 from tests.kubereal.cluster import ControlPlane
-from tests.kubereal.kubelet import Kubelet
+from tests.kubereal.kubelet import NODE_PREFIX, Kubelet
 
 CONTEXT = "gameday-testserver"
+INVENTORY = Path(__file__).resolve().parents[2] / "inventories" / "kube-testserver.yaml"
+# each GPU host of the inventory and the GPU node of its own it is pinned to (both backends
+# name their nodes NODE_PREFIX + N)
+PINS = {
+    "        serving:\n": 5,
+    "            node1:\n": 1,
+    "            node2:\n": 2,
+    "            node3:\n": 3,
+    "            node4:\n": 4,
+    "        prefill:\n": 6,
+    "        decode:\n": 7,
+}
 REAL = "the real API server (v1.20) and our kubelet"
 
 
@@ -79,3 +91,20 @@ def write_kubeconfig(path: Path, cp: ControlPlane) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump(doc, f)
+
+
+def pinned_inventory(tmp_path: Path, kubeconfig: Path, name: str = "kube-pinned.yaml") -> Path:
+    """inventories/kube-testserver.yaml with each GPU host pinned to a node of its own
+    (gameday_kubernetes_node), as an inventory of machines is, its kubeconfig path absolute.
+
+    stray-gpu-process needs it: its shortcut (restart the group) must not restore while the
+    stranger holds the head's GPU, which holds only where the new head returns to that node
+    (docs/labs/kubernetes.md 'Pinning a host to a node')."""
+    text = INVENTORY.read_text().replace("../build/kubeapi/kubeconfig", str(kubeconfig))
+    for host, i in PINS.items():
+        assert host in text, host
+        indent = " " * (len(host) - len(host.lstrip()) + 2)
+        text = text.replace(host, f"{host}{indent}gameday_kubernetes_node: {NODE_PREFIX}{i}\n", 1)
+    p = tmp_path / name
+    p.write_text(text)
+    return p
