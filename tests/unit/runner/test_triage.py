@@ -995,6 +995,15 @@ def test_every_signature_a_scenario_declares() -> None:
                     " timeout"
                 ],
             ),
+            # triage: the heartbeat monitor's dump signal, from this rank or another
+            (
+                "a worker's",
+                "node3",
+                [
+                    "PyTorch's NCCL monitor dumps debug info for a collective of the group that"
+                    " timed out or failed, and takes the process down"
+                ],
+            ),
         ],
     }
 
