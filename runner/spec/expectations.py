@@ -227,6 +227,13 @@ class TriageSignature(Model):
         "the same lines are printed where nothing failed too (the engine core's death line at "
         "an offline script's exit), what makes them a failure (the API server's own lines).",
     )
+    names_cause: bool = Field(
+        default=False,
+        description="These lines name a cause of the run's own failure lines other than the "
+        "scenario's (the same handshake refused for a configuration that differs, not for an "
+        "address): they are read where the run's signature matches too, and the finding shows "
+        "this entry's `recover` and `shortcuts` in place of the scenario's.",
+    )
     after_cause: bool = Field(
         default=False,
         description="These lines are a death another failure may have caused (a process that "
@@ -255,6 +262,11 @@ class TriageSignature(Model):
             )
         if self.shortcuts and not self.recover:
             raise ValueError("a triage entry's shortcuts need its recover steps")
+        if self.names_cause and (not self.in_order or not self.recover):
+            raise ValueError(
+                "a names_cause entry names its cause by in_order patterns and brings the "
+                "recover steps for it"
+            )
         if self.text_check is not None and (
             self.ended_by is not None
             or self.stopped_by is not None

@@ -101,6 +101,9 @@ class Sighting:
     # read from a death another failure may have caused: an engine's death wrapper, whose root
     # cause the engine logs beside it, or a process that aborted (the entry's after_cause)
     wrapper: bool = False
+    # the entry names a cause of the run's own lines other than the scenario's (names_cause):
+    # its recovery stands for the finding
+    names_cause: bool = False
 
 
 class RecoverySource(enum.StrEnum):
@@ -262,9 +265,12 @@ def _finding(
     last = max(s.evidence[-1].lines[-1].number for s in sightings)
     phase, source = phase_of(log, last, sc.expect.phase, markers)
     evidence = [(ev.captures, ev.text) for s in sightings for ev in s.evidence]
-    # a sighting's own recovery stands for the finding only where every sighting brings one: a
-    # finding that also shows the scenario's own cause keeps the scenario's steps
-    own = sightings[0] if all(s.recover for s in sightings) else None
+    # a sighting's own recovery stands for the finding where every sighting brings one, or where
+    # one names the cause of the others' lines; a finding that also shows the scenario's own
+    # cause keeps the scenario's steps
+    own = next((s for s in sightings if s.names_cause), None)
+    if own is None and all(s.recover for s in sightings):
+        own = sightings[0]
     fixes = tuple(s.name for s in sc.recover if s.outcome is Outcome.RESTORES)
     shortcuts = tuple(
         f"{s.name}: {_flat(s.why) or 'does not restore service'}"
@@ -422,6 +428,16 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 elif entry is not None and entry.cut_before:
                     how = "before"  # the run's signature, which quotes that line, found nothing
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
+    # lines that name another cause of what the run's signature found are read beside it
+    if sightings and all(s.when is None for s in sightings):
+        for view, node, pats, releases, entry in sigs:
+            if entry is None or not entry.names_cause:
+                continue
+            wanted = [(_folded(p.regex), p.description) for p in pats]
+            ev = find_in_order(log, wanted, accepts=[_accept(p) for p in pats])
+            if ev and _with(log, entry):
+                sightings.append(_sighting(ls, view, node, ev, releases, None, entry))
+                break
     # only a failure the log does not show whole is looked for cut short, in the same order:
     # a triage entry that quotes part of a run's signature adds nothing where that one is found
     for group in ([s for s in sigs if s[4] is None], [s for s in sigs if s[4] is not None]):
@@ -524,8 +540,21 @@ def _sighting(
     recover = tuple(_flat(r) for r in entry.recover) if entry is not None else ()
     shortcuts = tuple(_flat(r) for r in entry.shortcuts) if entry is not None else ()
     wrapper = entry is not None and (entry.cut_before_cause or entry.after_cause)
+    names_cause = entry is not None and entry.names_cause
     return Sighting(
-        view, node, pod, tuple(ev), releases, note, cut, when, lacks, recover, shortcuts, wrapper
+        view,
+        node,
+        pod,
+        tuple(ev),
+        releases,
+        note,
+        cut,
+        when,
+        lacks,
+        recover,
+        shortcuts,
+        wrapper,
+        names_cause,
     )
 
 

@@ -120,6 +120,8 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["SGLang refuses a context length above the model's window"],
             ),
+            # triage: vLLM's refusal as writers quote it
+            ("the serving node's", "serving", ["requested length above the derived window"]),
         ],
         "cuda-graph-capture-oom": [
             (
@@ -794,6 +796,15 @@ def test_every_signature_a_scenario_declares() -> None:
                     "and again at the next check",
                 ],
             ),
+            # triage: the batch SGLang's watchdog logs before its timeout line
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "SGLang's scheduler watchdog logs the batch that made no progress for its"
+                    " timeout"
+                ],
+            ),
         ],
         # silent at the proxy; the decode engine says why
         "pd-kv-handshake": [
@@ -946,6 +957,22 @@ def test_every_signature_a_scenario_declares() -> None:
                 [
                     "the prefill's thread that takes the decode's handshake or sends its KV cache raised"
                 ],
+            ),
+            # triage: the handshake's type alone; its compatibility check; the V0 KV pipe
+            (
+                "the decode engine's",
+                "decode",
+                ["vLLM's NIXL connector could not complete the handshake between the engines"],
+            ),
+            (
+                "the decode engine's",
+                "decode",
+                ["the decode engine's handshake refused the prefill engine's configuration"],
+            ),
+            (
+                "the decode engine's",
+                "decode",
+                ["the decode engine's KV pipe from the prefill engine failed to receive"],
             ),
         ],
         "nccl-watchdog-timeout": [

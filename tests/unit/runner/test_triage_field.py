@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from runner.cli.main import main
 from runner.spec.expectations import TriageSignature
 from runner.spec.scenario import discover, load_scenario
-from runner.triage import Finding, triage
+from runner.triage import Finding, RecoverySource, triage
 from runner.triage.cause import shows_cause
 from runner.triage.match import Log
 from runner.triage.normalise import normalise
@@ -357,3 +357,39 @@ def test_an_abort_comes_after_the_gpu_that_caused_it_and_not_across_a_restart() 
     assert [f.scenario.scenario.metadata.id for f in triage(served + load, SCEN)] == [
         "engine-core-death"
     ]
+
+
+# vLLM 0.33's NIXL connector: the handshake's failure line (the run's signature), then the
+# traceback of what the handshake raised (nixl/base_worker.py _log_failure, _nixl_handshake)
+SETUP_FAILED = (
+    "(EngineCore_DP0 pid=611) ERROR 09-30 16:44:18 [base_worker.py:1383] NIXL transfer failure: "
+    "handshake_setup_failed | Context: {'failure_type': 'handshake_setup_failed', 'request_id': "
+    "None, 'engine_id': 'e-decode', 'remote_engine_id': 'e-prefill'}\n"
+)
+MISMATCH = (
+    "(EngineCore_DP0 pid=611) RuntimeError: NIXL compatibility hash mismatch. Local: 3e0b5a9c, "
+    "Remote: 7c94d0e2. Prefill and decode instances have incompatible configurations.\n"
+)
+
+
+def test_a_line_naming_another_cause_brings_its_recovery_beside_the_runs_signature() -> None:
+    f = only(SETUP_FAILED + MISMATCH)
+    assert f.scenario.scenario.metadata.id == "pd-kv-handshake"
+    assert [s.when is None for s in f.sightings] == [True, False]
+    assert f.recovery_source is RecoverySource.LINES
+    assert "--kv-transfer-config" in f.fixes[0]
+
+
+def test_the_runs_signature_alone_keeps_the_scenarios_recovery() -> None:
+    f = only(SETUP_FAILED)
+    assert f.recovery_source is RecoverySource.SCENARIO
+    assert f.fixes == ("Set the prefill's side-channel host to its service name and restart it",)
+
+
+def test_names_cause_needs_patterns_and_recover_steps() -> None:
+    base = {"when": "w", "note": "n", "names_cause": True}
+    with pytest.raises(ValidationError, match="names_cause"):
+        TriageSignature.model_validate(base | {"in_order": [{"regex": "x"}]})
+    with pytest.raises(ValidationError):
+        TriageSignature.model_validate(base | {"stalled_stats": 3, "recover": ["r"]})
+    assert TriageSignature.model_validate(base | {"in_order": [{"regex": "x"}], "recover": ["r"]})
