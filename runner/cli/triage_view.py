@@ -55,6 +55,7 @@ def as_dict(name: str, findings: Sequence[Finding]) -> dict[str, Any]:
                         "when_note": _flat(s.note) if s.note and s.when else None,
                         "cut": s.cut,
                         "cut_before": s.lacks,
+                        "names_cause": s.names_cause,
                         "evidence": [
                             {
                                 "line": e.number,

@@ -267,6 +267,18 @@ class TriageSignature(Model):
                 "a names_cause entry names its cause by in_order patterns and brings the "
                 "recover steps for it"
             )
+        if self.names_cause and (
+            self.ended_by is not None
+            or self.stopped_by is not None
+            or self.cut_before is not None
+            or self.cut_before_cause
+            or self.after_cause
+        ):
+            raise ValueError(
+                "a names_cause entry is read beside the lines it explains, in their run: "
+                "ended_by, stopped_by, cut_before, cut_before_cause and after_cause do not "
+                "apply to it"
+            )
         if self.text_check is not None and (
             self.ended_by is not None
             or self.stopped_by is not None

@@ -265,9 +265,9 @@ def _finding(
     last = max(s.evidence[-1].lines[-1].number for s in sightings)
     phase, source = phase_of(log, last, sc.expect.phase, markers)
     evidence = [(ev.captures, ev.text) for s in sightings for ev in s.evidence]
-    # a sighting's own recovery stands for the finding where every sighting brings one, or where
-    # one names the cause of the others' lines; a finding that also shows the scenario's own
-    # cause keeps the scenario's steps
+    # a sighting's own recovery stands for the finding where one names the cause of the others'
+    # lines (names_cause), or where every sighting brings one; otherwise the finding shows the
+    # scenario's own cause, and keeps the scenario's steps
     own = next((s for s in sightings if s.names_cause), None)
     if own is None and all(s.recover for s in sightings):
         own = sightings[0]
@@ -428,14 +428,18 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 elif entry is not None and entry.cut_before:
                     how = "before"  # the run's signature, which quotes that line, found nothing
                 sightings.append(_sighting(ls, view, node, ev, releases, how, entry))
-    # lines that name another cause of what the run's signature found are read beside it
-    if sightings and all(s.when is None for s in sightings):
+    # lines that name another cause of what was found are read beside it, from its first line
+    # to the end of that run of the server
+    if sightings and not any(s.names_cause for s in sightings):
+        first = min(s.evidence[0].number for s in sightings)
+        boundary = find(log, _RUN_BOUNDARY, start=first)
+        end = boundary[1].lines[0].number if boundary is not None else len(log.lines) + 1
         for view, node, pats, releases, entry in sigs:
             if entry is None or not entry.names_cause:
                 continue
             wanted = [(_folded(p.regex), p.description) for p in pats]
-            ev = find_in_order(log, wanted, accepts=[_accept(p) for p in pats])
-            if ev and _with(log, entry):
+            ev = find_in_order(log, wanted, start=first - 1, accepts=[_accept(p) for p in pats])
+            if ev and ev[0].number < end and _with(log, entry):
                 sightings.append(_sighting(ls, view, node, ev, releases, None, entry))
                 break
     # only a failure the log does not show whole is looked for cut short, in the same order:

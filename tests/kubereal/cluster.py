@@ -62,25 +62,36 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+# ports this process has handed out: two components of one control plane never get the same
+_given: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port free now and outside the ephemeral range.
+    """A loopback port free now, outside the ephemeral range where there is room for it.
 
     A port the kernel hands out for port 0 is one it also hands to outgoing connections: the API
     server opens dozens to etcd while a later component waits for its port, and one of them can
-    take it first. Ports below the range are never given to a connection, so only a listener
-    chosen the same way can collide, and _spawn_listening picks again when one does."""
+    take it first. Ports outside the range are never given to a connection, so only a listener
+    chosen the same way can collide, and _wait_healthz picks again where one does. Where the
+    range leaves too little room (a host that widened it), the kernel's choice is taken."""
     low, high = _ephemeral_range()
-    top = low - 1 if low > 20000 else 65535
-    bottom = 20000 if low > 20000 else high + 1
+    gaps = [(lo, hi) for lo, hi in ((20000, low - 1), (high + 1, 65535)) if hi - lo >= 1000]
     for _ in range(200):
-        port = random.randint(bottom, top)
+        if gaps:
+            lo, hi = random.choice(gaps)
+            port = random.randint(lo, hi)
+        else:
+            port = 0
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            port = int(s.getsockname()[1])
+        if port not in _given:
+            _given.add(port)
             return port
-    raise ControlPlaneError(f"no free loopback port in {bottom}-{top}")
+    raise ControlPlaneError(f"no free loopback port outside {low}-{high}")
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -226,25 +237,31 @@ class ControlPlane:
         for name, argv in (("kube-controller-manager", kcm), ("kube-scheduler", sched)):
             self._wait_healthz(name, argv, ports[name])
 
-    def _spawn_on_port(self, name: str, argv: list[str]) -> int:
+    def _spawn_on_port(self, name: str, argv: list[str], attempt: int = 0) -> int:
         port = free_port()
-        self._spawn(name, [*argv, f"--secure-port={port}"])
+        # each attempt logs to a file of its own: a retry reads only what its own process said
+        log = f"{name}.log" if attempt == 0 else f"{name}.{attempt}.log"
+        self._spawn(name, [*argv, f"--secure-port={port}"], log)
         return port
 
     def _wait_healthz(self, name: str, argv: list[str], port: int, tries: int = 3) -> None:
-        """Wait for a component's /healthz; spawn it again on another port if its was taken.
+        """Wait for a component's /healthz; spawn it again on another port where it exited
+        because its port was taken.
 
         Their serving certificates are self-signed into --cert-dir; /healthz is all we ask."""
         insecure = ssl._create_unverified_context()
-        for attempt in range(tries):
+        for attempt in range(1, tries + 1):
             try:
                 self._wait_https(name, f"https://127.0.0.1:{port}/healthz", insecure)
                 return
             except ControlPlaneError as e:
-                if "address already in use" not in str(e) or attempt == tries - 1:
+                proc = next(p for p in self.procs if p.name == name)
+                exited = proc.popen.poll() is not None
+                if not exited or "address already in use" not in str(e) or attempt == tries:
                     raise
+            # the exited attempt is reaped and forgotten; only a live one is stopped by stop()
             self.procs = [p for p in self.procs if p.name != name]
-            port = self._spawn_on_port(name, argv)
+            port = self._spawn_on_port(name, argv, attempt)
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every component, latest first, through its process group; SIGKILL after grace.
@@ -266,8 +283,8 @@ class ControlPlane:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = self.dir / f"{name}.log"
+    def _spawn(self, name: str, argv: list[str], log_name: str | None = None) -> None:
+        log = self.dir / (log_name or f"{name}.log")
         with open(log, "ab") as out:
             popen = subprocess.Popen(
                 argv,

@@ -100,7 +100,9 @@ def pinned_inventory(tmp_path: Path, kubeconfig: Path, name: str = "kube-pinned.
     stray-gpu-process needs it: its shortcut (restart the group) must not restore while the
     stranger holds the head's GPU, which holds only where the new head returns to that node
     (docs/labs/kubernetes.md 'Pinning a host to a node')."""
-    text = INVENTORY.read_text().replace("../build/kubeapi/kubeconfig", str(kubeconfig))
+    text = INVENTORY.read_text()
+    assert "../build/kubeapi/kubeconfig" in text
+    text = text.replace("../build/kubeapi/kubeconfig", str(kubeconfig))
     for host, i in PINS.items():
         assert host in text, host
         indent = " " * (len(host) - len(host.lstrip()) + 2)

@@ -390,6 +390,27 @@ def test_names_cause_needs_patterns_and_recover_steps() -> None:
     base = {"when": "w", "note": "n", "names_cause": True}
     with pytest.raises(ValidationError, match="names_cause"):
         TriageSignature.model_validate(base | {"in_order": [{"regex": "x"}]})
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match="names_cause"):
         TriageSignature.model_validate(base | {"stalled_stats": 3, "recover": ["r"]})
+    with pytest.raises(ValidationError, match="do not apply to it"):
+        TriageSignature.model_validate(
+            base | {"in_order": [{"regex": "x"}], "recover": ["r"], "after_cause": True}
+        )
     assert TriageSignature.model_validate(base | {"in_order": [{"regex": "x"}], "recover": ["r"]})
+
+
+def test_the_cause_is_named_beside_a_triage_entrys_reading_of_the_handshake_too() -> None:
+    typed = "NIXL transfer failure: handshake_setup_failed `RuntimeError`\n"
+    f = only(typed + MISMATCH)
+    assert [s.names_cause for s in f.sightings] == [False, True]
+    assert f.recovery_source is RecoverySource.LINES
+
+
+def test_a_cause_logged_in_an_earlier_run_names_nothing_of_a_later_failure() -> None:
+    restart = (
+        "(APIServer pid=702) INFO 09-30 16:50:01 [api_server.py:1896] vLLM API server version "
+        "0.33.0\n"
+    )
+    f = only(MISMATCH + restart + SETUP_FAILED)
+    assert [s.names_cause for s in f.sightings] == [False]
+    assert f.recovery_source is RecoverySource.SCENARIO

@@ -292,6 +292,7 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
             "when_note": None,
             "cut": None,  # the message is whole
             "cut_before": None,  # nor cut before a line the run's signature quotes
+            "names_cause": False,  # nor a line naming another cause of the run's lines
             "evidence": [
                 {
                     "line": 1,
