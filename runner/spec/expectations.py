@@ -248,6 +248,16 @@ class TriageSignature(Model):
         "wrappers is cut before the cause, and the finding says so.",
     )
 
+    def _shapes_reading(self) -> bool:
+        """Whether a field that shapes how a log's lines are read is set: an entry that reads
+        an answer or one message whole, or that explains others' lines, takes none of them."""
+        return (
+            self.ended_by is not None
+            or self.stopped_by is not None
+            or self.cut_before is not None
+            or self.cut_before_cause
+        )
+
     @model_validator(mode="after")
     def _one_kind(self) -> TriageSignature:
         kinds = [
@@ -267,34 +277,18 @@ class TriageSignature(Model):
                 "a names_cause entry names its cause by in_order patterns and brings the "
                 "recover steps for it"
             )
-        if self.names_cause and (
-            self.ended_by is not None
-            or self.stopped_by is not None
-            or self.cut_before is not None
-            or self.cut_before_cause
-            or self.after_cause
-        ):
+        if self.names_cause and (self._shapes_reading() or self.after_cause):
             raise ValueError(
                 "a names_cause entry is read beside the lines it explains, in their run: "
                 "ended_by, stopped_by, cut_before, cut_before_cause and after_cause do not "
                 "apply to it"
             )
-        if self.text_check is not None and (
-            self.ended_by is not None
-            or self.stopped_by is not None
-            or self.cut_before is not None
-            or self.cut_before_cause
-        ):
+        if self.text_check is not None and self._shapes_reading():
             raise ValueError(
                 "a text_check entry reads an answer, not a log: ended_by, stopped_by, "
                 "cut_before and cut_before_cause do not apply to it"
             )
-        if self.held_by_others and (
-            self.ended_by is not None
-            or self.stopped_by is not None
-            or self.cut_before is not None
-            or self.cut_before_cause
-        ):
+        if self.held_by_others and self._shapes_reading():
             raise ValueError(
                 "a held_by_others entry reads one message whole: ended_by, stopped_by, "
                 "cut_before and cut_before_cause do not apply to it"

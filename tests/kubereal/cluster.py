@@ -210,25 +210,15 @@ class ControlPlane:
             "--leader-elect=false",
             "--profiling=false",
         ]
-        kcm = [
-            str(self.binaries.path("kube-controller-manager")),
-            f"--kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
-            f"--authentication-kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
-            f"--authorization-kubeconfig={self._kubeconfig('system:kube-controller-manager')}",
-            f"--cert-dir={self.dir / 'kcm'}",
+        kcm = self._component_argv(
+            "kube-controller-manager",
+            "kcm",
             f"--service-account-private-key-file={keys.sa_key}",
             f"--root-ca-file={keys.ca}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             *common,
-        ]
-        sched = [
-            str(self.binaries.path("kube-scheduler")),
-            f"--kubeconfig={self._kubeconfig('system:kube-scheduler')}",
-            f"--authentication-kubeconfig={self._kubeconfig('system:kube-scheduler')}",
-            f"--authorization-kubeconfig={self._kubeconfig('system:kube-scheduler')}",
-            f"--cert-dir={self.dir / 'scheduler'}",
-            *common,
-        ]
+        )
+        sched = self._component_argv("kube-scheduler", "scheduler", *common)
         # both start before either is waited for; each is given a port as it is spawned
         ports = {
             "kube-controller-manager": self._spawn_on_port("kube-controller-manager", kcm),
@@ -236,6 +226,19 @@ class ControlPlane:
         }
         for name, argv in (("kube-controller-manager", kcm), ("kube-scheduler", sched)):
             self._wait_healthz(name, argv, ports[name])
+
+    def _component_argv(self, name: str, cert_dir: str, *flags: str) -> list[str]:
+        """A controller's command: its executable, its user's kubeconfig for the API server and
+        for checking callers, its serving certificate's directory, then `flags`."""
+        kubeconfig = self._kubeconfig(f"system:{name}")
+        return [
+            str(self.binaries.path(name)),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--cert-dir={self.dir / cert_dir}",
+            *flags,
+        ]
 
     def _spawn_on_port(self, name: str, argv: list[str], attempt: int = 0) -> int:
         port = free_port()

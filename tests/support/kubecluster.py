@@ -25,9 +25,10 @@ import yaml
 from tests.kubereal import build
 from tests.kubereal.cluster import ControlPlane
 from tests.kubereal.kubelet import NODE_PREFIX, Kubelet
+from tests.support.cli import ROOT, variant
 
 CONTEXT = "gameday-testserver"
-INVENTORY = Path(__file__).resolve().parents[2] / "inventories" / "kube-testserver.yaml"
+INVENTORY = ROOT / "inventories" / "kube-testserver.yaml"
 # each GPU host of the inventory and the GPU node of its own it is pinned to (both backends
 # name their nodes NODE_PREFIX + N)
 PINS = {
@@ -100,13 +101,10 @@ def pinned_inventory(tmp_path: Path, kubeconfig: Path, name: str = "kube-pinned.
     stray-gpu-process needs it: its shortcut (restart the group) must not restore while the
     stranger holds the head's GPU, which holds only where the new head returns to that node
     (docs/labs/kubernetes.md 'Pinning a host to a node')."""
-    text = INVENTORY.read_text()
-    assert "../build/kubeapi/kubeconfig" in text
-    text = text.replace("../build/kubeapi/kubeconfig", str(kubeconfig))
-    for host, i in PINS.items():
-        assert host in text, host
-        indent = " " * (len(host) - len(host.lstrip()) + 2)
-        text = text.replace(host, f"{host}{indent}gameday_kubernetes_node: {NODE_PREFIX}{i}\n", 1)
-    p = tmp_path / name
-    p.write_text(text)
-    return p
+    pins = {
+        host: f"{host}{' ' * (len(host) - len(host.lstrip()) + 2)}"
+        f"gameday_kubernetes_node: {NODE_PREFIX}{i}\n"
+        for host, i in PINS.items()
+    }
+    paths = {"../build/kubeapi/kubeconfig": str(kubeconfig)}
+    return variant(INVENTORY, tmp_path, paths | pins, name)
