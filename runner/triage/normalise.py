@@ -54,6 +54,10 @@ _SPAN_FENCE = re.compile(r"^(?:```|~~~)(?P<body>.*?)(?:```|~~~)?\s*$")
 # Markdown's strong emphasis around words a writer highlighted in a pasted line (`**Watchdog
 # caught ...:**`); a lone `**` (Python's `**kwargs`) is no emphasis and stays
 _EMPHASIS = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+# a number GitHub's renderer linked as an issue or pull request, as a page mirror or a copy of
+# the rendered page keeps it: "frame [#1](https://github.com/o/r/issues/1): c10d::..." was the
+# program's "frame #1: c10d::..."
+_ISSUE_LINK = re.compile(r"\[(#\d+)\]\(https?://[^\s()]+/(?:issues|pull)/\d+\)")
 # the start of any of the above: a line that begins with none of them carries none, so it is only
 # stripped of its surrounding spaces (most lines of a log)
 _MAYBE_PREFIX = re.compile(
@@ -280,6 +284,8 @@ def normalise(text: str, deadline: Deadline | None = None) -> Lines:
                 stripped, node = _strip_prefixes(body)
             if "**" in stripped:
                 stripped = _EMPHASIS.sub(r"\1", stripped)
+            if "[#" in stripped:
+                stripped = _ISSUE_LINK.sub(r"\1", stripped)
             while stripped.endswith("^M"):
                 # a carriage return as a pager or an editor shows it (cat -v, less, vim), copied
                 # as the two characters: a CRLF file's line end, not text

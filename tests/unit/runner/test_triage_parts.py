@@ -95,6 +95,19 @@ def test_a_carriage_return_shown_as_caret_m_ends_the_line() -> None:
     ]
 
 
+def test_a_number_the_renderer_linked_as_an_issue_reads_as_the_number() -> None:
+    """A copy of a rendered GitHub page links "#1" in a C++ stack to issue 1 of the repository."""
+    pasted = [
+        "frame [#1](https://github.com/o/r/issues/1): c10d::ProcessGroupNCCL::WorkNCCL::check",
+        "see [#12](https://github.com/o/r/pull/12) and [docs](https://example.com/x)",
+    ]
+    got = [ln.text for ln in normalise("\n".join(pasted))]
+    assert got == [
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::check",
+        "see #12 and [docs](https://example.com/x)",
+    ]
+
+
 def test_typesetting_is_undone_before_matching() -> None:
     pasted = (
         "\ufeff> the model\u2019s max seq len\u00a0(16384)\u202f\u2013max-model-len"
