@@ -395,6 +395,11 @@ def test_every_signature_a_scenario_declares() -> None:
                     " leaves"
                 ],
             ),
+            (
+                "the serving node's",
+                "node1",
+                ["nvidia-smi cannot read a GPU's temperature or performance state (ERR!)"],
+            ),
         ],
         "tp-mismatch": [
             ("the serving node's", "serving", [""]),
