@@ -53,6 +53,8 @@ _RAISED = r"(?:[\w.]*(?:Error|Exception): )?"
 # a function whose job is to raise the message when its condition fails: a call into it that a
 # traceback ends at is that check failing, whatever line inside it the paste left out
 _CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
+# a Markdown list item or heading, inside quoting or not
+_BLOCK_START = re.compile(r"^\s*(?:(?:>|&gt;)\s*)*(?:[-*+\u2022\u2192]|\d{1,2}[.)]|#{1,6})\s")
 _CARETS = re.compile(r"^[\s^~]*\^[\s^~]*$")
 _EXCEPTION = re.compile(r"[\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)$')
@@ -275,6 +277,19 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
         if m is not None:
             k = bisect_right(at, m.start(), start, len(log.lines)) - 1
             first = k if first is None else min(first, k)
+    # a line that ends in the message's start where the next line opens a Markdown block of the
+    # writer's own (a list item, a heading: a note titled with the message's start, its
+    # explanation listed below): the record runs on through that line, so only the line's own
+    # text can show the cut. A line the next one merely continues (a wrap) is not read so
+    upto = len(log.lines) if first is None else first
+    for k in log.candidates(_finder(cut[1]), start, windows=False):
+        if k >= upto:
+            break
+        if log.ends[k] <= k + 1 or not _BLOCK_START.match(log.lines[k + 1].original):
+            continue
+        if finder.search(log.lines[k].text) is not None:
+            first = k
+            break
     if first is None:
         return None
     lines = tuple(log.lines[first : log.ends[first]])

@@ -95,6 +95,16 @@ def test_a_carriage_return_shown_as_caret_m_ends_the_line() -> None:
     ]
 
 
+def test_a_message_start_ending_a_line_that_a_list_of_the_writers_follows_is_cut() -> None:
+    """A note titled with a message's start, its own words listed below: the record runs on
+    through the list, so only the title line shows the cut; a line a wrap continues does not."""
+    start = "ValueError: The model's max seq len (8192) is larger than the maximum number of tokens"
+    titled = triage(f"# {start}\n+ what it means: the cache is too small\n", SCEN)
+    got = [(f.scenario.scenario.metadata.id, f.cut) for f in titled]
+    assert got == [("kv-cache-shortage", True)]
+    assert triage(f"{start}\nthat the writer then explains in words\n", SCEN) == []
+
+
 def test_a_number_the_renderer_linked_as_an_issue_reads_as_the_number() -> None:
     """A copy of a rendered GitHub page links "#1" in a C++ stack to issue 1 of the repository."""
     pasted = [
