@@ -500,6 +500,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["the mesh of the parallel sizes needs more chips than the process sees"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["verl's rollout needs more GPUs per engine than its worker group has"],
+            ),
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
