@@ -263,6 +263,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["TGI's warm-up prefill batch does not fit in what the weights left"],
             ),
+            # triage: llama.cpp's context
+            (
+                "the serving node's",
+                "serving",
+                ["llama.cpp cannot allocate the KV cache for the context length asked for"],
+            ),
         ],
         "service-name-collision": [
             ("the serving node's", "serving", [""]),
