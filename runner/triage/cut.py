@@ -28,6 +28,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 from typing import Any
 
 import re2
@@ -53,8 +54,11 @@ _RAISED = r"(?:[\w.]*(?:Error|Exception): )?"
 # a function whose job is to raise the message when its condition fails: a call into it that a
 # traceback ends at is that check failing, whatever line inside it the paste left out
 _CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
-# a Markdown list item or heading, inside quoting or not
-_BLOCK_START = re.compile(r"^\s*(?:(?:>|&gt;)\s*)*(?:[-*+\u2022\u2192]|\d{1,2}[.)]|#{1,6})\s")
+# a Markdown list item or heading at a line's start, inside quoting or not
+_BLOCK_START = re.compile(
+    r"(?m)^[ \t]*(?:(?:>|&gt;)[ \t]*)*(?:[-*+\u2022\u2192]|\d{1,2}[.)]|#{1,6})[ \t]"
+)
+MAX_BLOCKS = 4096  # list items and headings a log may have and still be read as a note
 _CARETS = re.compile(r"^[\s^~]*\^[\s^~]*$")
 _EXCEPTION = re.compile(r"[\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)$')
@@ -277,19 +281,21 @@ def message_start(log: Log, pattern: Pattern, start: int) -> Cut | None:
         if m is not None:
             k = bisect_right(at, m.start(), start, len(log.lines)) - 1
             first = k if first is None else min(first, k)
-    # a line that ends in the message's start where the next line opens a Markdown block of the
-    # writer's own (a list item, a heading: a note titled with the message's start, its
-    # explanation listed below): the record runs on through that line, so only the line's own
-    # text can show the cut. A line the next one merely continues (a wrap) is not read so
+    # a note titled or listed with the message's start: a heading or list item that ends in it,
+    # the writer's next heading or item on the line after. The record runs on through that
+    # line, so only the title's own text can show the cut. A note has a few such items; a log
+    # with more (a shell's trace of thousands of "+ " lines) is no note, and is not read so
     upto = len(log.lines) if first is None else first
-    for k in log.candidates(_finder(cut[1]), start, windows=False):
-        if k >= upto:
-            break
-        if log.ends[k] <= k + 1 or not _BLOCK_START.match(log.lines[k + 1].original):
-            continue
-        if finder.search(log.lines[k].text) is not None:
-            first = k
-            break
+    blocks = log.lines.starting_with(_BLOCK_START)
+    if len(blocks) <= MAX_BLOCKS:
+        for k, after in pairwise(blocks):
+            if k < start or after != k + 1 or log.ends[k] <= after:
+                continue
+            if k >= upto:
+                break
+            if finder.search(log.lines[k].text) is not None:
+                first = k
+                break
     if first is None:
         return None
     lines = tuple(log.lines[first : log.ends[first]])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, overload
@@ -188,6 +189,7 @@ class Lines(Sequence[Line]):
         self, originals: Sequence[str], texts: Sequence[str], nodes: Sequence[str | None]
     ) -> None:
         self.originals, self.texts, self.nodes = originals, texts, nodes
+        self._starting: dict[re.Pattern[str], list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -206,6 +208,21 @@ class Lines(Sequence[Line]):
     def __iter__(self) -> Iterator[Line]:
         for k in range(len(self)):
             yield self[k]
+
+    def starting_with(self, rx: re.Pattern[str]) -> list[int]:
+        """The indexes of the lines whose pasted text `rx` matches at its start (`rx` in
+        multi-line mode, `^` first): one pass over the pasted text where the lines are cut from
+        it, not a string per line."""
+        if rx in self._starting:
+            return self._starting[rx]
+        originals = self.originals
+        if isinstance(originals, _Pasted):
+            at = originals.at
+            found = (bisect_right(at, m.start()) - 1 for m in rx.finditer(originals.text))
+            self._starting[rx] = sorted({k for k in found if k < len(self)})
+        else:
+            self._starting[rx] = [k for k, text in enumerate(originals) if rx.match(text)]
+        return self._starting[rx]
 
 
 class LineViews(Sequence[str]):

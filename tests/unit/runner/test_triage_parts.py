@@ -103,6 +103,15 @@ def test_a_message_start_ending_a_line_that_a_list_of_the_writers_follows_is_cut
     got = [(f.scenario.scenario.metadata.id, f.cut) for f in titled]
     assert got == [("kv-cache-shortage", True)]
     assert triage(f"{start}\nthat the writer then explains in words\n", SCEN) == []
+    # a plain line before an item is no title; nor is an item in a log of thousands of them
+    assert triage(f"checked for: {start}\n+ echo OK\n", SCEN) == []
+    trace = "".join(f"+ step {k}\n" for k in range(5000))
+    assert triage(f"{trace}+ {start}\n+ what it means\n", SCEN) == []
+
+
+def test_a_plus_sign_opens_a_list_item_as_a_dash_does() -> None:
+    got = [ln.text for ln in normalise("+ ValueError: x\n+x\n  + indented y")]
+    assert got == ["ValueError: x", "+x", "indented y"]
 
 
 def test_a_number_the_renderer_linked_as_an_issue_reads_as_the_number() -> None:
