@@ -36,6 +36,7 @@ import re2
 from runner.spec.expectations import Pattern
 from runner.spec.patterns import compile_user
 from runner.triage.match import _OPTIONS, QUANTIFIER, Evidence, Log, _finder, loose
+from runner.triage.normalise import LIST_ITEM
 
 MIN_LITERAL = 24  # literal characters a cut message must still show
 # what a writer closes a shortened message with before the record ends: an ellipsis, the end of
@@ -55,9 +56,7 @@ _RAISED = r"(?:[\w.]*(?:Error|Exception): )?"
 # traceback ends at is that check failing, whatever line inside it the paste left out
 _CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
 # a Markdown list item or heading at a line's start, inside quoting or not
-_BLOCK_START = re.compile(
-    r"(?m)^[ \t]*(?:(?:>|&gt;)[ \t]*)*(?:[-*+\u2022\u2192]|\d{1,2}[.)]|#{1,6})[ \t]"
-)
+_BLOCK_START = re.compile(rf"(?m)^[ \t]*(?:(?:>|&gt;)[ \t]*)*(?:{LIST_ITEM}|#{{1,6}})[ \t]")
 MAX_BLOCKS = 4096  # list items and headings a log may have and still be read as a note
 _CARETS = re.compile(r"^[\s^~]*\^[\s^~]*$")
 _EXCEPTION = re.compile(r"[\w.]*(?:Error|Exception|Interrupt|Exit)\b")

@@ -47,7 +47,9 @@ _JOURNALD_PREFIX = re.compile(
 )  # journalctl's short format: "Nov 30 12:00:01 host vllm[123]: "
 # quoting and list markers a chat, a mail or a Markdown file adds
 _QUOTE = re.compile(r"^(?:>|&gt;|\|)(?: |$)")
-_LIST_MARKER = re.compile(r"^(?:[-*+•→]|\d{1,2}[.)])\s+")
+# a list item's marker: a bullet (Markdown's three and the typeset ones) or a number
+LIST_ITEM = r"(?:[-*+\u2022\u2192]|\d{1,2}[.)])"
+_LIST_MARKER = re.compile(rf"^{LIST_ITEM}\s+")
 # a fence line opens or closes a code block (with its info string: ```python); a fence with more
 # after it is a one-line code span (```ValueError: ...```), whose text is the log's
 _FENCE = re.compile(r"^(?:```|~~~)[\w+.-]*\s*$")
@@ -62,8 +64,8 @@ _ISSUE_LINK = re.compile(r"\[(#\d+)\]\(https?://[^\s()]+/(?:issues|pull)/\d+\)")
 # the start of any of the above: a line that begins with none of them carries none, so it is only
 # stripped of its surrounding spaces (most lines of a log)
 _MAYBE_PREFIX = re.compile(
-    r"```|~~~|>|&gt;|\||\d{4}-\d{2}-\d{2}[T ]|\[pod/|[A-Z][a-z]{2} [ \d]\d \d{2}:|[-*+•→]"
-    r"|\d{1,2}[.)]|[a-zA-Z0-9][\w.-]*\s+\|"
+    r"```|~~~|>|&gt;|\||\d{4}-\d{2}-\d{2}[T ]|\[pod/|[A-Z][a-z]{2} [ \d]\d \d{2}:"
+    rf"|{LIST_ITEM}|[a-zA-Z0-9][\w.-]*\s+\|"
 )
 # masked digits: a run of x, X, * or # standing where digits stood (an address or a number):
 # two or more mask characters, or one beside a dot or colon that separates numbers

@@ -30,6 +30,11 @@ KV033 = (
 )
 
 
+def _texts(pasted: list[str]) -> list[str]:
+    """What the signatures read of each pasted line."""
+    return [ln.text for ln in normalise("\n".join(pasted))]
+
+
 def test_prefixes_quotes_and_masks_are_taken_off() -> None:
     pasted = [
         "> - [pod/node2-0/vllm] 2026-11-29T07:00:01Z [rank1]:[W1130 xx:xx:xx.xxx x.cpp:12] a",
@@ -66,7 +71,7 @@ def test_a_collectors_date_and_time_in_front_of_the_line_is_taken_off() -> None:
         "2024-11-14 22:16:37,097 - sglang - INFO -     scheduler.event_loop_normal()",
         "2024-11-14 22:16:37,098 - ERROR - a record without the logger's name",
     ]
-    got = [ln.text for ln in normalise("\n".join(pasted))]
+    got = _texts(pasted)
     assert got == [
         'ERROR 07-09 17:59:40 [core.py:586]   File "x.py", line 1, in f',
         "(EngineCore_DP0 pid=7) INFO ok",
@@ -87,7 +92,7 @@ def test_a_carriage_return_shown_as_caret_m_ends_the_line() -> None:
         "    scheduler.event_loop_normal()^M^M",
         "a caret and an M ^M in the middle stay ^Mx",
     ]
-    got = [ln.text for ln in normalise("\n".join(pasted))]
+    got = _texts(pasted)
     assert got == [
         "Scheduler hit an exception: Traceback (most recent call last):",
         "scheduler.event_loop_normal()",
@@ -110,7 +115,7 @@ def test_a_message_start_ending_a_line_that_a_list_of_the_writers_follows_is_cut
 
 
 def test_a_plus_sign_opens_a_list_item_as_a_dash_does() -> None:
-    got = [ln.text for ln in normalise("+ ValueError: x\n+x\n  + indented y")]
+    got = _texts(["+ ValueError: x", "+x", "  + indented y"])
     assert got == ["ValueError: x", "+x", "indented y"]
 
 
@@ -120,7 +125,7 @@ def test_a_number_the_renderer_linked_as_an_issue_reads_as_the_number() -> None:
         "frame [#1](https://github.com/o/r/issues/1): c10d::ProcessGroupNCCL::WorkNCCL::check",
         "see [#12](https://github.com/o/r/pull/12) and [docs](https://example.com/x)",
     ]
-    got = [ln.text for ln in normalise("\n".join(pasted))]
+    got = _texts(pasted)
     assert got == [
         "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::check",
         "see #12 and [docs](https://example.com/x)",
