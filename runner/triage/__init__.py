@@ -416,6 +416,8 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 # a triage entry's checks between captures (a run's checks are its lab's)
                 accepts = [_accept(p) for p in pats] if entry is not None else []
                 ev = find_in_order(log, wanted, start=start, accepts=accepts)
+                while ev and entry is None and _warned_then_started(log, ls, ev):
+                    ev = find_in_order(log, wanted, start=ev[0].number, accepts=accepts)
                 # lines a stop of the same run explains are no failure: a later run's may be
                 while ev and (resume := _stopped(log, entry, ev[0].number - 1)) is not None:
                     ev = find_in_order(log, wanted, start=resume, accepts=accepts)
@@ -516,6 +518,27 @@ def _stopped(log: Log, entry: TriageSignature | None, first: int) -> int | None:
             after = find(log, _SERVER_START, start=first)
             return len(log.lines) if after is None else after[1].number - 1
     return None
+
+
+def _warned_then_started(log: Log, ls: LoadedScenario, ev: list[Evidence]) -> bool:
+    """A run's signature of a failure that stops the server's start (its phase comes before
+    serving) found on a line vLLM's logger logged as a warning, and the server started after
+    it: what the lines warned of did not stop the start. vLLM warns with its refusal's words
+    where a variable allows what it refuses (VLLM_ALLOW_LONG_MAX_MODEL_LEN: model.py
+    :2677-2678 in 0.33.0)."""
+    phase = ls.scenario.expect.phase
+    return (
+        phase is not None
+        and _ORDER.index(phase) < _ORDER.index(StartupPhase.SERVING)
+        and _WARNING_LINE.search(ev[0].lines[0].original) is not None
+        and find(log, _SERVER_START, start=ev[-1].lines[-1].number) is not None
+    )
+
+
+# vLLM's logger at warning level, as vllm/logger.py's _FORMAT prints it: "WARNING 12-03 10:00:00
+# [model.py:2677] " (0.33.0; "(APIServer pid=N) " before it), "WARNING 12-03 10:00:00
+# config.py:1796] " (0.6.3)
+_WARNING_LINE = re.compile(r"\bWARNING \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? \[?[\w.]+:\d+\] ")
 
 
 def _after_last(log: Log, pattern: Pattern | None) -> int:

@@ -84,6 +84,38 @@ def test_forbidden_shortcut_is_marked() -> None:
     )
 
 
+_CTX_SENTENCE = (
+    "User-specified max_model_len (65536) is greater than the derived max_model_len "
+    "(max_position_embeddings=32768 or model_max_length=None in model's config.json)."
+)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "WARNING 05-02 09:14:15 [config.py:3108] ",
+        "(APIServer pid=1) WARNING 12-03 10:02:19 [model.py:2677] ",
+        "WARNING 10-17 08:00:01 config.py:1796] ",
+    ],
+)
+def test_the_max_model_len_sentence_vllm_logs_as_a_warning_is_no_refusal(prefix: str) -> None:
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN set: vLLM warns with the refusal's words and starts
+    warned = f"{prefix}{_CTX_SENTENCE} Make sure the value is correct.\n"
+    started = "INFO:     Application startup complete.\n"
+    assert triage(warned + started, SCEN) == []
+    # the refusal raised in a later run of the same paste is read
+    refused = f"ValueError: {_CTX_SENTENCE} To allow overriding this maximum, set the env var\n"
+    [f] = triage(warned + started + refused, SCEN)
+    assert f.scenario.scenario.metadata.id == "context-window-overflow"
+    assert matched(f)[0][0] == 3
+    # a warning the start did not follow is read (a paste cut before the refusal)
+    [f] = triage(warned, SCEN)
+    assert f.scenario.scenario.metadata.id == "context-window-overflow"
+    # an error logged by vLLM's logger is no warning
+    [f] = triage(prefix.replace("WARNING", "ERROR") + _CTX_SENTENCE + "\n", SCEN)
+    assert f.scenario.scenario.metadata.id == "context-window-overflow"
+
+
 def test_runtime_stamps_are_stripped() -> None:
     stamped = [
         "2026-11-29T07:00:01.123456789Z (EngineCore pid=81) INFO ok",
