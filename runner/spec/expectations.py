@@ -227,6 +227,13 @@ class TriageSignature(Model):
         "the same lines are printed where nothing failed too (the engine core's death line at "
         "an offline script's exit), what makes them a failure (the API server's own lines).",
     )
+    not_with: Pattern | None = Field(
+        default=None,
+        description="A line which, anywhere in the log, shows these lines are another "
+        "failure's: where the same lines follow more than one cause (PyTorch's NCCL watchdog "
+        "taking a process down after a collective's timeout or after an NCCL error), the "
+        "other cause's own words.",
+    )
     names_cause: bool = Field(
         default=False,
         description="These lines name a cause of the run's own failure lines other than the "

@@ -385,6 +385,8 @@ def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:
                 out.append(_folded(entry.stopped_by.regex))
             if entry is not None and entry.only_with is not None:
                 out.append(_folded(entry.only_with.regex))
+            if entry is not None and entry.not_with is not None:
+                out.append(_folded(entry.not_with.regex))
     return [*out, _SERVER_START, _SIGNALLED]
 
 
@@ -492,11 +494,13 @@ _SIGNALLED = (
 
 
 def _with(log: Log, entry: TriageSignature | None) -> bool:
-    """The log shows what the entry's lines need beside them to count (`only_with`), or the
-    entry needs nothing."""
-    if entry is None or entry.only_with is None:
+    """The log shows what the entry's lines need beside them to count (`only_with`) and no
+    line that makes them another failure's (`not_with`), or the entry needs neither."""
+    if entry is None:
         return True
-    return find(log, _folded(entry.only_with.regex)) is not None
+    if entry.not_with is not None and find(log, _folded(entry.not_with.regex)) is not None:
+        return False
+    return entry.only_with is None or find(log, _folded(entry.only_with.regex)) is not None
 
 
 def _stopped(log: Log, entry: TriageSignature | None, first: int) -> int | None:

@@ -710,6 +710,20 @@ def test_every_signature_a_scenario_declares() -> None:
                     "in SGLang's overlap worker thread, at run time",
                 ],
             ),
+            # triage: LMDeploy's engine loop's tasks; MLC LLM's background loop
+            (
+                "the serving node's",
+                "serving",
+                ["a task of LMDeploy's engine loop raised after the engine was built"],
+            ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "the thread that runs MLC LLM's engine raised",
+                    "in the engine's background loop",
+                ],
+            ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [
@@ -805,6 +819,16 @@ def test_every_signature_a_scenario_declares() -> None:
                 [
                     "a rank found a dimension of the model does not split over the ranks",
                     "a worker of vLLM's group dies",
+                ],
+            ),
+            # triage: TGI's flash attention with no key-value head per shard
+            (
+                "the serving node's",
+                "node1",
+                [
+                    "a TGI shard builds a flash attention layer",
+                    "grouping the query heads by the shard's key-value heads",
+                    "the shard has no key-value head of its own",
                 ],
             ),
         ],
@@ -1077,6 +1101,15 @@ def test_every_signature_a_scenario_declares() -> None:
                 [
                     "PyTorch's NCCL monitor dumps debug info for a collective of the group that"
                     " timed out or failed, and takes the process down"
+                ],
+            ),
+            # triage: the watchdog's teardown alone, with no NCCL or CUDA error
+            (
+                "a worker's",
+                "node3",
+                [
+                    "PyTorch's NCCL watchdog takes the process down after a collective failed or"
+                    " timed out"
                 ],
             ),
         ],
