@@ -14,7 +14,12 @@ say them:
   systems together inside a word ("amongсилання", "ยายvisão"), which people's text does not,
   except beside Han, kana or Hangul, written without spaces ("使用vLLM部署", "俄语Привет"), and
   Greek, a symbol in formulas and units ("ΔT", "10μs"): a stretch with `GLUED` such switches
-  between other systems needs only `SCRIPTS` - 1 systems. A vocabulary of mostly Latin word
+  between other systems needs only `SCRIPTS` - 1 systems. A vocabulary of mostly Chinese pieces
+  gives soup led by Han, Latin pieces glued in on both sides word after word ("笑容怂azel拒"),
+  with Cyrillic or Thai glued to the Latin ("ракaxy"): a stretch with `CJK_GLUINGS` gluings of
+  Han, kana or Hangul to Latin and `CJK_LED_GLUED` between other systems needs `SCRIPTS` - 1
+  systems too (Chinese text glues Latin terms to Han, but a Russian or Thai word it quotes
+  stands apart from the Latin ones). A vocabulary of mostly Latin word
   pieces gives soup that is mostly Latin, with Han, kana or Hangul pieces glued onto Latin words
   ("Various草肉", "acheter逐渐") and a letter of another system here and there: `GLUED` words
   within 2 x `WINDOW` characters, each with such a gluing inside it, in a stretch `LATIN_LED`
@@ -89,6 +94,8 @@ WINDOW = 240  # characters
 SCRIPTS = 4
 SWITCHES = 10
 GLUED = 3
+CJK_LED_GLUED = 2
+CJK_GLUINGS = 10
 LATIN_LED = 0.75
 REPEATS = 6
 GLUED_REPEATS = 10
@@ -244,7 +251,9 @@ def mixed(text: str) -> tuple[int, int] | None:
     systems = {script(c) for c in set(_NON_ASCII_CHAR.findall(text))} | {"Latin"}
     if len(systems - {None}) < SCRIPTS - 1:
         return None
-    runs: list[tuple[int, str, bool]] = []  # where each run of one system's letters starts
+    # where each run of one system's letters starts, its system, and whether it is glued to the
+    # run before: between two spaced systems, or between Han, kana or Hangul and Latin
+    runs: list[tuple[int, str, bool, bool]] = []
     last = -2  # where the last letter of a system was
     cjk_glued: list[int] = []  # where Han, kana or Hangul meets a Latin letter inside a word
     for i, c in enumerate(text):
@@ -253,26 +262,33 @@ def mixed(text: str) -> tuple[int, int] | None:
             continue
         if not runs or runs[-1][1] != s:
             glued = last == i - 1 and not {runs[-1][1], s} & _UNSPACED
-            if last == i - 1 and {runs[-1][1], s} == _LATIN_CJK:
+            cjk = last == i - 1 and {runs[-1][1], s} == _LATIN_CJK
+            if cjk:
                 cjk_glued.append(i)
-            runs.append((i, s, glued))
+            runs.append((i, s, glued, cjk))
         last = i
     seen: Counter[str] = Counter()
-    glued_in = 0
+    glued_in = cjk_in = 0
     lo = 0
-    for hi, (at, s, glued) in enumerate(runs):
+    for hi, (at, s, glued, cjk) in enumerate(runs):
         seen[s] += 1
         glued_in += glued
+        cjk_in += cjk
         while at - runs[lo][0] > WINDOW:
             seen[runs[lo][1]] -= 1
             glued_in -= runs[lo][2]
+            cjk_in -= runs[lo][3]
             lo += 1
         if hi - lo >= SWITCHES:
             # a system counts where the stretch comes back to it: a foreign name quoted once
             # in a sentence is not soup
             back = sum(1 for n in seen.values() if n >= 2)
             present = sum(1 for n in seen.values() if n >= 1)
-            if back >= SCRIPTS or (glued_in >= GLUED and present >= SCRIPTS - 1):
+            if (
+                back >= SCRIPTS
+                or (glued_in >= GLUED and present >= SCRIPTS - 1)
+                or (glued_in >= CJK_LED_GLUED and cjk_in >= CJK_GLUINGS and present >= SCRIPTS - 1)
+            ):
                 return max(back, present), hi - lo
     return _latin_led(text, cjk_glued) if len(cjk_glued) >= GLUED else None
 

@@ -101,6 +101,23 @@ def test_soup_led_by_latin_pieces_with_han_glued_to_them() -> None:
     assert mixed("step Δt每步 loss曲线 lr学习率 is 0.001 and beta2 is 0.95 everywhere") is None
 
 
+def test_soup_led_by_han_pieces_with_latin_glued_in_and_cyrillic_glued_to_latin() -> None:
+    soup = (
+        "据说明rowsel翻滚深远的计划dulg相关内容wen莺歌tamper平方ракoti温度it的伙伴enso记载ilk"
+        "各位方面ogr落地ныйsta潮汐之中ful莱茵河ерpan颇为omb年华etch的流程"
+    )
+    assert mixed(soup) is not None
+    # Chinese with Latin terms glued to it, and a Russian or Thai word it quotes by its own
+    for text in (
+        "我们在K8s上用vLLM部署Qwen2.5模型，然后用Prometheus抓取GPU指标，用Grafana看dashboard，"
+        "日志走Loki，告警走Alertmanager到Slack频道。俄语Привет的意思是你好，泰语สวัสดี也是。",
+        # the gluings, and one Cyrillic word glued to a Latin one: not two
+        "据说明rowsel翻滚深远的计划dulg相关内容wen莺歌tamper平方ракoti温度it的伙伴enso记载ilk"
+        "各位方面ogr落地",
+    ):
+        assert mixed(text) is None, text
+
+
 def test_soup_far_apart_on_one_line_is_not_soup() -> None:
     # the same words spread over more than the window: no stretch holds ten switches
     spread = (" " * 60).join(SOUP.split())
