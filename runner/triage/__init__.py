@@ -351,7 +351,8 @@ _RUN_BOUNDARY = (
 def _causes_first(findings: list[Finding], log: Log) -> list[Finding]:
     """In the order of their first line, except that a death another failure may have caused
     (a wrapper vLLM raises around its cause, a process that aborted) comes after the other
-    failures of the same run that the paste shows after it: the NCCL watchdog that took the
+    failures of the same run that the paste shows after it (or on its line, a paste that lost
+    its line breaks): the NCCL watchdog that took the
     process down, the GPU that fell off the bus. A failure after the run ended (a restart's) is
     no cause of it."""
 
@@ -361,7 +362,7 @@ def _causes_first(findings: list[Finding], log: Log) -> list[Finding]:
         hit = find(log, _RUN_BOUNDARY, start=f.first_line)
         end = hit[1].lines[0].number if hit is not None else len(log.lines) + 1
         later = [
-            g.first_line for g in findings if not g.wrapper and f.first_line < g.first_line < end
+            g.first_line for g in findings if not g.wrapper and f.first_line <= g.first_line < end
         ]
         return (max(later), 1, f.first_line) if later else (f.first_line, 0, f.first_line)
 
