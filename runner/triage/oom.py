@@ -18,7 +18,9 @@ PyTorch holds (allocated plus reserved; the difference is the CUDA context and l
 memory) is taken for the failing process, the likeliest reading rather than the most cautious
 one; where no entry is that large, the failing process is not listed. The message is read up to
 what PyTorch holds, which ends the list: a paste cut before it does not tell which entry is
-whose, and is not read; nor is one wrapped over more than runner.triage.match's MAX_SPAN lines.
+whose, and the largest is taken for the failing process, so that what the others hold is the
+least it can be (whichever entry is the failing one, the rest hold at least that). A message
+wrapped over more than runner.triage.match's MAX_SPAN lines is not read.
 
 Not every such message is the neighbours' doing. Where NVML cannot tell a process's use (WSL2's
 WDDM driver) PyTorch prints the unknown value, 2^64 - 1 bytes, as 17179869184.00 GiB: a list
@@ -61,6 +63,11 @@ OOM = (
     + r" allocated in private pools \(e\.g\., CUDA Graphs\), )?and (?P<reserved>"
     + _SIZE
     + r") is reserved by PyTorch but unallocated"
+)
+# the same message where the paste ends in its list or in the sentence after it
+CUT_OOM = (
+    OOM[: OOM.index("(?:(?P<allowed>")]
+    + r"(?:Of the allocated memory(?: [\d.]*)?)?\s*$"
 )
 HELD = "other processes hold the GPU's memory (PyTorch's out-of-memory error lists them)"
 OLD_SHARE = 0.5  # of the GPU, neither free nor PyTorch's, where the message lists no processes
@@ -116,7 +123,9 @@ def others_hold(captures: dict[str, str]) -> int | None:
         return sum(b for own, b in used if not own)
     a, r = _bytes(captures.get("allocated", "")), _bytes(captures.get("reserved", ""))
     if a is None or r is None:
-        return None
+        # the paste cut before what PyTorch holds: whichever entry is the failing process, the
+        # others hold at least all but the largest
+        return sum(b for _, b in used) - max(b for _, b in used)
     holds = a + r
     # the failing process listed under its host pid: the closest use at or above its own hold
     # (none at or above it: it is not listed)
@@ -175,6 +184,11 @@ def find_held_by_others(log: Log) -> list[Evidence] | None:
         hit = find(log, regex, description, accept=_accepting(held))
         if hit is not None:
             hits.append((hit[1], held(hit[1].captures) or 0))
+    if not hits:
+        # only where no whole message is read: a paste cut in the list or after it
+        hit = find(log, CUT_OOM, HELD, accept=_accepting(_listed_others))
+        if hit is not None:
+            hits.append((hit[1], _listed_others(hit[1].captures) or 0))
     if not hits:
         return None
     ev, others = min(hits, key=lambda h: h[0].number)

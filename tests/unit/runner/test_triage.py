@@ -301,6 +301,12 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["llama.cpp cannot allocate the KV cache for the context length asked for"],
             ),
+            # triage: the refusal's first sentence quoted alone
+            (
+                "the serving node's",
+                "serving",
+                ["vLLM found no memory left for one KV block"],
+            ),
         ],
         "service-name-collision": [
             ("the serving node's", "serving", [""]),
@@ -546,7 +552,7 @@ def test_every_signature_a_scenario_declares() -> None:
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
-            # per_vllm."0.6.0-0.8.4": the V0 API server's own words
+            # per_vllm."0.5.5-0.8.4": the V0 API server's own words
             ("the serving node's", "serving", ["the V0 API server finds its engine dead"]),
             # triage: the death's other lines, the cause missing from the paste
             ("the serving node's", "serving", ["the engine core's busy loop raised"]),
@@ -719,6 +725,15 @@ def test_every_signature_a_scenario_declares() -> None:
                 [
                     "the thread that runs MLC LLM's engine raised",
                     "in the engine's background loop",
+                ],
+            ),
+            # triage: V0's RPC client finding the engine's process not answering
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "the V0 API server's RPC client found the engine's process not answering,"
+                    " and marked the engine errored"
                 ],
             ),
         ],

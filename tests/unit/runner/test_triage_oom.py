@@ -107,8 +107,11 @@ def test_the_message_wrapped_at_its_sentences_and_the_older_spelling_are_read() 
     assert any("nvidia-smi --query-compute-apps" in r for r in f.fixes)
 
 
-def test_others_hold_needs_what_pytorch_holds_where_no_entry_is_this_process() -> None:
-    assert others_hold({"procs": "Process 1 has 40.00 GiB memory in use. "}) is None
+def test_where_the_paste_lost_what_pytorch_holds_the_largest_entry_is_the_failing_process() -> None:
+    # whichever entry is the failing one, the others hold at least all but the largest
+    assert others_hold({"procs": "Process 1 has 40.00 GiB memory in use. "}) == 0
+    two = "Process 1 has 30.00 GiB memory in use. Process 2 has 9.00 GiB memory in use. "
+    assert others_hold({"procs": two}) == 9 * GIB
     assert others_hold({"procs": ""}) is None
     own = "Including non-PyTorch memory, this process has 1.00 GiB memory in use. "
     assert others_hold({"procs": "Process 1 has 4.00 GiB memory in use. " + own}) == 4 * GIB
@@ -180,3 +183,27 @@ def test_an_older_message_of_its_own_memory_or_a_cap_is_not_read(figures: str) -
         _others(f"RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB {figures}\n")
         is None
     )
+
+
+def test_a_message_cut_in_its_list_or_after_it_is_read_only_where_no_whole_one_is() -> None:
+    head = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 418.00 MiB. GPU 0 has a "
+        "total capacity of 23.69 GiB of which 193.25 MiB is free. Process 1254 has 730.00 MiB "
+        "memory in use. Process 1348 has 3.70 GiB memory in use. Process 1892152 has 2.96 GiB "
+        "memory in use. Process 2167142 has 14.90 GiB memory in use. "
+    )
+    # 14.90 GiB, the largest, taken for the failing process: 7.37 GiB is the others' least
+    assert _others(head + "\n") == 7.37
+    assert _others(head + "Of the allocated memory 14\n") == 7.37
+    # a cut list whose others hold less than a quarter of the GPU is no stranger's doing
+    small = head.replace("Process 1348 has 3.70 GiB", "Process 1348 has 0.70 GiB").replace(
+        "Process 1892152 has 2.96 GiB", "Process 1892152 has 0.96 GiB"
+    )
+    assert _others(small + "\n") is None
+    # a whole message later in the paste is read instead
+    whole = _oom(
+        "Process 7 has 12.00 GiB memory in use. Including non-PyTorch memory, this process has "
+        "26.00 GiB memory in use. ",
+        mine="25.00 GiB",
+    )
+    assert _others(head + "\n" + whole) == 12.0

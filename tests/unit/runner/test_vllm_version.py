@@ -304,7 +304,7 @@ def test_the_shipped_scenarios_differ_on_033_only_where_they_say() -> None:
     # the entries for releases no lab runs: their wordings, for triage alone
     assert {k: list(v.wordings()) for k, v in by_id.items() if v.wordings()} == {
         "cuda-graph-capture-oom": ["0.2.7-0.10.2", "0.8.5-0.11.0"],
-        "engine-core-death": ["0.6.0-0.8.4"],
+        "engine-core-death": ["0.5.5-0.8.4"],
         "kv-cache-shortage": ["0.2.7-0.10.2", "0.7.0-0.8.2", "0.8.3-0.9.0"],
         "pd-kv-handshake": ["0.9.2-0.12.0"],
         "service-name-collision": ["0.6.0-0.8.5", "0.7.3-0.8.5", "0.9.0"],
