@@ -65,10 +65,7 @@ OOM = (
     + r") is reserved by PyTorch but unallocated"
 )
 # the same message where the paste ends in its list or in the sentence after it
-CUT_OOM = (
-    OOM[: OOM.index("(?:(?P<allowed>")]
-    + r"(?:Of the allocated memory(?: [\d.]*)?)?\s*$"
-)
+CUT_OOM = OOM[: OOM.index("(?:(?P<allowed>")] + r"(?:Of the allocated memory(?: [\d.]*)?)?\s*$"
 HELD = "other processes hold the GPU's memory (PyTorch's out-of-memory error lists them)"
 OLD_SHARE = 0.5  # of the GPU, neither free nor PyTorch's, where the message lists no processes
 OLD_OOM = (
