@@ -388,7 +388,7 @@ def _regexes(scenarios: Sequence[LoadedScenario]) -> list[str]:
                 out.append(_folded(entry.only_with.regex))
             if entry is not None and entry.not_with is not None:
                 out.append(_folded(entry.not_with.regex))
-    return [*out, _SERVER_START, _SIGNALLED]
+    return [*out, _SERVER_START, _SIGNALLED, _RUN_START]
 
 
 def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
@@ -419,10 +419,15 @@ def _sightings(ls: LoadedScenario, log: Log) -> list[Sighting]:
                 # a triage entry's checks between captures (a run's checks are its lab's)
                 accepts = [_accept(p) for p in pats] if entry is not None else []
                 ev = find_in_order(log, wanted, start=start, accepts=accepts)
-                while ev and entry is None and _warned_then_started(log, ls, ev):
-                    ev = find_in_order(log, wanted, start=ev[0].number, accepts=accepts)
-                # lines a stop of the same run explains are no failure: a later run's may be
-                while ev and (resume := _stopped(log, entry, ev[0].number - 1)) is not None:
+                # lines a stop of the same run explains are no failure, nor a start-up refusal's
+                # words the server started after: a later match may be
+                while ev:
+                    if entry is None and _warned_then_started(log, ls, ev):
+                        resume: int | None = ev[0].number
+                    else:
+                        resume = _stopped(log, entry, ev[0].number - 1)
+                    if resume is None:
+                        break
                     ev = find_in_order(log, wanted, start=resume, accepts=accepts)
             if ev and not _with(log, entry):
                 ev = None
@@ -525,25 +530,37 @@ def _stopped(log: Log, entry: TriageSignature | None, first: int) -> int | None:
     return None
 
 
+# the first lines of a run of vLLM's API server (its version; its arguments, 0.6 to 0.33)
+_RUN_START = r"vLLM API server version|\bnon-default args: \{|\bargs: Namespace\("
+
+
 def _warned_then_started(log: Log, ls: LoadedScenario, ev: list[Evidence]) -> bool:
     """A run's signature of a failure that stops the server's start (its phase comes before
     serving) found on a line vLLM's logger logged as a warning, and the server started after
-    it: what the lines warned of did not stop the start. vLLM warns with its refusal's words
-    where a variable allows what it refuses (VLLM_ALLOW_LONG_MAX_MODEL_LEN: model.py
-    :2677-2678 in 0.33.0)."""
+    it in the same run: what the lines warned of did not stop the start. vLLM warns with its
+    refusal's words where a variable allows what it refuses (VLLM_ALLOW_LONG_MAX_MODEL_LEN:
+    model.py :2677-2678 in 0.33.0)."""
     phase = ls.scenario.expect.phase
-    return (
-        phase is not None
-        and _ORDER.index(phase) < _ORDER.index(StartupPhase.SERVING)
-        and _WARNING_LINE.search(ev[0].lines[0].original) is not None
-        and find(log, _SERVER_START, start=ev[-1].lines[-1].number) is not None
-    )
+    if (
+        phase is None
+        or _ORDER.index(phase) >= _ORDER.index(StartupPhase.SERVING)
+        or _WARNING_LINE.search(ev[0].lines[0].original) is None
+    ):
+        return False
+    after = ev[-1].lines[-1].number
+    started = find(log, _SERVER_START, start=after)
+    if started is None:
+        return False
+    # the start of the same run: before the next run's first line
+    rerun = find(log, _RUN_START, start=after)
+    return rerun is None or started[1].number < rerun[1].number
 
 
 # vLLM's logger at warning level, as vllm/logger.py's _FORMAT prints it: "WARNING 12-03 10:00:00
 # [model.py:2677] " (0.33.0; "(APIServer pid=N) " before it), "WARNING 12-03 10:00:00
-# config.py:1796] " (0.6.3)
-_WARNING_LINE = re.compile(r"\bWARNING \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? \[?[\w.]+:\d+\] ")
+# config.py:1796] " (0.6.3); at VLLM_LOGGING_LEVEL=DEBUG the file is a shortened path
+# ("[config/model.py:2677]", ".../x.py": logging_utils/formatter.py's use_relpath)
+_WARNING_LINE = re.compile(r"\bWARNING \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? \[?[\w./-]+:\d+\] ")
 
 
 def _after_last(log: Log, pattern: Pattern | None) -> int:

@@ -17,15 +17,16 @@ say them:
   between other systems needs only `SCRIPTS` - 1 systems. A vocabulary of mostly Chinese pieces
   gives soup led by Han, Latin pieces glued in on both sides word after word ("笑容怂azel拒"),
   with Cyrillic or Thai glued to the Latin ("ракaxy"): a stretch with `CJK_GLUINGS` gluings of
-  Han, kana or Hangul to Latin and `CJK_LED_GLUED` between other systems needs `SCRIPTS` - 1
-  systems too (Chinese text glues Latin terms to Han, but a Russian or Thai word it quotes
-  stands apart from the Latin ones). A vocabulary of mostly Latin word
-  pieces gives soup that is mostly Latin, with Han, kana or Hangul pieces glued onto Latin words
-  ("Various草肉", "acheter逐渐") and a letter of another system here and there: `GLUED` words
-  within 2 x `WINDOW` characters, each with such a gluing inside it, in a stretch `LATIN_LED`
-  Latin or more with a system besides Latin, CJK and Greek, is soup too (Chinese glues Latin
-  terms into one phrase, "用vLLM部署Qwen模型", which is one word; soup glues CJK pieces into
-  word after word of English). Only letters of
+  Han, kana or Hangul to Latin and `CJK_LED_GLUED` between other systems, one of them a letter
+  of that other system with Latin straight after it, needs `SCRIPTS` - 1 systems too. Chinese
+  text glues Latin terms to Han, and Russian writers glue their endings onto Latin terms
+  ("GPUшке", "vLLMом"), but neither writes Latin straight after a Cyrillic or Thai letter. A
+  vocabulary of mostly Latin word pieces gives soup that is mostly Latin, with Han, kana or
+  Hangul pieces glued onto Latin words ("Various草肉", "acheter逐渐") and a letter of another
+  system here and there: `GLUED` words within 2 x `WINDOW` characters, each with such a gluing
+  inside it, in a stretch `LATIN_LED` Latin or more with a system besides Latin, CJK and Greek,
+  is soup too (Chinese glues Latin terms into one phrase, "用vLLM部署Qwen模型", which is one
+  word; soup glues CJK pieces into word after word of English). Only letters of
   the systems in `_SYSTEMS` count: marks, symbols and letters Unicode files elsewhere (the
   prolonged-sound mark, modifier letters) are no system;
 - one lowercase word over and over (`repeated_word`): greedy decoding stuck on one token, at
@@ -252,8 +253,9 @@ def mixed(text: str) -> tuple[int, int] | None:
     if len(systems - {None}) < SCRIPTS - 1:
         return None
     # where each run of one system's letters starts, its system, and whether it is glued to the
-    # run before: between two spaced systems, or between Han, kana or Hangul and Latin
-    runs: list[tuple[int, str, bool, bool]] = []
+    # run before: between two spaced systems (and Latin after another of them), or between Han,
+    # kana or Hangul and Latin
+    runs: list[tuple[int, str, bool, bool, bool]] = []
     last = -2  # where the last letter of a system was
     cjk_glued: list[int] = []  # where Han, kana or Hangul meets a Latin letter inside a word
     for i, c in enumerate(text):
@@ -262,22 +264,25 @@ def mixed(text: str) -> tuple[int, int] | None:
             continue
         if not runs or runs[-1][1] != s:
             glued = last == i - 1 and not {runs[-1][1], s} & _UNSPACED
+            into_latin = glued and s == "Latin"
             cjk = last == i - 1 and {runs[-1][1], s} == _LATIN_CJK
             if cjk:
                 cjk_glued.append(i)
-            runs.append((i, s, glued, cjk))
+            runs.append((i, s, glued, into_latin, cjk))
         last = i
     seen: Counter[str] = Counter()
-    glued_in = cjk_in = 0
+    glued_in = into_latin_in = cjk_in = 0
     lo = 0
-    for hi, (at, s, glued, cjk) in enumerate(runs):
+    for hi, (at, s, glued, into_latin, cjk) in enumerate(runs):
         seen[s] += 1
         glued_in += glued
+        into_latin_in += into_latin
         cjk_in += cjk
         while at - runs[lo][0] > WINDOW:
             seen[runs[lo][1]] -= 1
             glued_in -= runs[lo][2]
-            cjk_in -= runs[lo][3]
+            into_latin_in -= runs[lo][3]
+            cjk_in -= runs[lo][4]
             lo += 1
         if hi - lo >= SWITCHES:
             # a system counts where the stretch comes back to it: a foreign name quoted once
@@ -287,7 +292,12 @@ def mixed(text: str) -> tuple[int, int] | None:
             if (
                 back >= SCRIPTS
                 or (glued_in >= GLUED and present >= SCRIPTS - 1)
-                or (glued_in >= CJK_LED_GLUED and cjk_in >= CJK_GLUINGS and present >= SCRIPTS - 1)
+                or (
+                    glued_in >= CJK_LED_GLUED
+                    and into_latin_in >= 1
+                    and cjk_in >= CJK_GLUINGS
+                    and present >= SCRIPTS - 1
+                )
             ):
                 return max(back, present), hi - lo
     return _latin_led(text, cjk_glued) if len(cjk_glued) >= GLUED else None

@@ -64,8 +64,12 @@ OOM = (
     + _SIZE
     + r") is reserved by PyTorch but unallocated"
 )
-# the same message where the paste ends in its list or in the sentence after it
-CUT_OOM = OOM[: OOM.index("(?:(?P<allowed>")] + r"(?:Of the allocated memory(?: [\d.]*)?)?\s*$"
+# the same message where the paste ends in its list (an entry cut short) or in the sentence
+# after it
+CUT_OOM = (
+    OOM[: OOM.index("(?:(?P<allowed>")]
+    + r"(?:Of the allocated memory(?: [\d.]*)?|(?:Process|Including)[^.]{0,60})?\s*$"
+)
 HELD = "other processes hold the GPU's memory (PyTorch's out-of-memory error lists them)"
 OLD_SHARE = 0.5  # of the GPU, neither free nor PyTorch's, where the message lists no processes
 OLD_OOM = (
@@ -111,8 +115,10 @@ def _procs(captures: dict[str, str]) -> list[tuple[bool, int]] | None:
 
 
 def others_hold(captures: dict[str, str]) -> int | None:
-    """The bytes processes other than the failing one hold, by the message's own list, or None
-    where the list does not tell which entry is the failing process."""
+    """The bytes processes other than the failing one hold, by the message's own list (None
+    where it is empty): where no entry is "this process", the entry closest above what PyTorch
+    holds is taken for the failing one, or the largest where the paste lost what PyTorch
+    holds."""
     used = _procs(captures)
     if not used:
         return None

@@ -96,6 +96,8 @@ _CTX_SENTENCE = (
         "WARNING 05-02 09:14:15 [config.py:3108] ",
         "(APIServer pid=1) WARNING 12-03 10:02:19 [model.py:2677] ",
         "WARNING 10-17 08:00:01 config.py:1796] ",
+        # VLLM_LOGGING_LEVEL=DEBUG: the file as a shortened path
+        "(APIServer pid=1) WARNING 12-03 10:02:19 [config/model.py:2677] ",
     ],
 )
 def test_the_max_model_len_sentence_vllm_logs_as_a_warning_is_no_refusal(prefix: str) -> None:
@@ -111,6 +113,11 @@ def test_the_max_model_len_sentence_vllm_logs_as_a_warning_is_no_refusal(prefix:
     # a warning the start did not follow is read (a paste cut before the refusal)
     [f] = triage(warned, SCEN)
     assert f.scenario.scenario.metadata.id == "context-window-overflow"
+    # nor does a later run's start: this run's warning led to the KV-cache wall
+    run = "INFO 12-03 10:00:00 [api_server.py:1043] vLLM API server version 0.8.5\n"
+    wall = "ValueError: No available memory for the cache blocks. Try increasing\n"
+    found = triage(run + warned + wall + run + started, SCEN)
+    assert found[0].scenario.scenario.metadata.id == "context-window-overflow"
     # an error logged by vLLM's logger is no warning
     [f] = triage(prefix.replace("WARNING", "ERROR") + _CTX_SENTENCE + "\n", SCEN)
     assert f.scenario.scenario.metadata.id == "context-window-overflow"

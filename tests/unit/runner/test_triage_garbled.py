@@ -114,6 +114,9 @@ def test_soup_led_by_han_pieces_with_latin_glued_in_and_cyrillic_glued_to_latin(
         # the gluings, and one Cyrillic word glued to a Latin one: not two
         "据说明rowsel翻滚深远的计划dulg相关内容wen莺歌tamper平方ракoti温度it的伙伴enso记载ilk"
         "各位方面ogr落地",
+        # Russian endings glued onto Latin terms, in a Chinese note: no Latin after Cyrillic
+        "我们在服务器上部署模型，запускаем на GPUшке через vLLMом，然后用Prometheus抓取GPU指标，"
+        "用Grafana看dashboard，日志走Loki，告警走Alertmanager到Slack频道，镜像推到Harbor。",
     ):
         assert mixed(text) is None, text
 
