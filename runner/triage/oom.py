@@ -178,20 +178,19 @@ def find_held_by_others(log: Log) -> list[Evidence] | None:
     """The first out-of-memory error whose list shows other processes holding at least `SHARE`
     of the GPU, or an older message whose memory neither free nor PyTorch's is `OLD_SHARE` of
     it, with how much they hold among its captures (`others`, in GiB)."""
-    readings: tuple[tuple[str, str, Reading], ...] = (
-        (OOM, HELD, _listed_others),
-        (OLD_OOM, OLD_HELD, _unexplained_others),
+    # the whole messages first; a paste cut in the list or after it only where none is read
+    rounds: tuple[tuple[tuple[str, str, Reading], ...], ...] = (
+        ((OOM, HELD, _listed_others), (OLD_OOM, OLD_HELD, _unexplained_others)),
+        ((CUT_OOM, HELD, _listed_others),),
     )
     hits = []
-    for regex, description, held in readings:
-        hit = find(log, regex, description, accept=_accepting(held))
-        if hit is not None:
-            hits.append((hit[1], held(hit[1].captures) or 0))
-    if not hits:
-        # only where no whole message is read: a paste cut in the list or after it
-        hit = find(log, CUT_OOM, HELD, accept=_accepting(_listed_others))
-        if hit is not None:
-            hits.append((hit[1], _listed_others(hit[1].captures) or 0))
+    for readings in rounds:
+        for regex, description, held in readings:
+            hit = find(log, regex, description, accept=_accepting(held))
+            if hit is not None:
+                hits.append((hit[1], held(hit[1].captures) or 0))
+        if hits:
+            break
     if not hits:
         return None
     ev, others = min(hits, key=lambda h: h[0].number)
