@@ -9,9 +9,11 @@ paste still names the failure by what is there:
   alternatives or quantifier opened up, so that it can be cut inside), keeping at least
   `MIN_LITERAL` of its literal characters, matching up to the end of a record: the paste, or
   the message, ends there, or only what closes a shortened quote follows (`...`, a backtick,
-  quotes, a full stop, a table cell's `|`, a pager's `>` where it chopped the line); or it
-  stands inside a quotation that closes before its end, the writer's words going on (a message
-  quoted in part in prose, the exception's name before it or not);
+  quotes, a full stop, a table cell's `|`, a pager's `>` where it chopped the line); or an
+  ellipsis follows it and more text after that, the writer leaving the message's middle out and
+  going on with its end or their own words; or it stands inside a quotation that closes
+  before its end, the writer's words going on (a message quoted in part in prose, the
+  exception's name before it or not);
 - the raise: the traceback's last frame is a place the pattern says the message is raised in
   (`raised_in`: `vllm/envs.py get_vllm_port`), with its source line and nothing of the
   exception after it; or the frame before it, whose source line calls such a place when that
@@ -44,6 +46,9 @@ MIN_LITERAL = 24  # literal characters a cut message must still show
 # or a pager's mark for a line it chopped at the screen's edge (less's `>`, as journalctl and
 # git page their output; systemctl's ellipsis, which normalise folds to `...`)
 _CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|>]))*"
+# or an ellipsis where the writer left out the rest of the message's words and kept its end or
+# their own (`Failed to modify QP to RTR ... Connection timed out [110]`)
+_ELIDED = r"\s*\.\.\.\s+\S"
 # or the message quoted in part inside prose, a quotation opened right before its start and closed
 # after it (`the server said "The model's max seq len (8192) is larger than ..." and`); an
 # apostrophe closes only before a non-letter, as one inside a word ("model's") is not a quote
@@ -241,7 +246,7 @@ def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
     if not alts:
         return None
     whole = "|".join(f"(?:{a})" for a in alts)
-    unquoted = f"(?:{whole}){_CLOSERS}\\s*$"
+    unquoted = f"(?:{whole})(?:{_CLOSERS}\\s*$|{_ELIDED})"
     inside = "|".join(f"(?:{a})" for a in quoted)
     quote = f"{_QUOTE_OPEN}\\s*{_RAISED}(?:{inside}){_QUOTE_CLOSE}" if quoted else None
     try:

@@ -556,6 +556,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["verl's rollout needs more GPUs per engine than its worker group has"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["verl's resource pools need more GPUs than the Ray cluster it is on has free"],
+            ),
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),

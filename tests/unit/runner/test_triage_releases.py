@@ -151,6 +151,10 @@ def test_a_cut_keeps_enough_of_the_message() -> None:
         assert re2.search(regex, quoted), quoted  # on RE2, as triage reads it
     for unquoted in (f"the log said {ok[:60]}' and", f'the log said "{ok[:60]} and"'):
         assert not re2.search(regex, unquoted), unquoted
+    # or an ellipsis in its middle, where the writer left words out and went on
+    assert re2.search(regex, f"{ok[:40]} ... service discovery issue")
+    assert re2.search(regex, f"{ok[:40]}... and so on")
+    assert not re2.search(regex, f"{ok[:36]} ... service discovery issue")  # too little
     # a pattern with too little literal text gives none
     assert cut_pattern(r"\d+ [\w.]+") is None
 
