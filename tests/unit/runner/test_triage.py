@@ -561,6 +561,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["verl's resource pools need more GPUs than the Ray cluster it is on has free"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["a worker's local rank is past the GPUs its process sees"],
+            ),
         ],
         "engine-core-death": [
             ("the serving node's", "serving", ["the API server finds its engine dead"]),
@@ -907,6 +912,14 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["a step of the V0 engine ran past the loop's timeout"],
             ),
+            (
+                "the serving node's",
+                "serving",
+                [
+                    "SGLang's scheduler watchdog saw no forward progress for its timeout, and"
+                    " takes the server down"
+                ],
+            ),
         ],
         # silent at the proxy; the decode engine says why
         "pd-kv-handshake": [
@@ -1075,6 +1088,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "the decode engine's",
                 "decode",
                 ["the decode engine's KV pipe from the prefill engine failed to receive"],
+            ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["Mooncake could not create a queue pair for a connection to the peer engine"],
             ),
         ],
         "nccl-watchdog-timeout": [
