@@ -777,6 +777,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["RunPod's vLLM worker has no chat template for the model"],
             ),
+            (
+                "the API server's",
+                "serving",
+                ["OpenVINO Model Server has no chat template loaded for the model"],
+            ),
         ],
         "lora-rank-over-max": [
             ("the serving node's", "serving", ["the adapter's rank is above --max-lora-rank"]),
