@@ -1,7 +1,8 @@
 """Pasted logs as people paste them, made matchable line by line.
 
-Each original line becomes one `Line`: the text a signature reads (quoting, list markers and the
-prefixes that log collectors put in front taken off; digits someone masked read as digits) and
+Each original line becomes one `Line`: the text a signature reads (quoting, list markers, a
+viewer pane's borders and the prefixes that log collectors put in front taken off; digits
+someone masked read as digits) and
 the line number and text as pasted, which evidence quotes. Which lines continue the one before
 (a message wrapped at a terminal's width or by an editor) is the matcher's business: it reads
 windows of lines (runner.triage.match), so no guess made here can lose a line.
@@ -74,6 +75,12 @@ _MASK = re.compile(
     r"(?![A-Za-z_])"
 )
 _MAYBE_MASK = re.compile(r"[xX*#][xX*#.:]|[.:][xX*#]")  # what every _MASK match holds
+# the borders of a terminal viewer's pane around each line (k9s, lazydocker, a tmux or TUI
+# pane copied as it shows): a box-drawing bar at the line's start and, after the padding that
+# fills the pane, at its end. Box-drawing bars are no log's text; an ASCII `|` (a table, a
+# compose prefix, a quote) is left to the prefixes above
+_BOX_BARS = "\u2502\u2503\u2551"
+_PANE_EDGES = re.compile(f"^[ \\t]*[{_BOX_BARS}] ?|[ \\t]*[{_BOX_BARS}][ \\t]*$")
 
 
 # What a blog, a wiki, a word processor or a chat client does to pasted text: typographic
@@ -297,6 +304,8 @@ def normalise(text: str, deadline: Deadline | None = None) -> Lines:
                 body = original  # nothing typeset, no tab: most lines
             else:
                 body = fold_typography(original).replace("\t", " ")
+                if any(c in body for c in _BOX_BARS):
+                    body = _PANE_EDGES.sub("", body)
             stripped = body.strip()
             node = None
             if _MAYBE_PREFIX.match(stripped):

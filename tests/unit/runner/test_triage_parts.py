@@ -452,3 +452,11 @@ def test_find_skips_a_match_whose_captures_the_check_refuses() -> None:
     hit = find(lines, rx, accept=lambda caps: caps["a"] != caps["b"])
     assert hit is not None and hit[1].number == 2
     assert find(lines[:1], rx, accept=lambda caps: caps["a"] != caps["b"]) is None
+
+
+def test_a_viewer_panes_borders_are_taken_off_and_an_ascii_tables_are_not() -> None:
+    pane = "\u2502     scheduler.event_loop_overlap()" + " " * 40 + "\u2502"
+    table = "| N/A   41C    P0    26W /  70W |  10457MiB / 15360MiB |"
+    texts = [ln.text for ln in normalise(pane + "\n" + table + "\n")]
+    assert texts[0] == "scheduler.event_loop_overlap()"
+    assert texts[1].endswith("15360MiB |")  # nvidia-smi's ASCII borders stay
