@@ -229,10 +229,12 @@ class TriageSignature(Model):
     )
     not_with: Pattern | None = Field(
         default=None,
-        description="A line which, anywhere in the log, shows these lines are another "
+        description="A line which, anywhere in the log, shows these lines are not this "
         "failure's: where the same lines follow more than one cause (PyTorch's NCCL watchdog "
         "taking a process down after a collective's timeout or after an NCCL error), the "
-        "other cause's own words.",
+        "other cause's own words; where they are printed in another phase or run than the "
+        "one this entry reads (SGLang's start-up, a test run's failure), that phase's or "
+        "run's lines.",
     )
     names_cause: bool = Field(
         default=False,

@@ -47,8 +47,12 @@ MIN_LITERAL = 24  # literal characters a cut message must still show
 # git page their output; systemctl's ellipsis, which normalise folds to `...`)
 _CLOSERS = r"(?:\s*(?:\.\.\.|[`'\"*_)\].,;:|>]))*"
 # or an ellipsis where the writer left out the rest of the message's words and kept its end or
-# their own (`Failed to modify QP to RTR ... Connection timed out [110]`)
+# their own (`Failed to modify QP to RTR ... Connection timed out [110]`). Read only for a start
+# that a program wrote, not a writer: one with an acronym, a digit or an identifier's or a
+# record's punctuation in it ("QP to RTR"); a start of plain words ("Some requests timed out")
+# followed by an ellipsis is prose as often as a message
 _ELIDED = r"\s*\.\.\.\s+\S"
+_PROGRAMS_WORDS = re.compile(r"[A-Z]{2}|[\d_:()\[\]{}=/<>]")
 # or the message quoted in part inside prose, a quotation opened right before its start and closed
 # after it (`the server said "The model's max seq len (8192) is larger than ..." and`); an
 # apostrophe closes only before a non-letter, as one inside a word ("model's") is not a quote
@@ -149,6 +153,11 @@ def _literal(token: str) -> int:
     return 1 if len(base) == 1 or not base[1].isalnum() else 0
 
 
+def _literal_text(parts: list[str]) -> str:
+    """The characters the literal parts among `parts` stand for, in order."""
+    return "".join(p[-1] for p in parts if _literal(p))
+
+
 _OPENER = re.compile(r"\((?:\?P<\w+>|\?:)?")
 # a part that is at least one space: a literal one, `\s`, or a class of spaces, once or more
 _SPACE = re.compile(r"(?: |\\s|\[ [^\]]*\]|\[\\s[^\]]*\])(?:\+|\{[1-9]\d*(?:,\d*)?\})?")
@@ -223,6 +232,7 @@ def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
     joined with nothing are read for the first form only: every space is optional there, and a
     quoted name would pass for quoted words."""
     alts = []
+    elided = []
     quoted = []
     starts = []
     for alt in _top_alternatives(_tokens(pattern)):
@@ -236,6 +246,8 @@ def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
         start = "".join(parts[:k])
         alts.append(start + _nested(parts[k:-1]))
         starts.append(start)
+        if _PROGRAMS_WORDS.search(_literal_text(parts[:k])):
+            elided.append(alts[-1])
         # quoted in prose, a message shows words: a quoted value with no space in it (a JSON
         # log's "target":"text_generation_launcher") is a name, not a message cut short
         q = k
@@ -246,7 +258,9 @@ def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
     if not alts:
         return None
     whole = "|".join(f"(?:{a})" for a in alts)
-    unquoted = f"(?:{whole})(?:{_CLOSERS}\\s*$|{_ELIDED})"
+    unquoted = f"(?:{whole}){_CLOSERS}\\s*$"
+    if elided:
+        unquoted = f"(?:{unquoted}|(?:{'|'.join(f'(?:{a})' for a in elided)}){_ELIDED})"
     inside = "|".join(f"(?:{a})" for a in quoted)
     quote = f"{_QUOTE_OPEN}\\s*{_RAISED}(?:{inside}){_QUOTE_CLOSE}" if quoted else None
     try:

@@ -753,6 +753,11 @@ def test_every_signature_a_scenario_declares() -> None:
                     " and marked the engine errored"
                 ],
             ),
+            (
+                "the serving node's",
+                "serving",
+                ["the writer's chain ends in the API server finding its engine core dead"],
+            ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [
