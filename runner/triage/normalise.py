@@ -2,10 +2,10 @@
 
 Each original line becomes one `Line`: the text a signature reads (quoting, list markers, a
 viewer pane's borders and the prefixes that log collectors put in front taken off; digits
-someone masked read as digits) and
-the line number and text as pasted, which evidence quotes. Which lines continue the one before
-(a message wrapped at a terminal's width or by an editor) is the matcher's business: it reads
-windows of lines (runner.triage.match), so no guess made here can lose a line.
+someone masked read as digits) and the line number and text as pasted, which evidence quotes.
+Which lines continue the one before (a message wrapped at a terminal's width or by an editor)
+is the matcher's business: it reads windows of lines (runner.triage.match), so no guess made
+here can lose a line.
 """
 
 from __future__ import annotations
