@@ -153,6 +153,11 @@ def _literal(token: str) -> int:
     return 1 if len(base) == 1 or not base[1].isalnum() else 0
 
 
+def _either(regexes: list[str]) -> str:
+    """One regex that matches where any of `regexes` does."""
+    return "|".join(f"(?:{r})" for r in regexes)
+
+
 def _literal_text(parts: list[str]) -> str:
     """The characters the literal parts among `parts` stand for, in order."""
     return "".join(p[-1] for p in parts if _literal(p))
@@ -257,17 +262,15 @@ def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
             quoted.append("".join(parts[:q]) + _nested(parts[q:-1]))
     if not alts:
         return None
-    whole = "|".join(f"(?:{a})" for a in alts)
-    unquoted = f"(?:{whole}){_CLOSERS}\\s*$"
+    unquoted = f"(?:{_either(alts)}){_CLOSERS}\\s*$"
     if elided:
-        unquoted = f"(?:{unquoted}|(?:{'|'.join(f'(?:{a})' for a in elided)}){_ELIDED})"
-    inside = "|".join(f"(?:{a})" for a in quoted)
-    quote = f"{_QUOTE_OPEN}\\s*{_RAISED}(?:{inside}){_QUOTE_CLOSE}" if quoted else None
+        unquoted = f"(?:{unquoted}|(?:{_either(elided)}){_ELIDED})"
+    quote = f"{_QUOTE_OPEN}\\s*{_RAISED}(?:{_either(quoted)}){_QUOTE_CLOSE}" if quoted else None
     try:
         compile_user(f"{unquoted}|{quote}" if quote else unquoted)
     except ValueError:
         return None
-    return unquoted, quote, "|".join(f"(?:{s})" for s in starts)
+    return unquoted, quote, _either(starts)
 
 
 @cache
