@@ -758,6 +758,7 @@ def test_every_signature_a_scenario_declares() -> None:
                 "serving",
                 ["the writer's chain ends in the API server finding its engine core dead"],
             ),
+            ("the serving node's", "serving", ["vLLM-Omni's server found a stage's engine dead"]),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [
