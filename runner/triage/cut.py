@@ -67,6 +67,8 @@ _CHECK = re.compile(r"^_?(?:check|raise_if|validate|ensure|verify)_")
 # a Markdown list item or heading at a line's start, inside quoting or not
 _BLOCK_START = re.compile(rf"(?m)^[ \t]*(?:(?:>|&gt;)[ \t]*)*(?:{LIST_ITEM}|#{{1,6}})[ \t]")
 MAX_BLOCKS = 4096  # list items and headings a log may have and still be read as a note
+# a traceback's frame line, whose function name ends it: cut before it, it names no frame
+_FRAME_LINE = '", line '
 _CARETS = re.compile(r"^[\s^~]*\^[\s^~]*$")
 _EXCEPTION = re.compile(r"[\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)$')
@@ -242,6 +244,8 @@ def _cut_forms(pattern: str) -> tuple[str, str | None, str] | None:
     starts = []
     for alt in _top_alternatives(_tokens(pattern)):
         parts = _flat(alt)
+        if _FRAME_LINE in _literal_text(parts):
+            continue  # a traceback's frame: its function is what it says, never cut off
         seen, k = 0, 0
         while k < len(parts) and seen < MIN_LITERAL:
             seen += _literal(parts[k])

@@ -371,6 +371,7 @@ def test_every_signature_a_scenario_declares() -> None:
             ),
             ("a client's", "serving", []),  # token soup (runner.triage.garbled)
             ("a client's", "serving", []),  # one word over and over
+            ("a client's", "serving", ["an answer of the padding token over and over"]),
         ],
         "stray-gpu-process": [
             ("the serving node's", "node1", ["a runtime kernel load refused with CUDA error 800"]),

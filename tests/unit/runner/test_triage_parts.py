@@ -232,6 +232,16 @@ def test_a_message_cut_inside_a_quoted_value_is_found_by_its_start() -> None:
     assert not re.fullmatch(rx, head + "Nx")
 
 
+def test_a_traceback_frame_is_never_read_cut() -> None:
+    # the function a frame names is what it says: a frame cut before it is no frame
+    frame = r'vllm/v1/worker/gpu_worker\.py", line \d+, in execute_model\s*$'
+    assert cut_pattern(frame) is None
+    # a message beside it in one alternation keeps its own cut form
+    rx, _ = cut_pattern(frame + "|EngineCore encountered a fatal error in its loop") or ("", "")
+    assert re.search(rx, "EngineCore encountered a fatal error ...")
+    assert not re.search(rx, 'File "vllm/v1/worker/gpu_worker.py", line 71, in ...')
+
+
 def test_phase_from_the_evidence() -> None:
     served = normalise(
         "(APIServer pid=1) INFO:     Application startup complete.\n"
