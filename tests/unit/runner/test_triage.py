@@ -760,6 +760,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 ["the writer's chain ends in the API server finding its engine core dead"],
             ),
             ("the serving node's", "serving", ["vLLM-Omni's server found a stage's engine dead"]),
+            (
+                "the serving node's",
+                "serving",
+                ["the engine core's fatal-error traceback, by the line of core.py that logs it"],
+            ),
         ],
         # a failure only a client sees: the refusal the chat probe expects
         "missing-chat-template": [
