@@ -1111,6 +1111,11 @@ def test_every_signature_a_scenario_declares() -> None:
                 "prefill",
                 ["Mooncake could not create a queue pair for a connection to the peer engine"],
             ),
+            (
+                "the prefill engine's",
+                "prefill",
+                ["DLSlime could not create a queue pair for the link to the peer engine"],
+            ),
         ],
         "nccl-watchdog-timeout": [
             (
