@@ -249,12 +249,18 @@ def kv_tokens(caps: Mapping[str, str], log: Log) -> list[str]:
 NVIDIA_SMI = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"
 
 
-def free_memory(caps: Mapping[str, str]) -> list[str]:
+# a device whose GPU memory is the host's own RAM: NVIDIA's GB10 (DGX Spark, compute capability
+# 12.1) and its Jetson modules, named by the log or by its writer
+_UNIFIED = re.compile(r"(?i)\bGB10\b|\bDGX Spark\b|\bsm_?121a?\b|\bJetson\b|\bunified memory\b")
+
+
+def free_memory(caps: Mapping[str, str], log: Log) -> list[str]:
     """Advice for vLLM's start-up check (vllm/v1/worker/utils.py request_memory): the device
     had `free` of `total` GiB free, and `util` of it (`requested` GiB) is the engine's budget.
     What is not free then is another process's (and this engine's own CUDA context, a few
-    hundred MiB: the check runs after the device is initialised). Raises Unusable for figures no
-    vLLM run could show."""
+    hundred MiB: the check runs after the device is initialised); on a device with unified
+    memory, whose GPU memory is the host's RAM, also what the host's own programs and its file
+    cache hold. Raises Unusable for figures no vLLM run could show."""
     free, total, util, requested = (
         _number(caps, k) for k in ("free", "total", "util", "requested")
     )
@@ -269,7 +275,19 @@ def free_memory(caps: Mapping[str, str]) -> list[str]:
         )
     held = total - free
     fits = math.floor(free / total * 100) / 100
+    unified = (
+        [
+            "this device's GPU memory is the host's RAM (unified memory: the log names a GB10, "
+            "a DGX Spark or a Jetson), so what the operating system, other programs and the file "
+            "cache hold counts as in use too; check `free -g` on the host, stop what holds "
+            "memory there, or free the file cache (`sync; echo 3 | sudo tee "
+            "/proc/sys/vm/drop_caches`)"
+        ]
+        if _first(_UNIFIED, log)
+        else []
+    )
     return [
+        *unified,
         f"another process holds GPU memory: {held:.2f} GiB of the device's {total:g} GiB was in "
         f"use when vLLM started (its own CUDA context is a few hundred MiB of it), so "
         f"--gpu-memory-utilization {util:g} ({requested:g} GiB) did not fit in the {free:g} GiB "
@@ -313,7 +331,7 @@ def advise(evidence_caps: Sequence[tuple[Mapping[str, str], str]], log: Log) -> 
                 return [f"no numeric advice: the log's figures cannot be computed with ({exc})"]
         if {"free", "total", "util", "requested"} <= caps.keys():
             try:
-                return free_memory(caps)
+                return free_memory(caps, log)
             except Unusable as exc:
                 return [f"no numeric advice: {exc}"]
     if any(rx.search(text) for _, text in evidence_caps for rx in _XID_EVIDENCE):

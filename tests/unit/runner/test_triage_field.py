@@ -76,6 +76,16 @@ def test_the_advice_says_who_holds_the_memory_and_what_fits() -> None:
     assert "CUDA error 800" in advice[2]
 
 
+def test_on_unified_memory_the_advice_names_the_hosts_memory_first() -> None:
+    # a GB10's GPU memory is the host's RAM: the host's programs and file cache hold it too
+    advice = only("INFO Detected NVIDIA GB10 (DGX Spark)\n" + FREE_019).advice
+    assert advice[0].startswith("this device's GPU memory is the host's RAM (unified memory")
+    assert "drop_caches" in advice[0]
+    assert advice[1].startswith("another process holds GPU memory")
+    # a discrete GPU's advice starts with the other process, as above
+    assert not any("unified memory" in a for a in only(FREE_019).advice)
+
+
 def test_figures_no_check_could_refuse_give_no_numbers() -> None:
     enough = FREE_019.replace("(20.41/22.3 GiB)", "(21.5/22.3 GiB)")
     assert only(enough).advice == (
