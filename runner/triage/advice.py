@@ -250,8 +250,11 @@ NVIDIA_SMI = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --for
 
 
 # a device whose GPU memory is the host's own RAM: NVIDIA's GB10 (DGX Spark, compute capability
-# 12.1) and its Jetson modules, named by the log or by its writer
-_UNIFIED = re.compile(r"(?i)\bGB10\b|\bDGX Spark\b|\bsm_?121a?\b|\bJetson\b|\bunified memory\b")
+# 12.1) and its Jetson modules, named by the log or by its writer; without flags, so that
+# Log.first narrows the lines with RE2 before Python's re reads them
+_UNIFIED = re.compile(
+    r"\bGB10\b|\bDGX Spark\b|\bsm_?121a?\b|\b[Jj]etson\b|\b[Uu]nified [Mm]emory\b"
+)
 
 
 def free_memory(caps: Mapping[str, str], log: Log) -> list[str]:
